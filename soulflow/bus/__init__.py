@@ -1,0 +1,1 @@
+"""Durable message bus: inbound journal, outbox, dispatcher and dead-letter queue."""

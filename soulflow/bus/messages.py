@@ -1,0 +1,109 @@
+"""Records that travel through the bus: what came in, what goes out, how a send ended."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def new_id(prefix: str) -> str:
+    """Short unique id with a readable prefix (ids appear in logs, the DLQ and the dashboard)."""
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(slots=True)
+class Attachment:
+    """A file that arrived with a message; only `local_path` ever enters the agent's context."""
+
+    name: str
+    local_path: str | None = None
+    url: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+
+
+@dataclass(slots=True)
+class InboundMessage:
+    """One message read from a channel, before any processing."""
+
+    provider: str
+    chat_id: str
+    message_id: str
+    sender_id: str
+    text: str
+    sender_name: str = ""
+    thread_id: str | None = None
+    is_mention: bool = True
+    is_direct: bool = False
+    from_bot: bool = False
+    attachments: list[Attachment] = field(default_factory=list)
+    received_at: float = field(default_factory=time.time)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Dedupe key, stable across restarts: `provider:chat:message_id`."""
+        return f"{self.provider}:{self.chat_id}:{self.message_id}"
+
+    @property
+    def chat_key(self) -> str:
+        """Serialisation key: work for one chat (or thread) runs in order."""
+        return f"{self.provider}:{self.chat_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> InboundMessage:
+        data = dict(data)
+        data["attachments"] = [Attachment(**a) for a in data.get("attachments") or []]
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class OutboundMessage:
+    """One reply or notice to deliver to a chat; written to the outbox before any send."""
+
+    provider: str
+    chat_id: str
+    content: str
+    reply_to: str | None = None
+    thread_id: str | None = None
+    message_id: str = field(default_factory=lambda: new_id("out"))
+    inbound_key: str | None = None
+    created_at: float = field(default_factory=time.time)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chat_key(self) -> str:
+        return f"{self.provider}:{self.chat_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OutboundMessage:
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What a channel reports after delivering a message."""
+
+    ok: bool = True
+    platform_message_ids: list[str] = field(default_factory=list)
+
+
+class SendError(Exception):
+    """A channel could not deliver a message.
+
+    `permanent` errors (invalid auth, unknown chat, rejected content) go straight to the DLQ;
+    others are retried. `retry_after` (seconds) is the wait the platform asked for, if any.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None):
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after = retry_after
