@@ -1,1 +1,1 @@
-"""SoulFlow agent."""
+"""Agent domain: memory, context and replies."""

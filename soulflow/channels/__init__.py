@@ -1,1 +1,1 @@
-"""SoulFlow channels."""
+"""Channel adapters and the inbound pipeline."""

@@ -1,1 +1,1 @@
-"""SoulFlow decision."""
+"""Decisions store."""

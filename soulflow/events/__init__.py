@@ -1,1 +1,1 @@
-"""SoulFlow events."""
+"""Workflow and live events."""

@@ -1,1 +1,1 @@
-"""SoulFlow session."""
+"""Conversation sessions stored as JSONL files."""

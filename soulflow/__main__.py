@@ -1,0 +1,5 @@
+import sys
+
+from soulflow.cli import main
+
+sys.exit(main())

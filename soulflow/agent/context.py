@@ -1,0 +1,60 @@
+"""Build the messages a provider sees: system prompt from the workspace, then history.
+
+The system prompt comes from files the user edits (templates, memory, decisions), so changing
+the agent's behaviour never needs a restart or code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from soulflow.agent.memory import MemoryStore
+from soulflow.decision.service import DecisionService
+from soulflow.session.store import SessionStore
+
+
+class ContextBuilder:
+    def __init__(self, workspace: Path, memory: MemoryStore, decisions: DecisionService,
+                 sessions: SessionStore, *, history_messages: int = 20) -> None:
+        self.workspace = workspace
+        self.memory = memory
+        self.decisions = decisions
+        self.sessions = sessions
+        self.history_messages = history_messages
+
+    def system_prompt(self) -> str:
+        parts: list[str] = []
+        templates = self.workspace / "templates"
+        if templates.is_dir():
+            for path in sorted(templates.glob("*.md")):
+                text = path.read_text(encoding="utf-8", errors="replace").strip()
+                if text:
+                    parts.append(text)
+        long_term = self.memory.read_long_term().strip()
+        if long_term:
+            parts.append(f"# Long-term memory\n\n{long_term}")
+        daily = self.memory.read_daily().strip()
+        if daily:
+            parts.append(f"# Today's notes\n\n{daily}")
+        decisions = self.decisions.compact_text()
+        if decisions:
+            parts.append(f"# Decisions in force\n\n{decisions}")
+        return "\n\n".join(parts)
+
+    def build(self, session_key: str, user_text: str) -> list[dict[str, Any]]:
+        """System prompt, the last N turns of the session (minus the current one), the input."""
+        messages: list[dict[str, Any]] = []
+        system = self.system_prompt()
+        if system:
+            messages.append({"role": "system", "content": system})
+        history = self.sessions.last(session_key, self.history_messages + 1)
+        last = history[-1] if history else {}
+        if last.get("role") == "user" and last.get("content") == user_text:
+            history = history[:-1]  # the current turn, already recorded in the session
+        for record in history[-self.history_messages:]:
+            role, content = record.get("role"), record.get("content")
+            if role in ("user", "assistant") and isinstance(content, str):
+                messages.append({"role": role, "content": content})
+        messages.append({"role": "user", "content": user_text})
+        return messages

@@ -1,0 +1,209 @@
+"""Deliver outbox entries: in order per chat, concurrently across chats, never lost.
+
+A send is tried inline a few times; if it still fails, the entry stays at the head of its chat's
+queue with a backoff deadline (exponential with jitter, never earlier than the platform's
+`retry_after`), so the next reply of that chat cannot overtake it. Permanent errors and
+exhausted retries move the entry to the DLQ. Waiting never holds a concurrency slot: a chat in
+backoff does not slow any other chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from soulflow.bus.dlq import DeadLetterQueue
+from soulflow.bus.messages import OutboundMessage, SendError, SendResult
+from soulflow.bus.outbox import Outbox, OutboxEntry
+from soulflow.bus.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+class Sender(Protocol):
+    """What the dispatcher needs from a channel adapter."""
+
+    async def send(self, message: OutboundMessage) -> SendResult: ...
+
+    @property
+    def send_interval_s(self) -> float: ...
+
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+class OutboundDispatcher:
+    def __init__(
+        self,
+        outbox: Outbox,
+        dlq: DeadLetterQueue,
+        resolve_sender: Callable[[str], Sender | None],
+        *,
+        policy: RetryPolicy | None = None,
+        concurrency: int = 16,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        rand: Callable[[], float] = random.random,
+        on_event: EventSink | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.dlq = dlq
+        self._resolve_sender = resolve_sender
+        self.policy = policy or RetryPolicy()
+        self._slots = asyncio.Semaphore(concurrency)
+        self._clock = clock
+        self._injected_sleep = sleep
+        self._rand = rand
+        self._on_event = on_event or (lambda kind, data: None)
+        self._queues: dict[str, deque[str]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._last_sent: dict[str, float] = {}
+        self._stopping = asyncio.Event()
+        self._running = False
+        self.sent_count = 0
+        self.dead_count = 0
+
+    # -- queueing ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Queue every entry the outbox still holds (recovery after a restart)."""
+        self._stopping.clear()
+        self._running = True
+        self._queues.clear()
+        for entry in self.outbox.pending():
+            self._enqueue(entry.message)
+
+    def publish(self, message: OutboundMessage) -> bool:
+        """Write a message to the outbox, then queue it for delivery (once started)."""
+        if not self.outbox.put(message):
+            return False
+        self._enqueue(message)
+        return True
+
+    def _enqueue(self, message: OutboundMessage) -> None:
+        key = message.chat_key
+        self._queues.setdefault(key, deque()).append(message.message_id)
+        if self._running and key not in self._workers and not self._stopping.is_set():
+            self._workers[key] = asyncio.create_task(self._drain(key), name=f"outbound:{key}")
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    # -- delivery ------------------------------------------------------------------------
+
+    async def _sleep(self, delay: float) -> None:
+        if delay <= 0:
+            return
+        if self._injected_sleep is not None:
+            await self._injected_sleep(delay)
+            return
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+        except TimeoutError:
+            pass
+
+    async def _drain(self, key: str) -> None:
+        queue = self._queues[key]
+        try:
+            while queue and not self._stopping.is_set():
+                entry = self.outbox.get(queue[0])
+                if entry is None:  # already sent or dead (e.g. replayed twice)
+                    queue.popleft()
+                    continue
+                await self._sleep(self._wait_before(key, entry))
+                if self._stopping.is_set():
+                    break
+                async with self._slots:
+                    finished = await self._attempt(entry)
+                if finished:
+                    queue.popleft()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("outbound worker for %s failed; its entries stay in the outbox", key)
+        finally:
+            self._workers.pop(key, None)
+            if not queue:
+                self._queues.pop(key, None)
+
+    def _wait_before(self, key: str, entry: OutboxEntry) -> float:
+        now = self._clock()
+        sender = self._resolve_sender(entry.message.provider)
+        interval = sender.send_interval_s if sender is not None else 0.0
+        paced = self._last_sent.get(key, 0.0) + interval
+        return max(entry.next_at, paced) - now
+
+    async def _attempt(self, entry: OutboxEntry) -> bool:
+        """One round of inline tries. True when the entry is settled (sent or dead)."""
+        message = entry.message
+        sender = self._resolve_sender(message.provider)
+        if sender is None:
+            self._bury(entry, f"no channel named {message.provider!r} is configured")
+            return True
+        error: SendError | None = None
+        for inline in range(self.policy.inline_retries + 1):
+            try:
+                result = await sender.send(message)
+            except SendError as exc:
+                error = exc
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an adapter bug must not lose the message
+                log.exception("channel %s raised while sending %s", message.provider,
+                              message.message_id)
+                error = SendError(f"{type(exc).__name__}: {exc}")
+            else:
+                self._last_sent[message.chat_key] = self._clock()
+                self.outbox.mark_sent(message.message_id, result.platform_message_ids)
+                self.sent_count += 1
+                self._on_event("outbound.sent", {"message_id": message.message_id,
+                                                 "provider": message.provider,
+                                                 "chat_id": message.chat_id})
+                return True
+            if error.permanent:
+                self._bury(entry, f"permanent error: {error}")
+                return True
+            if error.retry_after is not None or inline == self.policy.inline_retries:
+                break
+            await self._sleep(self.policy.inline_delay_s)
+        assert error is not None
+        rounds = entry.attempts + 1
+        if rounds >= self.policy.max_attempts:
+            self._bury(entry, f"gave up after {rounds} rounds of retries: {error}", rounds=rounds)
+            return True
+        delay = self.policy.delay(rounds, retry_after=error.retry_after, rand=self._rand)
+        self.outbox.record_attempt(message.message_id, rounds, self._clock() + delay, str(error))
+        log.warning("send of %s to %s failed (%s); retry %d in %.1fs", message.message_id,
+                    message.chat_key, error, rounds, delay)
+        return False
+
+    def _bury(self, entry: OutboxEntry, reason: str, *, rounds: int | None = None) -> None:
+        message = entry.message
+        self.dlq.add(message, retry_count=rounds if rounds is not None else entry.attempts,
+                     error=reason)
+        self.outbox.mark_dead(message.message_id)
+        self.dead_count += 1
+        log.error("moved %s for %s to the DLQ: %s", message.message_id, message.chat_key, reason)
+        self._on_event("outbound.dead", {"message_id": message.message_id,
+                                         "provider": message.provider,
+                                         "chat_id": message.chat_id, "error": reason})
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def stop(self, timeout: float) -> None:
+        """Let sends in flight finish within `timeout`; unsent entries stay in the outbox."""
+        self._stopping.set()
+        self._running = False
+        workers = list(self._workers.values())
+        if workers:
+            _, still_running = await asyncio.wait(workers, timeout=timeout)
+            for task in still_running:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        self._queues.clear()

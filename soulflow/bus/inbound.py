@@ -1,0 +1,144 @@
+"""The inbound journal: a message is written here before its channel cursor moves.
+
+Records: `{"op":"in","msg":{…}}` when a message is accepted, `{"op":"done","key","status"}` when
+it has been answered or its failure recorded, and `{"op":"seen","key","at"}` carried over by
+compaction so deduplication survives restarts. Whatever is `in` but not `done` at boot is work
+the previous process did not finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from soulflow.bus.messages import InboundMessage
+from soulflow.storage.jsonl import JsonlFile
+
+log = logging.getLogger(__name__)
+
+
+class InboundJournal:
+    """Durable record of accepted inbound messages, their completion, and seen ids."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fsync: str = "interval",
+        seen_ttl_s: float = 7 * 24 * 3600,
+        seen_max: int = 100_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._file = JsonlFile(path, fsync=fsync)
+        self._seen_ttl_s = seen_ttl_s
+        self._seen_max = seen_max
+        self._clock = clock
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._pending: dict[str, InboundMessage] = {}
+        self._records_since_compaction = 0
+        self._load()
+
+    def _load(self) -> None:
+        for record in self._file.iter_records():
+            op, key = record.get("op"), record.get("key")
+            if op == "in" and isinstance(record.get("msg"), dict):
+                try:
+                    message = InboundMessage.from_dict(record["msg"])
+                except TypeError as exc:
+                    log.warning("inbound journal: skipped a malformed record (%s)", exc)
+                    continue
+                self._remember(message.key, float(record.get("at", message.received_at)))
+                self._pending[message.key] = message
+            elif op == "done" and isinstance(key, str):
+                self._pending.pop(key, None)
+            elif op == "seen" and isinstance(key, str):
+                self._remember(key, float(record.get("at", 0.0)))
+        self._expire_seen()
+        self.compact()
+
+    def _remember(self, key: str, at: float) -> None:
+        self._seen[key] = at
+        self._seen.move_to_end(key)
+
+    def _expire_seen(self) -> None:
+        """Forget ids past the TTL or over the cap, oldest first; never a pending one."""
+        horizon = self._clock() - self._seen_ttl_s
+        overflow = len(self._seen) - self._seen_max
+        kept: OrderedDict[str, float] = OrderedDict()
+        for key, at in self._seen.items():
+            if key not in self._pending and (at < horizon or overflow > 0):
+                overflow -= 1
+                continue
+            kept[key] = at
+        self._seen = kept
+
+    def is_seen(self, key: str) -> bool:
+        return key in self._seen
+
+    def accept(self, message: InboundMessage) -> bool:
+        """Journal a new message; False (and nothing written) if it was seen before."""
+        if message.key in self._seen:
+            return False
+        now = self._clock()
+        self._file.append({"op": "in", "at": now, "msg": message.to_dict()})
+        self._remember(message.key, now)
+        self._pending[message.key] = message
+        self._records_since_compaction += 1
+        if len(self._seen) > self._seen_max * 1.1:  # trim in batches, not per message
+            self._expire_seen()
+        return True
+
+    def mark_seen(self, keys: list[str]) -> None:
+        """Record ids that must never be answered (history primed on a first read)."""
+        fresh = [k for k in keys if k not in self._seen]
+        if not fresh:
+            return
+        now = self._clock()
+        self._file.append_many({"op": "seen", "key": k, "at": now} for k in fresh)
+        for key in fresh:
+            self._remember(key, now)
+
+    def complete(self, key: str, status: str, error: str | None = None) -> None:
+        """Mark a message answered (`answered`), refused/ignored, or `failed` with a reason."""
+        if key not in self._pending:
+            return
+        record: dict[str, Any] = {"op": "done", "key": key, "status": status, "at": self._clock()}
+        if error:
+            record["error"] = error[:500]
+        self._file.append(record)
+        del self._pending[key]
+        self._records_since_compaction += 1
+
+    def pending(self) -> list[InboundMessage]:
+        """Unfinished messages in the order they arrived."""
+        return sorted(self._pending.values(), key=lambda m: m.received_at)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def needs_compaction(self) -> bool:
+        return self._records_since_compaction > max(10_000, 2 * len(self._seen))
+
+    def compact(self) -> None:
+        """Rewrite the file as seen ids plus pending messages only."""
+        self._expire_seen()
+        records: list[dict[str, Any]] = [
+            {"op": "seen", "key": k, "at": at} for k, at in self._seen.items()
+            if k not in self._pending
+        ]
+        records.extend({"op": "in", "at": m.received_at, "msg": m.to_dict()}
+                       for m in self.pending())
+        self._file.rewrite(records)
+        self._records_since_compaction = 0
+
+    def sync(self) -> None:
+        self._file.sync()
+
+    def close(self) -> None:
+        self._file.close()

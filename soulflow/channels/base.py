@@ -1,0 +1,84 @@
+"""The adapter interface every channel implements: local, Slack, Telegram, Discord.
+
+The manager only ever talks to this interface, so the inbound pipeline, the bus and the
+agent do not know which platform a message came from.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
+
+_COMMAND = re.compile(r"^\s*/([\w가-힣]+)(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelLimits:
+    """What a platform accepts; rendering and the dispatcher respect these."""
+
+    max_text: int = 4000
+    chunk_size: int = 3500
+    file_fallback_threshold: int = 14_000
+    send_interval_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    args: str
+
+
+class ChannelAdapter(abc.ABC):
+    """A connection to one chat platform.
+
+    `read()` returns the next batch of new messages; it may wait (long poll, push queue) but
+    must return within a few seconds so the manager can stop it cleanly.
+    """
+
+    name: str
+    limits: ChannelLimits = ChannelLimits()
+
+    @property
+    def send_interval_s(self) -> float:
+        return self.limits.send_interval_s
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Connect; raise a clear error if credentials are wrong."""
+
+    async def stop(self) -> None:  # noqa: B027 - optional hook
+        """Disconnect and release resources."""
+
+    @abc.abstractmethod
+    async def read(self) -> list[InboundMessage]:
+        """New messages since the last call."""
+
+    def commit(self, messages: list[InboundMessage]) -> None:  # noqa: B027 - optional hook
+        """Called after `messages` are journaled: the adapter may now move its cursor/offset."""
+
+    @abc.abstractmethod
+    async def send(self, message: OutboundMessage) -> SendResult:
+        """Deliver one message; raise `SendError` (permanent or not) on failure."""
+
+    async def set_typing(self, chat_id: str, on: bool) -> None:  # noqa: B027 - optional hook
+        """Show or clear a typing indicator where the platform has one."""
+
+    async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:  # noqa: B027
+        """React to a message where the platform supports it."""
+
+    async def download(self, attachment: Attachment, directory: Path) -> Path:
+        raise OSError(f"the {self.name} channel does not deliver files")
+
+    def parse_command(self, text: str) -> Command | None:
+        """`/name args` (also `/name@bot args`) → Command; anything else → None."""
+        match = _COMMAND.match(text)
+        if not match:
+            return None
+        return Command(match.group(1).casefold(), (match.group(2) or "").strip())
+
+    def parse_agent_mentions(self, text: str) -> list[str]:
+        """Names of agents addressed as `@name` in the text."""
+        return re.findall(r"(?<![\w@])@([A-Za-z][\w-]{0,63})", text)

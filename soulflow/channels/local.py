@@ -1,0 +1,158 @@
+"""The local channel: the operator's own chat, from `soulflow chat` and the dashboard.
+
+It uses the same adapter interface as the platforms. Its "platform" is a transcript per chat
+(`runtime/local/<chat>.jsonl`) that clients read and wait on, so a reply sent while no client
+is connected is still there when one connects. Sends are idempotent on the outbox message id,
+which makes redelivery after a crash exactly-once from the reader's point of view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult, new_id
+from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.storage.jsonl import JsonlFile
+
+CHAT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+OPERATOR_ID = "operator"
+_RECENT = 1000
+_PERMANENT_OS_ERRORS = (PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+class InvalidChatId(ValueError):
+    def __init__(self, chat_id: str) -> None:
+        super().__init__(f"chat id {chat_id[:80]!r} is invalid: use 1-64 letters, digits, "
+                         "'.', '_' or '-'")
+
+
+@dataclass
+class _Transcript:
+    file: JsonlFile
+    recent: deque[dict[str, Any]]
+    next_seq: int
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+
+class LocalChannel(ChannelAdapter):
+    name = "local"
+
+    def __init__(self, directory: Path, *, send_interval_s: float = 0.0,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.directory = directory
+        self.limits = ChannelLimits(max_text=1_000_000, chunk_size=1_000_000,
+                                    file_fallback_threshold=10_000_000,
+                                    send_interval_s=send_interval_s)
+        self._on_event = on_event or (lambda kind, data: None)
+        self._incoming: asyncio.Queue[tuple[InboundMessage, asyncio.Future[None]]] = (
+            asyncio.Queue())
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+        self._transcripts: dict[str, _Transcript] = {}
+
+    # -- transcripts ---------------------------------------------------------------------
+
+    def _transcript(self, chat_id: str) -> _Transcript:
+        if not CHAT_ID_PATTERN.match(chat_id):
+            raise InvalidChatId(chat_id)
+        transcript = self._transcripts.get(chat_id)
+        if transcript is None:
+            file = JsonlFile(self.directory / f"{chat_id}.jsonl")
+            recent = deque(file.tail(_RECENT), maxlen=_RECENT)
+            next_seq = int(recent[-1].get("seq", len(recent) - 1)) + 1 if recent else 0
+            transcript = _Transcript(file, recent, next_seq)
+            self._transcripts[chat_id] = transcript
+        return transcript
+
+    async def _append(self, chat_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+        transcript = self._transcript(chat_id)
+        record = {"seq": transcript.next_seq, "at": time.time(), **entry}
+        transcript.file.append(record)
+        transcript.next_seq += 1
+        transcript.recent.append(record)
+        async with transcript.changed:
+            transcript.changed.notify_all()
+        self._on_event("local.message", {"chat_id": chat_id, **record})
+        return record
+
+    def messages(self, chat_id: str, after: int = -1, limit: int = 200) -> list[dict[str, Any]]:
+        """Transcript entries with `seq > after` (recent ones from memory, older from disk)."""
+        transcript = self._transcript(chat_id)
+        if transcript.recent and transcript.recent[0]["seq"] <= after + 1:
+            found = [r for r in transcript.recent if r["seq"] > after]
+        else:
+            found = [r for r in transcript.file.iter_records() if r.get("seq", -1) > after]
+        return found[:limit]
+
+    async def wait_messages(self, chat_id: str, after: int, timeout: float) -> list[dict[str, Any]]:
+        """Long poll: return entries newer than `after`, waiting up to `timeout` for one."""
+        transcript = self._transcript(chat_id)
+        async with transcript.changed:
+            try:
+                await asyncio.wait_for(
+                    transcript.changed.wait_for(lambda: transcript.next_seq - 1 > after), timeout)
+            except TimeoutError:
+                return []
+        return self.messages(chat_id, after)
+
+    # -- inbound -------------------------------------------------------------------------
+
+    async def submit(self, chat_id: str, text: str, *, sender_name: str = "operator") -> str:
+        """Hand a message to the daemon; returns once it is journaled (its id)."""
+        self._transcript(chat_id)  # validates the chat id before anything is queued
+        message = InboundMessage(provider=self.name, chat_id=chat_id,
+                                 message_id=new_id("in"), sender_id=OPERATOR_ID,
+                                 sender_name=sender_name, text=text, is_direct=True)
+        journaled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[message.message_id] = journaled
+        await self._incoming.put((message, journaled))
+        await journaled
+        return message.message_id
+
+    async def read(self) -> list[InboundMessage]:
+        try:
+            first = await asyncio.wait_for(self._incoming.get(), timeout=1.0)
+        except TimeoutError:
+            return []
+        batch = [first[0]]
+        while not self._incoming.empty():
+            batch.append(self._incoming.get_nowait()[0])
+        return batch
+
+    def commit(self, messages: list[InboundMessage]) -> None:
+        for message in messages:
+            asyncio.get_running_loop().create_task(self._record_user_message(message))
+
+    async def _record_user_message(self, message: InboundMessage) -> None:
+        try:
+            await self._append(message.chat_id, {"id": message.message_id, "role": "user",
+                                                 "content": message.text})
+        finally:
+            future = self._waiting.pop(message.message_id, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    # -- outbound ------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        try:
+            transcript = self._transcript(message.chat_id)
+        except InvalidChatId as exc:
+            raise SendError(str(exc), permanent=True) from None
+        if any(r.get("id") == message.message_id for r in transcript.recent):
+            return SendResult(platform_message_ids=[message.message_id])  # already delivered
+        try:
+            await self._append(message.chat_id, {
+                "id": message.message_id, "role": "assistant", "content": message.content,
+                "reply_to": message.reply_to})
+        except _PERMANENT_OS_ERRORS as exc:
+            raise SendError(f"cannot write the local transcript: {exc}", permanent=True) from None
+        except OSError as exc:
+            raise SendError(f"cannot write the local transcript: {exc}") from None
+        return SendResult(platform_message_ids=[message.message_id])

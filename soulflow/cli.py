@@ -1,0 +1,178 @@
+"""The `soulflow` command: init, run, chat, status, dlq.
+
+User mistakes (bad config, missing workspace, port in use, daemon not running) end with one
+sentence on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from soulflow import __version__
+from soulflow.config import ConfigError, Settings, load_settings
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one sentence."""
+
+
+def _workspace_from(args: argparse.Namespace) -> Path:
+    raw = args.workspace or os.environ.get("SOULFLOW_WORKSPACE") or "."
+    return Path(raw).expanduser().resolve()
+
+
+def _settings(args: argparse.Namespace, *, must_exist: bool = True) -> Settings:
+    workspace = _workspace_from(args)
+    if must_exist and not workspace.is_dir():
+        raise UserError(f"the workspace {workspace} does not exist; create it with "
+                        f"`soulflow init {workspace}`")
+    return load_settings(workspace)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# -- commands -----------------------------------------------------------------------------
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from soulflow.scaffold import ensure_workspace
+
+    workspace = Path(args.dir or args.workspace or os.environ.get("SOULFLOW_WORKSPACE") or ".")
+    workspace = workspace.expanduser().resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    created = ensure_workspace(workspace, with_env_example=True)
+    print(f"Workspace ready: {workspace}")
+    for path in created:
+        print(f"  created {path.relative_to(workspace)}")
+    print("Next: copy .env.example to .env, set a provider, then run `soulflow run`.")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from soulflow.runtime import create_runtime
+
+    settings = _settings(args)
+    setup_logging(settings["LOG_LEVEL"])
+    runtime = create_runtime(settings)
+    asyncio.run(runtime.run_until_signal())
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from soulflow.chat_client import run_chat
+
+    settings = _settings(args)
+    return asyncio.run(run_chat(settings, chat_id=args.chat_id, timeout=args.timeout))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from soulflow.client import DaemonClient
+
+    settings = _settings(args)
+    state = DaemonClient.connect(settings).get("/api/state")
+    if args.json:
+        print(json.dumps(state, indent=2, ensure_ascii=False))
+        return 0
+    queues, counters = state["queues"], state["counters"]
+    print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
+    print(f"  workspace  {state['workspace']}")
+    print(f"  provider   {state['provider'] or 'none configured'}")
+    print(f"  channels   {', '.join(c['name'] for c in state['channels'])}")
+    print("  queues     " + ", ".join(f"{k}={v}" for k, v in queues.items()))
+    print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
+    print(f"  sessions   {len(state['sessions'])}")
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from soulflow.dlq_cli import run_dlq_command
+
+    return run_dlq_command(_settings(args), args)
+
+
+# -- parser -------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--workspace", metavar="DIR",
+                        help="workspace directory (default: $SOULFLOW_WORKSPACE or the "
+                             "current directory)")
+    parser = argparse.ArgumentParser(
+        prog="soulflow", parents=[common],
+        description="SoulFlow: a self-hosted chat-agent daemon.")
+    parser.add_argument("--version", action="version", version=f"soulflow {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    init = sub.add_parser("init", parents=[common], help="create a workspace",
+                          description="Create a workspace: .env.example, templates, memory, "
+                                      "runtime/. Existing files are kept.")
+    init.add_argument("dir", nargs="?", help="directory to initialise (default: workspace)")
+    init.set_defaults(func=cmd_init)
+
+    run = sub.add_parser("run", parents=[common], help="run the daemon",
+                         description="Run the daemon in the foreground until SIGINT/SIGTERM.")
+    run.set_defaults(func=cmd_run)
+
+    chat = sub.add_parser("chat", parents=[common], help="chat with the agent from the terminal",
+                          description="Talk to the agent over the local channel. Uses the "
+                                      "running daemon, or starts one in this process. When "
+                                      "stdin is not a terminal, each line is one message and "
+                                      "each reply is printed.")
+    chat.add_argument("--chat-id", default="terminal", help="local chat id (default: terminal)")
+    chat.add_argument("--timeout", type=float, default=300.0,
+                      help="seconds to wait for each reply (default: 300)")
+    chat.set_defaults(func=cmd_chat)
+
+    status = sub.add_parser("status", parents=[common], help="show the running daemon's state",
+                            description="Show queues, counters and sessions of the running "
+                                        "daemon.")
+    status.add_argument("--json", action="store_true", help="print the raw JSON state")
+    status.set_defaults(func=cmd_status)
+
+    dlq = sub.add_parser("dlq", parents=[common], help="inspect and replay dead letters",
+                         description="Replies that could not be delivered.")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
+    dlq_list = dlq_sub.add_parser("list", parents=[common], help="list dead letters")
+    dlq_list.add_argument("--json", action="store_true", help="print JSON lines")
+    dlq_replay = dlq_sub.add_parser("replay", parents=[common],
+                                    help="put dead letters back in the outbox")
+    dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")
+    dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
+    dlq.set_defaults(func=cmd_dlq)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_USAGE
+    from soulflow.client import DaemonNotRunning
+    from soulflow.dashboard.service import DashboardError
+    from soulflow.storage.lock import WorkspaceLocked
+
+    try:
+        return func(args)
+    except (UserError, ConfigError, WorkspaceLocked, DashboardError, DaemonNotRunning) as exc:
+        print(f"soulflow: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""Settings from the environment and `<workspace>/.env`, validated once at boot.
+
+Every setting is declared once in `SETTINGS` (name, parser, default, help); the same table
+validates values, writes `.env.example` and feeds `docs/config.md`, so they cannot drift
+apart. The process environment wins over `.env`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from dotenv import dotenv_values
+
+
+class ConfigError(Exception):
+    """A setting has a value we cannot use; the message names it and the expected form."""
+
+
+Parser = Callable[[str], Any]
+
+
+def _int_range(low: int, high: int) -> Parser:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError
+        return value
+    parse.expected = f"an integer from {low} to {high}"  # type: ignore[attr-defined]
+    return parse
+
+
+def _float_range(low: float, high: float) -> Parser:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if not low <= value <= high:
+            raise ValueError
+        return value
+    parse.expected = f"a number from {low:g} to {high:g}"  # type: ignore[attr-defined]
+    return parse
+
+
+def _choice(*options: str) -> Parser:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise ValueError
+        return value
+    parse.expected = "one of " + ", ".join(o or '""' for o in options)  # type: ignore[attr-defined]
+    return parse
+
+
+def _url(raw: str) -> str:
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError
+    return raw.rstrip("/")
+
+
+_url.expected = "an http:// or https:// URL"  # type: ignore[attr-defined]
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+_text.expected = "text"  # type: ignore[attr-defined]
+
+
+def _host(raw: str) -> str:
+    value = raw.strip()
+    if not value or any(c.isspace() for c in value):
+        raise ValueError
+    return value
+
+
+_host.expected = "a host name or IP address"  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    parse: Parser
+    default: str
+    help: str
+    group: str
+    secret: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # model provider
+    Setting("PROVIDER", _choice("", "openrouter", "phi4_local"), "",
+            "Which provider answers: openrouter or phi4_local. Empty: the first one configured.",
+            "Model provider"),
+    Setting("OPENROUTER_API_KEY", _text, "", "API key for OpenRouter.", "Model provider",
+            secret=True),
+    Setting("OPENROUTER_MODEL", _text, "openrouter/auto", "Model name sent to OpenRouter.",
+            "Model provider"),
+    Setting("OPENROUTER_BASE_URL", _url, "https://openrouter.ai/api/v1",
+            "OpenRouter (or any OpenAI-compatible) endpoint.", "Model provider"),
+    Setting("PHI4_BASE_URL", _text, "",
+            "A local OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.",
+            "Model provider"),
+    Setting("PHI4_MODEL", _text, "phi4", "Model name sent to the local endpoint.",
+            "Model provider"),
+    Setting("PROVIDER_TIMEOUT_S", _float_range(1, 3600), "120",
+            "Seconds before a model request is abandoned.", "Model provider"),
+    Setting("PROVIDER_MAX_RETRIES", _int_range(0, 20), "3",
+            "Retries of a model request on 429/5xx/network errors.", "Model provider"),
+    Setting("PROVIDER_RETRY_BASE_MS", _int_range(1, 600_000), "1000",
+            "First retry delay of a model request (doubles each time).", "Model provider"),
+    # agent
+    Setting("AGENT_CONCURRENCY", _int_range(1, 1000), "8",
+            "Chats answered at the same time (one chat is always answered in order).", "Agent"),
+    Setting("AGENT_HISTORY_MESSAGES", _int_range(0, 1000), "20",
+            "Previous messages of the session sent to the model.", "Agent"),
+    Setting("MAX_INBOUND_CHARS", _int_range(100, 10_000_000), "100000",
+            "Longer messages are cut to this many characters (the user is told).", "Agent"),
+    # outbound
+    Setting("OUTBOUND_CONCURRENCY", _int_range(1, 1000), "16",
+            "Chats sent to at the same time.", "Outbound delivery"),
+    Setting("OUTBOUND_MAX_ATTEMPTS", _int_range(1, 100), "8",
+            "Rounds of retries before a reply goes to the DLQ.", "Outbound delivery"),
+    Setting("OUTBOUND_INLINE_RETRIES", _int_range(0, 10), "2",
+            "Immediate retries within one round.", "Outbound delivery"),
+    Setting("OUTBOUND_RETRY_BASE_MS", _int_range(1, 3_600_000), "1000",
+            "First backoff between rounds (doubles, with jitter).", "Outbound delivery"),
+    Setting("OUTBOUND_RETRY_MAX_MS", _int_range(1, 86_400_000), "300000",
+            "Longest backoff between rounds.", "Outbound delivery"),
+    Setting("LOCAL_SEND_INTERVAL_MS", _int_range(0, 60_000), "0",
+            "Minimum pause between two messages to one local chat.", "Outbound delivery"),
+    # durability
+    Setting("JOURNAL_FSYNC", _choice("interval", "always", "never"), "interval",
+            "When journals reach the disk: every record, every JOURNAL_FSYNC_INTERVAL_MS, or "
+            "never explicitly. A crashed process loses nothing in any mode; this is about "
+            "power loss.", "Durability"),
+    Setting("JOURNAL_FSYNC_INTERVAL_MS", _int_range(10, 60_000), "1000",
+            "Period of the background fsync.", "Durability"),
+    Setting("SHUTDOWN_GRACE_S", _float_range(0, 300), "10",
+            "How long a shutdown waits for answers and sends in flight.", "Durability"),
+    # dashboard
+    Setting("DASHBOARD_ENABLED", _choice("true", "false", "1", "0", "yes", "no"), "true",
+            "Serve the dashboard and HTTP API (the local chat needs it).", "Dashboard"),
+    Setting("DASHBOARD_HOST", _host, "127.0.0.1",
+            "Address to bind. A non-loopback address requires DASHBOARD_TOKEN.", "Dashboard"),
+    Setting("DASHBOARD_PORT", _int_range(0, 65535), "3789", "Port to bind (0: any free port).",
+            "Dashboard"),
+    Setting("DASHBOARD_TOKEN", _text, "",
+            "When set, required as `Authorization: Bearer <token>` on /api/*.", "Dashboard",
+            secret=True),
+    # logging
+    Setting("LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
+            "Log verbosity (logs go to stderr).", "Logging"),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+_TRUE = {"true", "1", "yes"}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated settings; `values` holds every declared setting, parsed."""
+
+    workspace: Path
+    values: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def flag(self, name: str) -> bool:
+        return str(self.values[name]).lower() in _TRUE
+
+    def seconds_from_ms(self, name: str) -> float:
+        return int(self.values[name]) / 1000.0
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.workspace / "runtime"
+
+
+def read_env_file(workspace: Path) -> dict[str, str]:
+    path = workspace / ".env"
+    if not path.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+
+
+def load_settings(workspace: Path, environ: Mapping[str, str] | None = None) -> Settings:
+    """Merge `.env` and the environment, parse every setting, check cross-setting rules."""
+    env = os.environ if environ is None else environ
+    merged = {**read_env_file(workspace), **{k: v for k, v in env.items() if k in _BY_NAME}}
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        raw = merged.get(setting.name) or setting.default
+        try:
+            values[setting.name] = setting.parse(raw)
+        except (ValueError, TypeError):
+            expected = getattr(setting.parse, "expected", "a valid value")
+            shown = "***" if setting.secret else repr(raw[:60])
+            raise ConfigError(f"{setting.name} must be {expected} (got {shown})") from None
+    settings = Settings(workspace=workspace, values=values)
+    _check_rules(settings)
+    return settings
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_rules(settings: Settings) -> None:
+    if not is_loopback(settings["DASHBOARD_HOST"]) and not settings["DASHBOARD_TOKEN"]:
+        raise ConfigError(
+            f"DASHBOARD_HOST={settings['DASHBOARD_HOST']} is not a loopback address, so "
+            "DASHBOARD_TOKEN must be set (anyone on the network could otherwise read your "
+            "chats); set a long random token or bind 127.0.0.1")
+    phi4 = settings["PHI4_BASE_URL"]
+    if phi4:
+        try:
+            _url(phi4)
+        except ValueError:
+            raise ConfigError(f"PHI4_BASE_URL must be {_url.expected} (got {phi4[:60]!r})") \
+                from None
+    if settings["PROVIDER"] == "openrouter" and not settings["OPENROUTER_API_KEY"]:
+        raise ConfigError("PROVIDER=openrouter needs OPENROUTER_API_KEY")
+    if settings["PROVIDER"] == "phi4_local" and not phi4:
+        raise ConfigError("PROVIDER=phi4_local needs PHI4_BASE_URL (the local endpoint's URL)")
+
+
+def env_example() -> str:
+    """The `.env.example` written by `soulflow init`: every setting, documented."""
+    lines = ["# SoulFlow settings. Copy to .env and edit; the environment overrides this file.",
+             "# Full reference: docs/config.md", ""]
+    group = None
+    for setting in SETTINGS:
+        if setting.group != group:
+            group = setting.group
+            lines += ["", f"# --- {group} ---"]
+        lines.append(f"# {setting.help}")
+        lines.append(f"# {setting.name}={setting.default}")
+    return "\n".join(lines).strip() + "\n"

@@ -1,0 +1,81 @@
+"""Live events for the dashboard's SSE stream and its "recent messages" panel.
+
+In-memory by design: these are notifications about work whose durable record lives in the
+journals. A slow subscriber loses old notifications (bounded queue), never slows the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class LiveEvent:
+    id: int
+    kind: str
+    data: dict[str, Any]
+    at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "at": self.at, "data": self.data}
+
+
+class Subscription:
+    def __init__(self, hub: EventHub, maxsize: int) -> None:
+        self._hub = hub
+        self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize)
+        self.dropped = 0
+
+    def offer(self, event: LiveEvent) -> None:
+        if self.queue.full():
+            self.queue.get_nowait()
+            self.dropped += 1
+        self.queue.put_nowait(event)
+
+    async def next(self, timeout: float) -> LiveEvent | None:
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def close(self) -> None:
+        self._hub.unsubscribe(self)
+
+
+class EventHub:
+    """Fan-out of live events; keeps the last few for late joiners."""
+
+    def __init__(self, *, history: int = 200, redact: Any = None) -> None:
+        self._ids = itertools.count(1)
+        self._recent: deque[LiveEvent] = deque(maxlen=history)
+        self._subscribers: set[Subscription] = set()
+        self._redact = redact
+
+    def publish(self, kind: str, data: dict[str, Any]) -> None:
+        if self._redact is not None:
+            data = self._redact(data)
+        event = LiveEvent(next(self._ids), kind, data)
+        self._recent.append(event)
+        for subscription in list(self._subscribers):
+            subscription.offer(event)
+
+    def subscribe(self, maxsize: int = 500) -> Subscription:
+        subscription = Subscription(self, maxsize)
+        self._subscribers.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._subscribers.discard(subscription)
+
+    def recent(self, kinds: set[str] | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        events = [e for e in self._recent if kinds is None or e.kind in kinds]
+        return [e.to_dict() for e in events[-limit:]]
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)

@@ -1,0 +1,28 @@
+"""Build the provider registry from settings (only providers that are configured)."""
+
+from __future__ import annotations
+
+from soulflow.config import Settings
+from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
+from soulflow.providers.registry import ProviderRegistry
+
+
+def build_providers(settings: Settings) -> ProviderRegistry:
+    registry = ProviderRegistry()
+    common = {
+        "timeout_s": float(settings["PROVIDER_TIMEOUT_S"]),
+        "max_retries": int(settings["PROVIDER_MAX_RETRIES"]),
+        "retry_base_delay_s": settings.seconds_from_ms("PROVIDER_RETRY_BASE_MS"),
+    }
+    if settings["OPENROUTER_API_KEY"]:
+        registry.register(OpenAICompatibleProvider(OpenAICompatibleConfig(
+            name="openrouter", base_url=settings["OPENROUTER_BASE_URL"],
+            model=settings["OPENROUTER_MODEL"], api_key=settings["OPENROUTER_API_KEY"],
+            extra_headers={"X-Title": "SoulFlow"}, **common)))
+    if settings["PHI4_BASE_URL"]:
+        registry.register(OpenAICompatibleProvider(OpenAICompatibleConfig(
+            name="phi4_local", base_url=settings["PHI4_BASE_URL"].rstrip("/"),
+            model=settings["PHI4_MODEL"], **common)))
+    if settings["PROVIDER"]:
+        registry.set_default(settings["PROVIDER"])
+    return registry

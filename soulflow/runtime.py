@@ -1,0 +1,209 @@
+"""create_runtime(): build the services in boot order, start them, stop them in reverse.
+
+Boot: take the workspace lock → ensure default files → MessageBus → DecisionService →
+EventHub → providers → AgentDomain → channels + ChannelManager → dashboard. Start: resume
+unfinished inbound work and the outbox, channel readers, the journal syncer, the dashboard.
+Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
+SHUTDOWN_GRACE_S, then flushing every journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+from soulflow import __version__
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.bus.bus import MessageBus
+from soulflow.bus.retry import RetryPolicy
+from soulflow.channels.local import LocalChannel
+from soulflow.channels.manager import ChannelManager
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.config import Settings
+from soulflow.dashboard.service import DashboardService
+from soulflow.decision.service import DecisionService
+from soulflow.events.hub import EventHub
+from soulflow.providers.factory import build_providers
+from soulflow.scaffold import ensure_workspace
+from soulflow.session.store import SessionStore
+from soulflow.storage.atomic import write_json_atomic
+from soulflow.storage.lock import WorkspaceLock
+from soulflow.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+DAEMON_INFO_FILE = "daemon.json"
+
+
+class Runtime:
+    """Every service of one daemon, wired together; owns their lifecycle."""
+
+    def __init__(self, settings: Settings, lock: WorkspaceLock) -> None:
+        self.settings = settings
+        self._lock = lock
+        runtime_dir = settings.runtime_dir
+        fsync = settings["JOURNAL_FSYNC"]
+        self.hub = EventHub()
+        self.bus = MessageBus(
+            runtime_dir, fsync=fsync, outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
+            policy=RetryPolicy(
+                max_attempts=settings["OUTBOUND_MAX_ATTEMPTS"],
+                inline_retries=settings["OUTBOUND_INLINE_RETRIES"],
+                base_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"),
+                max_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_MAX_MS"),
+                inline_delay_s=min(0.2, settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"))),
+            on_event=self.hub.publish)
+        self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
+        self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync)
+        self.memory = MemoryStore(settings.workspace / "memory")
+        self.providers = build_providers(settings)
+        context = ContextBuilder(settings.workspace, self.memory, self.decisions, self.sessions,
+                                 history_messages=settings["AGENT_HISTORY_MESSAGES"])
+        self.agent = AgentDomain(context, self.sessions, self.providers)
+        self.channels = ChannelRegistry()
+        self.local = LocalChannel(runtime_dir / "local",
+                                  send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
+                                  on_event=self.hub.publish)
+        self.channels.register(self.local)
+        self.bus.bind_senders(self.channels.get)
+        self.manager = ChannelManager(self.channels, self.bus, self.agent,
+                                      concurrency=settings["AGENT_CONCURRENCY"],
+                                      max_inbound_chars=settings["MAX_INBOUND_CHARS"],
+                                      on_event=self.hub.publish)
+        self.supervisor = Supervisor()
+        self.dashboard: DashboardService | None = None
+        if settings.flag("DASHBOARD_ENABLED"):
+            self.dashboard = DashboardService(
+                host=settings["DASHBOARD_HOST"], port=settings["DASHBOARD_PORT"],
+                token=settings["DASHBOARD_TOKEN"], hub=self.hub, state=self.state,
+                local=self.local, bus=self.bus, ready=lambda: self.ready)
+        self.started_at = 0.0
+        self.ready = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.started_at = time.time()
+        for adapter in self.channels:
+            await adapter.start()
+        self.manager.resume_pending()
+        self.bus.start()
+        for adapter in self.channels:
+            self.supervisor.spawn(f"channel:{adapter.name}:read",
+                                  lambda a=adapter: self.manager.read_loop(a))
+        self.supervisor.spawn("bus:sync", lambda: self.bus.sync_loop(
+            self.settings.seconds_from_ms("JOURNAL_FSYNC_INTERVAL_MS")))
+        if self.dashboard is not None:
+            await self.dashboard.start()
+        self._write_daemon_info()
+        self.ready = True
+        log.info("SoulFlow %s ready in %s (provider: %s)", __version__, self.settings.workspace,
+                 self.agent.provider_name or "none configured")
+
+    async def stop(self) -> None:
+        self.ready = False
+        grace = float(self.settings["SHUTDOWN_GRACE_S"])
+        if self.dashboard is not None:
+            await self.dashboard.stop()
+        await self.supervisor.stop()
+        await self.manager.stop(grace)
+        await self.bus.stop(grace)
+        for adapter in self.channels:
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("channel %s did not stop cleanly", adapter.name)
+        await self.providers.aclose()
+        self.bus.sync()
+        self.bus.close()
+        self.sessions.close()
+        (self.settings.runtime_dir / DAEMON_INFO_FILE).unlink(missing_ok=True)
+        self._lock.release()
+        log.info("SoulFlow stopped")
+
+    def _write_daemon_info(self) -> None:
+        info: dict[str, Any] = {"pid": os.getpid(), "version": __version__,
+                                "started_at": self.started_at}
+        if self.dashboard is not None:
+            host = self.dashboard.host
+            info["url"] = f"http://{'[' + host + ']' if ':' in host else host}:" \
+                          f"{self.dashboard.bound_port}"
+        write_json_atomic(self.settings.runtime_dir / DAEMON_INFO_FILE, info)
+
+    async def run_until_signal(self) -> None:
+        """Start, wait for SIGINT/SIGTERM, stop."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+            log.info("shutting down")
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        bus = self.bus
+        return {
+            "ok": True,
+            "version": __version__,
+            "pid": os.getpid(),
+            "workspace": str(self.settings.workspace),
+            "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else 0.0,
+            "provider": self.agent.provider_name,
+            "queues": {
+                "inbound_pending": bus.inbound.pending_count,
+                "inbound_queued": self.manager.queued,
+                "active_chats": self.manager.active_chats,
+                "outbox_pending": len(bus.outbox),
+                "outbound_queued": bus.dispatcher.queued,
+                "dlq": len(bus.dlq),
+            },
+            "counters": {
+                "received": self.manager.received_count,
+                "answered": self.manager.answered_count,
+                "failed": self.manager.failed_count,
+                "sent": bus.dispatcher.sent_count,
+                "dead_lettered": bus.dispatcher.dead_count,
+            },
+            "channels": [{"name": a.name, "send_interval_s": a.send_interval_s}
+                         for a in self.channels],
+            "sessions": [{"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
+                         for s in self.sessions.list_sessions()[:20]],
+            "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
+            "loops": self.supervisor.status(),
+        }
+
+
+def create_runtime(settings: Settings) -> Runtime:
+    """Lock the workspace, make sure its default files exist, and build every service."""
+    lock = WorkspaceLock(settings.runtime_dir / "daemon.lock")
+    lock.acquire()
+    try:
+        ensure_workspace(settings.workspace)
+        return Runtime(settings, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def read_daemon_info(settings: Settings) -> dict[str, Any] | None:
+    """The running daemon's pid and URL, if one holds this workspace."""
+    if not WorkspaceLock(settings.runtime_dir / "daemon.lock").is_locked_by_other():
+        return None
+    try:
+        return json.loads((settings.runtime_dir / DAEMON_INFO_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,101 @@
+"""Conversation history per chat: `runtime/sessions/<key>.jsonl`, metadata line then messages.
+
+Appends are single writes, the last N messages are read from the end of the file (a long-lived
+chat never slows down), and a range read streams the file instead of loading it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from soulflow.storage.jsonl import JsonlFile
+
+METADATA_TYPE = "metadata"
+
+
+@dataclass(slots=True)
+class SessionInfo:
+    key: str
+    path: Path
+    size_bytes: int
+    updated_at: float
+
+
+def session_filename(key: str) -> str:
+    """A reversible, filesystem-safe name for any session key (keys hold `:` and user ids)."""
+    return quote(key, safe="") + ".jsonl"
+
+
+class SessionStore:
+    """Append-only message history, one JSONL file per session key."""
+
+    def __init__(self, directory: Path, *, fsync: str = "interval", max_open: int = 256) -> None:
+        self.directory = directory
+        self._fsync = fsync
+        self._max_open = max_open
+        self._files: OrderedDict[str, JsonlFile] = OrderedDict()
+
+    def _file(self, key: str) -> JsonlFile:
+        journal = self._files.get(key)
+        if journal is None:
+            journal = JsonlFile(self.directory / session_filename(key), fsync=self._fsync)
+            self._files[key] = journal
+            while len(self._files) > self._max_open:
+                _, old = self._files.popitem(last=False)
+                old.close()
+        else:
+            self._files.move_to_end(key)
+        return journal
+
+    def append(self, key: str, message: dict[str, Any]) -> None:
+        """Append one message (`role`, `content`, …); the file starts with a metadata line."""
+        journal = self._file(key)
+        record = {"at": time.time(), **message}
+        if journal.size_bytes() == 0:
+            meta = {"_type": METADATA_TYPE, "key": key, "created_at": record["at"]}
+            journal.append_many([meta, record])
+        else:
+            journal.append(record)
+
+    def last(self, key: str, count: int) -> list[dict[str, Any]]:
+        """The last `count` messages, oldest first."""
+        records = self._file(key).tail(count + 1)
+        messages = [r for r in records if r.get("_type") != METADATA_TYPE]
+        return messages[-count:] if count else []
+
+    def range(self, key: str, start: int, end: int | None = None) -> list[dict[str, Any]]:
+        """Messages `start` (inclusive) to `end` (exclusive), counted from the first message."""
+        messages = (r for r in self._file(key) if r.get("_type") != METADATA_TYPE)
+        return list(itertools.islice(messages, start, end))
+
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        for record in self._file(key):
+            return record if record.get("_type") == METADATA_TYPE else None
+        return None
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session, most recently updated first."""
+        if not self.directory.is_dir():
+            return []
+        infos = []
+        for path in self.directory.glob("*.jsonl"):
+            stat = path.stat()
+            key = unquote(path.name[: -len(".jsonl")])
+            infos.append(SessionInfo(key, path, stat.st_size, stat.st_mtime))
+        infos.sort(key=lambda info: info.updated_at, reverse=True)
+        return infos
+
+    def sync(self) -> None:
+        for journal in list(self._files.values()):
+            journal.sync()
+
+    def close(self) -> None:
+        for journal in self._files.values():
+            journal.close()
+        self._files.clear()

@@ -1,0 +1,206 @@
+"""Append-only JSONL journals.
+
+Each record is one `os.write` of one line on an `O_APPEND` descriptor, so concurrent appenders
+(tasks, threads, even processes) never interleave bytes, and a `kill -9` leaves at most one torn
+line at the end. That torn line is skipped and cut off on load instead of failing the boot.
+Durability against power loss is a policy: `always` fsyncs every record, `interval` leaves it
+to a periodic `sync()` (a process crash loses nothing either way: the kernel holds the bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from soulflow.storage.atomic import write_bytes_atomic
+
+log = logging.getLogger(__name__)
+
+FSYNC_POLICIES = ("always", "interval", "never")
+_TAIL_BLOCK = 64 * 1024
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One compact line; `ensure_ascii=False` keeps non-English text readable in the file."""
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def _decode_line(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class JsonlFile:
+    """One append-only JSONL file with torn-line repair and reads from the end."""
+
+    def __init__(self, path: Path, *, fsync: str = "interval") -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy must be one of {FSYNC_POLICIES}, got {fsync!r}")
+        self.path = path
+        self.fsync_policy = fsync
+        self._fd: int | None = None
+        self._dirty = False
+        self._lock = threading.Lock()
+        self._repaired = False
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            if not self._repaired:
+                self.repair()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._fd
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record with a single write call."""
+        self.append_many([record])
+
+    def append_many(self, records: Iterable[dict[str, Any]]) -> None:
+        """Append several records in one write (still whole lines, never a partial record)."""
+        data = b"".join(encode_record(r) for r in records)
+        if not data:
+            return
+        with self._lock:
+            fd = self._descriptor()
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if self.fsync_policy == "always":
+                os.fsync(fd)
+            else:
+                self._dirty = True
+
+    def sync(self) -> None:
+        """Flush appended records to disk (called periodically and on shutdown)."""
+        with self._lock:
+            if self._fd is not None and self._dirty:
+                os.fsync(self._fd)
+                self._dirty = False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                if self._dirty and self.fsync_policy != "never":
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+                self._dirty = False
+
+    def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace the whole file atomically (compaction)."""
+        data = b"".join(encode_record(r) for r in records)
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            write_bytes_atomic(self.path, data)
+            self._dirty = False
+            self._repaired = True
+
+    # -- reading -------------------------------------------------------------------------
+
+    def repair(self) -> int:
+        """Cut a torn last line (no trailing newline) off the file; returns bytes removed."""
+        self._repaired = True
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        if size == 0:
+            return 0
+        with open(self.path, "rb+") as handle:
+            handle.seek(size - 1)
+            if handle.read(1) == b"\n":
+                return 0
+            end = self._last_newline_end(handle, size)
+            handle.truncate(end)
+        removed = size - end
+        log.warning("%s: cut a torn last line of %d bytes (left by an interrupted write)",
+                    self.path, removed)
+        return removed
+
+    @staticmethod
+    def _last_newline_end(handle: Any, size: int) -> int:
+        """Offset just after the last newline in the file, or 0 if there is none."""
+        position = size
+        while position > 0:
+            start = max(0, position - _TAIL_BLOCK)
+            handle.seek(start)
+            block = handle.read(position - start)
+            index = block.rfind(b"\n")
+            if index >= 0:
+                return start + index + 1
+            position = start
+        return 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.iter_records()
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """Every readable record in order; unreadable lines are logged and skipped."""
+        if not self._repaired:
+            self.repair()
+        try:
+            handle = open(self.path, "rb")  # noqa: SIM115 - closed in finally of the generator
+        except FileNotFoundError:
+            return
+        with handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                record = _decode_line(line)
+                if record is None:
+                    log.warning("%s:%d: skipped an unreadable line", self.path, number)
+                    continue
+                yield record
+
+    def read_all(self) -> list[dict[str, Any]]:
+        return list(self.iter_records())
+
+    def tail(self, count: int) -> list[dict[str, Any]]:
+        """The last `count` records, read backwards in blocks: cost depends on `count` only."""
+        if count <= 0:
+            return []
+        try:
+            handle = open(self.path, "rb")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError:
+            return []
+        with handle:
+            position = handle.seek(0, os.SEEK_END)
+            chunks: list[bytes] = []
+            newlines = 0
+            while position > 0 and newlines <= count:
+                start = max(0, position - _TAIL_BLOCK)
+                handle.seek(start)
+                block = handle.read(position - start)
+                chunks.append(block)
+                newlines += block.count(b"\n")
+                position = start
+        lines = b"".join(reversed(chunks)).split(b"\n")
+        if position > 0:
+            lines = lines[1:]  # the first piece may be the end of an earlier line
+        records: list[dict[str, Any]] = []
+        for line in reversed(lines):
+            if line.strip() and (record := _decode_line(line)) is not None:
+                records.append(record)
+                if len(records) == count:
+                    break
+        records.reverse()
+        return records
+
+    def size_bytes(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0

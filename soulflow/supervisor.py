@@ -1,0 +1,81 @@
+"""Named background loops that restart after a crash and stop cleanly.
+
+A loop that raises is logged with its traceback and started again after a backoff that grows
+while it keeps failing and resets once it has run for a while; one broken loop never takes the
+daemon down, and `stop()` cancels every loop and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+LoopFactory = Callable[[], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class LoopState:
+    name: str
+    restarts: int = 0
+    last_error: str = ""
+    running: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    def __init__(self, *, initial_backoff_s: float = 0.5, max_backoff_s: float = 30.0,
+                 stable_after_s: float = 60.0) -> None:
+        self._initial = initial_backoff_s
+        self._max = max_backoff_s
+        self._stable_after = stable_after_s
+        self._loops: dict[str, LoopState] = {}
+
+    def spawn(self, name: str, factory: LoopFactory) -> None:
+        """Run `factory()` as a supervised loop named `name`."""
+        if name in self._loops:
+            raise ValueError(f"a loop named {name!r} is already running")
+        state = LoopState(name)
+        state.task = asyncio.create_task(self._run(state, factory), name=name)
+        self._loops[name] = state
+
+    async def _run(self, state: LoopState, factory: LoopFactory) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = self._initial
+        while True:
+            started = loop.time()
+            state.running = True
+            try:
+                await factory()
+                log.info("loop %s finished", state.name)
+                state.running = False
+                return
+            except asyncio.CancelledError:
+                state.running = False
+                raise
+            except Exception as exc:
+                state.running = False
+                state.restarts += 1
+                state.last_error = f"{type(exc).__name__}: {exc}"
+                if loop.time() - started >= self._stable_after:
+                    backoff = self._initial
+                log.exception("loop %s crashed; restarting in %.1fs", state.name, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(self._max, backoff * 2)
+
+    def status(self) -> list[dict[str, object]]:
+        return [{"name": s.name, "running": s.running, "restarts": s.restarts,
+                 "last_error": s.last_error} for s in self._loops.values()]
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        tasks = [s.task for s in self._loops.values() if s.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                log.warning("loop %s did not stop within %.1fs", task.get_name(), timeout)
+        self._loops.clear()
