@@ -9,6 +9,7 @@ which makes redelivery after a crash exactly-once from the reader's point of vie
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections import deque
@@ -20,6 +21,8 @@ from typing import Any
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult, new_id
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.storage.jsonl import JsonlFile
+
+log = logging.getLogger(__name__)
 
 CHAT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 OPERATOR_ID = "operator"
@@ -64,7 +67,11 @@ class LocalChannel(ChannelAdapter):
         transcript = self._transcripts.get(chat_id)
         if transcript is None:
             file = JsonlFile(self.directory / f"{chat_id}.jsonl")
-            recent = deque(file.tail(_RECENT), maxlen=_RECENT)
+            try:
+                recent = deque(file.tail(_RECENT), maxlen=_RECENT)
+            except OSError as exc:  # sends will fail and say why; reading must not
+                log.warning("local chat %s: cannot read its transcript (%s)", chat_id, exc)
+                recent = deque(maxlen=_RECENT)
             next_seq = int(recent[-1].get("seq", len(recent) - 1)) + 1 if recent else 0
             transcript = _Transcript(file, recent, next_seq)
             self._transcripts[chat_id] = transcript
@@ -130,9 +137,12 @@ class LocalChannel(ChannelAdapter):
             asyncio.get_running_loop().create_task(self._record_user_message(message))
 
     async def _record_user_message(self, message: InboundMessage) -> None:
+        """Show the user's message in the transcript (the journal already holds it)."""
         try:
             await self._append(message.chat_id, {"id": message.message_id, "role": "user",
                                                  "content": message.text})
+        except OSError as exc:
+            log.warning("local chat %s: cannot write its transcript (%s)", message.chat_id, exc)
         finally:
             future = self._waiting.pop(message.message_id, None)
             if future is not None and not future.done():

@@ -1,0 +1,155 @@
+"""Run `soulflow` as a real subprocess against the fakes, and talk to it like a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+BOOT_TIMEOUT_S = 30.0
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.02,
+             what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy; fail with `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def base_env(workspace: Path, **overrides: str) -> dict[str, str]:
+    """A clean environment: nothing from the developer's shell leaks into the daemon."""
+    env = {k: v for k, v in os.environ.items()
+           if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT")}
+    env.update({
+        "SOULFLOW_WORKSPACE": str(workspace),
+        "DASHBOARD_PORT": "0",
+        "PROVIDER_RETRY_BASE_MS": "10",
+        "OUTBOUND_RETRY_BASE_MS": "20",
+        "JOURNAL_FSYNC_INTERVAL_MS": "100",
+        "SHUTDOWN_GRACE_S": "3",
+        "LOG_LEVEL": "info",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class Daemon:
+    workspace: Path
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    url: str = ""
+    starts: int = 0
+    _log_handles: list[Any] = field(default_factory=list)
+
+    # -- process ---------------------------------------------------------------------------
+
+    def start(self) -> Daemon:
+        self.starts += 1
+        handle = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
+        self._log_handles.append(handle)
+        handle.write(f"\n===== start {self.starts} =====\n".encode())
+        handle.flush()
+        info_path = self.workspace / "runtime" / "daemon.json"
+        info_path.unlink(missing_ok=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "soulflow", "run"], env=self.env,
+                                     stdout=handle, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+
+        def ready() -> str | None:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                url = json.loads(info_path.read_text())["url"]
+                ok = httpx.get(url + "/healthz", timeout=2).status_code == 200
+            except (OSError, ValueError, KeyError, httpx.HTTPError):
+                return None
+            return url if ok else None
+
+        self.url = wait_for(ready, BOOT_TIMEOUT_S, what="the daemon to be ready")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs at all."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for handle in self._log_handles:
+            handle.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- API -------------------------------------------------------------------------------
+
+    @property
+    def headers(self) -> dict[str, str]:
+        token = self.env.get("DASHBOARD_TOKEN")
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def api(self, method: str, path: str, *, headers: dict[str, str] | None = None,
+            **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, self.url + path, headers={**self.headers, **(headers or {})},
+                             timeout=30, **kwargs)
+
+    def state(self) -> dict[str, Any]:
+        return self.api("GET", "/api/state").json()
+
+    def say(self, text: str, chat_id: str = "test") -> str:
+        response = self.api("POST", "/api/chat", json={"chat_id": chat_id, "text": text})
+        assert response.status_code == 202, response.text
+        return response.json()["message_id"]
+
+    def transcript(self, chat_id: str = "test") -> list[dict[str, Any]]:
+        return self.api("GET", f"/api/chat/{chat_id}/messages",
+                        params={"after": -1}).json()["messages"]
+
+    def replies(self, chat_id: str = "test") -> list[dict[str, Any]]:
+        return [m for m in self.transcript(chat_id) if m["role"] == "assistant"]
+
+    def wait_reply(self, message_id: str, chat_id: str = "test",
+                   timeout: float = 20.0) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            return next((m for m in self.replies(chat_id) if m.get("reply_to") == message_id),
+                        None)
+        return wait_for(find, timeout, what=f"a reply to {message_id}")
+
+    def cli(self, *args: str, input: bytes | None = None,
+            timeout: float = 60.0) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "soulflow", *args], env=self.env,
+                              input=input, capture_output=True, timeout=timeout)

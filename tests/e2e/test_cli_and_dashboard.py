@@ -1,0 +1,108 @@
+"""CLI errors are one sentence; the dashboard is loopback, token-protected and streams events."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.harness import base_env, wait_for
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "soulflow", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_one_sentence_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    last_line = result.stderr.strip().splitlines()[-1]  # earlier lines are the daemon's log
+    assert last_line.startswith("soulflow: error: ") and fragment in last_line
+
+
+def test_init_scaffolds_a_workspace(tmp_path: Path) -> None:
+    target = tmp_path / "new"
+    result = run_cli("init", str(target), env=base_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for relative in (".env.example", "templates/AGENTS.md", "memory/MEMORY.md", "HEARTBEAT.md",
+                     "runtime/sessions"):
+        assert (target / relative).exists(), relative
+    (target / "memory" / "MEMORY.md").write_text("mine")
+    run_cli("init", str(target), env=base_env(tmp_path))
+    assert (target / "memory" / "MEMORY.md").read_text() == "mine"  # never overwritten
+
+
+def test_user_errors_are_one_sentence_without_traceback(tmp_path: Path) -> None:
+    missing = base_env(tmp_path / "does-not-exist")
+    assert_one_sentence_error(run_cli("run", env=missing), "does not exist; create it with")
+    tmp_path.joinpath("ws").mkdir()
+    bad = base_env(tmp_path / "ws", DASHBOARD_PORT="eighty")
+    assert_one_sentence_error(run_cli("run", env=bad), "DASHBOARD_PORT must be an integer")
+    exposed = base_env(tmp_path / "ws", DASHBOARD_HOST="0.0.0.0")
+    assert_one_sentence_error(run_cli("run", env=exposed), "DASHBOARD_TOKEN must be set")
+    idle = base_env(tmp_path / "ws")
+    assert_one_sentence_error(run_cli("status", env=idle), "SoulFlow is not running")
+    for command in ("run", "chat", "status", "dlq", "init"):
+        assert run_cli(command, "--help", env=idle).returncode == 0
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        tmp_path.joinpath("ws").mkdir()
+        result = run_cli("run", env=base_env(tmp_path / "ws", DASHBOARD_PORT=str(port)))
+    assert_one_sentence_error(result, f"cannot listen on 127.0.0.1:{port}")
+
+
+def test_second_daemon_on_one_workspace_is_refused(make_daemon) -> None:
+    daemon = make_daemon().start()
+    result = run_cli("run", env=daemon.env)
+    assert_one_sentence_error(result, "already running in this workspace")
+    assert daemon.alive()
+
+
+def test_dashboard_token_and_endpoints(make_daemon) -> None:
+    daemon = make_daemon(DASHBOARD_TOKEN="s3cret-token-value").start()
+    assert httpx.get(daemon.url + "/healthz").json()["status"] == "ok"
+    page = httpx.get(daemon.url + "/")
+    assert page.status_code == 200 and "Local chat" in page.text
+    denied = httpx.get(daemon.url + "/api/state")
+    assert denied.status_code == 401 and "Bearer" in denied.json()["error"]
+    wrong = httpx.get(daemon.url + "/api/state", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    state = daemon.state()
+    assert set(state["queues"]) >= {"inbound_pending", "outbox_pending", "dlq"}
+    assert state["channels"][0]["name"] == "local"
+    assert daemon.cli("status").returncode == 0  # the CLI sends the token from the settings
+    assert daemon.url.startswith("http://127.0.0.1:")
+
+
+def test_sse_stream_carries_live_events(make_daemon) -> None:
+    daemon = make_daemon().start()
+    seen: list[dict] = []
+    got_reply = threading.Event()
+
+    def listen() -> None:
+        with httpx.stream("GET", daemon.url + "/api/events", timeout=30) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                    if seen[-1]["kind"] == "outbound.sent":
+                        got_reply.set()
+                        return
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    wait_for(lambda: daemon.state()["ok"], what="state")
+    daemon.wait_reply(daemon.say("stream me"))
+    assert got_reply.wait(20)
+    kinds = [e["kind"] for e in seen]
+    assert "inbound.received" in kinds and "agent.reply" in kinds and "outbound.sent" in kinds
