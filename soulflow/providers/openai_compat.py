@@ -1,0 +1,419 @@
+"""A provider for any server speaking the OpenAI `POST /chat/completions` dialect.
+
+Most model servers (OpenAI, OpenRouter, vLLM, llama.cpp, Ollama, ...) accept this shape, so one
+careful client covers them all: failures become `ProviderError`s with a normalised kind, transient
+ones are retried with jittered backoff (never after text reached the user), and an abort stops
+the HTTP request at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import random as _random
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback, ToolCall, Usage
+
+SleepFn = Callable[[float], Awaitable[None]]
+RandomFn = Callable[[], float]
+
+SNIPPET_CHARS = 200
+
+
+@dataclass(slots=True)
+class OpenAICompatibleConfig:
+    """Where and how to reach one OpenAI-compatible endpoint.
+
+    `max_retries` counts retries, so a request is attempted at most `max_retries + 1` times.
+    `stream_usage` asks for token usage in streamed replies (`stream_options.include_usage`);
+    turn it off for servers that reject that field.
+    """
+
+    name: str
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    retry_base_delay_s: float = 1.0
+    retry_max_delay_s: float = 30.0
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    stream_usage: bool = True
+
+
+class _ParseError(Exception):
+    """Raised by the pure parsers below, which do not know the provider's name; the provider
+    turns it into a ProviderError of `kind`."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class _CallState:
+    """Shared by the attempts of one call; once text was `streamed`, a retry would repeat it."""
+
+    streamed: bool = False
+    retry_after: float | None = None
+
+
+class OpenAICompatibleProvider:
+    """`Provider` implementation for OpenAI-compatible chat completion endpoints."""
+
+    def __init__(
+        self,
+        config: OpenAICompatibleConfig,
+        *,
+        sleep: SleepFn = asyncio.sleep,
+        random: RandomFn = _random.random,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self._sleep = sleep
+        self._random = random
+        # Parsed once: httpx re-parses a str URL on every request (a measurable cost per chat).
+        self._url = httpx.URL(config.base_url.rstrip("/") + "/chat/completions")
+        # Messages name the host only: URLs can carry credentials in userinfo or the query.
+        self._host = self._url.netloc.decode("ascii", "replace")
+        self._closed = False
+        headers = dict(config.extra_headers)
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        # aiohttp's connection pool under httpx's API: ~5x the request rate of httpx's own
+        # pool at 64 concurrent chats (bench/pipeline.py), same exceptions and streaming.
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout_s),
+            headers=headers,
+            transport=transport or AiohttpTransport(trust_env=False),
+        )
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_stream: StreamCallback | None = None,
+        abort: asyncio.Event | None = None,
+    ) -> ProviderResult:
+        """Run one chat turn; raises ProviderError on any failure, including abort."""
+        if self._closed:
+            raise self._error("not_configured", "the provider has been closed")
+        if abort is not None and abort.is_set():
+            raise self._error("aborted", "the request was aborted before it was sent")
+        payload: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if tools:
+            payload["tools"] = tools
+        if on_stream is not None:
+            payload["stream"] = True
+            if self.config.stream_usage:
+                payload["stream_options"] = {"include_usage": True}
+        work = self._with_retries(payload, on_stream)
+        return await (work if abort is None else self._race_abort(work, abort))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and its pooled connections; later calls fail fast."""
+        self._closed = True
+        await self._client.aclose()
+
+    async def _race_abort(
+        self, work: Awaitable[ProviderResult], abort: asyncio.Event
+    ) -> ProviderResult:
+        """Run `work` until it finishes or `abort` fires; an abort cancels the HTTP request."""
+        work_task = asyncio.ensure_future(work)
+        abort_task = asyncio.ensure_future(abort.wait())
+        try:
+            await asyncio.wait({work_task, abort_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work_task, abort_task):
+                task.cancel()
+            await asyncio.wait({work_task, abort_task})
+        if not work_task.cancelled():
+            return work_task.result()
+        raise self._error("aborted", "the request was aborted while in flight")
+
+    async def _with_retries(
+        self, payload: dict[str, Any], on_stream: StreamCallback | None
+    ) -> ProviderResult:
+        state, retry = _CallState(), 0
+        while True:
+            try:
+                if on_stream is None:
+                    return await self._post_json(payload, state)
+                return await self._post_stream(payload, on_stream, state)
+            except ProviderError as exc:
+                if not exc.retryable or state.streamed or retry >= self.config.max_retries:
+                    raise
+                await self._sleep(self._backoff_delay(retry, state.retry_after))
+                state.retry_after, retry = None, retry + 1
+
+    def _backoff_delay(self, retry: int, retry_after: float | None) -> float:
+        """Full-jitter exponential backoff, unless the server said how long to wait."""
+        cap = self.config.retry_max_delay_s
+        if retry_after is not None:
+            return min(retry_after, cap)
+        return self._random() * min(cap, self.config.retry_base_delay_s * (2**retry))
+
+    async def _post_json(self, payload: dict[str, Any], state: _CallState) -> ProviderResult:
+        with self._normalised_errors():
+            response = await self._client.post(self._url, content=_encode(payload),
+                                               headers=_JSON_HEADERS)
+            self._check_status(response, response.text, state)
+            return self._finish(parse_completion(_loads(response.text)))
+
+    async def _post_stream(
+        self, payload: dict[str, Any], on_stream: StreamCallback, state: _CallState
+    ) -> ProviderResult:
+        """Consume an SSE reply, forwarding text deltas as they arrive."""
+        with self._normalised_errors():
+            async with self._client.stream("POST", self._url, content=_encode(payload),
+                                           headers=_JSON_HEADERS) as response:
+                body = await response.aread() if response.status_code >= 300 else b""
+                self._check_status(response, body.decode("utf-8", "replace"), state)
+                acc = StreamAccumulator()
+                async for line in response.aiter_lines():
+                    text = acc.feed(line)
+                    if text:
+                        state.streamed = True
+                        await _emit(on_stream, text)
+                    if acc.done:
+                        break
+                return self._finish(acc.result())
+
+    @contextlib.contextmanager
+    def _normalised_errors(self) -> Iterator[None]:
+        """Map transport failures and parse errors inside the block to ProviderErrors."""
+        try:
+            yield
+        except _ParseError as exc:
+            raise self._error(exc.kind, str(exc)) from None
+        except httpx.TimeoutException as exc:
+            if not _is_real_timeout(exc):
+                raise self._error("network", f"connection to {self._host} failed: "
+                                  f"{type(exc.__cause__).__name__}: {_snippet(str(exc))}") from None
+            message = f"no answer within {self.config.timeout_s:g}s ({type(exc).__name__})"
+            raise self._error("timeout", message) from None
+        except httpx.TransportError as exc:
+            message = (
+                f"connection to {self._host} failed: {type(exc).__name__}: {_snippet(str(exc))}"
+            )
+            raise self._error("network", message) from None
+
+    def _check_status(self, response: httpx.Response, body: str, state: _CallState) -> None:
+        """Raise the normalised error for a non-2xx response, noting any Retry-After."""
+        status = response.status_code
+        if 200 <= status < 300:
+            return
+        state.retry_after = parse_retry_after(response.headers.get("retry-after"))
+        message = f"HTTP {status} from {self._host}: {_snippet(body) or '(empty body)'}"
+        raise self._error(_status_kind(status), message, status=status)
+
+    def _finish(self, result: ProviderResult) -> ProviderResult:
+        result.provider = self.name
+        result.model = result.model or self.config.model
+        return result
+
+    def _error(self, kind: str, message: str, *, status: int | None = None) -> ProviderError:
+        """Build a ProviderError, scrubbing the API key in case a server or library echoed it."""
+        key = self.config.api_key
+        if key:
+            message = message.replace(key, "***")
+        return ProviderError(kind, message, provider=self.name, status=status)
+
+
+@dataclass(slots=True)
+class _ToolCallBuffer:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class StreamAccumulator:
+    """Folds SSE lines into what a non-streaming response would have said.
+
+    `feed` returns the text delta (if any) of one line so the caller can forward it at once.
+    """
+
+    content: list[str] = field(default_factory=list)
+    tool_calls: dict[int, _ToolCallBuffer] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    done: bool = False
+
+    def feed(self, line: str) -> str:
+        line = line.strip()
+        if not line or line.startswith(":"):
+            return ""
+        name, _, value = line.partition(":")
+        if name in {"event", "id", "retry"}:
+            return ""
+        if name != "data":
+            raise _ParseError("bad_response", f"unexpected stream line: {_snippet(line)}")
+        value = value.strip()
+        if value == "[DONE]":
+            self.done = True
+            return ""
+        chunk = _loads(value)
+        if not isinstance(chunk, dict):
+            raise _ParseError("bad_response", f"stream chunk is not an object: {_snippet(value)}")
+        if "error" in chunk:
+            raise _ParseError("server", f"the stream reported an error: {_snippet(chunk)}")
+        return self._apply(chunk)
+
+    def _apply(self, chunk: dict[str, Any]) -> str:
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = _parse_usage(chunk["usage"])
+        text = ""
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            delta = choice.get("delta") or {}
+            for call in delta.get("tool_calls") or []:
+                self._merge_tool_delta(call)
+            text += delta.get("content") or ""
+        if text:
+            self.content.append(text)
+        return text
+
+    def _merge_tool_delta(self, call: Any) -> None:
+        """Tool calls arrive in fragments keyed by `index`: id and name once, arguments in parts."""
+        if not isinstance(call, dict):
+            return
+        index = call.get("index")
+        buf = self.tool_calls.setdefault(index if isinstance(index, int) else 0, _ToolCallBuffer())
+        buf.id = buf.id or str(call.get("id") or "")
+        function = call.get("function") or {}
+        buf.name = buf.name or str(function.get("name") or "")
+        buf.arguments += str(function.get("arguments") or "")
+
+    def result(self) -> ProviderResult:
+        if not self.done and self.finish_reason is None:
+            raise _ParseError("bad_response", "the stream ended before [DONE]")
+        calls = [
+            ToolCall(id=buf.id, name=buf.name, arguments=parse_tool_arguments(buf.arguments))
+            for _, buf in sorted(self.tool_calls.items())
+        ]
+        return ProviderResult(
+            content="".join(self.content),
+            tool_calls=calls,
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+        )
+
+
+def parse_completion(body: Any) -> ProviderResult:
+    """Parse a non-streaming chat completion body (raises _ParseError when malformed)."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _ParseError("bad_response", f"response has no choices: {_snippet(body)}")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise _ParseError("bad_response", f"choice has no message: {_snippet(body)}")
+    calls = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function") or {}
+        name, arguments = str(function.get("name") or ""), function.get("arguments")
+        calls.append(ToolCall(str(call.get("id") or ""), name, parse_tool_arguments(arguments)))
+    return ProviderResult(
+        content=message.get("content") or "",
+        tool_calls=calls,
+        usage=_parse_usage(body.get("usage")),
+        finish_reason=choices[0].get("finish_reason"),
+        model=str(body.get("model") or ""),
+    )
+
+
+def parse_tool_arguments(raw: Any) -> dict[str, Any] | str:
+    """Tool arguments as a dict when they are a JSON object; otherwise the raw text, so the
+    agent can show the model its own malformed call instead of losing it."""
+    if isinstance(raw, dict):
+        return raw
+    text = "" if raw is None else str(raw)
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a delta-seconds Retry-After header; None (use backoff) for anything else."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
+_STATUS_KINDS = {401: "auth", 403: "auth", 408: "timeout", 429: "rate_limited"}
+
+
+def _status_kind(status: int) -> str:
+    if status in _STATUS_KINDS:
+        return _STATUS_KINDS[status]
+    return "server" if status >= 500 else "bad_request" if status >= 400 else "bad_response"
+
+
+async def _emit(on_stream: StreamCallback, text: str) -> None:
+    """Call a stream callback that may be sync or async."""
+    result = on_stream(text)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise _ParseError("bad_response", f"response is not valid JSON: {_snippet(text)}") from None
+
+
+def _parse_usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    nums = [raw.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    return Usage(*(int(n) if isinstance(n, int | float) else 0 for n in nums))
+
+
+def _snippet(body: Any) -> str:
+    """A short single-line excerpt of a body; prefers an OpenAI-style `error.message`."""
+    if not isinstance(body, str):
+        body = json.dumps(body, default=str)
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        body = str(parsed["error"].get("message") or body)
+    text = " ".join(body.split())
+    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3] + "..."
+
+
+def _is_real_timeout(exc: httpx.TimeoutException) -> bool:
+    """httpx-aiohttp labels every aiohttp connection error a ConnectTimeout; tell them apart."""
+    cause = exc.__cause__
+    if cause is None:
+        return True
+    return isinstance(cause, TimeoutError) or "Timeout" in type(cause).__name__
+
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    """Compact UTF-8 JSON, encoded here once rather than by httpx's `json=` path."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

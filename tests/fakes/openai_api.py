@@ -1,0 +1,394 @@
+"""A scriptable, loopback OpenAI-compatible server for tests and benches.
+
+Tests queue the responses they need (replies, tool calls, errors, delays, drops, garbage);
+anything unscripted gets a deterministic `"echo: <last user message>"`, so end-to-end tests can
+check answers without scripting every turn. Run it in the test's loop (`FakeOpenAI`), in a
+background thread for sync tests driving a daemon subprocess (`FakeOpenAIThread`), or alone:
+`python -m tests.fakes.openai_api --port 0` prints `READY <base_url>` and serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import re
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DEFAULT_MODEL = "fake-model"
+_Body = str | dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class RecordedRequest:
+    """One chat request as the server saw it; header names are lower-cased."""
+
+    path: str
+    headers: dict[str, str]
+    json: Any
+
+
+@dataclass(slots=True)
+class Scripted:
+    """One queued behaviour. `kind`: reply, tool_calls, error, drop, garbage or delay.
+    `seconds` is the wait of a delay, or the pause between streamed chunks of a reply."""
+
+    kind: str
+    content: str = ""
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (id, name, raw args)
+    status: int = 200
+    body: _Body = None
+    retry_after: float | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class _State:
+    """Script queue and request log; shared with the test thread, hence the lock."""
+
+    model: str = DEFAULT_MODEL
+    delay_s: float = 0.0
+    queue: deque[Scripted] = field(default_factory=deque)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    call_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def push(self, *items: Scripted) -> None:
+        with self.cond:
+            self.queue.extend(items)
+
+    def next_response(self) -> tuple[float, Scripted | None]:
+        """Pop leading delays plus the next response (None means: use the default echo)."""
+        delay = 0.0
+        with self.cond:
+            while self.queue:
+                item = self.queue.popleft()
+                if item.kind != "delay":
+                    return delay, item
+                delay += item.seconds
+        return delay, None
+
+    def record(self, request: RecordedRequest) -> None:
+        with self.cond:
+            self.requests.append(request)
+            self.cond.notify_all()
+
+
+class _ScriptingMixin:
+    """The scripting API, shared by the in-loop server and its thread runner."""
+
+    _state: _State
+
+    def script_reply(self, content: str, *, chunk_delay_s: float = 0.0) -> None:
+        """Queue a text reply; `chunk_delay_s` paces streamed chunks (for abort tests)."""
+        self._state.push(Scripted("reply", content, seconds=chunk_delay_s))
+
+    def script_tool_call(
+        self, name: str, arguments: dict[str, Any] | str, call_id: str | None = None
+    ) -> None:
+        """Queue a tool call; a str `arguments` is sent verbatim (e.g. to test invalid JSON)."""
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        call = (call_id or f"call_{next(self._state.call_ids)}", name, raw)
+        self._state.push(Scripted("tool_calls", calls=[call]))
+
+    def script_error(
+        self, status: int, body: _Body = None, retry_after: float | None = None
+    ) -> None:
+        """Queue an HTTP error; the default body is an OpenAI-style `{"error": {...}}`."""
+        self._state.push(Scripted("error", status=status, body=body, retry_after=retry_after))
+
+    def script_delay(self, seconds: float) -> None:
+        """Delay the next response (scripted or default) before any byte of it is sent."""
+        self._state.push(Scripted("delay", seconds=seconds))
+
+    def script_drop(self) -> None:
+        """Close the connection without sending a response."""
+        self._state.push(Scripted("drop"))
+
+    def script_garbage(self) -> None:
+        """Answer 200 with a body that is neither valid JSON nor valid SSE."""
+        self._state.push(Scripted("garbage"))
+
+    def fail_next(self, n: int, status: int = 500) -> None:
+        """Queue `n` identical error responses."""
+        self._state.push(*(Scripted("error", status=status) for _ in range(n)))
+
+    def reset(self) -> None:
+        """Forget queued responses and recorded requests."""
+        with self._state.cond:
+            self._state.queue.clear()
+            self._state.requests.clear()
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Chat-completion requests received so far (a snapshot copy)."""
+        with self._state.cond:
+            return list(self._state.requests)
+
+    @property
+    def delay_s(self) -> float:
+        """Extra delay before every response (for latency tests)."""
+        return self._state.delay_s
+
+    @delay_s.setter
+    def delay_s(self, value: float) -> None:
+        self._state.delay_s = value
+
+
+class FakeOpenAI(_ScriptingMixin):
+    """The server itself, running on the caller's event loop."""
+
+    def __init__(self, *, model: str = DEFAULT_MODEL, delay_s: float = 0.0) -> None:
+        self._state = _State(model=model, delay_s=delay_s)
+        self._runner: web.AppRunner | None = None
+        self._request_seen = asyncio.Event()
+        self.base_url = ""
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        app = web.Application(client_max_size=256 * 1024**2)  # long histories are legitimate
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        # A client hanging up (an aborted provider call) cancels its handler, and stop() cuts
+        # short handlers still sleeping through a scripted delay, so teardown stays fast.
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2
+        )
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((host, port))
+        await web.SockSite(runner, sock).start()
+        self.base_url = f"http://{host}:{sock.getsockname()[1]}/v1"
+        self._runner = runner
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait_for_requests(self, n: int) -> list[RecordedRequest]:
+        """Wait for `n` chat requests (to act mid-request); bound it with asyncio.timeout()."""
+        while len(self.requests) < n:
+            self._request_seen.clear()
+            await self._request_seen.wait()
+        return self.requests
+
+    async def _models(self, request: web.Request) -> web.Response:
+        model = {"id": self._state.model, "object": "model", "created": 0, "owned_by": "fake"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body: Any = await request.json()
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self._state.record(RecordedRequest(request.path, headers, body))
+        self._request_seen.set()
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error_response(Scripted("error", status=400, body=_err("bad messages")))
+        delay, item = self._state.next_response()
+        await asyncio.sleep(delay + self._state.delay_s)
+        item = item or Scripted("reply", "echo: " + _last_user_text(body["messages"]))
+        if item.kind == "error":
+            return _error_response(item)
+        if item.kind == "drop":
+            return _drop(request)
+        if item.kind == "garbage":
+            return _garbage(bool(body.get("stream")))
+        if body.get("stream"):
+            return await self._stream(request, body, item)
+        return web.json_response(self._completion(body, item))
+
+    def _completion(self, body: dict[str, Any], item: Scripted) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": item.content}
+        if item.calls:
+            message["content"] = item.content or None
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for cid, name, args in item.calls
+            ]
+        choice = {"index": 0, "message": message, "finish_reason": _finish(item)}
+        envelope = self._envelope(body, "chat.completion")
+        return {**envelope, "choices": [choice], "usage": _usage(body, item)}
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], item: Scripted
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        envelope = self._envelope(body, "chat.completion.chunk")
+        events = [{**envelope, "choices": [choice]} for choice in _stream_choices(item)]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**envelope, "choices": [], "usage": _usage(body, item)})
+        try:
+            for i, event in enumerate(events):
+                if i > 1:  # pause after the first content chunk, so tests can abort mid-stream
+                    await asyncio.sleep(item.seconds)
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client hung up mid-stream
+        return response
+
+    def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
+        model = body.get("model") if isinstance(body.get("model"), str) else self._state.model
+        ident = f"chatcmpl-{len(self._state.requests)}"
+        return {"id": ident, "object": kind, "created": int(time.time()), "model": model}
+
+
+def _stream_choices(item: Scripted) -> list[dict[str, Any]]:
+    """The choices OpenAI would stream: role, content pieces, tool-call fragments, finish."""
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": piece} for piece in re.findall(r"\S+\s*|\s+", item.content)]
+    for index, (cid, name, args) in enumerate(item.calls):
+        function = {"name": name, "arguments": ""}
+        deltas.append(
+            {"tool_calls": [{"index": index, "id": cid, "type": "function", "function": function}]}
+        )
+        for start in range(0, len(args), 8):
+            fragment = {"index": index, "function": {"arguments": args[start : start + 8]}}
+            deltas.append({"tool_calls": [fragment]})
+    choices = [{"index": 0, "delta": delta, "finish_reason": None} for delta in deltas]
+    return [*choices, {"index": 0, "delta": {}, "finish_reason": _finish(item)}]
+
+
+def _finish(item: Scripted) -> str:
+    return "tool_calls" if item.calls else "stop"
+
+
+def _usage(body: dict[str, Any], item: Scripted) -> dict[str, int]:
+    """Deterministic token counts: one token per whitespace-separated word."""
+    messages = [m for m in body["messages"] if isinstance(m, dict)]
+    prompt = sum(len(_text_of(m.get("content")).split()) for m in messages)
+    completion = len(item.content.split()) + sum(len(a.split()) + 1 for _, _, a in item.calls)
+    total = prompt + completion
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+
+
+def _last_user_text(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content"))
+    return ""
+
+
+def _text_of(content: Any) -> str:
+    """Text of a message `content`: a string, or the text parts of a multi-part list."""
+    if isinstance(content, list):
+        parts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "".join(str(p.get("text", "")) for p in parts)
+    return content if isinstance(content, str) else ""
+
+
+def _err(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "fake_error", "code": None}}
+
+
+def _error_response(item: Scripted) -> web.Response:
+    headers = {} if item.retry_after is None else {"Retry-After": f"{item.retry_after:g}"}
+    body = _err(f"scripted error {item.status}") if item.body is None else item.body
+    if isinstance(body, dict):
+        return web.json_response(body, status=item.status, headers=headers)
+    return web.Response(text=body, status=item.status, headers=headers)
+
+
+def _garbage(stream: bool) -> web.Response:
+    if stream:
+        return web.Response(text="data: {this is not json\n\n", content_type="text/event-stream")
+    return web.Response(text="<html>definitely not json", content_type="application/json")
+
+
+def _drop(request: web.Request) -> web.Response:
+    """Abort the TCP connection, so the client sees it closed without any reply."""
+    if request.transport is not None:
+        request.transport.abort()
+    return web.Response()
+
+
+class FakeOpenAIThread(_ScriptingMixin):
+    """Runs a `FakeOpenAI` on its own event loop in a daemon thread, for synchronous tests.
+    Scripting touches only the lock-protected state, so it is safe from the test thread."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, **server_options: Any) -> None:
+        """`server_options` are FakeOpenAI's keyword arguments (model, delay_s)."""
+        self.server = FakeOpenAI(**server_options)
+        self._state = self.server._state
+        self._address = (host, port)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    def __enter__(self) -> FakeOpenAIThread:
+        """Start a loop thread and the server on it; returns once the port is bound."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        try:
+            self._call(self.server.start(*self._address))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._call(self.server.stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until at least `n` chat requests arrived."""
+        with self._state.cond:
+            if not self._state.cond.wait_for(lambda: len(self._state.requests) >= n, timeout):
+                raise TimeoutError(f"only {len(self._state.requests)} of {n} requests arrived")
+            return list(self._state.requests)
+
+    def _call(self, coro: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    fake = FakeOpenAI(model=args.model, delay_s=args.delay)
+    await fake.start(args.host, args.port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    print(f"READY {fake.base_url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await fake.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a fake OpenAI-compatible API.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before every response")
+    asyncio.run(_serve(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
