@@ -1,0 +1,116 @@
+"""Creating, checking and reading ``master.key`` and its private directory.
+
+The key is the only thing standing between ``secrets.json`` and plaintext, so it is refused -
+not repaired - when its permissions are loose: silently chmod-ing would hide the fact that it
+may already have been read. Creation goes through a temp file and ``os.link`` so a crash never
+leaves a half-written key and two processes racing to create one cannot overwrite each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+from pathlib import Path
+
+from soulflow.security.crypto import KEY_SIZE
+from soulflow.security.errors import InvalidKeyError, KeyPermissionError
+
+log = logging.getLogger(__name__)
+
+_POSIX = os.name == "posix"
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename/link/unlink inside ``path`` durable (no-op where unsupported)."""
+    if not _POSIX:
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` with mode 0700; warn (not fail) if an existing one is wider.
+
+    The key file itself is what is enforced; a wide directory only lets others list names.
+    """
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+        return
+    if _POSIX and stat.S_IMODE(path.stat().st_mode) & 0o077:
+        log.warning(
+            "security directory %s is accessible by group/others; run `chmod 700 %s`", path, path
+        )
+
+
+def read_key(path: Path) -> bytes:
+    """Read and vet a key file; raise a `KeyFileError` subclass instead of using a bad key.
+
+    Checks happen on the opened descriptor (``fstat``), so a file swapped between check and
+    read cannot slip through. Symlinks are refused outright.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW)
+    except OSError as exc:
+        if path.is_symlink():
+            raise KeyPermissionError(
+                f"{path} is a symlink; replace it with the real key file (mode 600)."
+            ) from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyPermissionError(f"{path} is not a regular file; restore the key file.")
+        mode = stat.S_IMODE(st.st_mode)
+        if _POSIX and mode & 0o077:
+            raise KeyPermissionError(
+                f"{path} is accessible by group/others (mode {mode:o}); run `chmod 600 {path}`."
+            )
+        data = os.read(fd, KEY_SIZE + 1)
+    finally:
+        os.close(fd)
+    if len(data) != KEY_SIZE:
+        size = f"{len(data)} bytes" if len(data) <= KEY_SIZE else f"more than {KEY_SIZE} bytes"
+        raise InvalidKeyError(
+            f"{path} holds {size}, expected exactly {KEY_SIZE}; restore the original key "
+            "from backup."
+        )
+    return data
+
+
+def write_key(path: Path, key: bytes) -> None:
+    """Durably create ``path`` holding ``key`` with mode 0600; never overwrite.
+
+    Raises `FileExistsError` if ``path`` already exists (another process won the race).
+    """
+    if len(key) != KEY_SIZE:
+        raise InvalidKeyError(f"refusing to write a {len(key)}-byte key; expected {KEY_SIZE}.")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o600)
+    try:
+        try:
+            if _POSIX:
+                os.fchmod(fd, 0o600)  # in case of an odd umask/ACL default
+            os.write(fd, key)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:
+            # Filesystems without hard links: fall back to a rename, still never clobbering.
+            if path.exists():
+                raise FileExistsError(path) from None
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)

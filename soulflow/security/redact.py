@@ -1,0 +1,177 @@
+"""Last-line redaction for logs, session files, events and the dashboard.
+
+Sealing is the primary protection for chat input; this catches what sealing never sees: the
+daemon's own credentials (from the environment), values registered at runtime (secrets opened
+for a tool), and credential-shaped strings from anywhere (provider error bodies, tracebacks).
+Unlike sealing nothing is stored: matches simply become ``[REDACTED]``.
+
+It runs on every log record, so it is built for speed: known values are matched in one pass of
+one precompiled alternation (longest first), and each detector is skipped unless one of its
+literal trigger substrings occurs in the text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from soulflow.security.detectors import REDACTION_DETECTORS, Detector, find_sensitive_spans
+from soulflow.security.syntax import REDACTED
+
+ENV_MIN_LENGTH = 6
+KNOWN_MIN_LENGTH = 4
+# Deliberately not "PWD": $PWD/$OLDPWD are working directories, and blanking them would
+# erase every file path from the logs.
+_SECRET_ENV_NAME_RE = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
+# A dict key naming a secret: its value is redacted whatever it looks like. The keyword must end
+# the key so that "max_tokens" or "token_count" keep their (harmless) numbers.
+_SECRET_FIELD_RE = re.compile(
+    r"(?:pass(?:word|wd|phrase)|token|secret|api[_\-]?key|access[_\-]?key|private[_\-]?key"
+    r"|secret[_\-]?key|authorization|cookie|credentials?|(?:^|[_\-.\s])(?:pass|pwd|pin))$",
+    re.IGNORECASE,
+)
+
+
+def secret_env_values(
+    environ: Mapping[str, str] | None = None, *, min_length: int = ENV_MIN_LENGTH
+) -> list[str]:
+    """Values of environment variables whose names look secret (``*TOKEN*``, ``*KEY*``...)."""
+    env = os.environ if environ is None else environ
+    return [
+        value
+        for name, value in env.items()
+        if _SECRET_ENV_NAME_RE.search(name) and len(value) >= min_length
+    ]
+
+
+class Redactor:
+    """Replaces known secret values and credential-shaped strings with ``[REDACTED]``.
+
+    Thread-safe: `register` builds a new compiled pattern and swaps it in with one
+    assignment, so concurrent `redact` calls see either the old or the new set.
+    """
+
+    def __init__(
+        self,
+        known_values: Iterable[str] = (),
+        *,
+        detectors: Sequence[Detector] = REDACTION_DETECTORS,
+        min_length: int = KNOWN_MIN_LENGTH,
+    ) -> None:
+        self._detectors = tuple(detectors)
+        self._min_length = min_length
+        self._lock = threading.Lock()
+        self._values: frozenset[str] = frozenset()
+        self._pattern: re.Pattern[str] | None = None
+        self.register(*known_values)
+
+    @classmethod
+    def from_environ(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        known_values: Iterable[str] = (),
+        detectors: Sequence[Detector] = REDACTION_DETECTORS,
+    ) -> Redactor:
+        """A redactor for this process: secret-looking env values plus ``known_values``."""
+        redactor = cls(known_values, detectors=detectors)
+        redactor.register(*secret_env_values(environ))
+        return redactor
+
+    def __repr__(self) -> str:
+        return f"Redactor(<{len(self._values)} known values>, {len(self._detectors)} detectors)"
+
+    @property
+    def known_count(self) -> int:
+        return len(self._values)
+
+    def register(self, *values: str) -> None:
+        """Add plaintexts to redact from now on (shorter than ``min_length`` are ignored)."""
+        new = {v for v in values if isinstance(v, str) and len(v) >= self._min_length}
+        with self._lock:
+            if new <= self._values:
+                return
+            merged = self._values | new
+            ordered = sorted(merged, key=lambda v: (-len(v), v))  # longest match wins
+            self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+            self._values = merged
+
+    def redact(self, text: str) -> str:
+        """``text`` with every known value and detected credential replaced by ``[REDACTED]``."""
+        if not text:
+            return text
+        pattern = self._pattern
+        if pattern is not None:
+            text = pattern.sub(REDACTED, text)
+        spans = find_sensitive_spans(text, self._detectors)
+        if not spans:
+            return text
+        parts: list[str] = []
+        cursor = 0
+        for span in spans:
+            parts.append(text[cursor : span.start])
+            parts.append(REDACTED)
+            cursor = span.end
+        parts.append(text[cursor:])
+        return "".join(parts)
+
+    def redact_obj(self, obj: Any) -> Any:
+        """Redact every string in a JSON-like value; returns a new object, never mutates.
+
+        Values under keys that name a secret (``password``, ``api_key``, ``Authorization``...)
+        are replaced wholesale, because ``{"password": "hunter22"}`` has nothing else that
+        marks ``hunter22`` as sensitive.
+        """
+        if isinstance(obj, str):
+            return self.redact(obj)
+        if isinstance(obj, dict):
+            out: dict[Any, Any] = {}
+            for key, value in obj.items():
+                if (
+                    isinstance(key, str)
+                    and _SECRET_FIELD_RE.search(key)
+                    and isinstance(value, str | int | float)
+                    and not isinstance(value, bool)
+                    and value != ""
+                ):
+                    out[key] = REDACTED
+                else:
+                    out[key] = self.redact_obj(value)
+            return out
+        if isinstance(obj, list):
+            return [self.redact_obj(item) for item in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.redact_obj(item) for item in obj)
+        return obj
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts each record's message, arguments and traceback text; never drops a record.
+
+    The message is formatted here (``msg % args``) and stored back with ``args`` cleared,
+    because a secret can hide in either. Attach it to *handlers*: filters on a logger do not
+    see records propagated from its children.
+    """
+
+    def __init__(self, redactor: Redactor, name: str = "") -> None:
+        super().__init__(name)
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string must not kill logging, or leak via repr
+            message = str(record.msg)
+        record.msg = self.redactor.redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redactor.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redactor.redact(record.stack_info)
+        return True

@@ -1,0 +1,136 @@
+"""Checking, before a tool runs, that every secret its input mentions can actually be opened.
+
+Orchestration calls `inspect_secret_references_for_orchestration` on a planned tool call (or
+any text/JSON-like value) so it can stop and ask the user for what is missing instead of
+running a tool with ``{{secret:...}}`` left in its arguments. The report and the message only
+ever contain names (or short ciphertext previews), never values.
+
+Reference forms are described in `soulflow.security.syntax`. How each one is opened:
+
+* ``{{secret:NAME}}`` - the vault entry ``NAME``; absent -> *missing*.
+* ``{{secret:NAME:TOKEN}}`` - ``TOKEN`` decrypted with the vault key and ``NAME`` as associated
+  data; it need not be stored. Malformed/tampered/other key -> *invalid*.
+* bare ``sv1.`` token - must equal the ciphertext currently stored for some entry (the name is
+  the associated data and a bare token does not carry one); otherwise -> *invalid*.
+
+A stored entry that no longer decrypts (damaged, or written under another key) is *invalid*.
+Vault-wide failures (unsafe key file, corrupt ``secrets.json``) are raised, not reported: they
+are an operator problem, not a per-reference one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from soulflow.security.errors import InvalidCiphertext, SecretNotFound
+from soulflow.security.syntax import SecretRef, is_valid_name, iter_secret_refs
+from soulflow.security.vault import SecretVault
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceReport:
+    """Which referenced secrets cannot be opened.
+
+    ``missing`` holds names absent from the vault; ``invalid_ciphertexts`` holds names (or, for
+    bare tokens, a preview like ``sv1.AbCdEfGh…``) whose ciphertext failed to parse or decrypt.
+    """
+
+    missing: list[str] = field(default_factory=list)
+    invalid_ciphertexts: list[str] = field(default_factory=list)
+    ok: bool = True
+    referenced: list[str] = field(default_factory=list)
+
+
+def open_reference(ref: SecretRef, vault: SecretVault) -> tuple[str, str]:
+    """Return ``(name, plaintext)`` for one reference.
+
+    Raises `SecretNotFound` or `InvalidCiphertext`; callers decide whether that is fatal.
+    """
+    if ref.name is not None and ref.token is not None:
+        return ref.name, vault.decrypt(ref.name, ref.token)
+    if ref.name is not None:
+        return ref.name, vault.get(ref.name)
+    assert ref.token is not None
+    name = vault.name_for_token(ref.token)
+    if name is None:
+        raise InvalidCiphertext(
+            "bare ciphertext token is not stored in the vault; write it as "
+            "{{secret:NAME:TOKEN}} so it can be opened."
+        )
+    return name, vault.decrypt(name, ref.token)
+
+
+def iter_strings(value: Any) -> Iterator[str]:
+    """Every string inside a JSON-like value (dict keys and values, lists, tuples)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from iter_strings(key)
+            yield from iter_strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from iter_strings(item)
+
+
+def inspect_secret_references_for_orchestration(text: Any, vault: SecretVault) -> ReferenceReport:
+    """Report every reference in ``text`` (a string or JSON-like value) that cannot be opened.
+
+    Each reference is fully opened (decrypted and discarded), so ``ok`` means resolution
+    will succeed, not merely that the names exist.
+    """
+    missing: list[str] = []
+    invalid: list[str] = []
+    referenced: list[str] = []
+    seen: set[tuple[str | None, str | None]] = set()
+    for string in iter_strings(text):
+        for ref in iter_secret_refs(string):
+            if (ref.name, ref.token) in seen:
+                continue
+            seen.add((ref.name, ref.token))
+            if ref.label not in referenced:
+                referenced.append(ref.label)
+            try:
+                open_reference(ref, vault)
+            except SecretNotFound:
+                if ref.label not in missing:
+                    missing.append(ref.label)
+            except InvalidCiphertext:
+                if ref.label not in invalid:
+                    invalid.append(ref.label)
+    return ReferenceReport(missing, invalid, not missing and not invalid, referenced)
+
+
+def _how_to_set(name: str) -> str:
+    return f"`/secret set {name}` in a direct message or `soulflow secret set {name}`"
+
+
+def secret_resolution_required_message(report: ReferenceReport) -> str:
+    """The user-facing explanation of why a tool cannot run yet ("" when nothing is wrong).
+
+    Mentions names and how to set them, never values.
+    """
+    if report.ok:
+        return ""
+    sentences: list[str] = []
+    if len(report.missing) == 1:
+        name = report.missing[0]
+        sentences.append(f"secret {name} is not stored. Set it with {_how_to_set(name)}.")
+    elif report.missing:
+        names = ", ".join(report.missing)
+        sentences.append(f"secrets {names} are not stored. Set each with {_how_to_set('NAME')}.")
+    named = [label for label in report.invalid_ciphertexts if is_valid_name(label)]
+    bare = [label for label in report.invalid_ciphertexts if not is_valid_name(label)]
+    for name in named:
+        sentences.append(
+            f"the encrypted value of secret {name} could not be decrypted (it is damaged or was "
+            f"sealed with another key). Set it again with {_how_to_set(name)}."
+        )
+    if bare:
+        sentences.append(
+            f"an encrypted value ({', '.join(bare)}) could not be opened with this vault. "
+            f"Send the value again, or store it with {_how_to_set('NAME')}."
+        )
+    return "I can't run this yet: " + " Also, ".join(sentences)

@@ -1,0 +1,122 @@
+"""Turning references back into plaintext - only inside a tool's execution - and back again.
+
+`resolve_secret_references` is all-or-nothing: if any reference cannot be opened the caller
+gets the original value back untouched, so a tool never runs with half its secrets decrypted
+(and a partially resolved structure can never be logged by accident on the error path).
+
+`mask_known_secrets` is the return trip: tool output may echo a secret (``env``, a failing
+``curl -v``...), so before the output goes to the model, the session or a log, every known
+plaintext in it is swapped back to its reference or to ``[REDACTED]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from soulflow.security.errors import InvalidCiphertext, SecretNotFound
+from soulflow.security.references import iter_strings, open_reference
+from soulflow.security.syntax import REDACTED, iter_secret_refs, secret_reference
+from soulflow.security.vault import SecretVault
+
+MIN_MASK_LENGTH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveReport:
+    """Outcome of resolution. ``value`` and ``secrets`` hold plaintext: hidden from ``repr``.
+
+    ``secrets`` maps each opened name to its plaintext so the caller can run
+    ``mask_known_secrets(tool_output, report.secrets)`` on whatever the tool prints.
+    """
+
+    value: Any = field(repr=False)
+    missing: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    ok: bool = True
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+_RefKey = tuple[str | None, str | None]
+
+
+def resolve_secret_references(value: Any, vault: SecretVault) -> ResolveReport:
+    """Replace every reference in every string of ``value`` (recursively) with its plaintext.
+
+    Dicts (keys and values), lists and tuples are rebuilt, never mutated; other values pass
+    through. If any reference is missing or invalid, returns ``ok=False`` with ``value`` being
+    the very object passed in. Vault-wide failures (unsafe key, corrupt file) are raised.
+    """
+    opened: dict[_RefKey, tuple[str, str]] = {}
+    missing: list[str] = []
+    invalid: list[str] = []
+    for string in iter_strings(value):
+        for ref in iter_secret_refs(string):
+            key = (ref.name, ref.token)
+            if key in opened:
+                continue
+            try:
+                opened[key] = open_reference(ref, vault)
+            except SecretNotFound:
+                if ref.label not in missing:
+                    missing.append(ref.label)
+            except InvalidCiphertext:
+                if ref.label not in invalid:
+                    invalid.append(ref.label)
+    if missing or invalid:
+        return ResolveReport(value, missing, invalid, ok=False)
+    if not opened:
+        return ResolveReport(value)
+    secrets = {name: plain for name, plain in opened.values()}
+    return ResolveReport(_substitute(value, opened), secrets=secrets)
+
+
+def _substitute(value: Any, opened: Mapping[_RefKey, tuple[str, str]]) -> Any:
+    if isinstance(value, str):
+        refs = list(iter_secret_refs(value))
+        if not refs:
+            return value
+        parts: list[str] = []
+        cursor = 0
+        for ref in refs:
+            parts.append(value[cursor : ref.start])
+            parts.append(opened[(ref.name, ref.token)][1])
+            cursor = ref.end
+        parts.append(value[cursor:])
+        return "".join(parts)
+    if isinstance(value, dict):
+        return {_substitute(k, opened): _substitute(v, opened) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(item, opened) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_substitute(item, opened) for item in value)
+    return value
+
+
+def mask_known_secrets(
+    text: str, values: Iterable[str] | Mapping[str, str], *, min_length: int = MIN_MASK_LENGTH
+) -> str:
+    """Replace every occurrence of a known plaintext in ``text``.
+
+    ``values`` as a mapping (name -> plaintext, e.g. `ResolveReport.secrets`) puts
+    ``{{secret:NAME}}`` back; as a plain iterable it puts ``[REDACTED]``. Values shorter than
+    ``min_length`` are skipped: masking every "1234" or "yes" would garble ordinary output.
+    Longer values win where two overlap.
+    """
+    if isinstance(values, Mapping):
+        pairs = [(plain, secret_reference(name)) for name, plain in values.items()]
+    else:
+        pairs = [(plain, REDACTED) for plain in values]
+    replacement: dict[str, str] = {}
+    for plain, substitute in sorted(pairs, key=lambda p: -len(p[0])):
+        if isinstance(plain, str) and len(plain) >= min_length:
+            replacement.setdefault(plain, substitute)
+    if not text or not replacement:
+        return text
+    present = [plain for plain in replacement if plain in text]
+    if not present:
+        return text
+    pattern = re.compile("|".join(re.escape(plain) for plain in present))
+    return pattern.sub(lambda m: replacement[m.group(0)], text)

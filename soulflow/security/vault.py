@@ -1,0 +1,377 @@
+"""The secret vault: named values encrypted at rest under one local master key.
+
+Layout of ``security_dir`` (mode 0700):
+
+* ``master.key`` - 32 random bytes, mode 0600. Refused if group/others can touch it.
+* ``secrets.json`` - ``{"version": 1, "secrets": {NAME: {"ciphertext": TOKEN, "updated_at": ISO}}}``
+  where TOKEN is ``sv1.<nonce>.<ciphertext+tag>`` sealed with AES-256-GCM and NAME as
+  associated data (see `soulflow.security.crypto`).
+* ``master.key.new`` - exists only while a key rotation is in flight (see `rotate_key`).
+* ``.vault.lock`` - advisory lock so the daemon and the CLI do not lose each other's writes.
+
+Every operation re-reads ``secrets.json`` under the lock: operations are rare and small, and
+this keeps several processes (daemon, ``soulflow secret set``) consistent without a cache
+invalidation protocol. Nothing is ever silently discarded: a corrupt file is moved aside and
+reported, a missing key with existing secrets is an error rather than a fresh empty vault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from soulflow.security import syntax
+from soulflow.security.crypto import Sealer, generate_key
+from soulflow.security.errors import (
+    InvalidCiphertext,
+    KeyRecoveryError,
+    MissingKeyError,
+    SecretNotFound,
+    UnsupportedVaultVersion,
+    VaultCorruptError,
+)
+from soulflow.security.keyfile import ensure_private_dir, fsync_dir, read_key, write_key
+
+try:  # POSIX advisory locking; elsewhere the in-process lock is all we get.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+KEY_FILE = "master.key"
+PENDING_KEY_FILE = "master.key.new"
+SECRETS_FILE = "secrets.json"
+LOCK_FILE = ".vault.lock"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSecret:
+    """One ``secrets.json`` entry as stored: ciphertext only, never plaintext."""
+
+    ciphertext: str
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class SecretInfo:
+    """What may be shown about a secret without decrypting it (for `secret list`)."""
+
+    name: str
+    updated_at: str
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
+
+    Temp file in the same directory (same filesystem, so the rename is atomic), fsync the
+    data before the rename and the directory after it so the rename survives power loss.
+    """
+    payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+class SecretVault:
+    """Encrypted name -> value store; see the module docstring for the on-disk contract.
+
+    Thread-safe (one `threading.Lock`) and multi-process safe on POSIX (``flock``). All
+    methods are synchronous and fast; call them from async code directly or via a thread.
+    """
+
+    def __init__(self, security_dir: Path) -> None:
+        self.dir = Path(security_dir)
+        self.key_path = self.dir / KEY_FILE
+        self.pending_key_path = self.dir / PENDING_KEY_FILE
+        self.secrets_path = self.dir / SECRETS_FILE
+        self._lock = threading.Lock()
+        self._cached: tuple[tuple[int, int, int, int], Sealer] | None = None
+        ensure_private_dir(self.dir)
+        with self._locked():
+            self._sealer()  # create or vet the key now: fail at startup, not mid-conversation
+
+    def __repr__(self) -> str:
+        return f"SecretVault({str(self.dir)!r})"
+
+    # ----------------------------------------------------------------- public API
+
+    def set(self, name: str, value: str) -> None:
+        """Store (or replace) ``value`` under ``name``."""
+        self.set_many({name: value})
+
+    def set_many(self, values: Mapping[str, str]) -> None:
+        """Store several values with a single read-modify-write of ``secrets.json``."""
+        for name, value in values.items():
+            syntax.validate_secret_name(name)
+            if not isinstance(value, str):
+                raise TypeError(f"secret {name!r} must be a str, not {type(value).__name__}")
+        if not values:
+            return
+        with self._locked():
+            sealer = self._sealer()
+            entries = self._read_entries()
+            now = _now_iso()
+            for name, value in values.items():
+                entries[name] = StoredSecret(sealer.encrypt(name, value), now)
+            self._write_entries(entries)
+
+    def get(self, name: str) -> str:
+        """Decrypt the value stored under ``name``; raise `SecretNotFound` if absent."""
+        syntax.validate_secret_name(name)
+        with self._locked():
+            entry = self._read_entries().get(name)
+            if entry is None:
+                raise SecretNotFound(name)
+            return self._sealer().decrypt(name, entry.ciphertext)
+
+    def has(self, name: str) -> bool:
+        """True if a value is stored under ``name`` (False for names that cannot exist)."""
+        if not syntax.is_valid_name(name):
+            return False
+        with self._locked():
+            return name in self._read_entries()
+
+    def names(self) -> list[str]:
+        """All stored names, sorted."""
+        with self._locked():
+            return sorted(self._read_entries())
+
+    def describe(self) -> list[SecretInfo]:
+        """Name and last update time of every entry, sorted by name; decrypts nothing."""
+        with self._locked():
+            entries = self._read_entries()
+        return [SecretInfo(n, entries[n].updated_at) for n in sorted(entries)]
+
+    def remove(self, name: str) -> bool:
+        """Delete ``name``; return whether it existed."""
+        if not syntax.is_valid_name(name):
+            return False
+        with self._locked():
+            entries = self._read_entries()
+            if entries.pop(name, None) is None:
+                return False
+            self._write_entries(entries)
+            return True
+
+    def encrypt(self, name: str, value: str) -> str:
+        """Seal ``value`` under ``name`` with the vault key without storing it.
+
+        Embed the result as ``{{secret:NAME:TOKEN}}`` to carry a value inside text.
+        """
+        syntax.validate_secret_name(name)
+        with self._locked():
+            return self._sealer().encrypt(name, value)
+
+    def decrypt(self, name: str, token: str) -> str:
+        """Open a token sealed under ``name``; raise `InvalidCiphertext` on any failure."""
+        syntax.validate_secret_name(name)
+        with self._locked():
+            return self._sealer().decrypt(name, token)
+
+    def name_for_token(self, token: str) -> str | None:
+        """The entry whose stored ciphertext is exactly ``token`` (how bare tokens resolve)."""
+        with self._locked():
+            for name, entry in self._read_entries().items():
+                if entry.ciphertext == token:
+                    return name
+        return None
+
+    def fingerprint(self, value: str) -> str:
+        """12 hex chars identifying ``value`` under this key without revealing it."""
+        with self._locked():
+            return self._sealer().fingerprint(value)
+
+    @staticmethod
+    def is_valid_token(text: object) -> bool:
+        """True if ``text`` is shaped like an ``sv1.`` token (does not check the key)."""
+        return syntax.is_valid_token(text)
+
+    def rotate_key(self) -> int:
+        """Replace the master key and re-encrypt every secret; return how many.
+
+        Crash-safe ordering - at every instant some key on disk opens ``secrets.json``:
+
+        1. decrypt everything with the old key (any failure aborts before touching disk);
+        2. durably write the new key to ``master.key.new`` (``master.key`` is untouched);
+        3. atomically replace ``secrets.json`` with entries sealed under the new key;
+        4. atomically rename ``master.key.new`` over ``master.key``.
+
+        A crash before 3 leaves old key + old secrets (the stray ``.new`` is discarded on
+        next open); a crash between 3 and 4 leaves the new secrets with the new key still in
+        ``master.key.new``, and the next open finishes the rename. The old key is destroyed.
+        """
+        with self._locked():
+            old = self._sealer()
+            entries = self._read_entries()
+            plain = {n: old.decrypt(n, e.ciphertext) for n, e in entries.items()}
+            new_key = generate_key()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.pending_key_path)  # our lock is held: any leftover is stale
+            write_key(self.pending_key_path, new_key)
+            new = Sealer(new_key)
+            self._write_entries(
+                {n: StoredSecret(new.encrypt(n, plain[n]), entries[n].updated_at) for n in entries}
+            )
+            self._commit_pending_key()
+            log.info("vault key rotated; %d secret(s) re-encrypted", len(entries))
+            return len(entries)
+
+    # ----------------------------------------------------------------- internals
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            if fcntl is None:
+                yield
+                return
+            fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # closing releases the flock
+
+    def _sealer(self) -> Sealer:
+        """The sealer for the current key, re-read whenever the key file changes on disk."""
+        if self.pending_key_path.exists():
+            self._recover_interrupted_rotation()
+        try:
+            st = os.stat(self.key_path)
+        except FileNotFoundError:
+            self._create_key()
+            st = os.stat(self.key_path)
+        signature = (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode)
+        if self._cached is None or self._cached[0] != signature:
+            self._cached = (signature, Sealer(read_key(self.key_path)))
+        return self._cached[1]
+
+    def _create_key(self) -> None:
+        if self._read_entries():
+            raise MissingKeyError(
+                f"{self.key_path} is missing but {self.secrets_path} holds secrets; restore "
+                "master.key from backup (or move secrets.json away to start an empty vault)."
+            )
+        try:
+            write_key(self.key_path, generate_key())
+            log.info("created vault key %s", self.key_path)
+        except FileExistsError:
+            pass  # another process created it first; use theirs
+
+    def _commit_pending_key(self) -> None:
+        os.replace(self.pending_key_path, self.key_path)
+        fsync_dir(self.dir)
+
+    def _recover_interrupted_rotation(self) -> None:
+        """Finish or discard a rotation a crash left half-done (see `rotate_key`)."""
+        entries = self._read_entries()
+
+        def opens_all(path: Path) -> bool:
+            if not path.exists():
+                return False
+            sealer = Sealer(read_key(path))
+            try:
+                for name, entry in entries.items():
+                    sealer.decrypt(name, entry.ciphertext)
+            except InvalidCiphertext:
+                return False
+            return True
+
+        if self.key_path.exists() and opens_all(self.key_path):
+            os.unlink(self.pending_key_path)
+            fsync_dir(self.dir)
+            log.warning("discarded %s left by an unfinished key rotation", self.pending_key_path)
+        elif opens_all(self.pending_key_path):
+            self._commit_pending_key()
+            log.warning("completed an interrupted key rotation using %s", self.pending_key_path)
+        else:
+            raise KeyRecoveryError(
+                f"neither {self.key_path.name} nor {self.pending_key_path.name} decrypts "
+                f"{self.secrets_path}; keep all three files and restore from backup."
+            )
+        self._cached = None
+
+    def _read_entries(self) -> dict[str, StoredSecret]:
+        try:
+            raw = self.secrets_path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._quarantine(f"invalid JSON: {exc.__class__.__name__}")
+        if not isinstance(data, dict):
+            self._quarantine("top level is not an object")
+        version = data.get("version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+            raise UnsupportedVaultVersion(
+                f"{self.secrets_path} has format version {version}, newer than this soulflow "
+                f"understands ({FORMAT_VERSION}); upgrade soulflow."
+            )
+        if version != FORMAT_VERSION:
+            self._quarantine(f"unknown version {version!r}")
+        secrets = data.get("secrets")
+        if not isinstance(secrets, dict):
+            self._quarantine("'secrets' is not an object")
+        entries: dict[str, StoredSecret] = {}
+        for name, entry in secrets.items():
+            if not (
+                syntax.is_valid_name(name)
+                and isinstance(entry, dict)
+                and isinstance(entry.get("ciphertext"), str)
+                and isinstance(entry.get("updated_at"), str)
+            ):
+                self._quarantine(f"malformed entry {str(name)[:60]!r}")
+            entries[name] = StoredSecret(entry["ciphertext"], entry["updated_at"])
+        return entries
+
+    def _write_entries(self, entries: Mapping[str, StoredSecret]) -> None:
+        data = {
+            "version": FORMAT_VERSION,
+            "secrets": {
+                n: {"ciphertext": e.ciphertext, "updated_at": e.updated_at}
+                for n, e in sorted(entries.items())
+            },
+        }
+        _write_json_atomic(self.secrets_path, data)
+
+    def _quarantine(self, reason: str) -> NoReturn:
+        """Move an unreadable ``secrets.json`` aside and raise; never treat it as empty."""
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = self.secrets_path.with_name(f"{SECRETS_FILE}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            target = self.secrets_path.with_name(f"{SECRETS_FILE}.corrupt-{stamp}-{n}")
+            n += 1
+        os.replace(self.secrets_path, target)
+        fsync_dir(self.dir)
+        log.warning(
+            "vault file %s is unreadable (%s); moved it to %s", self.secrets_path, reason, target
+        )
+        raise VaultCorruptError(
+            f"{self.secrets_path} was unreadable ({reason}) and was moved to {target}; "
+            "restore it from backup or set the secrets again."
+        )
