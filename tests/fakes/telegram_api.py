@@ -1,0 +1,285 @@
+"""Loopback fake of the Telegram Bot API, speaking the real HTTP wire protocol.
+
+Point python-telegram-bot at it with ``base_url=f"{fake.url}/bot"`` and
+``base_file_url=f"{fake.url}/file/bot"``. Routes: ``GET|POST /bot<token>/<method>`` and
+``GET /file/bot<token>/<file_path>``. Run standalone with
+``python -m tests.fakes.telegram_api --port 0`` (prints ``READY <url>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled
+from tests.fakes.loopback_runner import FakeServerThread, run_cli
+from tests.fakes.telegram_methods import TelegramMethods
+from tests.fakes.telegram_params import ApiError, Params, read_params
+
+DEFAULT_TOKEN = "123456789:TEST-fake-token_ABCDEFGHIJKLMNOPQRS"
+
+Handler = Callable[[Params], Awaitable[Any]]
+
+
+class _DropConnection(Exception):
+    """Raised by a long poll that the test asked to drop: the TCP connection is aborted."""
+
+
+@dataclass
+class _Poll:
+    """A ``getUpdates`` request currently held open."""
+
+    conflicted: bool = False
+    dropped: bool = False
+
+
+class FakeTelegram(TelegramMethods):
+    """Fake Bot API server. See :class:`tests.fakes.telegram_state.TelegramWorld` for the
+    test-side API (``push_message``, ``push_reaction``, ``add_file``, ...)."""
+
+    def __init__(self, token: str = DEFAULT_TOKEN, **kwargs: Any) -> None:
+        super().__init__(token, **kwargs)
+        self._failures: Scheduled[ApiError] = Scheduled()
+        self._polls: list[_Poll] = []
+        self._closing = False
+
+    @property
+    def base_url(self) -> str:
+        """Value for PTB's ``base_url`` (PTB appends the token)."""
+        return f"{self.url}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        """Value for PTB's ``base_file_url``."""
+        return f"{self.url}/file/bot"
+
+    # -- test-side API: faults and polls -----------------------------------------------
+    def fail_next(
+        self,
+        method: str,
+        status: int = 429,
+        description: str | None = None,
+        retry_after: int | None = None,
+        count: int = 1,
+    ) -> None:
+        """Answer the next ``count`` calls of ``method`` with a Bot API error.
+
+        ``retry_after`` adds ``parameters.retry_after`` (what PTB turns into RetryAfter).
+        """
+        if description is None:
+            description = _default_description(status, retry_after)
+        parameters = {"retry_after": retry_after} if retry_after is not None else None
+        self._failures.add(method.lower(), ApiError(status, description, parameters), count)
+
+    def delay_next(self, method: str, seconds: float, count: int = 1) -> None:
+        """Hold the next ``count`` calls of ``method`` for ``seconds`` before answering."""
+        super().delay_next(method.lower(), seconds, count)
+
+    @property
+    def pending_polls(self) -> int:
+        """Number of ``getUpdates`` calls currently held open by long polling."""
+        return len(self._polls)
+
+    def drop_long_polls(self) -> int:
+        """Abort the TCP connection of every held ``getUpdates``; returns how many."""
+        for poll in self._polls:
+            poll.dropped = True
+        self._notify()
+        return len(self._polls)
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._handle_file)
+        return app
+
+    async def _before_stop(self) -> None:
+        self._closing = True
+        self._notify()
+
+    def _check_token(self, token: str) -> None:
+        """Malformed tokens get 404 like the real server, wrong ones 401."""
+        if token == self.token:
+            return
+        if ":" not in token:
+            raise ApiError(404, "Not Found")
+        raise ApiError(401, "Unauthorized")
+
+    def _handlers(self) -> dict[str, Handler]:
+        names = (
+            "getMe", "getUpdates", "sendMessage", "editMessageText", "deleteMessage",
+            "sendDocument", "sendPhoto", "sendChatAction", "setMessageReaction", "getFile",
+            "setWebhook", "deleteWebhook", "getWebhookInfo", "getChat", "getChatMember",
+            "setMyCommands", "getMyCommands", "deleteMyCommands",
+        )  # fmt: skip
+        return {name.lower(): getattr(self, f"m_{name}") for name in names}
+
+    async def _handle_api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        try:
+            params = await read_params(request)
+            self._record(method, params.record(), request.method)
+            self._check_token(request.match_info["token"])
+            handler = self._handlers().get(method.lower())
+            if handler is None:
+                raise ApiError(404, "Not Found")
+            await self._apply_delay(method.lower())
+            failure = self._failures.take(method.lower())
+            if failure is not None:
+                raise failure
+            result = await handler(params)
+        except ApiError as error:
+            return web.json_response(error.body(), status=error.status)
+        except _DropConnection:
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=500)
+        self._notify()
+        return web.json_response({"ok": True, "result": result})
+
+    async def _handle_file(self, request: web.Request) -> web.StreamResponse:
+        try:
+            self._check_token(request.match_info["token"])
+        except ApiError as error:
+            return web.json_response(error.body(), status=error.status)
+        path = request.match_info["path"]
+        self._record("file", {"file_path": path}, request.method)
+        for stored in self.files.values():
+            if stored.file_path == path:
+                return web.Response(body=stored.data, content_type="application/octet-stream")
+        return web.json_response(ApiError(404, "Not Found").body(), status=404)
+
+    # -- long polling ------------------------------------------------------------------
+    async def m_getUpdates(self, params: Params) -> list[dict[str, Any]]:
+        """Real long polling: held until an update arrives, ``timeout`` passes, another
+        ``getUpdates`` supersedes it (409 Conflict) or the test drops it."""
+        if self.webhook_url:
+            raise ApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; "
+                "use deleteWebhook to delete the webhook first",
+            )
+        allowed = params.obj("allowed_updates")
+        if allowed is not None:
+            self.allowed_updates = frozenset(allowed) or None
+        offset = params.integer("offset")
+        if offset:
+            self._confirm(offset)
+        limit = min(max(params.integer("limit") or 100, 1), 100)
+        timeout = max(params.number("timeout", 0.0), 0.0)
+        for other in self._polls:
+            other.conflicted = True
+        poll = _Poll()
+        self._polls.append(poll)
+        self._notify()
+        try:
+            return await self._hold_poll(poll, limit, timeout)
+        finally:
+            self._polls.remove(poll)
+            self._notify()
+
+    async def _hold_poll(self, poll: _Poll, limit: int, timeout: float) -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            batch = self._collect(limit)
+            if batch or self._closing:
+                return batch
+            if poll.conflicted:
+                raise ApiError(
+                    409,
+                    "Conflict: terminated by other getUpdates request; "
+                    "make sure that only one bot instance is running",
+                )
+            if poll.dropped:
+                raise _DropConnection
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            await self._wait_changed(remaining)
+
+
+def _default_description(status: int, retry_after: int | None) -> str:
+    if status == 429:
+        return f"Too Many Requests: retry after {retry_after or 1}"
+    return {
+        400: "Bad Request",
+        401: "Unauthorized",
+        403: "Forbidden: bot was blocked by the user",
+        404: "Not Found",
+        409: "Conflict",
+        500: "Internal Server Error",
+        502: "Bad Gateway",
+    }.get(status, "Error")
+
+
+class FakeTelegramThread(FakeServerThread[FakeTelegram]):
+    """:class:`FakeTelegram` on a background thread, with thread-safe test-side methods.
+
+    ``with FakeTelegramThread() as tg: ...`` — ``tg.url``, ``tg.base_url`` and
+    ``tg.base_file_url`` are ready inside the block.
+    """
+
+    def __init__(self, token: str = DEFAULT_TOKEN, port: int = 0, **kwargs: Any) -> None:
+        super().__init__(lambda: FakeTelegram(token, **kwargs), port=port)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        return f"{self.url}/file/bot"
+
+    def push_message(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.call(self.fake.push_message, *args, **kwargs)
+
+    def push_reaction(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.call(self.fake.push_reaction, *args, **kwargs)
+
+    def push_raw_update(self, update: dict[str, Any]) -> int:
+        return self.call(self.fake.push_raw_update, update)
+
+    def add_file(self, *args: Any, **kwargs: Any) -> None:
+        self.call(self.fake.add_file, *args, **kwargs)
+
+    def add_chat(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.call(self.fake.add_chat, *args, **kwargs)
+
+    def fail_next(self, *args: Any, **kwargs: Any) -> None:
+        self.call(self.fake.fail_next, *args, **kwargs)
+
+    def delay_next(self, *args: Any, **kwargs: Any) -> None:
+        self.call(self.fake.delay_next, *args, **kwargs)
+
+    def drop_long_polls(self) -> int:
+        return self.call(self.fake.drop_long_polls)
+
+    @property
+    def sent_messages(self) -> list[dict[str, Any]]:
+        return self.snapshot("sent_messages")
+
+    @property
+    def requests(self) -> list[Any]:
+        return self.snapshot("requests")
+
+    def sent_texts(self, chat_id: int | str | None = None) -> list[str]:
+        return self.call(self.fake.sent_texts, chat_id)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_cli(
+        lambda args: FakeTelegram(args.token),
+        "Fake Telegram Bot API server",
+        argv,
+        lambda parser: parser.add_argument("--token", default=DEFAULT_TOKEN),
+    )
+
+
+if __name__ == "__main__":
+    main()
