@@ -6,6 +6,8 @@ the agent's behaviour never needs a restart or code.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +15,31 @@ from soulflow.agent.memory import MemoryStore
 from soulflow.decision.service import DecisionService
 from soulflow.session.store import SessionStore
 
+PROMPT_RECHECK_S = 1.0
+
 
 class ContextBuilder:
     def __init__(self, workspace: Path, memory: MemoryStore, decisions: DecisionService,
-                 sessions: SessionStore, *, history_messages: int = 20) -> None:
+                 sessions: SessionStore, *, history_messages: int = 20,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.workspace = workspace
         self.memory = memory
         self.decisions = decisions
         self.sessions = sessions
         self.history_messages = history_messages
+        self._clock = clock
+        self._prompt = ""
+        self._prompt_checked_at = float("-inf")
 
     def system_prompt(self) -> str:
+        """The prompt, re-read from disk at most once a second (edits apply within 1 s)."""
+        now = self._clock()
+        if now - self._prompt_checked_at >= PROMPT_RECHECK_S:
+            self._prompt = self._read_system_prompt()
+            self._prompt_checked_at = now
+        return self._prompt
+
+    def _read_system_prompt(self) -> str:
         parts: list[str] = []
         templates = self.workspace / "templates"
         if templates.is_dir():

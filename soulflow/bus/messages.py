@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -53,7 +53,10 @@ class InboundMessage:
         return f"{self.provider}:{self.chat_id}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        record = {name: getattr(self, name) for name in _INBOUND_FIELDS}
+        record["attachments"] = [asdict(a) for a in self.attachments]
+        record["metadata"] = dict(self.metadata)
+        return record
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InboundMessage:
@@ -81,11 +84,18 @@ class OutboundMessage:
         return f"{self.provider}:{self.chat_id}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        record = {name: getattr(self, name) for name in _OUTBOUND_FIELDS}
+        record["metadata"] = dict(self.metadata)
+        return record
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutboundMessage:
         return cls(**data)
+
+
+# to_dict() copies fields directly: dataclasses.asdict deep-copies and was a hot spot
+_INBOUND_FIELDS = tuple(f.name for f in fields(InboundMessage))
+_OUTBOUND_FIELDS = tuple(f.name for f in fields(OutboundMessage))
 
 
 @dataclass(slots=True)

@@ -42,6 +42,13 @@ class _Transcript:
     recent: deque[dict[str, Any]]
     next_seq: int
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    recent_ids: set[str] = field(default_factory=set)
+
+    def remember(self, record: dict[str, Any]) -> None:
+        if len(self.recent) == self.recent.maxlen:
+            self.recent_ids.discard(self.recent[0].get("id"))
+        self.recent.append(record)
+        self.recent_ids.add(record.get("id"))
 
 
 class LocalChannel(ChannelAdapter):
@@ -73,7 +80,8 @@ class LocalChannel(ChannelAdapter):
                 log.warning("local chat %s: cannot read its transcript (%s)", chat_id, exc)
                 recent = deque(maxlen=_RECENT)
             next_seq = int(recent[-1].get("seq", len(recent) - 1)) + 1 if recent else 0
-            transcript = _Transcript(file, recent, next_seq)
+            transcript = _Transcript(file, recent, next_seq,
+                                     recent_ids={r.get("id") for r in recent})
             self._transcripts[chat_id] = transcript
         return transcript
 
@@ -82,7 +90,7 @@ class LocalChannel(ChannelAdapter):
         record = {"seq": transcript.next_seq, "at": time.time(), **entry}
         transcript.file.append(record)
         transcript.next_seq += 1
-        transcript.recent.append(record)
+        transcript.remember(record)
         async with transcript.changed:
             transcript.changed.notify_all()
         self._on_event("local.message", {"chat_id": chat_id, **record})
@@ -155,7 +163,7 @@ class LocalChannel(ChannelAdapter):
             transcript = self._transcript(message.chat_id)
         except InvalidChatId as exc:
             raise SendError(str(exc), permanent=True) from None
-        if any(r.get("id") == message.message_id for r in transcript.recent):
+        if message.message_id in transcript.recent_ids:
             return SendResult(platform_message_ids=[message.message_id])  # already delivered
         try:
             await self._append(message.chat_id, {

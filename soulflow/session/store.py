@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from urllib.parse import quote, unquote
 from soulflow.storage.jsonl import JsonlFile
 
 METADATA_TYPE = "metadata"
+TAIL_CACHE = 64  # messages per open session kept in memory: the agent reads the tail each turn
 
 
 @dataclass(slots=True)
@@ -40,6 +41,7 @@ class SessionStore:
         self._fsync = fsync
         self._max_open = max_open
         self._files: OrderedDict[str, JsonlFile] = OrderedDict()
+        self._tails: dict[str, deque[dict[str, Any]]] = {}
 
     def _file(self, key: str) -> JsonlFile:
         journal = self._files.get(key)
@@ -47,8 +49,9 @@ class SessionStore:
             journal = JsonlFile(self.directory / session_filename(key), fsync=self._fsync)
             self._files[key] = journal
             while len(self._files) > self._max_open:
-                _, old = self._files.popitem(last=False)
+                old_key, old = self._files.popitem(last=False)
                 old.close()
+                self._tails.pop(old_key, None)
         else:
             self._files.move_to_end(key)
         return journal
@@ -57,17 +60,32 @@ class SessionStore:
         """Append one message (`role`, `content`, …); the file starts with a metadata line."""
         journal = self._file(key)
         record = {"at": time.time(), **message}
-        if journal.size_bytes() == 0:
+        tail = self._tail(key, journal)
+        if not tail and journal.size_bytes() == 0:
             meta = {"_type": METADATA_TYPE, "key": key, "created_at": record["at"]}
             journal.append_many([meta, record])
         else:
             journal.append(record)
+        tail.append(record)
+
+    def _tail(self, key: str, journal: JsonlFile) -> deque[dict[str, Any]]:
+        tail = self._tails.get(key)
+        if tail is None:
+            records = journal.tail(TAIL_CACHE + 1)
+            tail = deque((r for r in records if r.get("_type") != METADATA_TYPE),
+                         maxlen=TAIL_CACHE)
+            self._tails[key] = tail
+        return tail
 
     def last(self, key: str, count: int) -> list[dict[str, Any]]:
-        """The last `count` messages, oldest first."""
-        records = self._file(key).tail(count + 1)
-        messages = [r for r in records if r.get("_type") != METADATA_TYPE]
-        return messages[-count:] if count else []
+        """The last `count` messages, oldest first (from memory when `count` is small)."""
+        if count <= 0:
+            return []
+        journal = self._file(key)
+        if count <= TAIL_CACHE:
+            return list(itertools.islice(reversed(self._tail(key, journal)), count))[::-1]
+        records = journal.tail(count + 1)
+        return [r for r in records if r.get("_type") != METADATA_TYPE][-count:]
 
     def range(self, key: str, start: int, end: int | None = None) -> list[dict[str, Any]]:
         """Messages `start` (inclusive) to `end` (exclusive), counted from the first message."""
@@ -99,3 +117,4 @@ class SessionStore:
         for journal in self._files.values():
             journal.close()
         self._files.clear()
+        self._tails.clear()

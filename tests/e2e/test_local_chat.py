@@ -141,8 +141,8 @@ def test_permanent_send_failure_goes_to_dlq_and_replay_delivers(make_daemon) -> 
     blocker.rmdir()  # the operator fixes the cause...
     replay = daemon.cli("dlq", "replay")
     assert replay.returncode == 0 and b"Replayed 1" in replay.stdout
-    wait_for(lambda: any(m["content"] == "echo: please answer" for m in daemon.transcript("broken")),
-             what="the replayed reply")
+    wait_for(lambda: any(m["content"] == "echo: please answer"
+                         for m in daemon.transcript("broken")), what="the replayed reply")
     assert daemon.state()["queues"]["dlq"] == 0
 
 
