@@ -26,7 +26,13 @@ class Attachment:
 
 @dataclass(slots=True)
 class InboundMessage:
-    """One message read from a channel, before any processing."""
+    """One message (or reaction) read from a channel, before any processing.
+
+    `kind` is `message` or `reaction`; a reaction carries `reaction` (the emoji, as the
+    platform names it) and `target_message_id` (the message reacted to), and a `message_id`
+    unique to that reaction event. `priming` marks history read on a target's first read:
+    it is recorded as seen and never answered.
+    """
 
     provider: str
     chat_id: str
@@ -41,6 +47,10 @@ class InboundMessage:
     attachments: list[Attachment] = field(default_factory=list)
     received_at: float = field(default_factory=time.time)
     metadata: dict[str, Any] = field(default_factory=dict)
+    kind: str = "message"
+    reaction: str | None = None
+    target_message_id: str | None = None
+    priming: bool = False
 
     @property
     def key(self) -> str:

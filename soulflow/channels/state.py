@@ -1,0 +1,43 @@
+"""Small persisted state per channel: cursors, offsets, "primed" flags.
+
+Adapters keep the position they have read up to here (Telegram's update offset, Slack's
+last `ts` per channel, ...). It is written atomically, and only from `commit()`, which the
+manager calls after the messages are journaled: a crash replays, never skips.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from soulflow.storage.atomic import read_json, write_json_atomic
+
+
+class ChannelState:
+    """A persisted JSON object for one channel: `runtime/bus/cursors/<channel>.json`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        data = read_json(path, {})
+        self._data: dict[str, Any] = data if isinstance(data, dict) else {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        """Set and persist one value."""
+        self.update({key: value})
+
+    def update(self, values: dict[str, Any]) -> None:
+        """Set and persist several values in one atomic write."""
+        with self._lock:
+            changed = {k: v for k, v in values.items() if self._data.get(k) != v}
+            if not changed:
+                return
+            self._data.update(changed)
+            write_json_atomic(self.path, self._data)
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self._data)
