@@ -22,6 +22,7 @@ class Attachment:
     url: str | None = None
     mime_type: str | None = None
     size: int | None = None
+    file_id: str | None = None  # the platform's handle, for adapters that download by id
 
 
 @dataclass(slots=True)
