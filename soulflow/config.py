@@ -248,3 +248,30 @@ def env_example() -> str:
         lines.append(f"# {setting.help}")
         lines.append(f"# {setting.name}={setting.default}")
     return "\n".join(lines).strip() + "\n"
+
+
+def config_reference_markdown() -> str:
+    """`docs/config.md`, generated from SETTINGS (a test checks the file is current)."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Settings come from the environment and from `<workspace>/.env`; the environment wins.",
+        "They are validated once at boot: an invalid value stops the daemon with one sentence",
+        "naming the variable and the expected form. `soulflow init` writes `.env.example` with",
+        "every setting below.",
+        "",
+        "This file is generated from `soulflow/config.py`:",
+        "`python -c 'from soulflow.config import config_reference_markdown as m; print(m(), end=\"\")'"
+        " > docs/config.md`.",
+    ]
+    group = None
+    for setting in SETTINGS:
+        if setting.group != group:
+            group = setting.group
+            lines += ["", f"## {group}", "", "| name | default | accepted values | meaning |",
+                      "|---|---|---|---|"]
+        expected = getattr(setting.parse, "expected", "text")
+        default = f"`{setting.default}`" if setting.default else "(empty)"
+        secret = " Treated as a secret: never shown in errors." if setting.secret else ""
+        lines.append(f"| `{setting.name}` | {default} | {expected} | {setting.help}{secret} |")
+    return "\n".join(lines) + "\n"

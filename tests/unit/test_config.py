@@ -63,3 +63,11 @@ def test_env_example_documents_every_setting() -> None:
     for setting in SETTINGS:
         assert f"# {setting.name}=" in example
         assert setting.help in example
+
+
+def test_docs_config_md_is_current() -> None:
+    from soulflow.config import config_reference_markdown
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+    assert docs.read_text(encoding="utf-8") == config_reference_markdown(), (
+        "docs/config.md is stale; regenerate it with the command written at its top")

@@ -1,0 +1,17 @@
+# Shared by scripts/run and scripts/test: make sure .venv exists with SoulFlow installed.
+# Usage: source scripts/_venv.sh EXTRAS   (EXTRAS like "dev" or "local"; may be empty)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "SoulFlow needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
+    exit 1
+fi
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+spec="$ROOT"
+if [ -n "${1:-}" ]; then spec="$ROOT[$1]"; fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
