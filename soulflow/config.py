@@ -261,8 +261,8 @@ def config_reference_markdown() -> str:
         "every setting below.",
         "",
         "This file is generated from `soulflow/config.py`:",
-        "`python -c 'from soulflow.config import config_reference_markdown as m; print(m(), end=\"\")'"
-        " > docs/config.md`.",
+        "`python -c 'from soulflow.config import config_reference_markdown as m; "
+        "print(m(), end=\"\")' > docs/config.md`.",
     ]
     group = None
     for setting in SETTINGS:

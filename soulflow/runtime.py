@@ -23,6 +23,7 @@ from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.retry import RetryPolicy
+from soulflow.channels.access import AccessPolicy
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
@@ -73,10 +74,11 @@ class Runtime:
                                   on_event=self.hub.publish)
         self.channels.register(self.local)
         self.bus.bind_senders(self.channels.get)
-        self.manager = ChannelManager(self.channels, self.bus, self.agent,
-                                      concurrency=settings["AGENT_CONCURRENCY"],
-                                      max_inbound_chars=settings["MAX_INBOUND_CHARS"],
-                                      on_event=self.hub.publish)
+        self.manager = ChannelManager(
+            self.channels, self.bus, self.agent, access=AccessPolicy.from_lists({}),
+            files_dir=runtime_dir / "inbound-files",
+            concurrency=settings["AGENT_CONCURRENCY"],
+            max_inbound_chars=settings["MAX_INBOUND_CHARS"], on_event=self.hub.publish)
         self.supervisor = Supervisor()
         self.dashboard: DashboardService | None = None
         if settings.flag("DASHBOARD_ENABLED"):

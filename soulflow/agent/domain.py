@@ -6,6 +6,7 @@ here later without the channel side changing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +52,8 @@ class AgentDomain:
             return None
         return self.providers.default_name
 
-    async def respond(self, message: InboundMessage, text: str) -> AgentReply:
+    async def respond(self, message: InboundMessage, text: str, *,
+                      abort: asyncio.Event | None = None) -> AgentReply:
         """Answer `text` (the message's text after sealing/truncation) and record both turns."""
         key = session_key_for(message)
         self._record_user_turn(key, message, text)
@@ -59,8 +61,10 @@ class AgentDomain:
             return self._finish(key, message, AgentReply(NOT_CONFIGURED_REPLY, "answered"))
         provider = self.providers.get(self.provider_name)
         try:
-            result = await provider.chat(self.context.build(key, text))
+            result = await provider.chat(self.context.build(key, text), abort=abort)
         except ProviderError as exc:
+            if exc.kind == "aborted":
+                return self._finish(key, message, AgentReply("Stopped.", "cancelled"))
             log.warning("provider failed for %s: %s", message.key, exc)
             reply = AgentReply(
                 f"Sorry, I couldn't get an answer from the model ({exc.kind}). Your message "

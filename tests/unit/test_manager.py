@@ -1,0 +1,212 @@
+"""The inbound pipeline with an in-memory adapter and model (no platform involved)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.bus.bus import MessageBus
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
+from soulflow.channels.access import AccessPolicy
+from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.manager import ChannelManager
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.decision.service import DecisionService
+from soulflow.providers.base import ProviderError, ProviderResult
+from soulflow.providers.registry import ProviderRegistry
+from soulflow.session.store import SessionStore
+
+
+class MemoryAdapter(ChannelAdapter):
+    name = "chat"
+    limits = ChannelLimits(max_text=400, chunk_size=380, file_fallback_threshold=1500)
+
+    def __init__(self) -> None:
+        self.sent: list[OutboundMessage] = []
+        self.committed: list[str] = []
+        self.reactions: list[tuple[str, str, str]] = []
+        self.typing: list[bool] = []
+
+    async def read(self) -> list[InboundMessage]:
+        return []
+
+    def commit(self, messages: list[InboundMessage]) -> None:
+        self.committed.extend(m.message_id for m in messages)
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        self.sent.append(message)
+        return SendResult()
+
+    async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
+        self.reactions.append((chat_id, message_id, emoji))
+
+    async def set_typing(self, chat_id: str, on: bool) -> None:
+        self.typing.append(on)
+
+    async def download(self, attachment: Attachment, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / attachment.name
+        path.write_text("file body")
+        return path
+
+
+class EchoModel:
+    name = "echo"
+
+    def __init__(self) -> None:
+        self.gate: asyncio.Event | None = None
+        self.inputs: list[str] = []
+        self.reply: str | None = None
+
+    async def chat(self, messages: list[dict[str, Any]], tools: Any = None, *,
+                   on_stream: Any = None, abort: asyncio.Event | None = None) -> ProviderResult:
+        self.inputs.append(messages[-1]["content"])
+        if self.gate is not None:
+            waiter = asyncio.ensure_future(self.gate.wait())
+            aborter = asyncio.ensure_future(abort.wait()) if abort else None
+            await asyncio.wait([t for t in (waiter, aborter) if t],
+                               return_when=asyncio.FIRST_COMPLETED)
+            if abort is not None and abort.is_set():
+                raise ProviderError("aborted", "stopped")
+        return ProviderResult(content=self.reply or f"echo: {messages[-1]['content']}")
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture
+def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
+    bus = MessageBus(tmp_path / "runtime")
+    sessions = SessionStore(tmp_path / "sessions")
+    model = EchoModel()
+    providers = ProviderRegistry()
+    providers.register(model)
+    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+                             DecisionService(tmp_path / "d.json"), sessions)
+    agent = AgentDomain(context, sessions, providers)
+    adapter = MemoryAdapter()
+    registry = ChannelRegistry()
+    registry.register(adapter)
+    bus.bind_senders(registry.get)
+
+    def build(**kwargs: Any) -> ChannelManager:
+        access = kwargs.pop("access", AccessPolicy.from_lists({"chat": ["alice"]}))
+        return ChannelManager(registry, bus, agent, access=access,
+                              files_dir=tmp_path / "files", **kwargs)
+
+    bus.start()
+    yield build, adapter, model, bus
+    bus.close()
+
+
+def msg(i: int, text: str = "hi", **kwargs: Any) -> InboundMessage:
+    fields = {"provider": "chat", "chat_id": "c1", "message_id": f"m{i}", "sender_id": "alice",
+              "text": text, "is_mention": True, **kwargs}
+    return InboundMessage(**fields)
+
+
+async def settle(adapter: MemoryAdapter, count: int) -> list[str]:
+    async with asyncio.timeout(5):
+        while len(adapter.sent) < count:
+            await asyncio.sleep(0.001)
+    return [m.content for m in adapter.sent]
+
+
+async def test_priming_bots_and_unaddressed_messages_are_seen_not_answered(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    fresh = manager.ingest(adapter, [msg(1, priming=True), msg(2, from_bot=True),
+                                     msg(3, is_mention=False), msg(4, "real")])
+    assert [m.message_id for m in fresh] == ["m4"]
+    assert adapter.committed == ["m1", "m2", "m3", "m4"]
+    assert await settle(adapter, 1) == ["echo: real"]
+    assert all(bus.inbound.is_seen(f"chat:c1:m{i}") for i in range(1, 5))
+    assert manager.ingest(adapter, [msg(1), msg(4)]) == []  # never answered later
+
+
+async def test_unknown_user_gets_one_polite_refusal_per_cooldown(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    manager.ingest(adapter, [msg(1, sender_id="mallory"), msg(2, sender_id="mallory")])
+    replies = await settle(adapter, 1)
+    assert len(replies) == 1 and "mallory" in replies[0] and "CHAT_ALLOWED_USERS" in replies[0]
+    assert model.inputs == []
+    manager.ingest(adapter, [msg(3, sender_id="mallory")])
+    await asyncio.sleep(0.01)
+    assert len(adapter.sent) == 1
+
+
+async def test_star_allows_everyone(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build(access=AccessPolicy.from_lists({"chat": ["*"]}))
+    manager.ingest(adapter, [msg(1, "yo", sender_id="anyone")])
+    assert await settle(adapter, 1) == ["echo: yo"]
+
+
+async def test_commands(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    manager.ingest(adapter, [msg(1, "/help"), msg(2, "/repl 1+1"), msg(3, "/frobnicate"),
+                             msg(4, "/stop")])
+    replies = await settle(adapter, 4)
+    assert replies[0].startswith("Commands:") and "/stop" in replies[0]
+    assert "/repl is not available" in replies[1]
+    assert replies[2].startswith("I don't know the command /frobnicate") and "Commands:" in \
+        replies[2]
+    assert replies[3] == "Nothing is running in this chat."
+    assert model.inputs == []
+
+
+async def test_stop_command_and_stop_reaction_abort_a_running_answer(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    model.gate = asyncio.Event()
+    manager.ingest(adapter, [msg(1, "long job")])
+    async with asyncio.timeout(5):
+        while manager.runs.count() == 0:
+            await asyncio.sleep(0.001)
+    manager.ingest(adapter, [msg(2, "", kind="reaction", reaction="🛑", target_message_id="m1")])
+    assert await settle(adapter, 1) == ["Stopped."]
+    assert adapter.typing and adapter.typing[-1] is False
+    assert ("c1", "m1", "👀") not in adapter.reactions  # no read-ack emoji for this platform
+
+
+async def test_grouping_answers_a_burst_once(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build(grouping_window_s=0.05, grouping_max=10)
+    manager.ingest(adapter, [msg(1, "first"), msg(2, "second"), msg(3, "third")])
+    assert await settle(adapter, 1) == ["echo: first\nsecond\nthird"]
+    await asyncio.sleep(0.05)
+    assert len(adapter.sent) == 1
+    assert bus.inbound.pending_count == 0
+
+
+async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    model.reply = " ".join(f"w{i:03d}" for i in range(200))
+    manager.ingest(adapter, [msg(1)])
+    parts = await settle(adapter, 3)
+    assert [p[:5] for p in parts] == ["[1/3]", "[2/3]", "[3/3]"]
+    assert all(len(p) <= 400 for p in parts)
+    assert " ".join(p.split(" ", 1)[1] for p in parts).split() == model.reply.split()
+    adapter.sent.clear()
+    model.reply = "x" * 2000
+    manager.ingest(adapter, [msg(2)])
+    await settle(adapter, 1)
+    assert adapter.sent[0].metadata["as_file"] and adapter.sent[0].content == "x" * 2000
+
+
+async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    manager.ingest(adapter, [msg(1, "see file", attachments=[Attachment(name="a.txt",
+                                                                        url="http://x/a")])])
+    await settle(adapter, 1)
+    assert f"saved at {tmp_path / 'files' / 'chat' / 'a.txt'}" in model.inputs[0]
