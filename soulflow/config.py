@@ -143,6 +143,54 @@ SETTINGS: tuple[Setting, ...] = (
             "Period of the background fsync.", "Durability"),
     Setting("SHUTDOWN_GRACE_S", _float_range(0, 300), "10",
             "How long a shutdown waits for answers and sends in flight.", "Durability"),
+    # channels
+    Setting("SLACK_BOT_TOKEN", _text, "", "Slack bot token (xoxb-…); enables the Slack channel.",
+            "Slack", secret=True),
+    Setting("SLACK_APP_TOKEN", _text, "",
+            "Slack app-level token (xapp-…); when set, events arrive over Socket Mode.",
+            "Slack", secret=True),
+    Setting("SLACK_DEFAULT_CHANNEL", _text, "",
+            "Channel id polled when Socket Mode is off (e.g. C0123456789).", "Slack"),
+    Setting("SLACK_API_URL", _url, "https://slack.com/api/", "Slack Web API base URL.", "Slack"),
+    Setting("SLACK_ALLOWED_USERS", _text, "",
+            "Slack user ids allowed to talk to the agent, comma-separated; * for everyone.",
+            "Slack"),
+    Setting("TELEGRAM_BOT_TOKEN", _text, "", "Telegram bot token from @BotFather; enables "
+            "the Telegram channel.", "Telegram", secret=True),
+    Setting("TELEGRAM_DEFAULT_CHAT_ID", _text, "",
+            "Chat that receives notices with no other target (e.g. -1001234567890).",
+            "Telegram"),
+    Setting("TELEGRAM_API_URL", _url, "https://api.telegram.org",
+            "Bot API server (self-hosted servers and proxies work).", "Telegram"),
+    Setting("TELEGRAM_ALLOWED_USERS", _text, "",
+            "Telegram user ids allowed to talk to the agent, comma-separated; * for everyone.",
+            "Telegram"),
+    Setting("DISCORD_BOT_TOKEN", _text, "", "Discord bot token; enables the Discord channel.",
+            "Discord", secret=True),
+    Setting("DISCORD_DEFAULT_CHANNEL", _text, "",
+            "Channel id that receives notices with no other target.", "Discord"),
+    Setting("DISCORD_API_URL", _url, "https://discord.com/api/v10", "Discord REST base URL.",
+            "Discord"),
+    Setting("DISCORD_GATEWAY_URL", _text, "",
+            "Discord gateway websocket URL (empty: discord.py's default).", "Discord"),
+    Setting("DISCORD_ALLOWED_USERS", _text, "",
+            "Discord user ids allowed to talk to the agent, comma-separated; * for everyone.",
+            "Discord"),
+    Setting("CHANNEL_GROUPING_ENABLED", _choice("true", "false", "1", "0", "yes", "no"),
+            "false", "Answer a burst of messages from one sender as one input.", "Channels"),
+    Setting("CHANNEL_GROUPING_WINDOW_MS", _int_range(50, 60_000), "1500",
+            "How long to wait for more messages of a burst.", "Channels"),
+    Setting("CHANNEL_GROUPING_MAX", _int_range(1, 100), "5",
+            "Most messages grouped into one input.", "Channels"),
+    Setting("CHANNEL_SEND_INTERVAL_MS", _int_range(0, 60_000), "1000",
+            "Minimum pause between two messages to one platform chat (platform rate limits).",
+            "Channels"),
+    Setting("CHANNEL_POLL_TIMEOUT_S", _int_range(1, 50), "25",
+            "Long-poll timeout for Telegram's getUpdates.", "Channels"),
+    Setting("MAX_DOWNLOAD_MB", _int_range(1, 2000), "20",
+            "Largest attachment downloaded to runtime/inbound-files/.", "Channels"),
+    Setting("REFUSAL_COOLDOWN_S", _int_range(0, 604_800), "3600",
+            "After refusing an unknown user once, ignore them for this long.", "Channels"),
     # dashboard
     Setting("DASHBOARD_ENABLED", _choice("true", "false", "1", "0", "yes", "no"), "true",
             "Serve the dashboard and HTTP API (the local chat needs it).", "Dashboard"),
@@ -208,6 +256,11 @@ def load_settings(workspace: Path, environ: Mapping[str, str] | None = None) -> 
     return settings
 
 
+def id_list(raw: str) -> list[str]:
+    """`a, b,c` → ["a", "b", "c"]; used for the *_ALLOWED_USERS lists."""
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -230,6 +283,15 @@ def _check_rules(settings: Settings) -> None:
         except ValueError:
             raise ConfigError(f"PHI4_BASE_URL must be {_url.expected} (got {phi4[:60]!r})") \
                 from None
+    if settings["SLACK_BOT_TOKEN"] and not settings["SLACK_APP_TOKEN"] \
+            and not settings["SLACK_DEFAULT_CHANNEL"]:
+        raise ConfigError("SLACK_BOT_TOKEN is set without SLACK_APP_TOKEN, so Slack is polled: "
+                          "set SLACK_DEFAULT_CHANNEL to the channel id to poll, or set "
+                          "SLACK_APP_TOKEN to use Socket Mode")
+    gateway = settings["DISCORD_GATEWAY_URL"]
+    if gateway and urlparse(gateway).scheme not in ("ws", "wss"):
+        raise ConfigError("DISCORD_GATEWAY_URL must be a ws:// or wss:// URL "
+                          f"(got {gateway[:60]!r})")
     if settings["PROVIDER"] == "openrouter" and not settings["OPENROUTER_API_KEY"]:
         raise ConfigError("PROVIDER=openrouter needs OPENROUTER_API_KEY")
     if settings["PROVIDER"] == "phi4_local" and not phi4:
