@@ -1,0 +1,367 @@
+"""The Slack channel: Socket Mode (push) or history polling, replies via the Web API.
+
+Only this module family (`slack*.py`) imports slack_sdk, so the rest of SoulFlow never sees
+a Slack object. The inbound transports (Socket Mode receiver, history poller) live in
+`slack_socket`; pure conversions (mrkdwn, events, timestamps) in `slack_format`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
+from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.rendering import split_text
+from soulflow.channels.slack_format import (
+    SlackEventParser,
+    error_code,
+    escape,
+    markdown_to_mrkdwn,
+    retry_after,
+    safe_filename,
+)
+from soulflow.channels.slack_socket import (
+    NETWORK_ERRORS,
+    HistoryPoller,
+    RecentKeys,
+    SocketReceiver,
+    SocketStartError,
+    envelope_event,
+)
+from soulflow.channels.state import ChannelState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://slack.com/api/"
+BOT_TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive",
+                                "token_revoked", "token_expired"})
+#: Errors that no retry can fix: the dispatcher sends these straight to the DLQ.
+PERMANENT_ERRORS = BOT_TOKEN_REJECTED | {
+    "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text",
+    "missing_scope", "restricted_action", "invalid_blocks", "invalid_blocks_format",
+    "not_allowed_token_type", "invalid_arguments", "cannot_reply_to_message"}
+#: Rejections of the converted text itself: worth one more try as plain text.
+CONTENT_ERRORS = frozenset({"msg_too_long", "invalid_blocks", "invalid_blocks_format", "no_text"})
+_NAME_LOOKUP_S = 3.0
+
+
+class SlackStartError(RuntimeError):
+    """The Slack channel cannot start; the message is one sentence saying what to fix."""
+
+
+def api_send_error(exc: SlackApiError) -> SendError:
+    """Classify a Web API failure for the dispatcher: wait, retry, or give up."""
+    code, status = error_code(exc), exc.response.status_code
+    if status == 429 or code == "ratelimited":
+        wait = retry_after(exc)
+        return SendError(f"Slack rate limit; retry after {wait:g}s", retry_after=wait)
+    return SendError(f"Slack rejected the request: {code} (HTTP {status})",
+                     permanent=code in PERMANENT_ERRORS)
+
+
+class SlackChannel(ChannelAdapter):
+    """Slack through a bot token, in one of two modes.
+
+    *Socket Mode* (`app_token` set): Slack pushes events over a websocket; every message,
+    mention, DM and `reaction_added` the app is subscribed to is delivered.
+    *Polling* (no `app_token`): `conversations.history` of `default_channel` every
+    `poll_interval_s`, plus `conversations.replies` of threads the bot answered in during
+    the last `thread_follow_s`. Polling never delivers reactions (Slack has no history of
+    reaction events), DMs, or threads the bot has not replied in.
+
+    Slack has no typing indicator for bots, so `set_typing` does nothing.
+    """
+
+    name = "slack"
+
+    def __init__(self, *, bot_token: str, state: ChannelState, app_token: str | None = None,
+                 api_url: str = DEFAULT_API_URL, default_channel: str | None = None,
+                 poll_interval_s: float = 2.0, max_download_bytes: int = 20 * 2**20,
+                 send_interval_s: float = 1.0, thread_follow_s: float = 3600,
+                 socket_ping_interval_s: float = 5.0) -> None:
+        self.limits = ChannelLimits(max_text=3500, chunk_size=3400,
+                                    file_fallback_threshold=14_000,
+                                    send_interval_s=send_interval_s)
+        self.bot_token = bot_token
+        self.app_token = app_token or None
+        self.api_url = api_url if api_url.endswith("/") else api_url + "/"
+        self.default_channel = default_channel or None
+        self.poll_interval_s = poll_interval_s
+        self.max_download_bytes = max_download_bytes
+        self.thread_follow_s = thread_follow_s
+        self.socket_ping_interval_s = socket_ping_interval_s
+        self.bot_user_id = ""
+        self.team = ""
+        self._state = state
+        self._session: aiohttp.ClientSession | None = None
+        self._web: AsyncWebClient | None = None
+        self._socket: SocketReceiver | None = None
+        self._parser = SlackEventParser(bot_user_id="")
+        self._recent = RecentKeys()
+        self._names: dict[str, str] = {}
+        self._poller: HistoryPoller | None = None
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.app_token is not None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self.socket_mode and not self.default_channel:
+            raise SlackStartError("SLACK_DEFAULT_CHANNEL is required when SLACK_APP_TOKEN is "
+                                  "not set (polling mode reads one channel's history)")
+        self._session = aiohttp.ClientSession()
+        self._web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
+                                   session=self._session)
+        try:
+            await self._identify()
+            if self.socket_mode:
+                await self._connect_socket()
+            else:
+                await self._check_channel()
+                self._poller = HistoryPoller(
+                    self._api, str(self.default_channel), self._state, self._parser,
+                    interval_s=self.poll_interval_s, follow_s=self.thread_follow_s)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _identify(self) -> None:
+        try:
+            auth = await self._api().auth_test()
+        except SlackApiError as exc:
+            code = error_code(exc)
+            if code in BOT_TOKEN_REJECTED:
+                raise SlackStartError(
+                    f"Slack rejected SLACK_BOT_TOKEN ({code}); copy the Bot User OAuth Token "
+                    "(xoxb-...) of an installed Slack app into SLACK_BOT_TOKEN") from None
+            raise SlackStartError(f"Slack auth.test failed ({code})") from None
+        except NETWORK_ERRORS as exc:
+            raise SlackStartError(f"cannot reach the Slack API at {self.api_url}: {exc}") from None
+        self.bot_user_id, self.team = str(auth["user_id"]), str(auth.get("team") or "")
+        self._parser = SlackEventParser(self.bot_user_id, auth.get("bot_id"))
+
+    async def _connect_socket(self) -> None:
+        # the app token is passed per call; this client must not carry the bot token
+        web = AsyncWebClient(base_url=self.api_url, session=self._session)
+        self._socket = SocketReceiver(str(self.app_token), web,
+                                      ping_interval_s=self.socket_ping_interval_s)
+        try:
+            await self._socket.connect()
+        except SocketStartError as exc:
+            raise SlackStartError(str(exc)) from None
+
+    async def _check_channel(self) -> None:
+        """Fail at start, not at every poll, when the polled channel cannot be read."""
+        channel = self.default_channel
+        try:
+            info = (await self._api().conversations_info(channel=channel))["channel"]
+        except SlackApiError as exc:
+            code = error_code(exc)
+            if code == "channel_not_found":
+                raise SlackStartError(f"SLACK_DEFAULT_CHANNEL {channel} was not found; use the "
+                                      "channel id (C...) of a channel the bot is in") from None
+            log.warning("slack: cannot check channel %s (%s); polling anyway", channel, code)
+            return
+        except NETWORK_ERRORS as exc:
+            raise SlackStartError(f"cannot reach the Slack API at {self.api_url}: {exc}") from None
+        if info.get("is_member") is False:
+            raise SlackStartError(f"the Slack bot is not a member of SLACK_DEFAULT_CHANNEL "
+                                  f"{channel}; invite it with /invite @<bot name>")
+
+    async def stop(self) -> None:
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            await socket.close()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        self._web = None
+
+    def _api(self) -> AsyncWebClient:
+        if self._web is None:
+            raise RuntimeError("the Slack channel is not started")
+        return self._web
+
+    # -- inbound -------------------------------------------------------------------------
+
+    async def read(self) -> list[InboundMessage]:
+        """New messages; a bad event or a failed poll is logged, never raised."""
+        self._api()
+        try:
+            batch = await (self._poller.poll() if self._poller else self._read_socket())
+            await self._fill_names(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("slack: reading failed; will try again")
+            return []
+        return batch
+
+    async def _read_socket(self) -> list[InboundMessage]:
+        assert self._socket is not None
+        fresh = []
+        for envelope in await self._socket.next_batch(1.0):
+            event = envelope_event(envelope)
+            message = self._parser.parse(event) if event is not None else None
+            if message is not None and self._recent.add(message.key):
+                fresh.append(message)
+        return fresh
+
+    async def _fill_names(self, batch: list[InboundMessage]) -> None:
+        """Display names for the agent (`users.info`, cached; a failure leaves it empty)."""
+        for message in batch:
+            if not message.priming and not message.from_bot and not message.sender_name:
+                message.sender_name = await self._user_name(message.sender_id)
+
+    async def _user_name(self, user_id: str) -> str:
+        if user_id not in self._names:
+            name = ""
+            try:
+                reply = await asyncio.wait_for(self._api().users_info(user=user_id),
+                                               _NAME_LOOKUP_S)
+                user = reply["user"]
+                profile = user.get("profile") or {}
+                name = str(profile.get("display_name") or user.get("real_name")
+                           or user.get("name") or "")
+            except (SlackApiError, *NETWORK_ERRORS, KeyError, TypeError, AttributeError) as exc:
+                log.debug("slack: no name for %s (%s)", user_id, exc)
+            self._names[user_id] = name
+        return self._names[user_id]
+
+    def commit(self, messages: list[InboundMessage]) -> None:
+        """Persist the polling cursors up to `messages` (journaled by now)."""
+        if self._poller is not None:
+            self._poller.commit(messages)
+
+    # -- outbound ------------------------------------------------------------------------
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        meta = message.metadata
+        thread_ts = message.thread_id or (message.reply_to if meta.get("thread_reply") else None)
+        try:
+            if meta.get("as_file"):
+                ids = await self._upload(message, thread_ts)
+            else:
+                ids = await self._post_text(message.chat_id, message.content, thread_ts)
+        except SlackApiError as exc:
+            raise api_send_error(exc) from None
+        except SlackClientError as exc:
+            raise SendError(f"Slack client refused the request: {exc}", permanent=True) from None
+        except NETWORK_ERRORS as exc:
+            raise SendError(f"network error talking to Slack: {type(exc).__name__}: {exc}"
+                            ) from None
+        if thread_ts and self._poller is not None and message.chat_id == self._poller.channel:
+            self._poller.follow(thread_ts)
+        return SendResult(platform_message_ids=ids)
+
+    async def _upload(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
+        if not message.content:
+            raise SendError("cannot upload an empty file to Slack", permanent=True)
+        meta = message.metadata
+        reply = await self._api().files_upload_v2(
+            channel=message.chat_id, thread_ts=thread_ts, content=message.content,
+            filename=meta.get("filename") or "reply.txt", initial_comment=meta.get("note"))
+        files = reply.get("files") or [reply.get("file")]
+        return [str(f["id"]) for f in files if isinstance(f, dict) and f.get("id")]
+
+    async def _post_text(self, chat_id: str, text: str, thread_ts: str | None) -> list[str]:
+        if not text.strip():
+            raise SendError("Slack does not accept an empty message", permanent=True)
+        try:
+            return [await self._post(chat_id, markdown_to_mrkdwn(text), thread_ts)]
+        except SlackApiError as exc:
+            code = error_code(exc)
+            if code not in CONTENT_ERRORS:
+                raise
+        log.warning("slack: %s rejected the formatted reply (%s); sending it as plain text",
+                    chat_id, code)
+        parts = split_text(text, self.limits.chunk_size) if code == "msg_too_long" else [text]
+        return [await self._post(chat_id, escape(part), thread_ts, mrkdwn=False)
+                for part in parts]
+
+    async def _post(self, chat_id: str, text: str, thread_ts: str | None, *,
+                    mrkdwn: bool = True) -> str:
+        reply = await self._api().chat_postMessage(channel=chat_id, text=text,
+                                                   thread_ts=thread_ts, unfurl_links=False,
+                                                   mrkdwn=mrkdwn)
+        return str(reply["ts"])
+
+    async def set_typing(self, chat_id: str, on: bool) -> None:
+        """No-op: Slack offers bots no typing indicator (the read-ack reaction gives the
+        user feedback instead)."""
+
+    async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
+        """React with `emoji` (`eyes` or `:eyes:`); reacting twice is not an error."""
+        try:
+            await self._api().reactions_add(channel=chat_id, timestamp=message_id,
+                                            name=emoji.strip().strip(":"))
+        except SlackApiError as exc:
+            if error_code(exc) != "already_reacted":
+                raise api_send_error(exc) from None
+        except NETWORK_ERRORS as exc:
+            raise SendError(f"network error talking to Slack: {exc}") from None
+
+    # -- files ---------------------------------------------------------------------------
+
+    async def download(self, attachment: Attachment, directory: Path) -> Path:
+        """Fetch a shared file (bot token required) into `directory`, at most
+        `max_download_bytes`; raises OSError with the reason otherwise."""
+        url, limit, label = attachment.url, self.max_download_bytes, attachment.name
+        if not url:
+            raise OSError(f"Slack file {label!r} has no download URL")
+        if attachment.size is not None and attachment.size > limit:
+            raise OSError(f"Slack file {label!r} is {attachment.size:,} bytes; the limit is "
+                          f"{limit:,}")
+        if not self._trusted_file_host(url):
+            raise OSError(f"refusing to send the Slack token to {urlsplit(url).hostname}")
+        data = await self._fetch_file(url, label, attachment.mime_type)
+        target = directory / safe_filename(label, attachment.file_id or "")
+        await asyncio.to_thread(_write_file, target, data)
+        return target
+
+    def _trusted_file_host(self, url: str) -> bool:
+        host = (urlsplit(url).hostname or "").lower()
+        api_host = (urlsplit(self.api_url).hostname or "").lower()
+        return bool(host) and (host == api_host or host == "slack.com"
+                               or host.endswith(".slack.com"))
+
+    async def _fetch_file(self, url: str, label: str, mime_type: str | None) -> bytes:
+        if self._session is None:
+            raise OSError("the Slack channel is not started")
+        limit, data = self.max_download_bytes, bytearray()
+        headers = {"Authorization": f"Bearer {self.bot_token}"}
+        try:
+            async with self._session.get(url, headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=300)) as resp:
+                if resp.status != 200:
+                    raise OSError(f"Slack answered HTTP {resp.status} for file {label!r}")
+                if resp.content_type == "text/html" and mime_type != "text/html":
+                    raise OSError(f"Slack served a login page instead of {label!r}: the bot "
+                                  "token needs the files:read scope")
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    data += chunk
+                    if len(data) > limit:
+                        raise OSError(f"Slack file {label!r} exceeds the {limit:,}-byte limit")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise OSError(f"download of {label!r} failed: {exc}") from None
+        return bytes(data)
+
+
+def _write_file(target: Path, data: bytes) -> None:
+    """Write via a temporary name so a half-written file never appears under `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.part")
+    try:
+        partial.write_bytes(data)
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
