@@ -1,0 +1,398 @@
+"""The Discord channel: discord.py's gateway client for events, its REST client for sends.
+
+Redirection. discord.py has no per-client base URL, so `start()` sets the class attributes
+`discord.http.Route.BASE` and `discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY` process-wide
+from `api_url` / `gateway_url` and `stop()` restores them: one daemon runs one Discord bot.
+
+Staying connected. discord.py reconnects and resumes by itself after network drops, but a
+malformed event crashes its parser and ends `Client.connect()`. A supervisor task logs that,
+throws the client away and connects a fresh one with exponential backoff.
+
+Nothing skipped across restarts and re-identifies. The gateway pushes live events only, and a
+new session does not replay what happened before it. `commit()` stores the newest message id
+per channel (`last:<channel id>` in the channel state); after every READY the adapter fetches
+each known channel's messages after that id (`GET /channels/{id}/messages?after=`, at most
+`catch_up_limit` per channel). The inbound journal's dedupe makes a message fetched twice
+harmless, so a crash between journal and commit neither re-answers nor skips. Channels without
+a cursor are primed with their current last message id, so old history is never answered.
+Limits: reactions made while disconnected are not recovered (Discord keeps no reaction log);
+channels without a cursor -- created while the daemon was down, or a DM from someone who never
+wrote before -- are not fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import discord
+import discord.abc
+import discord.gateway
+import discord.http
+import yarl
+
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
+from soulflow.channels import discord_format as fmt
+from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.rendering import RenderedPart, render_reply
+from soulflow.channels.state import ChannelState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://discord.com/api/v10"
+_CURSOR = "last:"
+_RECENT_KEYS = 5000
+_PARTIAL_SENDS = 1000
+# Every new client IDENTIFYs, and Discord allows ~1000 a day: a client that keeps dying right
+# after READY must back off too, so the backoff only resets after a connection held a while.
+_MAX_BACKOFF_S = 120.0
+_STABLE_S = 60.0
+
+
+class DiscordStartError(RuntimeError):
+    """The adapter could not connect; the message says what the operator should fix."""
+
+
+class DiscordChannel(ChannelAdapter):
+    """One Discord bot: its guild channels, threads and DMs as chats."""
+
+    name = "discord"
+
+    def __init__(self, *, token: str, state: ChannelState, api_url: str = DEFAULT_API_URL,
+                 gateway_url: str | None = None, max_download_bytes: int = 20 * 2**20,
+                 send_interval_s: float = 1.0, guild_ready_timeout: float = 2.0,
+                 fast_identify: bool = False, ready_timeout: float = 30.0,
+                 reconnect_delay_s: float = 1.0, catch_up_limit: int = 100,
+                 max_ratelimit_timeout: float = 30.0) -> None:
+        self.limits = ChannelLimits(max_text=2000, chunk_size=1900, file_fallback_threshold=14_000,
+                                    send_interval_s=send_interval_s)
+        self.api_url = api_url.rstrip("/")
+        self.gateway_url = gateway_url
+        self.max_download_bytes = max_download_bytes
+        self.fast_identify = fast_identify
+        self.ready_timeout = ready_timeout
+        self.reconnect_delay_s = reconnect_delay_s
+        self.catch_up_limit = catch_up_limit
+        self._token = token
+        self._state = state
+        self._client_options = {"guild_ready_timeout": guild_ready_timeout,
+                                "max_ratelimit_timeout": max_ratelimit_timeout}
+        self._queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self._client: fmt.EventClient | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._failures = 0
+        self._ready_at = 0.0
+        self._saved_urls: tuple[str, yarl.URL] | None = None
+        self._cursors: dict[int, int] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._partial_sends: OrderedDict[str, list[str]] = OrderedDict()
+        self._catch_up_lock = asyncio.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Log in (a bad token fails here, clearly), connect, and wait for READY."""
+        if self._supervisor is not None:
+            return
+        self._closing, self._failures, self._ready = False, 0, asyncio.Event()
+        self._redirect()
+        self._load_cursors()
+        try:
+            self._client = await self._login()
+            self._supervisor = asyncio.create_task(self._supervise(), name="discord:gateway")
+            await self._wait_ready(self._supervisor)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        self._closing = True
+        await self._discard_client()
+        tasks = [t for t in (self._supervisor, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._discard_client()  # a login racing the cancellation
+        self._supervisor = None
+        self._restore_urls()
+
+    def _redirect(self) -> None:
+        route, socket = discord.http.Route, discord.gateway.DiscordWebSocket
+        if self._saved_urls is None:
+            self._saved_urls = (route.BASE, socket.DEFAULT_GATEWAY)
+        route.BASE = self.api_url
+        if self.gateway_url:
+            socket.DEFAULT_GATEWAY = yarl.URL(self.gateway_url)
+
+    def _restore_urls(self) -> None:
+        if self._saved_urls is not None:
+            discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = (
+                self._saved_urls)
+            self._saved_urls = None
+
+    async def _login(self) -> fmt.EventClient:
+        events = fmt.ClientEvents(self._on_ready, self._on_message, self._on_reaction)
+        client = fmt.EventClient(events, fast_identify=self.fast_identify, **self._client_options)
+        try:
+            await client.login(self._token)
+        except BaseException as exc:
+            await client.close()
+            if isinstance(exc, discord.LoginFailure):
+                raise DiscordStartError(
+                    "Discord rejected DISCORD_BOT_TOKEN (401); copy the token again from the "
+                    "Developer Portal (Applications > your app > Bot > Reset Token).") from None
+            if isinstance(exc, discord.HTTPException | aiohttp.ClientError | OSError
+                          | TimeoutError):
+                raise DiscordStartError(
+                    f"Cannot reach the Discord API at {self.api_url}: {exc}") from exc
+            raise
+        return client
+
+    async def _wait_ready(self, supervisor: asyncio.Task[None]) -> None:
+        ready = asyncio.create_task(self._ready.wait())
+        try:
+            await asyncio.wait({ready, supervisor}, timeout=self.ready_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if self._ready.is_set():
+            return
+        if supervisor.done() and not supervisor.cancelled() and supervisor.exception():
+            error = supervisor.exception()
+            assert error is not None
+            raise DiscordStartError(fmt.explain_start_failure(error)) from error
+        raise DiscordStartError(f"Discord's gateway did not become ready within "
+                                f"{self.ready_timeout:.0f}s; check the network.")
+
+    async def _supervise(self) -> None:
+        """Keep one gateway connection until stop(); replace the client whenever it dies."""
+        while not self._closing:
+            try:
+                if self._client is None:
+                    self._client = await self._login()
+                await self._client.connect(reconnect=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closing:
+                    return
+                if not self._ready.is_set():
+                    raise  # start() turns it into a DiscordStartError
+                log.error("Discord connection failed (%s: %s); reconnecting with a new client",
+                          type(exc).__name__, exc, exc_info=not isinstance(exc, DiscordStartError))
+            else:
+                if self._closing:
+                    return
+                log.warning("Discord gateway connection ended; reconnecting")
+            await self._discard_client()
+            stable = asyncio.get_running_loop().time() - self._ready_at > _STABLE_S
+            self._failures = 1 if stable else self._failures + 1
+            await asyncio.sleep(min(_MAX_BACKOFF_S,
+                                    self.reconnect_delay_s * 2 ** (self._failures - 1)))
+
+    async def _discard_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await client.close()
+            except Exception as exc:  # closing a broken connection may fail; it is gone anyway
+                log.debug("closing the Discord client failed: %s", exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("Discord background task %s failed", task.get_name(),
+                      exc_info=task.exception())
+
+    # -- inbound -------------------------------------------------------------------------
+
+    def _on_ready(self, client: discord.Client) -> None:
+        self._ready_at = asyncio.get_running_loop().time()
+        self._ready.set()
+        log.info("Discord connected as %s", client.user)
+        self._spawn(self._catch_up(client), "discord:catch-up")
+
+    def _on_message(self, client: discord.Client, message: discord.Message) -> None:
+        self._accept(lambda bot_id: fmt.inbound_from_message(message, bot_id), client)
+
+    def _on_reaction(self, client: discord.Client, event: discord.RawReactionActionEvent
+                     ) -> None:
+        self._accept(lambda bot_id: fmt.inbound_from_reaction(event, bot_id), client)
+
+    def _accept(self, convert: Callable[[int], InboundMessage | None],
+                client: discord.Client) -> None:
+        try:
+            assert client.user is not None
+            inbound = convert(client.user.id)
+        except Exception:  # one odd event must not stop the others
+            log.exception("skipping a Discord event that could not be read")
+            return
+        if inbound is not None:
+            self._enqueue(inbound)
+
+    def _enqueue(self, message: InboundMessage) -> None:
+        """Queue once: live events and catch-up fetches may both deliver a message."""
+        if message.key in self._recent:
+            return
+        self._recent[message.key] = None
+        if len(self._recent) > _RECENT_KEYS:
+            self._recent.popitem(last=False)
+        if message.kind == "message":
+            channel_id, message_id = int(message.chat_id), int(message.message_id)
+            self._cursors[channel_id] = max(self._cursors.get(channel_id, 0), message_id)
+        self._queue.put_nowait(message)
+
+    async def read(self) -> list[InboundMessage]:
+        try:
+            first = await asyncio.wait_for(self._queue.get(), timeout=1.0)
+        except TimeoutError:
+            return []
+        batch = [first]
+        while not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        return batch
+
+    def commit(self, messages: list[InboundMessage]) -> None:
+        """Move each channel's cursor to the newest journaled message (only ever forward)."""
+        updates: dict[str, str] = {}
+        for message in messages:
+            if message.provider != self.name or message.kind != "message":
+                continue
+            key = f"{_CURSOR}{message.chat_id}"
+            current = str(updates.get(key) or self._state.get(key) or "")
+            if not current.isdigit() or int(message.message_id) > int(current):
+                updates[key] = message.message_id
+        if updates:
+            self._state.update(updates)
+
+    def _load_cursors(self) -> None:
+        for key, value in self._state.snapshot().items():
+            if key.startswith(_CURSOR) and str(value).isdigit():
+                channel_id = int(key.removeprefix(_CURSOR))
+                self._cursors[channel_id] = max(self._cursors.get(channel_id, 0), int(value))
+
+    # -- catching up after a (re)connect -------------------------------------------------
+
+    async def _catch_up(self, client: discord.Client) -> None:
+        async with self._catch_up_lock:
+            self._prime(client)
+            for channel_id, after in list(self._cursors.items()):
+                if self._closing or client is not self._client:
+                    return
+                await self._catch_up_channel(client, channel_id, after)
+
+    def _prime(self, client: discord.Client) -> None:
+        baseline = fmt.baseline_cursors(client, self._cursors)
+        self._cursors.update(baseline)
+        if baseline:
+            self._state.update({f"{_CURSOR}{cid}": str(mid) for cid, mid in baseline.items()})
+
+    async def _catch_up_channel(self, client: discord.Client, channel_id: int, after: int
+                                ) -> None:
+        try:
+            missed = await fmt.missed_messages(client, channel_id, after, self.catch_up_limit)
+        except (discord.NotFound, discord.Forbidden) as exc:
+            log.info("not catching up on Discord channel %s: %s", channel_id, exc)
+            self._cursors.pop(channel_id, None)
+            return
+        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("catching up on Discord channel %s failed: %s", channel_id, exc)
+            return
+        for message in missed:
+            self._on_message(client, message)
+        if missed:
+            log.info("fetched %d Discord message(s) from channel %s missed while disconnected",
+                     len(missed), channel_id)
+        if len(missed) >= self.catch_up_limit:
+            log.warning("channel %s had more than %d missed messages; the rest are fetched "
+                        "after the next reconnect", channel_id, self.catch_up_limit)
+
+    # -- outbound ------------------------------------------------------------------------
+
+    def _connected(self) -> discord.Client:
+        client = self._client
+        if client is None or client.is_closed() or client.user is None:
+            raise SendError("Discord is not connected (reconnecting); will retry")
+        return client
+
+    def _messageable(self, chat_id: str) -> discord.abc.Messageable:
+        client = self._connected()
+        if not chat_id.isdigit():
+            raise SendError(f"{chat_id[:80]!r} is not a Discord channel id", permanent=True)
+        channel = client.get_channel(int(chat_id))
+        if isinstance(channel, discord.abc.Messageable):
+            return channel
+        return client.get_partial_messageable(int(chat_id))  # DMs and uncached channels
+
+    def _parts(self, message: OutboundMessage) -> list[RenderedPart]:
+        """Rendered parts; a dispatcher that already chose a file says so in the metadata."""
+        meta = message.metadata
+        if meta.get("as_file"):
+            return [RenderedPart(text=message.content, as_file=True,
+                                 filename=str(meta.get("filename") or "reply.txt"),
+                                 note=str(meta.get("note") or ""))]
+        return render_reply(message.content, self.limits)
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        """Send every part in order; a retry after a partial failure resumes, not repeats."""
+        channel = self._messageable(message.chat_id)
+        parts = self._parts(message)
+        delivered = self._partial_sends.pop(message.message_id, [])
+        target = fmt.reply_target(message.reply_to)
+        try:
+            for part in parts[len(delivered):]:
+                reference = None
+                if target is not None and not delivered:
+                    reference = discord.MessageReference(message_id=target, channel_id=channel.id,
+                                                         fail_if_not_exists=False)
+                sent = await fmt.send_part(channel, part, reference)
+                delivered.append(str(sent.id))
+        except SendError:
+            if delivered:
+                self._partial_sends[message.message_id] = delivered
+                while len(self._partial_sends) > _PARTIAL_SENDS:
+                    self._partial_sends.popitem(last=False)
+            raise
+        return SendResult(platform_message_ids=delivered)
+
+    async def set_typing(self, chat_id: str, on: bool) -> None:
+        """Discord shows typing for ~10 s per request and has no "stop": off is a no-op."""
+        if not on:
+            return
+        channel = self._messageable(chat_id)
+        try:
+            await channel.typing()
+        except fmt.SEND_FAILURES as exc:
+            raise fmt.send_error(exc) from exc
+
+    async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
+        channel = self._messageable(chat_id)
+        target = fmt.reply_target(message_id)
+        if target is None:
+            raise SendError(f"{message_id[:80]!r} is not a Discord message id", permanent=True)
+        try:
+            await discord.PartialMessage(channel=channel, id=target).add_reaction(emoji)  # type: ignore[arg-type]
+        except fmt.SEND_FAILURES as exc:
+            raise fmt.send_error(exc) from exc
+
+    # -- files ---------------------------------------------------------------------------
+
+    async def download(self, attachment: Attachment, directory: Path) -> Path:
+        """Fetch an attachment from Discord's CDN into `directory`, refusing oversized files."""
+        data = await fmt.fetch_attachment(attachment, self.max_download_bytes)
+        target = directory / fmt.download_filename(attachment)
+        await asyncio.to_thread(fmt.write_file, target, data)
+        return target

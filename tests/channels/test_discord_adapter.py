@@ -1,0 +1,456 @@
+"""DiscordChannel with the real discord.py client against the loopback fake Discord.
+
+No SDK mocking: the adapter logs in, holds a gateway session and sends over REST to
+`FakeDiscord` running in the test's loop. Waits are on conditions with timeouts; heartbeats,
+`guild_ready_timeout` and reconnect backoff are small, and the identify pause is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import discord.gateway
+import discord.http
+import pytest
+
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
+from soulflow.channels.discord import DiscordChannel, DiscordStartError
+from soulflow.channels.state import ChannelState
+from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
+
+HEARTBEAT_MS = 250
+TIMEOUT = 5.0
+
+StartAdapter = Callable[..., Awaitable[DiscordChannel]]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(heartbeat_interval_ms=HEARTBEAT_MS) as server:
+        yield server
+
+
+@pytest.fixture
+def state_path(tmp_path: Path) -> Path:
+    return tmp_path / "cursors" / "discord.json"
+
+
+def make_adapter(fake: FakeDiscord, state_path: Path, **overrides: Any) -> DiscordChannel:
+    options: dict[str, Any] = {
+        "token": fake.token, "state": ChannelState(state_path), "api_url": fake.api_url,
+        "gateway_url": fake.gateway_url, "guild_ready_timeout": 0.05, "fast_identify": True,
+        "ready_timeout": TIMEOUT, "reconnect_delay_s": 0.05, "send_interval_s": 0.0}
+    options.update(overrides)
+    return DiscordChannel(**options)
+
+
+@pytest.fixture
+async def start_adapter(fake: FakeDiscord, state_path: Path) -> AsyncIterator[StartAdapter]:
+    adapters: list[DiscordChannel] = []
+
+    async def start(**overrides: Any) -> DiscordChannel:
+        adapter = make_adapter(fake, state_path, **overrides)
+        adapters.append(adapter)
+        await adapter.start()
+        return adapter
+
+    yield start
+    for adapter in adapters:
+        await adapter.stop()
+
+
+@pytest.fixture
+async def adapter(start_adapter: StartAdapter) -> DiscordChannel:
+    return await start_adapter()
+
+
+async def receive(adapter: DiscordChannel, count: int = 1) -> list[InboundMessage]:
+    """Read until `count` events arrived (fails after TIMEOUT)."""
+    received: list[InboundMessage] = []
+    async with asyncio.timeout(TIMEOUT):
+        while len(received) < count:
+            received.extend(await adapter.read())
+    return received
+
+
+async def receive_one(adapter: DiscordChannel) -> InboundMessage:
+    (message,) = await receive(adapter)
+    return message
+
+
+def general(fake: FakeDiscord) -> int:
+    return fake.channel_ids["general"]
+
+
+def alice(fake: FakeDiscord) -> int:
+    return fake.user_ids["alice"]
+
+
+def outbound(chat_id: int | str, content: str, **options: Any) -> OutboundMessage:
+    return OutboundMessage(provider="discord", chat_id=str(chat_id), content=content, **options)
+
+
+# -- start / stop ------------------------------------------------------------------------
+
+
+async def test_bad_token_is_one_clear_error(fake: FakeDiscord, state_path: Path) -> None:
+    base = discord.http.Route.BASE
+    adapter = make_adapter(fake, state_path, token="not-the-token")
+    with pytest.raises(DiscordStartError, match=r"rejected DISCORD_BOT_TOKEN \(401\)"):
+        await adapter.start()
+    assert base == discord.http.Route.BASE
+    assert fake.identifies == []
+
+
+async def test_missing_message_content_intent_is_explained(state_path: Path) -> None:
+    async with FakeDiscord(heartbeat_interval_ms=HEARTBEAT_MS, allowed_intents=0) as fake:
+        adapter = make_adapter(fake, state_path)
+        with pytest.raises(DiscordStartError, match="Message Content"):
+            await adapter.start()
+
+
+async def test_start_redirects_discord_py_and_stop_restores(
+        fake: FakeDiscord, state_path: Path) -> None:
+    base = discord.http.Route.BASE
+    gateway = discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    adapter = make_adapter(fake, state_path)
+    await adapter.start()
+    try:
+        assert fake.api_url == discord.http.Route.BASE
+        assert str(discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY) == fake.gateway_url
+        assert fake.identifies[0]["intents"] == (1 | 1 << 9 | 1 << 10 | 1 << 12 | 1 << 13
+                                                 | 1 << 15)
+    finally:
+        await adapter.stop()
+    assert base == discord.http.Route.BASE
+    assert gateway == discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+
+
+# -- inbound -----------------------------------------------------------------------------
+
+
+async def test_guild_mention_is_stripped_and_flagged(fake: FakeDiscord,
+                                                     adapter: DiscordChannel) -> None:
+    pushed = fake.push_message(general(fake), f"hello <@!{fake.bot_user_id}> there",
+                               alice(fake), mentions_bot=True)
+    message = await receive_one(adapter)
+    assert (message.provider, message.chat_id, message.message_id) == (
+        "discord", str(general(fake)), pushed["id"])
+    assert (message.sender_id, message.sender_name) == (str(alice(fake)), "Alice")
+    assert message.text == "hello there"
+    assert message.is_mention and not message.is_direct and not message.from_bot
+    assert message.thread_id is None and message.metadata["guild_id"] == str(fake.guild_id)
+
+
+async def test_message_without_mention(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    fake.push_message(general(fake), "just chatting", alice(fake))
+    message = await receive_one(adapter)
+    assert message.text == "just chatting" and not message.is_mention
+
+
+async def test_direct_message(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    dm = fake.dm_channel_id(alice(fake))
+    fake.push_message(dm, "psst", alice(fake))
+    message = await receive_one(adapter)
+    assert message.chat_id == str(dm) and message.is_direct and message.is_mention
+    assert message.metadata["guild_id"] is None
+
+
+async def test_other_bots_are_flagged(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    fake.push_message(general(fake), "beep", fake.user_ids["bob"], bot=True)
+    assert (await receive_one(adapter)).from_bot
+
+
+async def test_own_messages_and_reactions_are_not_returned(fake: FakeDiscord,
+                                                           adapter: DiscordChannel) -> None:
+    result = await adapter.send(outbound(general(fake), "I said this"))
+    await adapter.add_reaction(str(general(fake)), result.platform_message_ids[0], "👍")
+    fake.push_message(general(fake), "after", alice(fake))
+    received = await receive(adapter)  # the echoes came first; only the user's message shows
+    assert [m.text for m in received] == ["after"]
+
+
+async def test_reply_to_bot_message_counts_as_mention(fake: FakeDiscord,
+                                                      adapter: DiscordChannel) -> None:
+    sent = (await adapter.send(outbound(general(fake), "question?"))).platform_message_ids[0]
+    fake.push_message(general(fake), "answer", alice(fake), reply_to=int(sent))
+    reply = await receive_one(adapter)
+    assert reply.is_mention and reply.metadata["reply_to_message_id"] == sent
+
+    # a reply with the ping switched off: no mention at all, only the resolved reference
+    quiet = fake.world.build_message(fake.world.channels[general(fake)], alice(fake), "quiet",
+                                     reply_to=int(sent))
+    quiet["mentions"] = []
+    fake.push_raw_dispatch("MESSAGE_CREATE", quiet)
+    message = await receive_one(adapter)
+    assert message.text == "quiet" and message.is_mention
+
+
+async def test_reply_to_someone_else_is_not_a_mention(fake: FakeDiscord,
+                                                      adapter: DiscordChannel) -> None:
+    first = fake.push_message(general(fake), "hi", fake.user_ids["bob"])
+    fake.push_message(general(fake), "hi bob", alice(fake), reply_to=int(first["id"]))
+    _, reply = await receive(adapter, 2)
+    assert reply.text == "hi bob" and not reply.is_mention
+
+
+async def test_raw_reaction_becomes_reaction_event(fake: FakeDiscord,
+                                                   adapter: DiscordChannel) -> None:
+    sent = (await adapter.send(outbound(general(fake), "rate me"))).platform_message_ids[0]
+    fake.push_reaction(general(fake), int(sent), alice(fake), "🔥")
+    fake.push_reaction(general(fake), int(sent), alice(fake), "party:123456789012345678")
+    fire, custom = await receive(adapter, 2)
+    assert (fire.kind, fire.reaction, fire.target_message_id) == ("reaction", "🔥", sent)
+    assert fire.message_id == f"reaction-{sent}-{alice(fake)}-🔥"
+    assert (fire.chat_id, fire.sender_id) == (str(general(fake)), str(alice(fake)))
+    assert fire.is_mention  # a reaction on the bot's own message
+    assert custom.reaction == "party"
+
+
+async def test_attachment_is_described_and_downloaded(fake: FakeDiscord, tmp_path: Path,
+                                                      adapter: DiscordChannel) -> None:
+    # (the fake's CDN only serves names that need no URL quoting)
+    spec = AttachmentSpec("notes_v2.txt", b"attached bytes", "text/plain")
+    fake.push_message(general(fake), "see file", alice(fake), attachments=[spec])
+    (attachment,) = (await receive_one(adapter)).attachments
+    assert (attachment.name, attachment.size, attachment.mime_type) == (
+        "notes_v2.txt", 14, "text/plain")
+    assert attachment.file_id and attachment.url and attachment.url.startswith(fake.base_url)
+    path = await adapter.download(attachment, tmp_path / "files")
+    assert path == tmp_path / "files" / f"{attachment.file_id}_notes_v2.txt"
+    assert path.read_bytes() == b"attached bytes"
+
+    hostile = Attachment(name="../../.bash rc", url=attachment.url, file_id="../7")
+    path = await adapter.download(hostile, tmp_path / "files")
+    assert path.parent == tmp_path / "files" and path.name == "7__bash_rc"
+
+
+async def test_download_enforces_the_size_cap(fake: FakeDiscord, tmp_path: Path,
+                                              start_adapter: StartAdapter) -> None:
+    adapter = await start_adapter(max_download_bytes=10)
+    url = fake.add_attachment_file("/attachments/1/2/big.bin", b"x" * 11)
+    declared = Attachment(name="big.bin", url=url, file_id="2", size=11)
+    files = tmp_path / "files"
+    with pytest.raises(OSError, match="limit"):
+        await adapter.download(declared, files)
+    undeclared = Attachment(name="big.bin", url=url, file_id="2")  # size unknown: counted
+    with pytest.raises(OSError, match="limit"):
+        await adapter.download(undeclared, files)
+    assert not files.exists() or list(files.iterdir()) == []
+    missing = Attachment(name="gone.bin", url=f"{fake.base_url}/attachments/0/0/gone.bin")
+    with pytest.raises(OSError, match="404"):
+        await adapter.download(missing, files)
+
+
+# -- outbound ----------------------------------------------------------------------------
+
+
+async def test_send_plain_text_without_pings(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    text = f"@everyone look, <@{alice(fake)}> and <@&1> **bold**"
+    result = await adapter.send(outbound(general(fake), text))
+    (sent,) = fake.sent_messages
+    assert result.ok and result.platform_message_ids == [str(sent.id)]
+    assert sent.content == text and sent.reply_to is None
+    assert sent.payload["allowed_mentions"] == {"parse": [], "replied_user": True}
+
+
+async def test_send_reply_sets_message_reference(fake: FakeDiscord,
+                                                 adapter: DiscordChannel) -> None:
+    pushed = fake.push_message(general(fake), "question", alice(fake))
+    await adapter.send(outbound(general(fake), "answer", reply_to=pushed["id"]))
+    sent = fake.sent_messages[-1]
+    assert sent.reply_to == int(pushed["id"])
+    assert sent.payload["message_reference"]["fail_if_not_exists"] is False
+    # a reply to a reaction event answers on the message that was reacted to
+    await adapter.send(outbound(general(fake), "noted",
+                                reply_to=f"reaction-{pushed['id']}-{alice(fake)}-👍"))
+    assert fake.sent_messages[-1].reply_to == int(pushed["id"])
+
+
+async def test_send_to_a_dm_channel(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    dm = fake.dm_channel_id(alice(fake))
+    await adapter.send(outbound(dm, "private answer"))
+    assert fake.sent_messages[-1].channel_id == dm
+
+
+async def test_send_as_file(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    metadata = {"as_file": True, "filename": "answer.md", "note": "Attached."}
+    await adapter.send(outbound(general(fake), "# long answer", metadata=metadata))
+    sent = fake.sent_messages[-1]
+    assert sent.content == "Attached."
+    assert [(f.filename, f.data) for f in sent.files] == [("answer.md", b"# long answer")]
+
+    huge = "word " * 3000  # over file_fallback_threshold: rendered as a file by the adapter
+    await adapter.send(outbound(general(fake), huge))
+    assert [(f.filename, f.data) for f in fake.sent_messages[-1].files] == [
+        ("reply.txt", huge.encode())]
+
+
+async def test_long_text_is_split_in_order(fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    paragraphs = [f"paragraph {i} " + "x" * 900 for i in range(5)]
+    result = await adapter.send(outbound(general(fake), "\n\n".join(paragraphs), reply_to=None))
+    contents = [m.content or "" for m in fake.sent_messages]
+    assert len(contents) > 1 and all(len(c) <= 2000 for c in contents)
+    assert contents[0].startswith(f"[1/{len(contents)}] ")
+    assert [p for p in paragraphs if not any(p in c for c in contents)] == []
+    order = [next(i for i, c in enumerate(contents) if p in c) for p in paragraphs]
+    assert order == sorted(order)
+    assert result.platform_message_ids == [str(m.id) for m in fake.sent_messages]
+
+
+async def test_retry_after_partial_failure_does_not_repeat_parts(
+        fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    message = outbound(general(fake), "\n\n".join("y" * 1500 for _ in range(3)))
+    sending = asyncio.create_task(adapter.send(message))
+    await fake.wait_for(lambda: fake.sent_messages)
+    fake.fail_next("send_message", 503)  # the second part hits an outage
+    with pytest.raises(SendError) as failed:
+        await sending
+    assert not failed.value.permanent and len(fake.sent_messages) == 1
+    result = await adapter.send(message)
+    assert len(fake.sent_messages) == 3
+    assert result.platform_message_ids == [str(m.id) for m in fake.sent_messages]
+
+
+async def test_rate_limit_is_waited_out_and_delivered_once(fake: FakeDiscord,
+                                                           adapter: DiscordChannel) -> None:
+    fake.fail_next("send_message", 429, retry_after=0.2)
+    await adapter.send(outbound(general(fake), "patience"))
+    assert [r.status for r in fake.requests if r.name == "send_message"] == [429, 200]
+    assert [m.content for m in fake.sent_messages] == ["patience"]
+
+
+async def test_long_rate_limit_becomes_retry_after(fake: FakeDiscord,
+                                                   adapter: DiscordChannel) -> None:
+    fake.fail_next("send_message", 429, retry_after=45.0)
+    with pytest.raises(SendError) as limited:
+        await adapter.send(outbound(general(fake), "later"))
+    assert limited.value.retry_after == 45.0 and not limited.value.permanent
+    assert fake.sent_messages == []
+
+
+@pytest.mark.parametrize(("status", "permanent"), [(403, True), (400, True), (503, False)])
+async def test_send_errors_are_classified(fake: FakeDiscord, adapter: DiscordChannel,
+                                          status: int, permanent: bool) -> None:
+    fake.fail_next("send_message", status)
+    with pytest.raises(SendError) as failed:
+        await adapter.send(outbound(general(fake), "hello"))
+    assert failed.value.permanent is permanent and str(status) in str(failed.value)
+
+
+async def test_unknown_or_invalid_channel_is_permanent(adapter: DiscordChannel) -> None:
+    with pytest.raises(SendError) as unknown:
+        await adapter.send(outbound(12345, "anyone?"))
+    assert unknown.value.permanent and "404" in str(unknown.value)
+    with pytest.raises(SendError) as invalid:
+        await adapter.send(outbound("general", "anyone?"))
+    assert invalid.value.permanent
+
+
+async def test_typing_and_reaction_are_recorded(fake: FakeDiscord,
+                                                adapter: DiscordChannel) -> None:
+    pushed = fake.push_message(general(fake), "nice", alice(fake))
+    await adapter.set_typing(str(general(fake)), True)
+    await adapter.set_typing(str(general(fake)), False)  # Discord has no "stop typing"
+    await adapter.add_reaction(str(general(fake)), pushed["id"], "👀")
+    assert [t.channel_id for t in fake.typing] == [general(fake)]
+    assert [(r.message_id, r.emoji) for r in fake.reactions] == [(int(pushed["id"]), "👀")]
+
+
+async def test_send_before_start_is_a_transient_error(fake: FakeDiscord,
+                                                      state_path: Path) -> None:
+    adapter = make_adapter(fake, state_path)
+    with pytest.raises(SendError) as failed:
+        await adapter.send(outbound(general(fake), "too early"))
+    assert not failed.value.permanent
+
+
+# -- staying connected -------------------------------------------------------------------
+
+
+async def test_malformed_dispatch_does_not_stop_receiving(fake: FakeDiscord,
+                                                          adapter: DiscordChannel) -> None:
+    fake.push_raw_dispatch("MESSAGE_CREATE", {"channel_id": str(general(fake))})  # no "id"
+    fake.push_message(general(fake), "still alive", alice(fake))
+    assert (await receive_one(adapter)).text == "still alive"
+    await fake.wait_for(lambda: len(fake.identifies) >= 2)  # a fresh client took over
+    fake.push_message(general(fake), "and after", alice(fake))
+    assert (await receive_one(adapter)).text == "and after"
+    await adapter.send(outbound(general(fake), "sending works too"))
+
+
+@pytest.mark.parametrize("disruption", ["abort", "close-4000", "reconnect"])
+async def test_gateway_disruptions_are_survived(fake: FakeDiscord, adapter: DiscordChannel,
+                                                disruption: str) -> None:
+    if disruption == "reconnect":
+        assert fake.send_reconnect() == 1
+    else:
+        assert fake.drop_connection(None if disruption == "abort" else 4000) == 1
+    fake.push_message(general(fake), "while you were away", alice(fake))
+    assert (await receive_one(adapter)).text == "while you were away"
+    await fake.wait_for(lambda: fake.resumes)
+    fake.push_message(general(fake), "after resume", alice(fake))
+    assert (await receive_one(adapter)).text == "after resume"
+
+
+# -- restarts ----------------------------------------------------------------------------
+
+
+async def test_restart_fetches_what_was_missed_but_not_what_was_handled(
+        fake: FakeDiscord, start_adapter: StartAdapter, state_path: Path) -> None:
+    dm = fake.dm_channel_id(alice(fake))
+    first = await start_adapter()
+    fake.push_message(general(fake), "handled", alice(fake))
+    fake.push_message(dm, "handled dm", alice(fake))
+    first.commit(await receive(first, 2))
+    await first.stop()
+
+    fake.push_message(general(fake), "missed 1", alice(fake), mentions_bot=True)
+    fake.push_message(general(fake), "missed 2", alice(fake))
+    fake.push_message(dm, "missed dm", alice(fake))
+    fake.push_message(fake.channel_ids["bot-test"], "missed elsewhere", alice(fake))
+    second = await start_adapter()
+    received = await receive(second, 4)
+    assert sorted(m.text for m in received) == ["missed 1", "missed 2", "missed dm",
+                                                "missed elsewhere"]
+    by_text = {m.text: m for m in received}
+    assert by_text["missed 1"].is_mention and by_text["missed dm"].is_direct
+    assert [m.text for m in received if m.chat_id == str(general(fake))] == ["missed 1",
+                                                                             "missed 2"]
+    second.commit(received)
+    cursor = ChannelState(state_path).get(f"last:{general(fake)}")
+    assert cursor == by_text["missed 2"].message_id
+
+
+async def test_uncommitted_message_is_delivered_again(fake: FakeDiscord,
+                                                      start_adapter: StartAdapter) -> None:
+    first = await start_adapter()
+    fake.push_message(general(fake), "handled", alice(fake))
+    first.commit(await receive(first))
+    fake.push_message(general(fake), "read, then crashed", alice(fake))
+    lost = await receive_one(first)  # never committed: as if killed before journaling
+    await first.stop()
+    second = await start_adapter()
+    again = await receive_one(second)
+    assert (again.key, again.text) == (lost.key, "read, then crashed")
+
+
+async def test_history_before_the_first_start_is_never_answered(
+        fake: FakeDiscord, adapter: DiscordChannel, state_path: Path) -> None:
+    await adapter.stop()  # the first run primed every channel at its newest message
+    channel = fake.world.channels[general(fake)]
+    old = fake.world.build_message(channel, alice(fake), "from before")
+    state = ChannelState(state_path)
+    assert int(state.get(f"last:{general(fake)}")) < int(old["id"])
+
+    # a fresh install (no cursors) with existing history: nothing old comes back
+    fresh = make_adapter(fake, state_path.with_name("fresh.json"))
+    await fresh.start()
+    try:
+        fake.push_message(general(fake), "new", alice(fake))
+        assert [m.text for m in await receive(fresh)] == ["new"]
+    finally:
+        await fresh.stop()
