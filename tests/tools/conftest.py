@@ -1,0 +1,45 @@
+"""Shared fixtures: a fresh workspace per test and a context factory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.security.vault import SecretVault
+
+MakeCtx = Callable[..., ToolContext]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def make_ctx(workspace: Path) -> MakeCtx:
+    def make(
+        *,
+        approved: bool = False,
+        vault: SecretVault | None = None,
+        abort: asyncio.Event | None = None,
+    ) -> ToolContext:
+        chat = ChatRef(provider="local", chat_id="c1", sender_id="u1")
+        return ToolContext(workspace, chat, vault=vault, approved=approved, abort=abort)
+
+    return make
+
+
+@pytest.fixture
+def ctx(make_ctx: MakeCtx) -> ToolContext:
+    return make_ctx()
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> SecretVault:
+    return SecretVault(tmp_path / "security")

@@ -1,0 +1,269 @@
+"""Workspace containment and the file tools (read/write/edit/list), through the registry."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from soulflow.agent.tools import build_default_registry, files
+from soulflow.agent.tools.base import ToolContext, ToolError
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.tools.workspace import (
+    is_safe_write_path,
+    resolve_in_workspace,
+    write_approval_reason,
+)
+from tests.tools.conftest import MakeCtx
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    return build_default_registry()
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    target = tmp_path / "outside"
+    target.mkdir()
+    (target / "secret.txt").write_text("outside secret")
+    return target
+
+
+# ----------------------------------------------------------------- resolve_in_workspace
+
+
+def test_relative_paths_resolve_inside(workspace: Path) -> None:
+    root = workspace.resolve()
+    assert resolve_in_workspace(workspace, "notes/a.md") == root / "notes" / "a.md"
+    assert resolve_in_workspace(workspace, "notes/../b.md") == root / "b.md"
+    assert resolve_in_workspace(workspace, ".") == root
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/etc/passwd", "absolute paths are not allowed"),
+        ("../outside/secret.txt", "points outside the workspace"),
+        ("a/../../outside", "points outside the workspace"),
+        ("~/x", "uses '~'"),
+        ("", "path is empty"),
+        ("a\x00b", "NUL"),
+    ],
+)
+def test_escapes_are_refused(workspace: Path, outside: Path, path: str, message: str) -> None:
+    with pytest.raises(ToolError, match=message):
+        resolve_in_workspace(workspace, path)
+
+
+def test_symlinks_pointing_outside_are_refused_at_any_depth(workspace: Path, outside: Path):
+    (workspace / "link_file").symlink_to(outside / "secret.txt")
+    (workspace / "link_dir").symlink_to(outside)
+    (workspace / "deep").mkdir()
+    (workspace / "deep" / "hop").symlink_to(outside)
+    (workspace / "dangling").symlink_to(outside / "not-yet")
+    for path in ("link_file", "link_dir/secret.txt", "deep/hop/new.txt", "dangling"):
+        with pytest.raises(ToolError, match="symlink that points outside"):
+            resolve_in_workspace(workspace, path)
+
+
+def test_symlinks_inside_the_workspace_are_fine(workspace: Path) -> None:
+    (workspace / "real").mkdir()
+    (workspace / "alias").symlink_to(workspace / "real")
+    assert resolve_in_workspace(workspace, "alias/x") == (workspace / "real" / "x").resolve()
+
+
+def test_must_exist(workspace: Path) -> None:
+    with pytest.raises(ToolError, match="not found"):
+        resolve_in_workspace(workspace, "missing.txt", must_exist=True)
+
+
+def test_safe_write_paths(workspace: Path) -> None:
+    root = workspace.resolve()
+    for rel in ("memory/x.md", "skills/a/b.md", "runtime/inbound-files/f.bin", "scratch/t"):
+        assert is_safe_write_path(workspace, root / rel), rel
+    for rel in ("memory", "notes.md", "runtime/state.json", "memoryx/a", "config.toml"):
+        assert not is_safe_write_path(workspace, root / rel), rel
+    (workspace / "notes.md").write_text("x")
+    assert write_approval_reason(workspace, "memory/../notes.md") == (
+        "overwrites an existing file outside safe paths (notes.md)"
+    )
+    assert write_approval_reason(workspace, "new.md") == "writes outside safe paths (new.md)"
+    assert write_approval_reason(workspace, "scratch/new.md") is None
+
+
+# ----------------------------------------------------------------- read_file
+
+
+async def test_read_file_whole_and_by_lines(registry: ToolRegistry, workspace: Path, ctx):
+    (workspace / "a.txt").write_text("one\ntwo\nthree\nfour\n")
+    whole = await registry.execute("read_file", {"path": "a.txt"}, ctx)
+    assert whole.output == "one\ntwo\nthree\nfour\n"
+    part = await registry.execute("read_file", {"path": "a.txt", "offset": 2, "limit": 2}, ctx)
+    assert part.output == "two\nthree\n[lines 2-3 of 4; continue with offset=4]"
+    tail = await registry.execute("read_file", {"path": "a.txt", "offset": 4}, ctx)
+    assert tail.output == "four\n[lines 4-4 of 4]"
+    past = await registry.execute("read_file", {"path": "a.txt", "offset": 9}, ctx)
+    assert "past the end of the file (4 lines)" in past.output
+
+
+async def test_read_file_refusals(
+    registry: ToolRegistry, workspace: Path, outside: Path, ctx: ToolContext, monkeypatch
+) -> None:
+    (workspace / "blob.bin").write_bytes(b"\x89PNG\x00\x01\x02")
+    (workspace / "latin.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (workspace / "big.txt").write_text("x" * 100)
+    (workspace / "dir").mkdir()
+    (workspace / "escape").symlink_to(outside / "secret.txt")
+    monkeypatch.setattr(files, "MAX_READ_BYTES", 50)
+
+    async def read(path: str) -> str:
+        result = await registry.execute("read_file", {"path": path}, ctx)
+        assert result.status == "error", path
+        return result.output
+
+    assert "binary file" in await read("blob.bin")
+    assert "not UTF-8 text" in await read("latin.txt")
+    assert "over the 1 MB read limit" in await read("big.txt")
+    assert "is a directory" in await read("dir")
+    assert "not found" in await read("missing.txt")
+    assert "absolute paths are not allowed" in await read("/etc/hostname")
+    assert "points outside the workspace" in await read("../outside/secret.txt")
+    assert "outside the workspace" in await read("escape")
+
+
+# ----------------------------------------------------------------- write_file
+
+
+async def test_write_in_safe_path_needs_no_approval(
+    registry: ToolRegistry, workspace: Path, ctx: ToolContext
+) -> None:
+    result = await registry.execute(
+        "write_file", {"path": "memory/deep/notes.md", "content": "héllo"}, ctx
+    )
+    assert result.status == "ok"
+    assert result.output == "created memory/deep/notes.md (6 bytes)"
+    assert (workspace / "memory/deep/notes.md").read_text() == "héllo"
+
+
+async def test_write_outside_safe_paths_needs_approval(
+    registry: ToolRegistry, workspace: Path, make_ctx: MakeCtx
+) -> None:
+    params = {"path": "notes.md", "content": "new"}
+    pending = await registry.execute("write_file", params, make_ctx())
+    assert pending.status == "approval_required"
+    assert pending.reason == "writes outside safe paths (notes.md)"
+    assert not (workspace / "notes.md").exists()
+
+    done = await registry.execute("write_file", params, make_ctx(approved=True))
+    assert done.output == "created notes.md (3 bytes)"
+
+    again = await registry.execute("write_file", params, make_ctx())
+    assert again.reason == "overwrites an existing file outside safe paths (notes.md)"
+
+
+async def test_write_keeps_permissions_and_refuses_escapes(
+    registry: ToolRegistry, workspace: Path, outside: Path, make_ctx: MakeCtx
+) -> None:
+    script = workspace / "scratch" / "run.sh"
+    script.parent.mkdir()
+    script.write_text("old")
+    script.chmod(0o755)
+    result = await registry.execute(
+        "write_file", {"path": "scratch/run.sh", "content": "echo hi"}, make_ctx()
+    )
+    assert result.output == "replaced scratch/run.sh (7 bytes)"
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+
+    (workspace / "memory").mkdir()
+    (workspace / "memory" / "out").symlink_to(outside)
+    for path in ("../outside/x.txt", "/tmp/x.txt", "memory/out/x.txt"):
+        refused = await registry.execute(
+            "write_file", {"path": path, "content": "x"}, make_ctx(approved=True)
+        )
+        assert refused.status == "error", path  # refused outright, not offered for approval
+    assert os.listdir(outside) == ["secret.txt"]
+
+
+# ----------------------------------------------------------------- edit_file
+
+
+async def test_edit_file(registry: ToolRegistry, workspace: Path, ctx: ToolContext) -> None:
+    target = workspace / "memory" / "todo.md"
+    target.parent.mkdir()
+    target.write_text("- a\n- b\n- a\n")
+
+    async def edit(**params: object) -> str:
+        result = await registry.execute("edit_file", {"path": "memory/todo.md", **params}, ctx)
+        return result.output
+
+    assert "matches 2 places" in await edit(old_text="- a", new_text="- c")
+    assert "not found" in await edit(old_text="- z", new_text="- c")
+    assert "but count is 3" in await edit(old_text="- a", new_text="x", count=3)
+    assert target.read_text() == "- a\n- b\n- a\n"
+    assert await edit(old_text="- b", new_text="- B") == (
+        "edited memory/todo.md: replaced 1 occurrence(s)"
+    )
+    assert await edit(old_text="- a", new_text="- A", count=2) == (
+        "edited memory/todo.md: replaced 2 occurrence(s)"
+    )
+    assert target.read_text() == "- A\n- B\n- A\n"
+
+
+async def test_edit_outside_safe_paths_needs_approval(
+    registry: ToolRegistry, workspace: Path, make_ctx: MakeCtx
+) -> None:
+    (workspace / "config.toml").write_text("debug = false\n")
+    params = {"path": "config.toml", "old_text": "false", "new_text": "true"}
+    pending = await registry.execute("edit_file", params, make_ctx())
+    assert pending.status == "approval_required"
+    assert pending.reason == "overwrites an existing file outside safe paths (config.toml)"
+    assert (workspace / "config.toml").read_text() == "debug = false\n"
+    done = await registry.execute("edit_file", params, make_ctx(approved=True))
+    assert done.status == "ok"
+    assert (workspace / "config.toml").read_text() == "debug = true\n"
+
+
+# ----------------------------------------------------------------- list_dir
+
+
+async def test_list_dir(registry: ToolRegistry, workspace: Path, ctx: ToolContext) -> None:
+    (workspace / "b.txt").write_text("")
+    (workspace / "a").mkdir()
+    (workspace / "a" / "inner.md").write_text("")
+    (workspace / "a" / "sub").mkdir()
+    flat = await registry.execute("list_dir", {}, ctx)
+    assert flat.output == "a/\nb.txt"
+    deep = await registry.execute("list_dir", {"path": ".", "recursive": True}, ctx)
+    assert deep.output == "a/\nb.txt\na/inner.md\na/sub/"
+    sub = await registry.execute("list_dir", {"path": "a/sub"}, ctx)
+    assert sub.output == "(empty directory)"
+    not_dir = await registry.execute("list_dir", {"path": "b.txt"}, ctx)
+    assert "is a file, not a directory" in not_dir.output
+    escape = await registry.execute("list_dir", {"path": ".."}, ctx)
+    assert escape.status == "error"
+
+
+async def test_list_dir_caps_entries(
+    registry: ToolRegistry, workspace: Path, ctx: ToolContext, monkeypatch
+) -> None:
+    monkeypatch.setattr(files, "MAX_LIST_ENTRIES", 3)
+    for i in range(5):
+        (workspace / f"f{i}").write_text("")
+    result = await registry.execute("list_dir", {"recursive": True}, ctx)
+    assert result.output.splitlines()[:3] == ["f0", "f1", "f2"]
+    assert "listing stopped at 3 entries" in result.output
+
+
+def test_read_and_list_are_idempotent_writes_are_not(registry: ToolRegistry) -> None:
+    idempotent = {name for name in registry.names() if registry.get(name).idempotent}
+    assert {"read_file", "list_dir"} <= idempotent
+    assert not idempotent & {"write_file", "edit_file", "exec"}
+
+
+def test_workspace_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="workspace directory is not available"):
+        resolve_in_workspace(tmp_path / "nope", "a.txt")
+    assert os.path.exists(tmp_path)
