@@ -1,7 +1,7 @@
 """Named providers, so config and commands can refer to a model backend by a short name.
 
-Deliberately small: it only looks providers up and closes them. Failover between providers is
-a separate concern that will build on top of this.
+Deliberately small: it looks providers up and closes them; `chain` puts the failover wrapper
+(`soulflow.providers.failover`) over them.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from soulflow.providers.base import Provider, ProviderError
+from soulflow.providers.failover import FailoverProvider
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,26 @@ class ProviderRegistry:
         """Choose the default; refuses unknown names so a typo fails at startup, not mid-chat."""
         self.get(name)
         self._default = name
+
+    def chain(self, order: list[str] | None = None, *, cooldown_s: float = 30.0) -> Provider:
+        """The provider to chat with: the default one, backed by the others for failover.
+
+        `order` lists the fallbacks to try after the default (default: every other provider in
+        registration order); unknown names raise `not_configured`. Build the chain once and keep
+        it: the failover wrapper remembers which providers are down. The registry still owns
+        (and closes) the providers.
+        """
+        default = self.default_name
+        if default is None:
+            raise ProviderError("not_configured", "no model provider is configured")
+        names = [default]
+        for name in self.names() if order is None else order:
+            self.get(name)
+            if name not in names:
+                names.append(name)
+        if len(names) == 1:
+            return self.get(default)
+        return FailoverProvider([self.get(name) for name in names], cooldown_s=cooldown_s)
 
     async def aclose(self) -> None:
         """Close every provider; one failing to close must not leak the others' connections."""
