@@ -56,9 +56,10 @@ async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: 
             publish(kind, data)
 
         runtime.bus.dispatcher._on_event = on_event
-        if in_process:
-            runtime.providers._providers["phi4_local"] = InProcessEcho()
         provider = runtime.providers.get("phi4_local")
+        if in_process:
+            provider = InProcessEcho()
+        runtime.agent.loop._provider = lambda: provider  # the loop asks for its model here
         original_chat = provider.chat
 
         async def timed_chat(*args, **kwargs):  # type: ignore[no-untyped-def]

@@ -15,3 +15,11 @@ fi
 spec="$ROOT"
 if [ -n "${1:-}" ]; then spec="$ROOT[$1]"; fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
+# The diagram_render tool's Mermaid renderer (beautiful-mermaid, pinned in package-lock.json).
+if command -v npm >/dev/null 2>&1; then
+    if [ ! -d "$ROOT/soulflow/agent/diagram/node_modules/beautiful-mermaid" ]; then
+        npm ci --silent --prefix "$ROOT/soulflow/agent/diagram" --ignore-scripts >/dev/null
+    fi
+else
+    echo "note: npm not found; the diagram_render tool needs Node.js (apt-get install nodejs npm)" >&2
+fi

@@ -40,8 +40,14 @@ def _settings(args: argparse.Namespace, *, must_exist: bool = True) -> Settings:
 
 
 def setup_logging(level: str) -> None:
+    """Log to stderr through a redacting filter (secret-looking env values, token shapes)."""
+    from soulflow.security.redact import RedactingFilter, Redactor
+
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redacting = RedactingFilter(Redactor.from_environ())
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redacting)
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -94,6 +100,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
     print(f"  sessions   {len(state['sessions'])}")
     return 0
+
+
+def cmd_secret(args: argparse.Namespace) -> int:
+    from soulflow.secret_cli import run_secret_command
+
+    return run_secret_command(_settings(args), args)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -151,6 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")
     dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
     dlq.set_defaults(func=cmd_dlq)
+
+    secret = sub.add_parser("secret", parents=[common], help="manage the secret vault",
+                            description="Secrets are stored encrypted in runtime/security/. "
+                                        "Values are read from a prompt or stdin, never from "
+                                        "the command line.")
+    secret_sub = secret.add_subparsers(dest="secret_command", metavar="ACTION", required=True)
+    secret_set = secret_sub.add_parser("set", parents=[common],
+                                       help="store a secret (value from a prompt or stdin)")
+    secret_set.add_argument("name", help="secret name: letters, digits, '.', '_' or '-'")
+    secret_sub.add_parser("list", parents=[common], help="list secret names (never values)")
+    secret_rm = secret_sub.add_parser("rm", parents=[common], help="delete a secret")
+    secret_rm.add_argument("name")
+    secret_sub.add_parser("rotate-key", parents=[common],
+                          help="new master key; every secret is re-encrypted")
+    secret.set_defaults(func=cmd_secret)
     return parser
 
 
@@ -163,11 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     from soulflow.client import DaemonNotRunning
     from soulflow.dashboard.service import DashboardError
+    from soulflow.security.errors import SecurityError
     from soulflow.storage.lock import WorkspaceLocked
 
     try:
         return func(args)
-    except (UserError, ConfigError, WorkspaceLocked, DashboardError, DaemonNotRunning) as exc:
+    except (UserError, ConfigError, WorkspaceLocked, DashboardError, DaemonNotRunning,
+            SecurityError) as exc:
         print(f"soulflow: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:

@@ -119,6 +119,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Chats answered at the same time (one chat is always answered in order).", "Agent"),
     Setting("AGENT_HISTORY_MESSAGES", _int_range(0, 1000), "20",
             "Previous messages of the session sent to the model.", "Agent"),
+    Setting("AGENT_MAX_TURNS", _int_range(1, 200), "10",
+            "Model turns one run may take before it stops and reports where it got.", "Agent"),
+    Setting("WEB_FETCH_ALLOW_PRIVATE", _choice("true", "false", "1", "0", "yes", "no"), "false",
+            "Let the web_fetch tool reach private and loopback addresses.", "Agent"),
+    Setting("WEB_FETCH_ALLOWED_HOSTS", _text, "",
+            "Hosts web_fetch may reach even when they resolve to private addresses "
+            "(comma-separated).", "Agent"),
     Setting("MAX_INBOUND_CHARS", _int_range(100, 10_000_000), "100000",
             "Longer messages are cut to this many characters (the user is told).", "Agent"),
     # outbound

@@ -15,24 +15,36 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from soulflow import __version__
+from soulflow.agent.approvals import ApprovalMessages
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop
+from soulflow.agent.run.reducer import RunState
+from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.tools import build_default_registry
+from soulflow.agent.tools.base import ChatRef, ToolContext, ToolServices
 from soulflow.bus.bus import MessageBus
+from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
 from soulflow.channels.access import AccessPolicy
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.config import Settings
+from soulflow.channels.secret_command import make_secret_command
+from soulflow.config import Settings, id_list
 from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
 from soulflow.providers.factory import build_providers
 from soulflow.scaffold import ensure_workspace
+from soulflow.security.inbound import InboundSealer
+from soulflow.security.redact import Redactor
+from soulflow.security.vault import SecretVault
 from soulflow.session.store import SessionStore
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
@@ -51,7 +63,9 @@ class Runtime:
         self._lock = lock
         runtime_dir = settings.runtime_dir
         fsync = settings["JOURNAL_FSYNC"]
-        self.hub = EventHub()
+        self.redactor = Redactor.from_environ()
+        self.hub = EventHub(redact=self.redactor.redact_obj)
+        self.vault = SecretVault(runtime_dir / "security")
         self.bus = MessageBus(
             runtime_dir, fsync=fsync, outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
             policy=RetryPolicy(
@@ -62,23 +76,34 @@ class Runtime:
                 inline_delay_s=min(0.2, settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"))),
             on_event=self.hub.publish)
         self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
-        self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync)
+        self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
+                                     redact=self.redactor.redact)
         self.memory = MemoryStore(settings.workspace / "memory")
         self.providers = build_providers(settings)
-        context = ContextBuilder(settings.workspace, self.memory, self.decisions, self.sessions,
-                                 history_messages=settings["AGENT_HISTORY_MESSAGES"])
-        self.agent = AgentDomain(context, self.sessions, self.providers)
+        self.threads: ThreadStore | None = None
+        self.context = ContextBuilder(settings.workspace, self.memory, self.decisions,
+                                      self.sessions,
+                                      history_messages=settings["AGENT_HISTORY_MESSAGES"])
+        self.tools = build_default_registry(
+            allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
+            allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
+        self.approvals = ApprovalMessages(runtime_dir / "approvals" / "messages.json")
+        self.agent = AgentDomain(self.context, self.sessions, self._build_loop(runtime_dir),
+                                 self.approvals)
         self.channels = ChannelRegistry()
         self.local = LocalChannel(runtime_dir / "local",
                                   send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
                                   on_event=self.hub.publish)
         self.channels.register(self.local)
         self.bus.bind_senders(self.channels.get)
+        self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
         self.manager = ChannelManager(
             self.channels, self.bus, self.agent, access=AccessPolicy.from_lists({}),
             files_dir=runtime_dir / "inbound-files",
             concurrency=settings["AGENT_CONCURRENCY"],
-            max_inbound_chars=settings["MAX_INBOUND_CHARS"], on_event=self.hub.publish)
+            max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
+            on_event=self.hub.publish)
+        self.manager.commands.register("secret", make_secret_command(self.vault))
         self.supervisor = Supervisor()
         self.dashboard: DashboardService | None = None
         if settings.flag("DASHBOARD_ENABLED"):
@@ -89,6 +114,32 @@ class Runtime:
         self.started_at = 0.0
         self.ready = False
 
+    def _build_loop(self, runtime_dir: Path) -> AgentLoop | None:
+        """The agent loop, or None when no provider is configured (the chat says how)."""
+        if not self.providers.names():
+            return None
+        chain = self.providers.chain()
+        self.threads = ThreadStore(runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"])
+        return AgentLoop(self.threads, lambda: chain, self.tools, self.context.system_prompt,
+                         self._tool_context, max_turns=self.settings["AGENT_MAX_TURNS"])
+
+    def _tool_context(self, state: RunState, approved: bool) -> ToolContext:
+        chat = state.chat
+        ref = ChatRef(str(chat.get("provider", "")), str(chat.get("chat_id", "")),
+                      chat.get("thread_id"), str(chat.get("sender_id", "")))
+        return ToolContext(workspace=self.settings.workspace, chat=ref, approved=approved,
+                           vault=self.vault,
+                           services=ToolServices(send_message=self._send_from_tool))
+
+    async def _send_from_tool(self, message: OutboundMessage) -> None:
+        self.bus.publish_outbound(message)
+
+    def _remember_approval_message(self, message: OutboundMessage, result: SendResult) -> None:
+        approval_id = message.metadata.get("approval_id")
+        if approval_id and result.platform_message_ids:
+            self.approvals.remember(message.chat_key, result.platform_message_ids,
+                                    str(message.metadata.get("run_id")), str(approval_id))
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -96,18 +147,18 @@ class Runtime:
         for adapter in self.channels:
             await adapter.start()
         self.manager.resume_pending()
+        self.manager.resume_runs()
         self.bus.start()
         for adapter in self.channels:
             self.supervisor.spawn(f"channel:{adapter.name}:read",
                                   lambda a=adapter: self.manager.read_loop(a))
-        self.supervisor.spawn("bus:sync", lambda: self.bus.sync_loop(
-            self.settings.seconds_from_ms("JOURNAL_FSYNC_INTERVAL_MS")))
+        self.supervisor.spawn("journals:sync", self._sync_loop)
         if self.dashboard is not None:
             await self.dashboard.start()
         self._write_daemon_info()
         self.ready = True
         log.info("SoulFlow %s ready in %s (provider: %s)", __version__, self.settings.workspace,
-                 self.agent.provider_name or "none configured")
+                 self.providers.default_name or "none configured")
 
     async def stop(self) -> None:
         self.ready = False
@@ -123,12 +174,36 @@ class Runtime:
             except Exception:
                 log.exception("channel %s did not stop cleanly", adapter.name)
         await self.providers.aclose()
-        self.bus.sync()
+        self._compact()
+        self._sync_all()
         self.bus.close()
         self.sessions.close()
+        if self.threads is not None:
+            self.threads.close()
         (self.settings.runtime_dir / DAEMON_INFO_FILE).unlink(missing_ok=True)
         self._lock.release()
         log.info("SoulFlow stopped")
+
+    def _sync_all(self) -> None:
+        """fsync every journal."""
+        self.bus.sync()
+        self.sessions.sync()
+        if self.threads is not None:
+            self.threads.sync()
+
+    def _compact(self) -> None:
+        """Rewrite journals that have grown (in the loop: they share in-memory state)."""
+        self.bus.compact_if_needed()
+        if self.threads is not None and self.threads.needs_compaction:
+            self.threads.compact()
+
+    async def _sync_loop(self) -> None:
+        """fsync in a worker thread so the disk never stalls the event loop."""
+        interval = self.settings.seconds_from_ms("JOURNAL_FSYNC_INTERVAL_MS")
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.to_thread(self._sync_all)
+            self._compact()
 
     def _write_daemon_info(self) -> None:
         info: dict[str, Any] = {"pid": os.getpid(), "version": __version__,
@@ -157,6 +232,8 @@ class Runtime:
     # -- state ---------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
+        """The dashboard's view of the daemon; its only free text (recent messages) comes
+        redacted from the event hub."""
         bus = self.bus
         return {
             "ok": True,
@@ -164,7 +241,7 @@ class Runtime:
             "pid": os.getpid(),
             "workspace": str(self.settings.workspace),
             "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else 0.0,
-            "provider": self.agent.provider_name,
+            "provider": self.providers.default_name,
             "queues": {
                 "inbound_pending": bus.inbound.pending_count,
                 "inbound_queued": self.manager.queued,

@@ -58,19 +58,22 @@ class ContextBuilder:
             parts.append(f"# Decisions in force\n\n{decisions}")
         return "\n\n".join(parts)
 
-    def build(self, session_key: str, user_text: str) -> list[dict[str, Any]]:
-        """System prompt, the last N turns of the session (minus the current one), the input."""
-        messages: list[dict[str, Any]] = []
-        system = self.system_prompt()
-        if system:
-            messages.append({"role": "system", "content": system})
-        history = self.sessions.last(session_key, self.history_messages + 1)
-        last = history[-1] if history else {}
+    def history(self, session_key: str, user_text: str) -> list[dict[str, Any]]:
+        """The last N turns of the session, minus the current input if already recorded."""
+        records = self.sessions.last(session_key, self.history_messages + 1)
+        last = records[-1] if records else {}
         if last.get("role") == "user" and last.get("content") == user_text:
-            history = history[:-1]  # the current turn, already recorded in the session
-        for record in history[-self.history_messages:]:
+            records = records[:-1]  # the current turn, already recorded in the session
+        turns: list[dict[str, Any]] = []
+        for record in records[-self.history_messages:] if self.history_messages else []:
             role, content = record.get("role"), record.get("content")
             if role in ("user", "assistant") and isinstance(content, str):
-                messages.append({"role": role, "content": content})
-        messages.append({"role": "user", "content": user_text})
-        return messages
+                turns.append({"role": role, "content": content})
+        return turns
+
+    def build(self, session_key: str, user_text: str) -> list[dict[str, Any]]:
+        """System prompt, the session's recent turns, then the input."""
+        system = self.system_prompt()
+        head = [{"role": "system", "content": system}] if system else []
+        return [*head, *self.history(session_key, user_text),
+                {"role": "user", "content": user_text}]

@@ -1,7 +1,8 @@
-"""AgentDomain: turn one inbound message into one reply, keeping the session on disk.
+"""AgentDomain: the agent as the channels see it.
 
-For now a reply is a single model turn; tools, approvals and the event-thread loop plug in
-here later without the channel side changing.
+A message starts (or, after a crash, resumes) an event-thread run; a run that waits for an
+approval or for the user's answer is continued by a later message or reaction. Both turns
+are recorded in the chat's session.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow.agent.approvals import ApprovalMessages
 from soulflow.agent.context import ContextBuilder
+from soulflow.agent.run import events as ev
+from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
 from soulflow.bus.messages import InboundMessage
-from soulflow.providers.base import ProviderError
-from soulflow.providers.registry import ProviderRegistry
 from soulflow.session.store import SessionStore
 
 log = logging.getLogger(__name__)
@@ -25,12 +27,18 @@ NOT_CONFIGURED_REPLY = (
     "and restart (see docs/config.md)."
 )
 
+_STATUS_OF_RUN = {ev.COMPLETED: "answered", ev.MAX_TURNS_REACHED: "answered",
+                  ev.WAITING_APPROVAL: "waiting_approval", ev.WAITING_USER: "waiting_user",
+                  ev.CANCELLED: "cancelled", ev.FAILED: "failed"}
+
 
 @dataclass(slots=True)
 class AgentReply:
     content: str
-    status: str  # answered | failed
+    status: str  # answered | waiting_approval | waiting_user | cancelled | failed
     error: str | None = None
+    run_id: str | None = None
+    approval_id: str | None = None
 
 
 def session_key_for(message: InboundMessage) -> str:
@@ -39,41 +47,112 @@ def session_key_for(message: InboundMessage) -> str:
     return f"{base}:{message.thread_id}" if message.thread_id else base
 
 
+def chat_of(message: InboundMessage) -> dict[str, Any]:
+    return {"provider": message.provider, "chat_id": message.chat_id,
+            "thread_id": message.thread_id, "sender_id": message.sender_id,
+            "session_key": session_key_for(message)}
+
+
 class AgentDomain:
     def __init__(self, context: ContextBuilder, sessions: SessionStore,
-                 providers: ProviderRegistry | None) -> None:
+                 loop: AgentLoop | None, approvals: ApprovalMessages | None = None) -> None:
         self.context = context
         self.sessions = sessions
-        self.providers = providers
+        self.loop = loop
+        self.approvals = approvals
 
     @property
-    def provider_name(self) -> str | None:
-        if self.providers is None or not self.providers.names():
-            return None
-        return self.providers.default_name
+    def configured(self) -> bool:
+        return self.loop is not None
+
+    # -- new input -----------------------------------------------------------------------
 
     async def respond(self, message: InboundMessage, text: str, *,
                       abort: asyncio.Event | None = None) -> AgentReply:
-        """Answer `text` (the message's text after sealing/truncation) and record both turns."""
+        """Answer a message: start its run, or resume the one a crash interrupted."""
         key = session_key_for(message)
         self._record_user_turn(key, message, text)
-        if self.provider_name is None or self.providers is None:
-            return self._finish(key, message, AgentReply(NOT_CONFIGURED_REPLY, "answered"))
-        provider = self.providers.get(self.provider_name)
-        try:
-            result = await provider.chat(self.context.build(key, text), abort=abort)
-        except ProviderError as exc:
-            if exc.kind == "aborted":
-                return self._finish(key, message, AgentReply("Stopped.", "cancelled"))
-            log.warning("provider failed for %s: %s", message.key, exc)
-            reply = AgentReply(
-                f"Sorry, I couldn't get an answer from the model ({exc.kind}). Your message "
-                "is saved in the session; send it again when the provider is back.",
-                "failed", str(exc))
-            return self._finish(key, message, reply)
-        content = result.content.strip() or "(the model returned an empty answer)"
-        return self._finish(key, message, AgentReply(content, "answered"),
-                            extra={"provider": result.provider, "model": result.model})
+        if self.loop is None:
+            return self._finish_turn(key, message.key, AgentReply(NOT_CONFIGURED_REPLY,
+                                                                  "answered"))
+        existing = self.loop.store.find(inbound_key=message.key)
+        run_id = existing[0] if existing else self.loop.begin(
+            chat=chat_of(message), text=text, history=self.context.history(key, text),
+            inbound_key=message.key)
+        return await self._drive(run_id, abort)
+
+    # -- continuing runs -----------------------------------------------------------------
+
+    def open_run(self, chat_key: str) -> tuple[str, str] | None:
+        """The chat's run that waits for an approval or an answer, if any."""
+        if self.loop is None:
+            return None
+        waiting = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
+        runs = self.loop.store.find(chat_key=chat_key, statuses=waiting)
+        if not runs:
+            return None
+        return runs[-1], self.loop.store.state(runs[-1]).status
+
+    def pending_approval_text(self, run_id: str) -> str:
+        assert self.loop is not None
+        approval = self.loop.store.state(run_id).open_approval() or {}
+        return approval_text(approval)
+
+    async def decide(self, run_id: str, decision: str, *, by: str = "",
+                     approval_id: str | None = None,
+                     abort: asyncio.Event | None = None) -> AgentReply | None:
+        """Apply an approval decision and continue the run; None if nothing was pending."""
+        assert self.loop is not None
+        approval = self.loop.store.state(run_id).open_approval()
+        if approval is None or (approval_id and approval["approval_id"] != approval_id):
+            return None
+        self.loop.decide(run_id, approval["approval_id"], decision, by)
+        if decision == "defer":
+            return AgentReply("OK, the request stays pending; decide whenever you are ready.",
+                              "waiting_approval", run_id=run_id,
+                              approval_id=approval["approval_id"])
+        return await self._drive(run_id, abort)
+
+    async def answer(self, run_id: str, message: InboundMessage, text: str, *,
+                     abort: asyncio.Event | None = None) -> AgentReply:
+        """The user's answer to the run's question."""
+        assert self.loop is not None
+        self._record_user_turn(session_key_for(message), message, text)
+        self.loop.answer(run_id, text)
+        return await self._drive(run_id, abort)
+
+    async def resume(self, run_id: str) -> AgentReply:
+        """Drive a run that was running when the daemon stopped."""
+        return await self._drive(run_id, None)
+
+    def running_runs(self) -> list[str]:
+        if self.loop is None:
+            return []
+        return self.loop.store.find(statuses=frozenset({ev.RUNNING}))
+
+    def inbound_key_of(self, run_id: str) -> str | None:
+        assert self.loop is not None
+        return self.loop.store.state(run_id).inbound_key
+
+    def chat_of_run(self, run_id: str) -> dict[str, Any]:
+        assert self.loop is not None
+        return self.loop.store.state(run_id).chat
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _drive(self, run_id: str, abort: asyncio.Event | None) -> AgentReply:
+        assert self.loop is not None
+        outcome: RunOutcome = await self.loop.drive(run_id, abort)
+        state = self.loop.store.state(run_id)
+        reply = AgentReply(outcome.text, _STATUS_OF_RUN.get(outcome.status, "answered"),
+                           error=state.error if outcome.status == ev.FAILED else None,
+                           run_id=run_id, approval_id=outcome.approval_id)
+        if outcome.status in ev.FINISHED and self.approvals is not None:
+            self.approvals.forget_run(run_id)
+        session_key = state.chat.get("session_key")
+        if session_key and outcome.status in ev.FINISHED:
+            self._finish_turn(session_key, state.inbound_key, reply)
+        return reply
 
     def _record_user_turn(self, key: str, message: InboundMessage, text: str) -> None:
         """Append the user's turn unless a resumed run already did (crash before the reply)."""
@@ -83,12 +162,12 @@ class AgentDomain:
         self.sessions.append(key, {"role": "user", "content": text, "inbound_key": message.key,
                                    "sender_id": message.sender_id})
 
-    def _finish(self, key: str, message: InboundMessage, reply: AgentReply,
-                extra: dict[str, Any] | None = None) -> AgentReply:
+    def _finish_turn(self, key: str, inbound_key: str | None, reply: AgentReply) -> AgentReply:
         record: dict[str, Any] = {"role": "assistant", "content": reply.content,
-                                  "inbound_key": message.key, "status": reply.status}
+                                  "inbound_key": inbound_key, "status": reply.status}
+        if reply.run_id:
+            record["run_id"] = reply.run_id
         if reply.error:
             record["error"] = reply.error
-        record.update(extra or {})
         self.sessions.append(key, record)
         return reply

@@ -7,7 +7,6 @@ files without touching channels or the agent.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -63,19 +62,16 @@ class MessageBus:
         return len(letters)
 
     def sync(self) -> None:
-        """fsync the journals and compact them when they have grown."""
+        """fsync the journals (safe from a worker thread)."""
         self.inbound.sync()
         self.outbox.sync()
+
+    def compact_if_needed(self) -> None:
+        """Rewrite journals that have grown; call from the event loop."""
         if self.inbound.needs_compaction:
             self.inbound.compact()
         if self.outbox.needs_compaction:
             self.outbox.compact()
-
-    async def sync_loop(self, interval_s: float) -> None:
-        """Background loop (supervised by the runtime)."""
-        while True:
-            await asyncio.sleep(interval_s)
-            self.sync()
 
     async def stop(self, timeout: float) -> None:
         await self.dispatcher.stop(timeout)

@@ -35,6 +35,7 @@ class Sender(Protocol):
 
 
 EventSink = Callable[[str, dict[str, Any]], None]
+SentListener = Callable[[OutboundMessage, SendResult], None]
 
 
 class OutboundDispatcher:
@@ -60,6 +61,7 @@ class OutboundDispatcher:
         self._injected_sleep = sleep
         self._rand = rand
         self._on_event = on_event or (lambda kind, data: None)
+        self.sent_listeners: list[SentListener] = []
         self._queues: dict[str, deque[str]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._last_sent: dict[str, float] = {}
@@ -162,6 +164,8 @@ class OutboundDispatcher:
                 self._last_sent[message.chat_key] = self._clock()
                 self.outbox.mark_sent(message.message_id, result.platform_message_ids)
                 self.sent_count += 1
+                for listener in self.sent_listeners:
+                    listener(message, result)
                 self._on_event("outbound.sent", {"message_id": message.message_id,
                                                  "provider": message.provider,
                                                  "chat_id": message.chat_id})

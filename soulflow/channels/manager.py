@@ -9,11 +9,13 @@ second answer. Each chat is handled serially, different chats concurrently up to
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from soulflow.agent.approvals import CLARIFY, parse_decision, parse_reaction
 from soulflow.agent.domain import AgentDomain, AgentReply
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage
@@ -26,6 +28,11 @@ from soulflow.channels.grouping import Grouper
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
 from soulflow.channels.runs import ActiveRuns
+from soulflow.security.inbound import InboundSealer
+from soulflow.security.references import (
+    inspect_secret_references_for_orchestration,
+    secret_resolution_required_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +46,15 @@ class ChannelManager:
     def __init__(self, registry: ChannelRegistry, bus: MessageBus, agent: AgentDomain, *,
                  access: AccessPolicy, files_dir: Path, concurrency: int = 8,
                  max_inbound_chars: int = 100_000, grouping_window_s: float | None = None,
-                 grouping_max: int = 5, on_event: EventSink | None = None) -> None:
+                 grouping_max: int = 5, sealer: InboundSealer | None = None,
+                 on_event: EventSink | None = None) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
         self.access = access
         self.files_dir = files_dir
         self.max_inbound_chars = max_inbound_chars
+        self.sealer = sealer
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
@@ -107,6 +116,8 @@ class ChannelManager:
             elif not self.access.is_allowed(message.provider, message.sender_id):
                 seen_only.append(message.key)
                 self._refuse(message)
+            elif not self._seal(message):
+                seen_only.append(message.key)
             elif self.bus.inbound.accept(message):
                 fresh.append(message)
         self.bus.inbound.mark_seen(seen_only)
@@ -129,11 +140,48 @@ class ChannelManager:
     def _submit(self, batch: list[InboundMessage]) -> None:
         self._executor.submit(batch[0].chat_key, lambda: self._process(batch))
 
+    def _seal(self, message: InboundMessage) -> bool:
+        """Seal secrets in place before anything is stored; False drops the message."""
+        if self.sealer is None:
+            return True
+        try:
+            self.sealer.seal(message)
+        except Exception as exc:  # never store a message whose secrets could not be sealed
+            log.error("could not seal %s (%s: %s); the message was dropped, not stored",
+                      message.key, type(exc).__name__, exc)
+            message.text = ""
+            self._publish(message, "I could not store a sensitive value from your message "
+                                   "safely, so I did not keep the message. Please try again; "
+                                   "the operator can see the error in the log.", inbound_key=None)
+            return False
+        return True
+
     def _on_reaction(self, message: InboundMessage) -> None:
-        if message.reaction in STOP_REACTIONS and \
-                self.access.is_allowed(message.provider, message.sender_id):
+        if not self.access.is_allowed(message.provider, message.sender_id):
+            return
+        if message.reaction in STOP_REACTIONS:
             stopped = self.runs.stop(message.chat_key)
             log.info("stop reaction in %s stopped %d run(s)", message.chat_key, stopped)
+        decision = parse_reaction(message.reaction)
+        approvals = self.agent.approvals
+        if decision is None or approvals is None or not message.target_message_id:
+            return
+        entry = approvals.lookup(message.chat_key, message.target_message_id)
+        if entry is None:
+            return
+
+        async def decide() -> None:
+            if decision == CLARIFY:
+                text = self.agent.pending_approval_text(entry["run_id"])
+                self._publish_to_chat(self.agent.chat_of_run(entry["run_id"]), text)
+                return
+            reply = await self.agent.decide(entry["run_id"], decision, by=message.sender_id,
+                                            approval_id=entry["approval_id"])
+            if reply is not None:
+                self._publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
+                                      self._reply_metadata(reply))
+
+        self._executor.submit(message.chat_key, decide)
 
     def _refuse(self, message: InboundMessage) -> None:
         log.info("refused %s user %s (not on the allow-list)", message.provider,
@@ -155,18 +203,84 @@ class ChannelManager:
             self._publish(first, await self.commands.handle(command, first))
             self._complete(keys, "answered")
             return
+        if len(batch) == 1 and await self._continue_open_run(first, adapter):
+            self._complete(keys, "answered")
+            return
         text = await self._input_text(batch, adapter)
         if not text.strip():
             self._publish(first, EMPTY_MESSAGE_REPLY)
             self._complete(keys, "ignored", "empty message")
             return
+        if self.sealer is not None:
+            report = inspect_secret_references_for_orchestration(text, self.sealer.vault)
+            if not report.ok:
+                self._publish(first, secret_resolution_required_message(report))
+                self._complete(keys, "failed", "secret_resolution_required")
+                return
         reply = await self._run_agent(batch, adapter, text)
-        self._publish(batch[-1], reply.content, inbound_key=first.key)
+        self._publish(batch[-1], reply.content, inbound_key=first.key,
+                      metadata=self._reply_metadata(reply))
         self._complete(keys, reply.status, reply.error)
-        if reply.status == "answered":
-            self.answered_count += 1
-        else:
+        if reply.status == "failed":
             self.failed_count += 1
+        else:
+            self.answered_count += 1
+
+    async def _continue_open_run(self, message: InboundMessage,
+                                 adapter: ChannelAdapter | None) -> bool:
+        """Route a message to the chat's run that waits for a decision or an answer."""
+        open_run = self.agent.open_run(message.chat_key)
+        if open_run is None:
+            return False
+        run_id, status = open_run
+        if status == "waiting_approval":
+            parsed = parse_decision(message.text)
+            if parsed is None:
+                return False  # an ordinary message: the approval stays pending
+            decision, approval_id = parsed
+            if decision == CLARIFY:
+                self._publish(message, self.agent.pending_approval_text(run_id))
+                return True
+            reply = await self._with_feedback(message, adapter, lambda abort: self.agent.decide(
+                run_id, decision, by=message.sender_id, approval_id=approval_id, abort=abort))
+            if reply is None:
+                self._publish(message, f"There is no pending approval {approval_id} here.")
+                return True
+        else:
+            reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
+                run_id, message, message.text, abort=abort))
+        self._publish(message, reply.content, metadata=self._reply_metadata(reply))
+        return True
+
+    async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
+                             work: Callable[[asyncio.Event], Awaitable[Any]]) -> Any:
+        async with typing_while(adapter, message.chat_id):
+            with self.runs.track(message.chat_key) as abort:
+                return await work(abort)
+
+    @staticmethod
+    def _reply_metadata(reply: AgentReply) -> dict[str, Any]:
+        if reply.approval_id and reply.status == "waiting_approval":
+            return {"approval_id": reply.approval_id, "run_id": reply.run_id}
+        return {}
+
+    def resume_runs(self) -> int:
+        """Continue runs that were mid-way when the daemon stopped (their inbound is done)."""
+        resumed = 0
+        pending = {m.key for m in self.bus.inbound.pending()}
+        for run_id in self.agent.running_runs():
+            if self.agent.inbound_key_of(run_id) in pending:
+                continue  # resume_pending() answers it through its inbound message
+            chat = self.agent.chat_of_run(run_id)
+            chat_key = f"{chat.get('provider')}:{chat.get('chat_id')}"
+
+            async def job(run_id: str = run_id, chat: dict[str, Any] = chat) -> None:
+                reply = await self.agent.resume(run_id)
+                self._publish_to_chat(chat, reply.content, self._reply_metadata(reply))
+
+            self._executor.submit(chat_key, job)
+            resumed += 1
+        return resumed
 
     async def _input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None
                           ) -> str:
@@ -220,19 +334,28 @@ class ChannelManager:
             self.bus.inbound.complete(key, status, error)
 
     def _publish(self, message: InboundMessage, content: str, *,
-                 inbound_key: str | None = "") -> None:
-        """Queue a reply, split or turned into a file as the platform needs, in order."""
-        key = message.key if inbound_key == "" else inbound_key
-        adapter = self.registry.get(message.provider)
+                 inbound_key: str | None = "", metadata: dict[str, Any] | None = None) -> None:
+        """Queue a reply to `message`."""
+        self._publish_to_chat(
+            {"provider": message.provider, "chat_id": message.chat_id,
+             "thread_id": message.thread_id}, content, metadata,
+            reply_to=message.message_id,
+            inbound_key=message.key if inbound_key == "" else inbound_key)
+
+    def _publish_to_chat(self, chat: dict[str, Any], content: str,
+                         metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
+                         inbound_key: str | None = None) -> None:
+        """Queue a message, split or turned into a file as the platform needs, in order."""
+        provider, chat_id = str(chat.get("provider")), str(chat.get("chat_id"))
+        adapter = self.registry.get(provider)
         parts = render_reply(content, adapter.limits) if adapter is not None else []
         for part in parts or [None]:
-            metadata: dict[str, Any] = {}
+            extra: dict[str, Any] = dict(metadata or {})
             if part is not None and part.as_file:
-                metadata = {"as_file": True, "filename": part.filename, "note": part.note}
+                extra.update({"as_file": True, "filename": part.filename, "note": part.note})
             self.bus.publish_outbound(OutboundMessage(
-                provider=message.provider, chat_id=message.chat_id,
-                content=part.text if part is not None else content,
-                reply_to=message.message_id, thread_id=message.thread_id, inbound_key=key,
-                metadata=metadata))
-        self._on_event("agent.reply", {"provider": message.provider, "chat_id": message.chat_id,
-                                       "reply_to": message.message_id, "text": content[:500]})
+                provider=provider, chat_id=chat_id,
+                content=part.text if part is not None else content, reply_to=reply_to,
+                thread_id=chat.get("thread_id"), inbound_key=inbound_key, metadata=extra))
+        self._on_event("agent.reply", {"provider": provider, "chat_id": chat_id,
+                                       "reply_to": reply_to, "text": content[:500]})

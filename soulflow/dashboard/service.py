@@ -103,7 +103,8 @@ class DashboardService:
                 await response.write(self._sse(past))
             while True:
                 event = await subscription.next(SSE_KEEPALIVE_S)
-                payload = b": keepalive\n\n" if event is None else self._sse(event.to_dict())
+                payload = b": keepalive\n\n" if event is None else \
+                    self._sse(self._hub.export(event))
                 await response.write(payload)
         except (ConnectionResetError, asyncio.CancelledError):
             pass

@@ -2,6 +2,8 @@
 
 In-memory by design: these are notifications about work whose durable record lives in the
 journals. A slow subscriber loses old notifications (bounded queue), never slows the daemon.
+Events are redacted when they leave the process (`export`), not when published, so a daemon
+with nobody watching pays nothing for them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class LiveEvent:
     kind: str
     data: dict[str, Any]
     at: float = field(default_factory=time.time)
+    exported: dict[str, Any] | None = None  # redacted form, computed once when first shown
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "at": self.at, "data": self.data}
@@ -57,8 +60,6 @@ class EventHub:
         self._redact = redact
 
     def publish(self, kind: str, data: dict[str, Any]) -> None:
-        if self._redact is not None:
-            data = self._redact(data)
         event = LiveEvent(next(self._ids), kind, data)
         self._recent.append(event)
         for subscription in list(self._subscribers):
@@ -72,9 +73,16 @@ class EventHub:
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscribers.discard(subscription)
 
+    def export(self, event: LiveEvent) -> dict[str, Any]:
+        """The event as it may be shown outside the daemon (redacted)."""
+        if event.exported is None:
+            record = event.to_dict()
+            event.exported = self._redact(record) if self._redact is not None else record
+        return event.exported
+
     def recent(self, kinds: set[str] | None = None, limit: int = 50) -> list[dict[str, Any]]:
         events = [e for e in self._recent if kinds is None or e.kind in kinds]
-        return [e.to_dict() for e in events[-limit:]]
+        return [self.export(e) for e in events[-limit:]]
 
     @property
     def subscriber_count(self) -> int:

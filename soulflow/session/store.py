@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ def session_filename(key: str) -> str:
 class SessionStore:
     """Append-only message history, one JSONL file per session key."""
 
-    def __init__(self, directory: Path, *, fsync: str = "interval", max_open: int = 256) -> None:
+    def __init__(self, directory: Path, *, fsync: str = "interval", max_open: int = 256,
+                 redact: Callable[[str], str] | None = None) -> None:
         self.directory = directory
+        self._redact = redact
         self._fsync = fsync
         self._max_open = max_open
         self._files: OrderedDict[str, JsonlFile] = OrderedDict()
@@ -60,6 +63,8 @@ class SessionStore:
         """Append one message (`role`, `content`, …); the file starts with a metadata line."""
         journal = self._file(key)
         record = {"at": time.time(), **message}
+        if self._redact is not None and isinstance(record.get("content"), str):
+            record["content"] = self._redact(record["content"])  # a last net behind sealing
         tail = self._tail(key, journal)
         if not tail and journal.size_bytes() == 0:
             meta = {"_type": METADATA_TYPE, "key": key, "created_at": record["at"]}

@@ -82,11 +82,20 @@ class JsonlFile:
                 self._dirty = True
 
     def sync(self) -> None:
-        """Flush appended records to disk (called periodically and on shutdown)."""
+        """Flush appended records to disk (called periodically, from a worker thread).
+
+        The fsync runs on a duplicate descriptor outside the lock, so appends from the event
+        loop never wait for the disk.
+        """
         with self._lock:
-            if self._fd is not None and self._dirty:
-                os.fsync(self._fd)
-                self._dirty = False
+            if self._fd is None or not self._dirty:
+                return
+            fd = os.dup(self._fd)
+            self._dirty = False
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:

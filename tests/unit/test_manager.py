@@ -11,6 +11,10 @@ import pytest
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop
+from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy
@@ -19,7 +23,6 @@ from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderError, ProviderResult
-from soulflow.providers.registry import ProviderRegistry
 from soulflow.session.store import SessionStore
 
 
@@ -50,7 +53,7 @@ class MemoryAdapter(ChannelAdapter):
         self.typing.append(on)
 
     async def download(self, attachment: Attachment, directory: Path) -> Path:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - tiny test double
         path = directory / attachment.name
         path.write_text("file body")
         return path
@@ -85,11 +88,12 @@ def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
     bus = MessageBus(tmp_path / "runtime")
     sessions = SessionStore(tmp_path / "sessions")
     model = EchoModel()
-    providers = ProviderRegistry()
-    providers.register(model)
     context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
                              DecisionService(tmp_path / "d.json"), sessions)
-    agent = AgentDomain(context, sessions, providers)
+    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
+                     context.system_prompt,
+                     lambda state, approved: ToolContext(tmp_path, ChatRef("chat", "c1")))
+    agent = AgentDomain(context, sessions, loop)
     adapter = MemoryAdapter()
     registry = ChannelRegistry()
     registry.register(adapter)

@@ -1,0 +1,90 @@
+"""How people decide approval requests: words in English and Korean, emoji, reactions.
+
+A message decides an approval only when it is nothing but a decision ("approve", "네",
+"✅", optionally with the approval id), so a normal sentence that happens to contain "no"
+is never taken as a denial.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+from soulflow.storage.atomic import read_json, write_json_atomic
+
+APPROVE, DENY, DEFER, CANCEL, CLARIFY = "approve", "deny", "defer", "cancel", "clarify"
+
+_WORDS: dict[str, tuple[str, ...]] = {
+    APPROVE: ("approve", "approved", "yes", "y", "ok", "okay", "go", "go ahead", "lgtm",
+              "allow", "승인", "허용", "네", "예", "응", "좋아", "진행", "✅", "👍", "👌", "✔️",
+              "✔"),
+    DENY: ("deny", "denied", "no", "n", "reject", "refuse", "don't", "거부", "거절", "아니",
+           "아니오", "아니요", "안돼", "❌", "👎", "✖️"),
+    DEFER: ("defer", "later", "wait", "hold", "not now", "보류", "나중에", "대기", "⏸", "⏸️",
+            "⏳", "🕐"),
+    CANCEL: ("cancel", "abort", "취소", "그만", "🚫", "🛑"),
+    CLARIFY: ("clarify", "why", "why?", "explain", "details", "what?", "?", "설명", "왜",
+              "왜?", "자세히", "🤔", "❓"),
+}
+_BY_WORD = {word: decision for decision, words in _WORDS.items() for word in words}
+
+# platform reaction names (Slack names, Discord/Telegram unicode) to decisions
+_REACTIONS = {
+    "white_check_mark": APPROVE, "heavy_check_mark": APPROVE, "+1": APPROVE,
+    "thumbsup": APPROVE, "ok_hand": APPROVE, "✅": APPROVE, "👍": APPROVE, "👌": APPROVE,
+    "x": DENY, "-1": DENY, "thumbsdown": DENY, "❌": DENY, "👎": DENY,
+    "double_vertical_bar": DEFER, "hourglass": DEFER, "hourglass_flowing_sand": DEFER,
+    "⏸️": DEFER, "⏸": DEFER, "⏳": DEFER,
+    "no_entry_sign": CANCEL, "🚫": CANCEL,
+    "thinking_face": CLARIFY, "question": CLARIFY, "🤔": CLARIFY, "❓": CLARIFY,
+}
+
+_ID = re.compile(r"\[?\b(ap_[0-9a-f]{8})\b\]?")
+
+
+def parse_decision(text: str) -> tuple[str, str | None] | None:
+    """`(decision, approval_id or None)` if the whole message is a decision, else None."""
+    match = _ID.search(text)
+    approval_id = match.group(1) if match else None
+    rest = _ID.sub(" ", text).strip().strip(".!").strip().casefold()
+    decision = _BY_WORD.get(rest)
+    return (decision, approval_id) if decision else None
+
+
+def parse_reaction(emoji: str | None) -> str | None:
+    if not emoji:
+        return None
+    return _REACTIONS.get(emoji.strip(":")) or _REACTIONS.get(emoji.strip(":").rstrip("\ufe0f"))
+
+
+class ApprovalMessages:
+    """Which platform messages announced which approval (so a reaction can decide it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        data = read_json(path, {})
+        self._map: dict[str, dict[str, str]] = data if isinstance(data, dict) else {}
+
+    @staticmethod
+    def _key(chat_key: str, platform_id: str) -> str:
+        return f"{chat_key}:{platform_id}"
+
+    def remember(self, chat_key: str, platform_ids: list[str], run_id: str,
+                 approval_id: str) -> None:
+        with self._lock:
+            for platform_id in platform_ids:
+                self._map[self._key(chat_key, platform_id)] = {"run_id": run_id,
+                                                               "approval_id": approval_id}
+            write_json_atomic(self.path, self._map)
+
+    def lookup(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
+        return self._map.get(self._key(chat_key, platform_id))
+
+    def forget_run(self, run_id: str) -> None:
+        with self._lock:
+            kept = {k: v for k, v in self._map.items() if v.get("run_id") != run_id}
+            if len(kept) != len(self._map):
+                self._map = kept
+                write_json_atomic(self.path, self._map)

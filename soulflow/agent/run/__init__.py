@@ -1,0 +1,1 @@
+"""An agent run as a thread of typed events: reducer, store, loop."""

@@ -1,0 +1,237 @@
+"""The orchestrator: persist each event, then act on the state it produces.
+
+`drive()` repeats one step until the run finishes or has to wait (for an approval or for the
+user): call the model, or run the next tool call of the last model turn. Every step appends
+its event before the next one reads the state, so after a crash `drive()` picks up at the
+exact step it was in. A tool call that was started but has no result was interrupted: it is
+re-run only if the tool is idempotent, otherwise the model is told it was interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from soulflow.agent.run import events as ev
+from soulflow.agent.run.reducer import RunState
+from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.tools.base import ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.providers.base import Provider, ProviderError
+from soulflow.providers.toolcall_text import parse_text_tool_calls
+
+log = logging.getLogger(__name__)
+
+REQUEST_INFO = "request_more_information"
+DONE_FOR_NOW = "done_for_now"
+INTERRUPTED = ("Error: interrupted. The daemon stopped while this tool was running, and it "
+               "was not run again because it may have side effects. Check its effect before "
+               "retrying.")
+
+INTENT_SCHEMAS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": REQUEST_INFO,
+        "description": "Ask the user a question and wait for the answer before continuing.",
+        "parameters": {"type": "object", "properties": {"question": {"type": "string"}},
+                       "required": ["question"]}}},
+    {"type": "function", "function": {
+        "name": DONE_FOR_NOW,
+        "description": "Finish the task with a final answer to the user.",
+        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}},
+                       "required": ["answer"]}}},
+]
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """Where a run stands after `drive()`, and what to tell the user now."""
+
+    run_id: str
+    status: str
+    text: str
+    approval_id: str | None = None
+
+
+ContextFactory = Callable[[RunState, bool], ToolContext]
+
+
+def _arguments(call: dict[str, Any]) -> dict[str, Any] | str:
+    raw = call.get("arguments")
+    if isinstance(raw, dict):
+        return raw
+    try:
+        parsed = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except json.JSONDecodeError:
+        return raw if isinstance(raw, str) else ""
+    return parsed if isinstance(parsed, dict) else ""
+
+
+class AgentLoop:
+    def __init__(self, store: ThreadStore, provider: Callable[[], Provider], tools: ToolRegistry,
+                 system_prompt: Callable[[], str], tool_context: ContextFactory, *,
+                 max_turns: int = 10) -> None:
+        self.store = store
+        self._provider = provider
+        self.tools = tools
+        self._system_prompt = system_prompt
+        self._tool_context = tool_context
+        self.max_turns = max_turns
+
+    # -- entry points --------------------------------------------------------------------
+
+    def begin(self, *, chat: dict[str, Any], text: str, history: list[dict[str, Any]],
+              inbound_key: str | None = None, parent_run: str | None = None,
+              max_turns: int | None = None) -> str:
+        """Record a new run (nothing runs yet); returns its id."""
+        run_id = f"run_{uuid.uuid4().hex[:16]}"
+        self.store.append(run_id, ev.Event(ev.RUN_STARTED, {
+            "run_id": run_id, "chat": chat, "text": text, "history": history,
+            "inbound_key": inbound_key, "parent_run": parent_run,
+            "max_turns": max_turns or self.max_turns}))
+        return run_id
+
+    def decide(self, run_id: str, approval_id: str, decision: str, by: str = "") -> None:
+        self.store.append(run_id, ev.Event(ev.APPROVAL_DECIDED, {
+            "approval_id": approval_id, "decision": decision, "by": by}))
+
+    def answer(self, run_id: str, text: str) -> None:
+        """The user's reply to a `request_more_information` question."""
+        self.store.append(run_id, ev.Event(ev.USER_REPLY, {"text": text}))
+
+    def cancel(self, run_id: str, reason: str = "cancelled by the user") -> RunOutcome:
+        state = self.store.state(run_id)
+        if not state.finished:
+            state = self._finish(run_id, ev.CANCELLED, f"Cancelled: {reason}.")
+        return self._outcome(state)
+
+    async def drive(self, run_id: str, abort: asyncio.Event | None = None) -> RunOutcome:
+        """Advance the run until it finishes or must wait."""
+        state = self.store.state(run_id)
+        for _ in range(4 * (state.max_turns + 2) * 8):  # bounded, whatever a model does
+            if state.status != ev.RUNNING:
+                return self._outcome(state)
+            if abort is not None and abort.is_set():
+                state = self._finish(run_id, ev.CANCELLED, "Stopped.")
+            elif state.started_calls:
+                state = await self._recover_interrupted(run_id, state)
+            elif state.pending_calls:
+                state = await self._run_call(run_id, state, state.pending_calls[0], abort)
+            elif state.turns >= state.max_turns:
+                last = next((m["content"] for m in reversed(state.conversation)
+                             if m["role"] == "assistant" and m.get("content")), "")
+                note = f"I stopped after {state.max_turns} steps without finishing."
+                state = self._finish(run_id, ev.MAX_TURNS_REACHED,
+                                     f"{note}\n\n{last}".strip())
+            else:
+                state = await self._model_turn(run_id, state, abort)
+        return self._outcome(self._finish(run_id, ev.FAILED, "The run made no progress."))
+
+    # -- steps ---------------------------------------------------------------------------
+
+    async def _model_turn(self, run_id: str, state: RunState,
+                          abort: asyncio.Event | None) -> RunState:
+        messages = [{"role": "system", "content": self._system_prompt()}, *state.conversation]
+        schemas = self.tools.schemas() + INTENT_SCHEMAS
+        try:
+            result = await self._provider().chat(messages, schemas, abort=abort)
+        except ProviderError as exc:
+            if exc.kind == "aborted":
+                return self._finish(run_id, ev.CANCELLED, "Stopped.")
+            self.store.append(run_id, ev.Event(ev.ERROR, {"message": str(exc), "kind": exc.kind}))
+            return self._finish(run_id, ev.FAILED,
+                                f"Sorry, I couldn't get an answer from the model ({exc.kind}).")
+        found, content = list(result.tool_calls), result.content
+        if not found and content:
+            known = set(self.tools.names()) | {REQUEST_INFO, DONE_FOR_NOW}
+            parsed = parse_text_tool_calls(content, known)
+            if parsed.calls:
+                found, content = parsed.calls, parsed.remaining_text
+        # ids are made unique per run: some servers restart at "call_0" every turn, and an
+        # approval given for one turn's call must never apply to a later one
+        turn = state.turns + 1
+        calls = [{"id": f"t{turn}.{c.id or f'call_{index}'}", "name": c.name,
+                  "arguments": c.arguments} for index, c in enumerate(found)]
+        state = self.store.append(run_id, ev.Event(ev.MODEL_TURN, {
+            "content": content, "tool_calls": calls, "provider": result.provider}))
+        if not calls:
+            return self._finish(run_id, ev.COMPLETED,
+                                content.strip() or "(the model returned an empty answer)")
+        return state
+
+    async def _run_call(self, run_id: str, state: RunState, call: dict[str, Any],
+                        abort: asyncio.Event | None) -> RunState:
+        name, call_id = call["name"], call["id"]
+        arguments = _arguments(call)
+        if name == DONE_FOR_NOW:
+            answer = arguments.get("answer", "") if isinstance(arguments, dict) else ""
+            self._result(run_id, call_id, name, "ok", "done")
+            return self._finish(run_id, ev.COMPLETED, str(answer) or "Done.")
+        if name == REQUEST_INFO:
+            question = arguments.get("question", "") if isinstance(arguments, dict) else ""
+            return self.store.append(run_id, ev.Event(ev.INFO_REQUESTED, {
+                "call_id": call_id, "question": str(question) or "Could you tell me more?"}))
+        decision = state.decision_for(call_id)
+        if decision in ("deny", "cancel"):
+            if decision == "cancel":
+                self._result(run_id, call_id, name, "error", "Cancelled by the user.")
+                return self._finish(run_id, ev.CANCELLED, "Cancelled.")
+            return self._result(run_id, call_id, name, "error",
+                                "Error: the user denied this tool call.")
+        self.store.append(run_id, ev.Event(ev.TOOL_CALL_STARTED, {"id": call_id, "name": name}))
+        context = self._tool_context(state, decision == "approve")
+        context.abort = abort
+        result = await self.tools.execute(name, arguments, context)
+        if result.status == "approval_required":
+            approval_id = f"ap_{uuid.uuid4().hex[:8]}"
+            return self.store.append(run_id, ev.Event(ev.APPROVAL_REQUESTED, {
+                "approval_id": approval_id, "call_id": call_id, "tool": name,
+                "arguments": arguments, "reason": result.reason or "this call is risky"}))
+        return self._result(run_id, call_id, name, result.status, result.output)
+
+    async def _recover_interrupted(self, run_id: str, state: RunState) -> RunState:
+        call_id = next(iter(state.started_calls))
+        call = next((c for c in state.pending_calls if c["id"] == call_id), None)
+        tool = self.tools.get(call["name"]) if call is not None else None
+        if call is not None and tool is not None and tool.idempotent:
+            log.info("re-running idempotent tool %s of %s after a restart", call["name"], run_id)
+            return await self._run_call(run_id, state, call, None)
+        name = call["name"] if call is not None else "?"
+        log.warning("tool %s of %s was interrupted; reporting it to the model", name, run_id)
+        return self._result(run_id, call_id, name, "error", INTERRUPTED)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _result(self, run_id: str, call_id: str, name: str, status: str,
+                output: str) -> RunState:
+        return self.store.append(run_id, ev.Event(ev.TOOL_RESULT, {
+            "id": call_id, "name": name, "status": status, "output": output}))
+
+    def _finish(self, run_id: str, status: str, final: str) -> RunState:
+        return self.store.append(run_id, ev.Event(ev.DONE, {"status": status, "final": final}))
+
+    def _outcome(self, state: RunState) -> RunOutcome:
+        if state.status == ev.WAITING_APPROVAL:
+            approval = state.open_approval() or {}
+            return RunOutcome(state.run_id, state.status, approval_text(approval),
+                              approval.get("approval_id"))
+        if state.status == ev.WAITING_USER:
+            return RunOutcome(state.run_id, state.status, state.question or "")
+        return RunOutcome(state.run_id, state.status, state.final or "")
+
+
+def approval_text(approval: dict[str, Any]) -> str:
+    """The chat message announcing an approval request (no secret values: the arguments are
+    the model's, with `{{secret:…}}` references still unresolved)."""
+    arguments = json.dumps(approval.get("arguments", {}), ensure_ascii=False)
+    if len(arguments) > 600:
+        arguments = arguments[:600] + "…"
+    return (f"Approval needed [{approval.get('approval_id', '?')}]: I want to run "
+            f"`{approval.get('tool', '?')}` with {arguments}\n"
+            f"Reason: {approval.get('reason', '')}.\n"
+            "Reply approve / deny / defer / cancel (or 승인 / 거부 / 보류 / 취소), or react "
+            "✅ ❌ ⏸ 🚫.")

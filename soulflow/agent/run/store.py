@@ -1,0 +1,125 @@
+"""Where runs live: one append-only journal of every run's events.
+
+`runtime/threads/journal.jsonl` holds `{"run": id, "type", "at", "data"}` records, so an event
+costs one append on an open file (a file per run cost more in file creation than the whole
+rest of a message). Unfinished runs are kept in memory and rebuilt from the journal at boot;
+compaction moves finished runs to `runtime/threads/archive/YYYY-MM-DD.jsonl`, where the
+thread of any past run can still be read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from soulflow.agent.run import events as ev
+from soulflow.agent.run.reducer import RunState, apply_in_place, fold
+from soulflow.storage.jsonl import JsonlFile
+
+COMPACT_AFTER = 50_000  # journal records appended before a runtime compaction
+RECENT_FINISHED = 100  # finished runs whose events stay in memory
+
+
+def _record(run_id: str, event: ev.Event) -> dict[str, Any]:
+    return {"run": run_id, **event.to_dict()}
+
+
+class ThreadStore:
+    """Unfinished runs in memory and in `journal.jsonl`; finished ones in the archive."""
+
+    def __init__(self, directory: Path, *, fsync: str = "interval") -> None:
+        self.directory = directory
+        self._journal = JsonlFile(directory / "journal.jsonl", fsync=fsync)
+        self._events: dict[str, list[ev.Event]] = {}
+        self._states: dict[str, RunState] = {}
+        self._finished: OrderedDict[str, list[ev.Event]] = OrderedDict()
+        for record in self._journal.iter_records():
+            event = ev.Event.from_dict(record)
+            run_id = record.get("run")
+            if event is not None and isinstance(run_id, str):
+                self._events.setdefault(run_id, []).append(event)
+        for run_id, events in list(self._events.items()):
+            state = fold(events)
+            if state.finished:
+                self._remember_finished(run_id, self._events.pop(run_id))
+            else:
+                self._states[run_id] = state
+        self._appended = 0
+        self.compact()
+
+    def append(self, run_id: str, event: ev.Event) -> RunState:
+        """Persist an event, then fold it into the run's state."""
+        self._journal.append(_record(run_id, event))
+        self._appended += 1
+        events = self._events.setdefault(run_id, [])
+        events.append(event)
+        state = self._states.setdefault(run_id, RunState())
+        apply_in_place(state, event)
+        if state.finished:
+            self._remember_finished(run_id, self._events.pop(run_id))
+            del self._states[run_id]
+        return state
+
+    def _remember_finished(self, run_id: str, events: list[ev.Event]) -> None:
+        self._finished[run_id] = events
+        while len(self._finished) > RECENT_FINISHED:
+            self._finished.popitem(last=False)
+
+    def state(self, run_id: str) -> RunState:
+        state = self._states.get(run_id)
+        return state if state is not None else fold(self.events(run_id))
+
+    def events(self, run_id: str) -> list[ev.Event]:
+        """A run's events: from memory, or from the archive for long-finished runs."""
+        if run_id in self._events:
+            return list(self._events[run_id])
+        if run_id in self._finished:
+            return list(self._finished[run_id])
+        found: list[ev.Event] = []
+        for path in sorted((self.directory / "archive").glob("*.jsonl"), reverse=True):
+            for record in JsonlFile(path).iter_records():
+                if record.get("run") == run_id and (event := ev.Event.from_dict(record)):
+                    found.append(event)
+            if found:
+                break
+        return found
+
+    def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
+             statuses: frozenset[str] | None = None) -> list[str]:
+        """Unfinished runs matching an inbound message or a chat (`provider:chat_id`)."""
+        found = []
+        for run_id, state in self._states.items():
+            if statuses is not None and state.status not in statuses:
+                continue
+            if inbound_key is not None and state.inbound_key != inbound_key:
+                continue
+            chat = state.chat
+            if chat_key is not None and \
+                    f"{chat.get('provider')}:{chat.get('chat_id')}" != chat_key:
+                continue
+            found.append(run_id)
+        return found
+
+    @property
+    def needs_compaction(self) -> bool:
+        return self._appended > COMPACT_AFTER
+
+    def compact(self) -> None:
+        """Move finished runs' events to the archive; keep only unfinished runs' events."""
+        finished = [r for r in self._journal.iter_records() if r.get("run") not in self._states]
+        if finished:
+            archive = JsonlFile(self.directory / "archive" /
+                                f"{dt.date.today().isoformat()}.jsonl")
+            archive.append_many(finished)
+            archive.close()
+        self._journal.rewrite(_record(run_id, event)
+                              for run_id, events in self._events.items() for event in events)
+        self._appended = 0
+
+    def sync(self) -> None:
+        self._journal.sync()
+
+    def close(self) -> None:
+        self._journal.close()
