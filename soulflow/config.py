@@ -158,6 +158,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Slack", secret=True),
     Setting("SLACK_DEFAULT_CHANNEL", _text, "",
             "Channel id polled when Socket Mode is off (e.g. C0123456789).", "Slack"),
+    Setting("SLACK_POLL_INTERVAL_MS", _int_range(200, 600_000), "2000",
+            "How often the default channel is polled when Socket Mode is off.", "Slack"),
     Setting("SLACK_API_URL", _url, "https://slack.com/api/", "Slack Web API base URL.", "Slack"),
     Setting("SLACK_ALLOWED_USERS", _text, "",
             "Slack user ids allowed to talk to the agent, comma-separated; * for everyone.",

@@ -31,7 +31,7 @@ from soulflow.agent.tools.base import ChatRef, ToolContext, ToolServices
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
-from soulflow.channels.access import AccessPolicy
+from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
@@ -95,12 +95,17 @@ class Runtime:
                                   send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
                                   on_event=self.hub.publish)
         self.channels.register(self.local)
+        for adapter in build_platform_channels(settings, runtime_dir):
+            self.channels.register(adapter)
         self.bus.bind_senders(self.channels.get)
         self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
         self.manager = ChannelManager(
-            self.channels, self.bus, self.agent, access=AccessPolicy.from_lists({}),
+            self.channels, self.bus, self.agent, access=access_policy(settings),
             files_dir=runtime_dir / "inbound-files",
             concurrency=settings["AGENT_CONCURRENCY"],
+            grouping_window_s=(settings.seconds_from_ms("CHANNEL_GROUPING_WINDOW_MS")
+                               if settings.flag("CHANNEL_GROUPING_ENABLED") else None),
+            grouping_max=settings["CHANNEL_GROUPING_MAX"],
             max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
             on_event=self.hub.publish)
         self.manager.commands.register("secret", make_secret_command(self.vault))
@@ -144,14 +149,12 @@ class Runtime:
 
     async def start(self) -> None:
         self.started_at = time.time()
-        for adapter in self.channels:
-            await adapter.start()
         self.manager.resume_pending()
         self.manager.resume_runs()
         self.bus.start()
         for adapter in self.channels:
-            self.supervisor.spawn(f"channel:{adapter.name}:read",
-                                  lambda a=adapter: self.manager.read_loop(a))
+            self.supervisor.spawn(f"channel:{adapter.name}",
+                                  lambda a=adapter: self.manager.channel_loop(a))
         self.supervisor.spawn("journals:sync", self._sync_loop)
         if self.dashboard is not None:
             await self.dashboard.start()
@@ -257,8 +260,8 @@ class Runtime:
                 "sent": bus.dispatcher.sent_count,
                 "dead_lettered": bus.dispatcher.dead_count,
             },
-            "channels": [{"name": a.name, "send_interval_s": a.send_interval_s}
-                         for a in self.channels],
+            "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
+                          **self.manager.channel_status.get(a.name, {})} for a in self.channels],
             "sessions": [{"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
                          for s in self.sessions.list_sessions()[:20]],
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),

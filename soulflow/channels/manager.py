@@ -55,6 +55,7 @@ class ChannelManager:
         self.files_dir = files_dir
         self.max_inbound_chars = max_inbound_chars
         self.sealer = sealer
+        self.channel_status: dict[str, dict[str, str]] = {}
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
@@ -77,8 +78,25 @@ class ChannelManager:
                      len(pending))
         return len(pending)
 
-    async def read_loop(self, adapter: ChannelAdapter) -> None:
-        """One adapter's reader; runs as a supervised task until cancelled."""
+    async def channel_loop(self, adapter: ChannelAdapter) -> None:
+        """Connect an adapter (retrying with backoff), then read from it until cancelled.
+
+        A platform that is down or misconfigured at boot must not stop the daemon: the error
+        is logged once per attempt as one sentence and shown on the dashboard.
+        """
+        delay = 1.0
+        while True:
+            self.channel_status[adapter.name] = {"status": "connecting"}
+            try:
+                await adapter.start()
+                break
+            except Exception as exc:
+                self.channel_status[adapter.name] = {"status": "failed", "error": str(exc)}
+                log.error("channel %s could not start: %s (retrying in %.0fs)", adapter.name,
+                          exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(300.0, delay * 2)
+        self.channel_status[adapter.name] = {"status": "connected"}
         while True:
             batch = await adapter.read()
             if batch:
