@@ -94,9 +94,21 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     # model provider
-    Setting("PROVIDER", _choice("", "openrouter", "phi4_local"), "",
-            "Which provider answers: openrouter or phi4_local. Empty: the first one configured.",
+    Setting("PROVIDER", _choice("", "openrouter", "phi4_local", "chatgpt", "claude_code"), "",
+            "Which provider answers: openrouter, phi4_local (any local OpenAI-compatible "
+            "server), chatgpt (the `codex exec` CLI) or claude_code (the `claude -p` CLI). "
+            "Empty: the first one configured.", "Model provider"),
+    Setting("PROVIDER_FALLBACKS", _text, "",
+            "Providers tried in this order when the main one is down (comma-separated names; "
+            "chatgpt and claude_code are available only when named here or in PROVIDER).",
             "Model provider"),
+    Setting("CODEX_COMMAND", _text, "codex exec --skip-git-repo-check --sandbox read-only "
+            "--color never -", "Command line of the chatgpt provider (prompt on stdin).",
+            "Model provider"),
+    Setting("CLAUDE_COMMAND", _text, "claude -p --output-format text",
+            "Command line of the claude_code provider (prompt on stdin).", "Model provider"),
+    Setting("CLI_PROVIDER_TIMEOUT_S", _float_range(5, 3600), "300",
+            "Seconds before a CLI provider run is killed.", "Model provider"),
     Setting("OPENROUTER_API_KEY", _text, "", "API key for OpenRouter.", "Model provider",
             secret=True),
     Setting("OPENROUTER_MODEL", _text, "openrouter/auto", "Model name sent to OpenRouter.",
@@ -305,6 +317,11 @@ def _check_rules(settings: Settings) -> None:
         raise ConfigError("PROVIDER=openrouter needs OPENROUTER_API_KEY")
     if settings["PROVIDER"] == "phi4_local" and not phi4:
         raise ConfigError("PROVIDER=phi4_local needs PHI4_BASE_URL (the local endpoint's URL)")
+    known = {"openrouter", "phi4_local", "chatgpt", "claude_code"}
+    unknown = [n for n in id_list(settings["PROVIDER_FALLBACKS"]) if n not in known]
+    if unknown:
+        raise ConfigError(f"PROVIDER_FALLBACKS names unknown provider(s) {', '.join(unknown)}; "
+                          f"use {', '.join(sorted(known))}")
 
 
 def env_example() -> str:

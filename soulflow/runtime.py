@@ -36,11 +36,11 @@ from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.secret_command import make_secret_command
-from soulflow.config import Settings, id_list
+from soulflow.config import ConfigError, Settings, id_list
 from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
-from soulflow.providers.factory import build_providers
+from soulflow.providers.factory import build_providers, failover_order
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.redact import Redactor
@@ -123,7 +123,12 @@ class Runtime:
         """The agent loop, or None when no provider is configured (the chat says how)."""
         if not self.providers.names():
             return None
-        chain = self.providers.chain()
+        order = failover_order(self.settings) or []
+        missing = [name for name in order if name not in self.providers.names()]
+        if missing:
+            raise ConfigError(f"PROVIDER_FALLBACKS names {', '.join(missing)}, which "
+                              "is not configured (see docs/config.md for its settings)")
+        chain = self.providers.chain(order or None)
         self.threads = ThreadStore(runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"])
         return AgentLoop(self.threads, lambda: chain, self.tools, self.context.system_prompt,
                          self._tool_context, max_turns=self.settings["AGENT_MAX_TURNS"])

@@ -22,7 +22,7 @@ from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.access import AccessPolicy, refusal_text
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.commands import CommandRouter
+from soulflow.channels.commands import STOP_NAMES, CommandRouter
 from soulflow.channels.feedback import acknowledge, typing_while
 from soulflow.channels.grouping import Grouper
 from soulflow.channels.registry import ChannelRegistry
@@ -150,10 +150,24 @@ class ChannelManager:
         return fresh
 
     def _queue(self, message: InboundMessage) -> None:
+        if self._stop_now(message):
+            return
         if self._grouper is not None and message.provider != "local":
             self._grouper.add(message)
         else:
             self._submit([message])
+
+    def _stop_now(self, message: InboundMessage) -> bool:
+        """/stop must not wait behind the very run it stops: handle it outside the queue."""
+        adapter = self.registry.get(message.provider)
+        command = adapter.parse_command(message.text) if adapter is not None else None
+        if command is None or command.name not in STOP_NAMES:
+            return False
+        stopped = self.runs.stop(message.chat_key)
+        self._publish(message, f"Stopped {stopped} running task(s)." if stopped
+                      else "Nothing is running in this chat.")
+        self._complete([message.key], "answered")
+        return True
 
     def _submit(self, batch: list[InboundMessage]) -> None:
         self._executor.submit(batch[0].chat_key, lambda: self._process(batch))

@@ -1,0 +1,83 @@
+"""End-to-end agent runs through the local channel: tools, approvals, questions, crashes."""
+
+from __future__ import annotations
+
+from tests.e2e.harness import wait_for
+from tests.fakes.openai_api import FakeOpenAIThread
+
+
+def assistant_texts(daemon, chat_id: str = "test") -> list[str]:  # type: ignore[no-untyped-def]
+    return [m["content"] for m in daemon.replies(chat_id)]
+
+
+def test_tool_call_needing_approval_runs_after_approve(make_daemon, fake_llm) -> None:
+    daemon = make_daemon().start()
+    fake_llm.script_tool_call("write_file", {"path": "notes/plan.txt", "content": "step 1"})
+    fake_llm.script_reply("Saved your plan.")
+    daemon.say("write my plan to notes/plan.txt")
+    request = wait_for(lambda: next((t for t in assistant_texts(daemon)
+                                     if t.startswith("Approval needed")), None),
+                       what="the approval request")
+    assert "write_file" in request and "writes outside safe paths" in request
+    assert not (daemon.workspace / "notes" / "plan.txt").exists()
+    daemon.say("approve")
+    wait_for(lambda: "Saved your plan." in assistant_texts(daemon), what="the final answer")
+    assert (daemon.workspace / "notes" / "plan.txt").read_text() == "step 1"
+    tool_result = fake_llm.requests[-1].json["messages"][-1]
+    assert tool_result["role"] == "tool" and "notes/plan.txt" in tool_result["content"]
+
+
+def test_denied_call_and_pending_approval_survives_sigkill(make_daemon, fake_llm) -> None:
+    daemon = make_daemon().start()
+    fake_llm.script_tool_call("write_file", {"path": "x/y.txt", "content": "no"})
+    fake_llm.script_reply("OK, I left it alone.")
+    daemon.say("write x/y.txt")
+    wait_for(lambda: any(t.startswith("Approval needed") for t in assistant_texts(daemon)),
+             what="the approval request")
+    daemon.kill()
+    daemon.start()
+    daemon.say("거부")  # deny, in Korean
+    wait_for(lambda: "OK, I left it alone." in assistant_texts(daemon), what="the answer")
+    assert not (daemon.workspace / "x" / "y.txt").exists()
+    assert "denied" in fake_llm.requests[-1].json["messages"][-1]["content"]
+    assert sum(t.startswith("Approval needed") for t in assistant_texts(daemon)) == 1
+
+
+def test_request_more_information_waits_for_the_answer(make_daemon, fake_llm) -> None:
+    daemon = make_daemon().start()
+    fake_llm.script_tool_call("request_more_information", {"question": "Which city?"})
+    fake_llm.script_reply("Seoul is sunny.")
+    daemon.say("what's the weather?")
+    wait_for(lambda: "Which city?" in assistant_texts(daemon), what="the question")
+    daemon.say("Seoul")
+    wait_for(lambda: "Seoul is sunny." in assistant_texts(daemon), what="the answer")
+    assert "The user answered: Seoul" in fake_llm.requests[-1].json["messages"][-1]["content"]
+
+
+def test_sigkill_mid_tool_reports_interrupted_and_does_not_rerun(make_daemon,
+                                                                  fake_llm: FakeOpenAIThread
+                                                                  ) -> None:
+    daemon = make_daemon().start()
+    marker = daemon.workspace / "ran.txt"
+    fake_llm.script_tool_call("exec", {"command": "echo run >> ran.txt; sleep 30"})
+    fake_llm.script_reply("The command was interrupted; I did not run it again.")
+    message_id = daemon.say("run the long job")
+    wait_for(lambda: marker.exists(), what="the tool to start")
+    daemon.kill()
+    daemon.start()
+    reply = daemon.wait_reply(message_id, timeout=30)
+    assert reply["content"] == "The command was interrupted; I did not run it again."
+    assert marker.read_text() == "run\n"  # not run a second time
+    assert "interrupted" in fake_llm.requests[-1].json["messages"][-1]["content"]
+    assert len(daemon.replies()) == 1
+
+
+def test_stop_command_aborts_a_running_answer(make_daemon, fake_llm) -> None:
+    daemon = make_daemon().start()
+    fake_llm.delay_s = 30
+    daemon.say("slow question", chat_id="s")
+    fake_llm.wait_for_requests(1)
+    fake_llm.delay_s = 0
+    daemon.api("POST", "/api/chat", json={"chat_id": "s", "text": "/stop"})
+    wait_for(lambda: "Stopped." in assistant_texts(daemon, "s"), what="the stop")
+    assert any(t.startswith("Stopped 1 running task") for t in assistant_texts(daemon, "s"))
