@@ -11,7 +11,6 @@ import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,6 +18,8 @@ import discord
 import discord.abc
 
 from soulflow.bus.messages import Attachment, InboundMessage, SendError
+from soulflow.channels.files import safe_filename
+from soulflow.channels.files import write_file_atomically as write_file  # noqa: F401
 from soulflow.channels.rendering import RenderedPart
 
 PROVIDER = "discord"
@@ -281,25 +282,9 @@ def send_error(error: BaseException) -> SendError:
 # -- files -------------------------------------------------------------------------------
 
 
-def safe_filename(name: str) -> str:
-    """A name that is safe on any filesystem: basename only, `[A-Za-z0-9._-]`, <= 100 chars.
-
-    Never empty and never starting with a dot (no hidden files, no `..`).
-    """
-    base = re.split(r"[\\/]", name)[-1]
-    cleaned = _UNSAFE_FILENAME_CHARS.sub("_", base)[:_MAX_FILENAME]
-    if not cleaned.strip("._"):
-        cleaned = "file"
-    if cleaned.startswith("."):
-        cleaned = f"_{cleaned[1:]}"
-    return cleaned
-
-
 def download_filename(attachment: Attachment) -> str:
     """`<file id>_<name>`: the id keeps two attachments called `image.png` apart."""
-    prefix = safe_filename(attachment.file_id or "")
-    name = safe_filename(attachment.name or "file")
-    return name if prefix == "file" else f"{prefix}_{name}"
+    return safe_filename(attachment.name or "file", attachment.file_id or "")
 
 
 async def fetch_attachment(attachment: Attachment, cap: int) -> bytes:
@@ -328,9 +313,3 @@ async def fetch_attachment(attachment: Attachment, cap: int) -> bytes:
     return bytes(data)
 
 
-def write_file(target: Path, data: bytes) -> None:
-    """Write via a temporary name so a crash never leaves a truncated file under the real one."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    partial.write_bytes(data)
-    partial.replace(target)

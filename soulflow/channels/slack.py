@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.files import write_file_atomically
 from soulflow.channels.rendering import split_text
 from soulflow.channels.slack_format import (
     SlackEventParser,
@@ -325,7 +326,7 @@ class SlackChannel(ChannelAdapter):
             raise OSError(f"refusing to send the Slack token to {urlsplit(url).hostname}")
         data = await self._fetch_file(url, label, attachment.mime_type)
         target = directory / safe_filename(label, attachment.file_id or "")
-        await asyncio.to_thread(_write_file, target, data)
+        await asyncio.to_thread(write_file_atomically, target, data)
         return target
 
     def _trusted_file_host(self, url: str) -> bool:
@@ -356,12 +357,3 @@ class SlackChannel(ChannelAdapter):
         return bytes(data)
 
 
-def _write_file(target: Path, data: bytes) -> None:
-    """Write via a temporary name so a half-written file never appears under `target`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.part")
-    try:
-        partial.write_bytes(data)
-        partial.replace(target)
-    finally:
-        partial.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from soulflow.bus.messages import Attachment, InboundMessage
+from soulflow.channels.files import safe_filename  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -137,23 +138,6 @@ def slack_to_plain(text: str) -> str:
     for pattern, replace in replacements:
         text = pattern.sub(replace, text)
     return unescape(text)
-
-
-def safe_filename(name: str, prefix: str = "") -> str:
-    """A file name that is safe on any file system: base name only, `[A-Za-z0-9._-]`.
-
-    Never empty, never hidden (no leading dot), at most 100 characters including the
-    `prefix` (the platform's file id, which keeps two `report.pdf` uploads apart).
-    """
-    base = re.split(r"[\\/]", name or "")[-1]
-    cleaned = _UNSAFE_NAME_CHARS.sub("_", base).lstrip(".") or "file"
-    head = _UNSAFE_NAME_CHARS.sub("_", prefix).lstrip(".")
-    head = f"{head}_" if head else ""
-    stem, dot, ext = cleaned.rpartition(".")
-    room = MAX_FILENAME - len(head)
-    if len(cleaned) > room and dot and stem and len(ext) < 16:
-        cleaned = stem[: room - len(ext) - 1] + "." + ext
-    return (head + cleaned)[:MAX_FILENAME]
 
 
 # -- timestamps and errors ---------------------------------------------------------------

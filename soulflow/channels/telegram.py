@@ -13,7 +13,6 @@ import contextlib
 import datetime as dtm
 import hashlib
 import logging
-import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable
@@ -37,6 +36,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.files import write_file_atomically
 from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram_format import (
     UpdateParser,
@@ -344,7 +344,7 @@ class TelegramChannel(ChannelAdapter):
         self._check_size(attachment.name, len(data))
         tag = hashlib.sha256(attachment.file_id.encode()).hexdigest()[:12]
         target = directory / safe_filename(attachment.name, tag)
-        await asyncio.to_thread(_write_file, target, data)
+        await asyncio.to_thread(write_file_atomically, target, data)
         return target
 
     def _check_size(self, name: str, size: int | None) -> None:
@@ -388,9 +388,3 @@ def _retry_seconds(exc: RetryAfter) -> float:
     return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
 
 
-def _write_file(target: Path, data: bytes) -> None:
-    """Write via a temporary name so a crash never leaves a truncated file in place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.part")
-    partial.write_bytes(data)
-    os.replace(partial, target)

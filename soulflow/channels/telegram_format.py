@@ -28,6 +28,7 @@ from telegram import (
 from telegram.constants import ChatType, MessageEntityType
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage
+from soulflow.channels.files import safe_filename  # noqa: F401 - re-exported
 from soulflow.channels.rendering import split_text
 
 #: Telegram counts message length (4096) in UTF-16 code units, not characters.
@@ -199,22 +200,6 @@ def split_for_telegram(text: str, chunk: int = 4000) -> list[str]:
     for piece in split_text(text, limit):
         pieces.extend(split_for_telegram(piece, chunk))
     return pieces
-
-
-def safe_filename(name: str, prefix: str) -> str:
-    """A file name safe to write anywhere: basename only, `[A-Za-z0-9._-]`, at most 100
-    characters, never empty or hidden, prefixed with `prefix` so two files never collide."""
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    base = _UNSAFE_NAME_CHARS.sub("_", base).lstrip(".") or "file"
-    prefix = _UNSAFE_NAME_CHARS.sub("_", prefix).lstrip(".")[:40] or "file"
-    room = _MAX_NAME - len(prefix) - 1
-    if len(base) > room:
-        stem, dot, suffix = base.rpartition(".")
-        if dot and stem and len(suffix) <= 16:
-            base = f"{stem[:room - len(suffix) - 1]}.{suffix}"
-        else:
-            base = base[:room]
-    return f"{prefix}_{base}"
 
 
 # -- outbound parameters -----------------------------------------------------------------

@@ -225,7 +225,7 @@ async def test_attachment_is_described_and_downloaded(fake: FakeDiscord, tmp_pat
 
     hostile = Attachment(name="../../.bash rc", url=attachment.url, file_id="../7")
     path = await adapter.download(hostile, tmp_path / "files")
-    assert path.parent == tmp_path / "files" and path.name == "7__bash_rc"
+    assert path.parent == tmp_path / "files" and path.name == "_7_bash_rc"
 
 
 async def test_download_enforces_the_size_cap(fake: FakeDiscord, tmp_path: Path,
