@@ -15,6 +15,8 @@ import logging
 import os
 import signal
 import time
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,11 @@ from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools import build_default_registry
-from soulflow.agent.tools.base import ChatRef, ToolContext, ToolServices
+from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError, ToolServices
+from soulflow.agent.tools.cron_tool import CronTool
+from soulflow.agent.tools.diagram_tool import DiagramRenderTool
+from soulflow.agent.tools.messaging import UPLOAD_PROMPT, MessageTool, RequestFileTool
+from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_subagent
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
@@ -37,6 +43,7 @@ from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.secret_command import make_secret_command
 from soulflow.config import ConfigError, Settings, id_list
+from soulflow.cron import CronService, CronStore, Job, cron_inbound_message
 from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
@@ -87,6 +94,9 @@ class Runtime:
         self.tools = build_default_registry(
             allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
             allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
+        for tool in (MessageTool(), RequestFileTool(), SpawnTool(), CronTool(),
+                     DiagramRenderTool()):
+            self.tools.register(tool)
         self.approvals = ApprovalMessages(runtime_dir / "approvals" / "messages.json")
         self.agent = AgentDomain(self.context, self.sessions, self._build_loop(runtime_dir),
                                  self.approvals)
@@ -109,6 +119,8 @@ class Runtime:
             max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
             on_event=self.hub.publish)
         self.manager.commands.register("secret", make_secret_command(self.vault))
+        self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
+                                self._fire_cron)
         self.supervisor = Supervisor()
         self.dashboard: DashboardService | None = None
         if settings.flag("DASHBOARD_ENABLED"):
@@ -137,12 +149,48 @@ class Runtime:
         chat = state.chat
         ref = ChatRef(str(chat.get("provider", "")), str(chat.get("chat_id", "")),
                       chat.get("thread_id"), str(chat.get("sender_id", "")))
+        services = ToolServices(
+            send_message=self._send_from_tool,
+            request_file=partial(self._request_file_from_tool, dict(chat)),
+            # a sub-run gets no spawn service: sub-agents cannot start sub-agents
+            spawn=None if state.parent_run else partial(self._spawn_from_tool, dict(chat),
+                                                        state.run_id),
+            schedule=self._cron_from_tool)
         return ToolContext(workspace=self.settings.workspace, chat=ref, approved=approved,
-                           vault=self.vault,
-                           services=ToolServices(send_message=self._send_from_tool))
+                           vault=self.vault, services=services)
 
     async def _send_from_tool(self, message: OutboundMessage) -> None:
-        self.bus.publish_outbound(message)
+        if self.channels.get(message.provider) is None:
+            raise ToolError(f"there is no {message.provider!r} channel in this daemon "
+                            f"(configured: {', '.join(self.channels.names())})")
+        chat = {"provider": message.provider, "chat_id": message.chat_id,
+                "thread_id": message.thread_id}
+        self.manager.publish_to_chat(chat, message.content, message.metadata,
+                                     reply_to=message.reply_to)  # split per platform limits
+
+    async def _request_file_from_tool(self, chat: dict[str, Any], description: str) -> None:
+        """Fallback path of request_file (used only if the loop does not intercept it)."""
+        self.bus.publish_outbound(OutboundMessage(
+            provider=str(chat.get("provider")), chat_id=str(chat.get("chat_id")),
+            thread_id=chat.get("thread_id"), content=f"{description}\n\n{UPLOAD_PROMPT}"))
+
+    async def _spawn_from_tool(self, chat: dict[str, Any], parent_run: str, task: str,
+                               max_turns: int) -> str:
+        if self.agent.loop is None:  # tools only run inside a loop; kept for type safety
+            raise ToolError("no model provider is configured")
+        return await run_subagent(self.agent.loop, parent_chat=chat, task=task,
+                                  max_turns=max_turns, parent_run=parent_run)
+
+    async def _cron_from_tool(self) -> CronService:
+        return self.cron
+
+    def _fire_cron(self, job: Job, scheduled: datetime) -> None:
+        """A due cron job becomes an ordinary inbound message (journaled, deduplicated)."""
+        if self.channels.get(job.chat.provider) is None:
+            raise RuntimeError(f"channel {job.chat.provider!r} is not configured")
+        if not self.manager.inject(cron_inbound_message(job, scheduled)):
+            log.info("cron job %s for %s was already delivered; not sending it again", job.id,
+                     scheduled.isoformat())
 
     def _remember_approval_message(self, message: OutboundMessage, result: SendResult) -> None:
         approval_id = message.metadata.get("approval_id")
@@ -154,6 +202,10 @@ class Runtime:
 
     async def start(self) -> None:
         self.started_at = time.time()
+        if self.agent.loop is not None:
+            orphans = cancel_orphaned_subruns(self.agent.loop)
+            if orphans:
+                log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
         self.manager.resume_pending()
         self.manager.resume_runs()
         self.bus.start()
@@ -161,6 +213,7 @@ class Runtime:
             self.supervisor.spawn(f"channel:{adapter.name}",
                                   lambda a=adapter: self.manager.channel_loop(a))
         self.supervisor.spawn("journals:sync", self._sync_loop)
+        self.supervisor.spawn("cron", self.cron.run)
         if self.dashboard is not None:
             await self.dashboard.start()
         self._write_daemon_info()
@@ -271,6 +324,7 @@ class Runtime:
                          for s in self.sessions.list_sessions()[:20]],
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
             "loops": self.supervisor.status(),
+            "cron": {"jobs": len(self.cron.store), "fired": self.cron.fired_count},
         }
 
 

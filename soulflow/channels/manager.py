@@ -149,6 +149,22 @@ class ChannelManager:
             self._queue(message)
         return fresh
 
+    def inject(self, message: InboundMessage) -> bool:
+        """Journal and answer a message the daemon wrote itself (a cron job), exactly once.
+
+        Trusted input: no allow-list, mention or grouping checks. The journal's seen ids drop a
+        second injection of the same message id (a job re-fired after a crash)."""
+        if self.bus.inbound.is_seen(message.key) or not self._seal(message) or \
+                not self.bus.inbound.accept(message):
+            return False
+        self.received_count += 1
+        self._on_event("inbound.received", {
+            "provider": message.provider, "chat_id": message.chat_id,
+            "message_id": message.message_id, "sender_id": message.sender_id,
+            "text": message.text[:500]})
+        self._submit([message])
+        return True
+
     def _queue(self, message: InboundMessage) -> None:
         if self._stop_now(message):
             return
@@ -205,12 +221,12 @@ class ChannelManager:
         async def decide() -> None:
             if decision == CLARIFY:
                 text = self.agent.pending_approval_text(entry["run_id"])
-                self._publish_to_chat(self.agent.chat_of_run(entry["run_id"]), text)
+                self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), text)
                 return
             reply = await self.agent.decide(entry["run_id"], decision, by=message.sender_id,
                                             approval_id=entry["approval_id"])
             if reply is not None:
-                self._publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
+                self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
                                       self._reply_metadata(reply))
 
         self._executor.submit(message.chat_key, decide)
@@ -230,12 +246,13 @@ class ChannelManager:
             self._complete(keys, "answered")
             return
         adapter = self.registry.get(first.provider)
-        if len(batch) == 1 and adapter is not None and \
+        internal = first.metadata.get("origin") == "cron"  # never a command, answer or decision
+        if len(batch) == 1 and adapter is not None and not internal and \
                 (command := adapter.parse_command(first.text)) is not None:
             self._publish(first, await self.commands.handle(command, first))
             self._complete(keys, "answered")
             return
-        if len(batch) == 1 and await self._continue_open_run(first, adapter):
+        if len(batch) == 1 and not internal and await self._continue_open_run(first, adapter):
             self._complete(keys, "answered")
             return
         text = await self._input_text(batch, adapter)
@@ -279,8 +296,9 @@ class ChannelManager:
                 self._publish(message, f"There is no pending approval {approval_id} here.")
                 return True
         else:
+            text = await self._input_text([message], adapter)  # saves attachments (request_file)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
-                run_id, message, message.text, abort=abort))
+                run_id, message, text, abort=abort))
         self._publish(message, reply.content, metadata=self._reply_metadata(reply))
         return True
 
@@ -308,7 +326,7 @@ class ChannelManager:
 
             async def job(run_id: str = run_id, chat: dict[str, Any] = chat) -> None:
                 reply = await self.agent.resume(run_id)
-                self._publish_to_chat(chat, reply.content, self._reply_metadata(reply))
+                self.publish_to_chat(chat, reply.content, self._reply_metadata(reply))
 
             self._executor.submit(chat_key, job)
             resumed += 1
@@ -368,13 +386,13 @@ class ChannelManager:
     def _publish(self, message: InboundMessage, content: str, *,
                  inbound_key: str | None = "", metadata: dict[str, Any] | None = None) -> None:
         """Queue a reply to `message`."""
-        self._publish_to_chat(
+        self.publish_to_chat(
             {"provider": message.provider, "chat_id": message.chat_id,
              "thread_id": message.thread_id}, content, metadata,
             reply_to=message.message_id,
             inbound_key=message.key if inbound_key == "" else inbound_key)
 
-    def _publish_to_chat(self, chat: dict[str, Any], content: str,
+    def publish_to_chat(self, chat: dict[str, Any], content: str,
                          metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
                          inbound_key: str | None = None) -> None:
         """Queue a message, split or turned into a file as the platform needs, in order."""

@@ -175,6 +175,13 @@ class AgentLoop:
             question = arguments.get("question", "") if isinstance(arguments, dict) else ""
             return self.store.append(run_id, ev.Event(ev.INFO_REQUESTED, {
                 "call_id": call_id, "question": str(question) or "Could you tell me more?"}))
+        asker = self.tools.get(name)
+        if asker is not None and getattr(asker, "asks_user", False):
+            # e.g. request_file: the run waits like request_more_information, and the user's
+            # next message (attachments saved, as `[attachment NAME saved at PATH]`) answers it
+            question = asker.question(arguments if isinstance(arguments, dict) else {})
+            return self.store.append(run_id, ev.Event(ev.INFO_REQUESTED, {
+                "call_id": call_id, "question": question}))
         decision = state.decision_for(call_id)
         if decision in ("deny", "cancel"):
             if decision == "cancel":

@@ -1,0 +1,74 @@
+"""The ``diagram_render`` tool: Mermaid source to ASCII art (for the chat) and an SVG file.
+
+Rendering runs in a short-lived Node.js process (`soulflow.agent.diagram.render`), with its
+own timeout and memory cap. The SVG is saved as ``runtime/diagrams/<sha12>.svg`` in the
+workspace, named by a hash of the source: rendering the same diagram again rewrites the same
+file with the same bytes, which is what makes the tool idempotent (safe to re-run after a
+crash) and keeps repeated renders from filling the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from soulflow.agent.diagram.render import DiagramError, render_mermaid
+from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
+from soulflow.agent.tools.workspace import relative_to_workspace, resolve_in_workspace
+from soulflow.storage.atomic import write_bytes_atomic
+
+__all__ = ["DIAGRAM_DIR", "DiagramRenderTool"]
+
+DIAGRAM_DIR = "runtime/diagrams"
+RENDER_TIMEOUT_S = 20.0
+_FORMATS = {"svg": ("svg",), "ascii": ("ascii",), "both": ("svg", "ascii")}
+
+
+def diagram_name(source: str) -> str:
+    """The file name of a source's SVG: the first 12 hex digits of its SHA-256."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:12] + ".svg"
+
+
+class DiagramRenderTool(Tool):
+    name = "diagram_render"
+    description = (
+        "Render a Mermaid diagram (flowchart, sequence, state, class or ER diagram). "
+        "Returns ASCII art you can show in the chat inside a code block, and saves an SVG "
+        f"under {DIAGRAM_DIR}/ (its path is in the result). format: svg, ascii or both "
+        "(default both)."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string", "minLength": 1,
+                       "description": "Mermaid source, e.g. 'graph TD\\n  A --> B'."},
+            "format": {"type": "string", "enum": list(_FORMATS), "default": "both"},
+        },
+        "required": ["source"],
+        "additionalProperties": False,
+    }
+    idempotent = True
+    timeout_s = RENDER_TIMEOUT_S + 10  # the renderer's own timeout fires first, with a reason
+
+    async def run(self, params: Params, ctx: ToolContext) -> str:
+        source = params["source"]
+        formats = _FORMATS[params.get("format", "both")]
+        try:
+            result = await render_mermaid(source, formats=formats, timeout_s=RENDER_TIMEOUT_S)
+        except DiagramError as exc:
+            raise ToolError(str(exc)) from None
+        parts: list[str] = []
+        if result.ascii is not None:
+            parts.append(f"```\n{result.ascii.rstrip()}\n```")
+        if result.svg is not None:
+            path = resolve_in_workspace(ctx.workspace, f"{DIAGRAM_DIR}/{diagram_name(source)}")
+            data = result.svg.encode("utf-8")
+            try:
+                await asyncio.to_thread(write_bytes_atomic, path, data)
+            except OSError as exc:
+                raise ToolError(f"the diagram rendered but its SVG could not be saved: "
+                                f"{exc.strerror or exc}") from None
+            shown = relative_to_workspace(ctx.workspace, path)
+            parts.append(f"SVG saved at {shown} ({len(data)} bytes)")
+        return "\n\n".join(parts)

@@ -1,0 +1,234 @@
+"""`CronService`: fire due jobs, move their schedules forward, and sleep until the next one.
+
+The service does not talk to the agent itself. ``fire(job, scheduled_time)`` is provided by the
+runtime, which turns the job into an ordinary inbound message (see `cron_inbound_message`)
+so a scheduled task is journaled, deduplicated and answered like anything a user writes.
+
+Crash safety comes from the order of the two steps: a job is fired first and its state is
+advanced second. A crash in between re-fires it with the *same* scheduled time, and the
+message id derived from that time makes the inbound journal drop the duplicate.
+
+Downtime: a job whose time passed while the daemon was down fires once at boot (with its
+original scheduled time), not once per missed period, and then continues on its schedule.
+
+Clock and sleep are injectable so tests run without waiting; the loop never sleeps longer
+than `MAX_SLEEP_S`, so a wall-clock jump is noticed within a minute, and it wakes at once
+when a job is added, removed, enabled or disabled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from soulflow.bus.messages import InboundMessage
+from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
+from soulflow.cron.store import CronStore, Job, JobChat, JobState, new_job_id
+
+__all__ = [
+    "MAX_JOBS_PER_CHAT",
+    "MAX_SLEEP_S",
+    "CronService",
+    "FireFn",
+    "cron_inbound_message",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_SLEEP_S = 60.0
+MAX_JOBS_PER_CHAT = 50
+MAX_TEXT_CHARS = 4000
+MAX_NAME_CHARS = 80
+
+FireFn = Callable[[Job, datetime], Awaitable[None] | None]
+Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def cron_inbound_message(job: Job, scheduled: datetime) -> InboundMessage:
+    """The message a firing job injects into the normal inbound pipeline.
+
+    The id depends only on the job and its scheduled time, so firing the same occurrence
+    twice (crash before the state was saved) is dropped by the inbound journal's seen ids.
+    """
+    stamp = int(scheduled.timestamp())
+    return InboundMessage(
+        provider=job.chat.provider, chat_id=job.chat.chat_id, thread_id=job.chat.thread_id,
+        message_id=f"cron-{job.id}-{stamp}", sender_id="cron", sender_name=f"cron: {job.name}",
+        text=job.text, is_mention=True,
+        metadata={"origin": "cron", "cron_job_id": job.id, "scheduled_at": to_iso(scheduled)})
+
+
+class CronService:
+    """The scheduler loop plus the small facade the ``cron`` tool uses (add/list/remove/...)."""
+
+    def __init__(self, store: CronStore, fire: FireFn, *, clock: Clock = _utc_now,
+                 sleep: Sleep = asyncio.sleep, max_sleep_s: float = MAX_SLEEP_S,
+                 max_jobs_per_chat: int = MAX_JOBS_PER_CHAT) -> None:
+        self.store = store
+        self._fire = fire
+        self._clock = clock
+        self._sleep = sleep
+        self.max_sleep_s = max_sleep_s
+        self.max_jobs_per_chat = max_jobs_per_chat
+        self._changed = asyncio.Event()
+        self.fired_count = 0
+
+    # -- facade for the tool (every change wakes the loop) --------------------------------
+
+    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str) -> Job:
+        """Validate and store a new job; ValueError with a sentence for the model if refused."""
+        text, name = text.strip(), " ".join(name.split())[:MAX_NAME_CHARS]
+        if not text:
+            raise ValueError("the job's text is empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(f"the job's text is {len(text)} characters; the limit is "
+                             f"{MAX_TEXT_CHARS}")
+        if len(self.store.list(chat.key)) >= self.max_jobs_per_chat:
+            raise ValueError(f"this chat already has {self.max_jobs_per_chat} cron jobs, the "
+                             "limit; remove some first")
+        now = self._clock().replace(microsecond=0)  # whole seconds read better in listings
+        first = next_fire_time(schedule, now)
+        if first is None:
+            raise ValueError(f"{schedule.describe()} never fires after now"
+                             + (" (that time is in the past)" if schedule.kind == "at" else ""))
+        job = self.store.add(Job(
+            id=new_job_id(), name=name or text[:40], schedule=schedule, chat=chat, text=text,
+            created_at=to_iso(now) or "", state=JobState(next_run_at=to_iso(first))))
+        self.wake()
+        return job
+
+    def list_jobs(self, chat: JobChat | None = None) -> list[Job]:
+        return self.store.list(chat.key if chat is not None else None)
+
+    def remove_job(self, job_id: str) -> bool:
+        removed = self.store.remove(job_id) is not None
+        if removed:
+            self.wake()
+        return removed
+
+    def set_enabled(self, job_id: str, enabled: bool) -> Job:
+        """Enable (scheduling from now on, no catch-up) or disable a job; KeyError if unknown."""
+        job = self.store.get(job_id)
+        if job is None:
+            raise KeyError(f"no cron job with id {job_id!r}")
+        if not enabled:
+            job = self.store.update_state(job_id, enabled=False, next_run_at=None)
+        elif not job.enabled:
+            upcoming = next_fire_time(job.schedule, self._clock().replace(microsecond=0))
+            if upcoming is None:
+                raise ValueError(f"job {job_id} ({job.schedule.describe()}) would never fire "
+                                 "again; add a new job instead")
+            job = self.store.update_state(job_id, enabled=True, next_run_at=to_iso(upcoming))
+        self.wake()
+        return job
+
+    def wake(self) -> None:
+        """Make the loop re-read the jobs now instead of after its current sleep."""
+        self._changed.set()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run forever (under the daemon's Supervisor): fire what is due, then sleep."""
+        self.reconcile()
+        while True:
+            await self.run_due()
+            await self._wait(self.seconds_until_next())
+
+    def reconcile(self) -> int:
+        """Give enabled jobs without a usable next time one; returns how many were fixed.
+
+        A missing time (hand-edited file, crash between add and its first state write) is
+        recomputed from the job's last run or creation, so a time missed meanwhile still
+        fires once instead of being skipped.
+        """
+        fixed = 0
+        for job in self.store.list():
+            if not job.enabled or job.state.next_run_at is not None:
+                continue
+            since = from_iso(job.state.last_run_at or job.created_at or None) or self._clock()
+            upcoming = self._safe_next(job, since, anchor=since)
+            self.store.update_state(job.id, enabled=upcoming is not None,
+                                    next_run_at=to_iso(upcoming))
+            fixed += 1
+        return fixed
+
+    async def run_due(self) -> list[tuple[Job, datetime]]:
+        """Fire every enabled job whose time has come (once each); returns what fired."""
+        now = self._clock()
+        fired: list[tuple[Job, datetime]] = []
+        due = [job for job in self.store.list()
+               if job.enabled and job.next_run is not None and job.next_run <= now]
+        for job in sorted(due, key=lambda j: (j.next_run, j.id)):
+            scheduled = job.next_run
+            assert scheduled is not None
+            if (now - scheduled).total_seconds() > self.max_sleep_s:
+                log.info("cron job %s (%s) missed %s while the daemon was down; firing it "
+                         "once now", job.id, job.name, to_iso(scheduled))
+            status = await self._fire_one(job, scheduled)
+            fired.append((job, scheduled))
+            current = self.store.get(job.id)  # the tool may have changed it while it fired
+            if current is None:
+                continue
+            upcoming = (self._safe_next(current, max(scheduled, now), anchor=scheduled)
+                        if current.enabled else None)
+            self.store.update_state(
+                job.id, enabled=upcoming is not None, next_run_at=to_iso(upcoming),
+                last_run_at=to_iso(now), last_status=status, runs=current.state.runs + 1)
+        return fired
+
+    def seconds_until_next(self) -> float:
+        """How long the loop may sleep: until the earliest job, at most `max_sleep_s`."""
+        times = [job.next_run for job in self.store.list() if job.enabled and job.next_run]
+        if not times:
+            return self.max_sleep_s
+        delay = (min(t for t in times if t is not None) - self._clock()).total_seconds()
+        return max(0.0, min(self.max_sleep_s, delay))
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _fire_one(self, job: Job, scheduled: datetime) -> str:
+        try:
+            result = self._fire(job, scheduled)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:  # one broken job must not stop the others
+            log.exception("cron job %s (%s) could not fire", job.id, job.name)
+            return f"error: {type(exc).__name__}: {exc}"[:300]
+        self.fired_count += 1
+        return "ok"
+
+    def _safe_next(self, job: Job, after: datetime, *, anchor: datetime) -> datetime | None:
+        """The job's next time; None (the job gets disabled) if the schedule cannot be used."""
+        try:
+            return next_fire_time(job.schedule, after, anchor=anchor)
+        except Exception:
+            log.exception("cron job %s (%s) has an unusable schedule; disabling it", job.id,
+                          job.name)
+            return None
+
+    async def _wait(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less if a job changes meanwhile."""
+        if self._changed.is_set():
+            self._changed.clear()
+            return
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(self._changed.wait())
+        try:
+            done, _ = await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waker):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(sleeper, waker, return_exceptions=True)
+        self._changed.clear()
+        if sleeper in done:
+            sleeper.result()  # an injected sleep may raise (tests use it to stop the loop)
