@@ -25,6 +25,7 @@ from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.commands import STOP_NAMES, CommandRouter
 from soulflow.channels.feedback import acknowledge, typing_while
 from soulflow.channels.grouping import Grouper
+from soulflow.channels.input_text import input_text
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
 from soulflow.channels.runs import ActiveRuns
@@ -334,31 +335,8 @@ class ChannelManager:
 
     async def _input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None
                           ) -> str:
-        """The agent's input: the messages' text, attachments as local paths, cut to size."""
-        parts = [m.text for m in batch if m.text]
-        for message in batch:
-            for attachment in message.attachments:
-                parts.append(await self._attachment_line(adapter, message, attachment))
-        text = "\n".join(parts)
-        if len(text) > self.max_inbound_chars:
-            note = (f"(Your message had {len(text):,} characters; I read the first "
-                    f"{self.max_inbound_chars:,}.)")
-            batch[0].metadata["truncation_note"] = note
-            text = text[: self.max_inbound_chars]
-        return text
-
-    async def _attachment_line(self, adapter: ChannelAdapter | None, message: InboundMessage,
-                               attachment: Any) -> str:
-        if adapter is None:
-            return f"[attachment {attachment.name}: not downloaded, no adapter]"
-        try:
-            path = await adapter.download(attachment, self.files_dir / message.provider)
-        except Exception as exc:
-            log.warning("could not download %s from %s: %s", attachment.name,
-                        message.provider, exc)
-            return f"[attachment {attachment.name}: could not be downloaded: {exc}]"
-        attachment.local_path = str(path)
-        return f"[attachment {attachment.name} saved at {path}]"
+        return await input_text(batch, adapter, files_dir=self.files_dir,
+                                max_chars=self.max_inbound_chars)
 
     async def _run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          text: str) -> AgentReply:
