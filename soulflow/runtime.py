@@ -22,6 +22,7 @@ from typing import Any
 
 from soulflow import __version__
 from soulflow.agent.approvals import ApprovalMessages
+from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
@@ -33,6 +34,7 @@ from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError, ToolServi
 from soulflow.agent.tools.cron_tool import CronTool
 from soulflow.agent.tools.diagram_tool import DiagramRenderTool
 from soulflow.agent.tools.messaging import UPLOAD_PROMPT, MessageTool, RequestFileTool
+from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_subagent
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
@@ -90,16 +92,18 @@ class Runtime:
         self.threads: ThreadStore | None = None
         self.context = ContextBuilder(settings.workspace, self.memory, self.decisions,
                                       self.sessions,
-                                      history_messages=settings["AGENT_HISTORY_MESSAGES"])
+                                      history_messages=settings["AGENT_HISTORY_MESSAGES"],
+                                      max_context_tokens=settings["AGENT_MAX_CONTEXT_TOKENS"])
         self.tools = build_default_registry(
             allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
             allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
         for tool in (MessageTool(), RequestFileTool(), SpawnTool(), CronTool(),
-                     DiagramRenderTool()):
+                     DiagramRenderTool(), SkillTool(self.context.skills)):
             self.tools.register(tool)
         self.approvals = ApprovalMessages(runtime_dir / "approvals" / "messages.json")
+        self.consolidator: Consolidator | None = None  # set by _build_loop with a provider
         self.agent = AgentDomain(self.context, self.sessions, self._build_loop(runtime_dir),
-                                 self.approvals)
+                                 self.approvals, on_turn_finished=self._after_turn)
         self.channels = ChannelRegistry()
         self.local = LocalChannel(runtime_dir / "local",
                                   send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
@@ -141,9 +145,20 @@ class Runtime:
             raise ConfigError(f"PROVIDER_FALLBACKS names {', '.join(missing)}, which "
                               "is not configured (see docs/config.md for its settings)")
         chain = self.providers.chain(order or None)
+        threshold = int(self.settings["MEMORY_CONSOLIDATION_THRESHOLD"])
+        if threshold:
+            self.consolidator = Consolidator(
+                self.sessions, self.memory, lambda: chain,
+                ConsolidationPolicy(threshold_messages=threshold,
+                                    keep_last=int(self.settings["MEMORY_CONSOLIDATION_KEEP_LAST"])))
         self.threads = ThreadStore(runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"])
         return AgentLoop(self.threads, lambda: chain, self.tools, self.context.system_prompt,
                          self._tool_context, max_turns=self.settings["AGENT_MAX_TURNS"])
+
+    def _after_turn(self, session_key: str) -> None:
+        """After each recorded answer: fold old turns into memory/ in the background."""
+        if self.consolidator is not None:
+            self.consolidator.schedule(session_key)
 
     def _tool_context(self, state: RunState, approved: bool) -> ToolContext:
         chat = state.chat
@@ -228,6 +243,8 @@ class Runtime:
             await self.dashboard.stop()
         await self.supervisor.stop()
         await self.manager.stop(grace)
+        if self.consolidator is not None:
+            await self.consolidator.stop()
         await self.bus.stop(grace)
         for adapter in self.channels:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,12 @@ def session_key_for(message: InboundMessage) -> str:
     return f"{base}:{message.thread_id}" if message.thread_id else base
 
 
+def _thread_context(message: InboundMessage) -> list[str] | None:
+    """The thread's recent messages the channel attached (already sealed), if any."""
+    context = message.metadata.get("thread_context")
+    return [str(item) for item in context] if isinstance(context, list) else None
+
+
 def chat_of(message: InboundMessage) -> dict[str, Any]:
     return {"provider": message.provider, "chat_id": message.chat_id,
             "thread_id": message.thread_id, "sender_id": message.sender_id,
@@ -55,8 +62,10 @@ def chat_of(message: InboundMessage) -> dict[str, Any]:
 
 class AgentDomain:
     def __init__(self, context: ContextBuilder, sessions: SessionStore,
-                 loop: AgentLoop | None, approvals: ApprovalMessages | None = None) -> None:
+                 loop: AgentLoop | None, approvals: ApprovalMessages | None = None, *,
+                 on_turn_finished: Callable[[str], None] | None = None) -> None:
         self.context = context
+        self.on_turn_finished = on_turn_finished  # e.g. schedule memory consolidation
         self.sessions = sessions
         self.loop = loop
         self.approvals = approvals
@@ -77,7 +86,8 @@ class AgentDomain:
                                                                   "answered"))
         existing = self.loop.store.find(inbound_key=message.key)
         run_id = existing[0] if existing else self.loop.begin(
-            chat=chat_of(message), text=text, history=self.context.history(key, text),
+            chat=chat_of(message), text=text,
+            history=self.context.history(key, text, thread_context=_thread_context(message)),
             inbound_key=message.key)
         return await self._drive(run_id, abort)
 
@@ -170,4 +180,9 @@ class AgentDomain:
         if reply.error:
             record["error"] = reply.error
         self.sessions.append(key, record)
+        if self.on_turn_finished is not None:
+            try:
+                self.on_turn_finished(key)
+            except Exception:  # a background helper must never break a reply
+                log.exception("on_turn_finished failed for %s", key)
         return reply
