@@ -105,8 +105,8 @@ class AgentDomain:
 
     def pending_approval_text(self, run_id: str) -> str:
         assert self.loop is not None
-        approval = self.loop.store.state(run_id).open_approval() or {}
-        return approval_text(approval)
+        state = self.loop.store.state(run_id)
+        return approval_text(state.open_approval() or {}, str(state.chat.get("provider", "")))
 
     async def decide(self, run_id: str, decision: str, *, by: str = "",
                      approval_id: str | None = None,

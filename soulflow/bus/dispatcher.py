@@ -149,7 +149,11 @@ class OutboundDispatcher:
             self._bury(entry, f"no channel named {message.provider!r} is configured")
             return True
         error: SendError | None = None
+        if entry.in_flight:
+            # the last run died during a send: let the channel check before sending again
+            message.metadata["maybe_sent"] = True
         for inline in range(self.policy.inline_retries + 1):
+            self.outbox.record_sending(message.message_id)
             try:
                 result = await sender.send(message)
             except SendError as exc:

@@ -25,6 +25,7 @@ class OutboxEntry:
     attempts: int = 0
     next_at: float = 0.0
     last_error: str = ""
+    in_flight: bool = False  # a send began and never reported back (killed mid-send?)
 
 
 class Outbox:
@@ -51,11 +52,14 @@ class Outbox:
                 self._pending[message.message_id] = OutboxEntry(
                     message, int(record.get("attempts", 0)), float(record.get("next_at", 0.0)))
                 self._note_answered(message.inbound_key)
+            elif op == "sending" and message_id in self._pending:
+                self._pending[message_id].in_flight = True
             elif op == "attempt" and message_id in self._pending:
                 entry = self._pending[message_id]
                 entry.attempts = int(record.get("attempts", entry.attempts))
                 entry.next_at = float(record.get("next_at", 0.0))
                 entry.last_error = str(record.get("error", ""))
+                entry.in_flight = False
             elif op in ("sent", "dead") and isinstance(message_id, str):
                 self._pending.pop(message_id, None)
             elif op == "answered" and isinstance(record.get("key"), str):
@@ -82,6 +86,13 @@ class Outbox:
     def has_answered(self, inbound_key: str) -> bool:
         """True if a reply to this inbound message was already queued (perhaps sent)."""
         return inbound_key in self._answered
+
+    def record_sending(self, message_id: str) -> None:
+        """Note that a send is starting: if the process dies before it reports back, the
+        next run knows the platform may already have the message."""
+        if message_id in self._pending:
+            self._file.append({"op": "sending", "id": message_id})
+            self._records_since_compaction += 1
 
     def record_attempt(self, message_id: str, attempts: int, next_at: float, error: str) -> None:
         entry = self._pending.get(message_id)
@@ -125,6 +136,8 @@ class Outbox:
         for entry in self._pending.values():
             records.append({"op": "put", "msg": entry.message.to_dict(),
                             "attempts": entry.attempts, "next_at": entry.next_at})
+            if entry.in_flight:
+                records.append({"op": "sending", "id": entry.message.message_id})
         self._file.rewrite(records)
         self._records_since_compaction = 0
 

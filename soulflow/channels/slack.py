@@ -249,6 +249,11 @@ class SlackChannel(ChannelAdapter):
         meta = message.metadata
         thread_ts = message.thread_id or (message.reply_to if meta.get("thread_reply") else None)
         try:
+            if meta.get("maybe_sent") and (found := await self._already_posted(message,
+                                                                               thread_ts)):
+                log.info("slack: %s was delivered before the last stop; not sending it again",
+                         message.message_id)
+                return SendResult(platform_message_ids=found)
             if meta.get("as_file"):
                 ids = await self._upload(message, thread_ts)
             else:
@@ -263,6 +268,26 @@ class SlackChannel(ChannelAdapter):
         if thread_ts and self._poller is not None and message.chat_id == self._poller.channel:
             self._poller.follow(thread_ts)
         return SendResult(platform_message_ids=ids)
+
+    async def _already_posted(self, message: OutboundMessage, thread_ts: str | None
+                              ) -> list[str]:
+        """After a crash mid-send: the ts of our own post of this text since it was queued.
+
+        Slack keeps no idempotency key for chat.postMessage, so the bot's recent messages in
+        the channel (or thread) are compared with the text it was about to send.
+        """
+        expected = markdown_to_mrkdwn(message.content).strip()
+        oldest = f"{message.created_at - 1:.6f}"
+        api = self._api()
+        if thread_ts:
+            reply = await api.conversations_replies(channel=message.chat_id, ts=thread_ts,
+                                                    oldest=oldest, limit=100)
+        else:
+            reply = await api.conversations_history(channel=message.chat_id, oldest=oldest,
+                                                    limit=100)
+        return [str(m["ts"]) for m in reply.get("messages") or []
+                if isinstance(m, dict) and m.get("user") == self.bot_user_id
+                and str(m.get("text", "")).strip() == expected and m.get("ts")][:1]
 
     async def _upload(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
         if not message.content:

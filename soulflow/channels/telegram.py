@@ -204,6 +204,11 @@ class TelegramChannel(ChannelAdapter):
             await self._sleep(self.retry_delay_s)
             return []
         messages = [m for m in map(self._convert_safely, raw) if m is not None]
+        if priming:
+            # history is never answered, so its position may be saved at once; otherwise a
+            # quiet first start would leave no offset and the next start would prime again,
+            # swallowing messages sent in between
+            self.state.set("offset", max(max(ids) + 1 if ids else 0, self._offset or 0))
         if ids:
             end = max(ids) + 1
             self._offset = max(self._offset or 0, end)

@@ -224,14 +224,19 @@ class AgentLoop:
     def _outcome(self, state: RunState) -> RunOutcome:
         if state.status == ev.WAITING_APPROVAL:
             approval = state.open_approval() or {}
-            return RunOutcome(state.run_id, state.status, approval_text(approval),
-                              approval.get("approval_id"))
+            text = approval_text(approval, str(state.chat.get("provider", "")))
+            return RunOutcome(state.run_id, state.status, text, approval.get("approval_id"))
         if state.status == ev.WAITING_USER:
             return RunOutcome(state.run_id, state.status, state.question or "")
         return RunOutcome(state.run_id, state.status, state.final or "")
 
 
-def approval_text(approval: dict[str, Any]) -> str:
+# Telegram offers a fixed set of reactions that has none of the default symbols
+REACTION_HINTS = {"telegram": "👍 👎 🤔"}  # approve, deny, explain
+DEFAULT_REACTION_HINT = "✅ ❌ ⏸ 🚫"
+
+
+def approval_text(approval: dict[str, Any], provider: str = "") -> str:
     """The chat message announcing an approval request (no secret values: the arguments are
     the model's, with `{{secret:…}}` references still unresolved)."""
     arguments = json.dumps(approval.get("arguments", {}), ensure_ascii=False)
@@ -241,4 +246,4 @@ def approval_text(approval: dict[str, Any]) -> str:
             f"`{approval.get('tool', '?')}` with {arguments}\n"
             f"Reason: {approval.get('reason', '')}.\n"
             "Reply approve / deny / defer / cancel (or 승인 / 거부 / 보류 / 취소), or react "
-            "✅ ❌ ⏸ 🚫.")
+            f"{REACTION_HINTS.get(provider, DEFAULT_REACTION_HINT)}.")
