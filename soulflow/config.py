@@ -187,7 +187,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TELEGRAM_BOT_TOKEN", _text, "", "Telegram bot token from @BotFather; enables "
             "the Telegram channel.", "Telegram", secret=True),
     Setting("TELEGRAM_DEFAULT_CHAT_ID", _text, "",
-            "Chat that receives notices with no other target (e.g. -1001234567890).",
+            "Chat meant for notices with no other target (e.g. -1001234567890); part of the "
+            "settings contract, not used by this version yet.",
             "Telegram"),
     Setting("TELEGRAM_API_URL", _url, "https://api.telegram.org",
             "Bot API server (self-hosted servers and proxies work).", "Telegram"),
@@ -197,7 +198,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DISCORD_BOT_TOKEN", _text, "", "Discord bot token; enables the Discord channel.",
             "Discord", secret=True),
     Setting("DISCORD_DEFAULT_CHANNEL", _text, "",
-            "Channel id that receives notices with no other target.", "Discord"),
+            "Channel meant for notices with no other target; part of the settings contract, "
+            "not used by this version yet.", "Discord"),
     Setting("DISCORD_API_URL", _url, "https://discord.com/api/v10", "Discord REST base URL.",
             "Discord"),
     Setting("DISCORD_GATEWAY_URL", _text, "",
