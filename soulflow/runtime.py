@@ -39,6 +39,11 @@ from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_s
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
+from soulflow.channels.capability_commands import (
+    make_cron_command,
+    render_command,
+    repl_command,
+)
 from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
@@ -123,8 +128,11 @@ class Runtime:
             max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
             on_event=self.hub.publish)
         self.manager.commands.register("secret", make_secret_command(self.vault))
+        self.manager.commands.register("repl", repl_command)
+        self.manager.commands.register("render", render_command)
         self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
                                 self._fire_cron)
+        self.manager.commands.register("cron", make_cron_command(self.cron))
         self.supervisor = Supervisor()
         self.dashboard: DashboardService | None = None
         if settings.flag("DASHBOARD_ENABLED"):

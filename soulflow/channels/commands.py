@@ -21,7 +21,7 @@ HELP_LINES = {
     "help": "/help: this list",
     "render": "/render <mermaid>: draw a diagram",
     "secret": "/secret list | set NAME | rm NAME: manage stored secrets (values never shown)",
-    "cron": "/cron list | add | rm: scheduled jobs",
+    "cron": "/cron list | rm ID: this chat's scheduled jobs (ask me in words to add one)",
     "repl": "/repl <python>: run Python in a sandbox",
 }
 

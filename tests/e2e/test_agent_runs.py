@@ -81,3 +81,17 @@ def test_stop_command_aborts_a_running_answer(make_daemon, fake_llm) -> None:
     daemon.api("POST", "/api/chat", json={"chat_id": "s", "text": "/stop"})
     wait_for(lambda: "Stopped." in assistant_texts(daemon, "s"), what="the stop")
     assert any(t.startswith("Stopped 1 running task") for t in assistant_texts(daemon, "s"))
+
+
+def test_repl_render_and_cron_commands(make_daemon, fake_llm) -> None:
+    daemon = make_daemon().start()
+    repl = daemon.wait_reply(daemon.say("/repl sum(range(10))", chat_id="cmd"), "cmd")
+    assert repl["content"] == "```\n45\n```"
+    escape = daemon.wait_reply(daemon.say("/repl __import__('os')", chat_id="cmd"), "cmd")
+    assert "Error" in escape["content"]
+    render = daemon.wait_reply(daemon.say("/render graph LR\n  Alpha --> Beta", chat_id="cmd"),
+                               "cmd", timeout=30)
+    assert "Alpha" in render["content"] and "Beta" in render["content"]
+    cron = daemon.wait_reply(daemon.say("/cron list", chat_id="cmd"), "cmd")
+    assert cron["content"] == "No scheduled jobs in this chat."
+    assert fake_llm.requests == []  # commands never reach the model

@@ -1,0 +1,64 @@
+"""`/repl`, `/render` and `/cron`: chat commands backed by the sandbox, the diagram renderer
+and the cron service, answered without the model."""
+
+from __future__ import annotations
+
+from soulflow.agent.diagram.render import DiagramError, render_mermaid
+from soulflow.agent.tools.python_sandbox import run_python
+from soulflow.bus.messages import InboundMessage
+from soulflow.channels.base import Command
+from soulflow.channels.commands import CommandHandler
+from soulflow.cron.service import CronService
+from soulflow.cron.store import JobChat
+
+REPL_USAGE = "Usage: /repl <python code>, e.g. /repl sum(range(10))"
+RENDER_USAGE = "Usage: /render <mermaid source>, e.g. /render graph LR; A --> B"
+CRON_USAGE = ("Usage: /cron list | /cron rm <job id>. To schedule something, ask me in words "
+              "(\"every weekday at 9 remind me to …\").")
+
+
+async def repl_command(command: Command, message: InboundMessage) -> str:
+    """Run the code in the same sandbox as the python_repl tool."""
+    code = command.args.strip().strip("`")
+    if code.startswith("python\n"):
+        code = code[len("python\n"):]
+    if not code:
+        return REPL_USAGE
+    result = await run_python(code)
+    output = result.render().strip() or "(no output)"
+    return f"```\n{output}\n```"
+
+
+async def render_command(command: Command, message: InboundMessage) -> str:
+    source = command.args.strip().strip("`")
+    if source.startswith("mermaid\n"):
+        source = source[len("mermaid\n"):]
+    if not source:
+        return RENDER_USAGE
+    try:
+        result = await render_mermaid(source, formats=("ascii",))
+    except DiagramError as exc:
+        return f"I could not render that diagram: {exc}"
+    return f"```\n{result.ascii}\n```"
+
+
+def make_cron_command(cron: CronService) -> CommandHandler:
+    async def handle(command: Command, message: InboundMessage) -> str:
+        words = command.args.split()
+        chat = JobChat(message.provider, message.chat_id, message.thread_id)
+        if not words or words[0] == "list":
+            jobs = cron.list_jobs(chat)
+            if not jobs:
+                return "No scheduled jobs in this chat."
+            lines = [f"• {job.id} {job.name or ''}: {job.schedule.describe()}, next "
+                     f"{job.state.next_run_at or '-'}{'' if job.enabled else ' (disabled)'}"
+                     for job in jobs]
+            return "Scheduled jobs:\n" + "\n".join(lines)
+        if words[0] in ("rm", "remove", "delete") and len(words) == 2:
+            if all(job.id != words[1] for job in cron.list_jobs(chat)):
+                return f"There is no job {words[1]} in this chat."
+            cron.remove_job(words[1])
+            return f"Removed job {words[1]}."
+        return CRON_USAGE
+
+    return handle
