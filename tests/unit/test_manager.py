@@ -28,7 +28,7 @@ from soulflow.session.store import SessionStore
 
 class MemoryAdapter(ChannelAdapter):
     name = "chat"
-    limits = ChannelLimits(max_text=400, chunk_size=380, file_fallback_threshold=1500)
+    limits = ChannelLimits(max_text=600, chunk_size=580, file_fallback_threshold=2000)
 
     def __init__(self) -> None:
         self.sent: list[OutboundMessage] = []
@@ -194,17 +194,17 @@ async def test_grouping_answers_a_burst_once(rig) -> None:
 async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -> None:
     build, adapter, model, bus = rig
     manager = build()
-    model.reply = " ".join(f"w{i:03d}" for i in range(200))
+    model.reply = " ".join(f"w{i:03d}" for i in range(300))
     manager.ingest(adapter, [msg(1)])
     parts = await settle(adapter, 3)
     assert [p[:5] for p in parts] == ["[1/3]", "[2/3]", "[3/3]"]
-    assert all(len(p) <= 400 for p in parts)
+    assert all(len(p) <= 600 for p in parts)
     assert " ".join(p.split(" ", 1)[1] for p in parts).split() == model.reply.split()
     adapter.sent.clear()
-    model.reply = "x" * 2000
+    model.reply = "x" * 2500
     manager.ingest(adapter, [msg(2)])
     await settle(adapter, 1)
-    assert adapter.sent[0].metadata["as_file"] and adapter.sent[0].content == "x" * 2000
+    assert adapter.sent[0].metadata["as_file"] and adapter.sent[0].content == "x" * 2500
 
 
 async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
