@@ -12,6 +12,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
+# llama-cpp-python (the `local` extra) compiles llama.cpp once: use both cores
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
 spec="$ROOT"
 if [ -n "${1:-}" ]; then spec="$ROOT[$1]"; fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"

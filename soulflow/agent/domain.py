@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 NOT_CONFIGURED_REPLY = (
     "No model provider is configured yet, so I can't answer: set PROVIDER=openrouter with "
     "OPENROUTER_API_KEY, or PROVIDER=phi4_local with PHI4_BASE_URL, in the workspace's .env "
-    "and restart (see docs/config.md)."
+    "and restart (see docs/config.md); or install the embedded model with "
+    "pip install 'soulflow[local]' (see docs/local-model.md)."
 )
 
 _STATUS_OF_RUN = {ev.COMPLETED: "answered", ev.MAX_TURNS_REACHED: "answered",

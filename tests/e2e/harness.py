@@ -45,6 +45,7 @@ def base_env(workspace: Path, **overrides: str) -> dict[str, str]:
         "JOURNAL_FSYNC_INTERVAL_MS": "100",
         "SHUTDOWN_GRACE_S": "3",
         "LOG_LEVEL": "info",
+        "LOCAL_MODEL": "off",  # hermetic, even where soulflow[local] is installed
         "PYTHONUNBUFFERED": "1",
     })
     env.update(overrides)

@@ -49,7 +49,10 @@ def test_provider_needs_its_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs OPENROUTER_API_KEY"):
         load_settings(tmp_path, {"PROVIDER": "openrouter"})
     with pytest.raises(ConfigError, match="needs PHI4_BASE_URL"):
-        load_settings(tmp_path, {"PROVIDER": "phi4_local"})
+        load_settings(tmp_path, {"PROVIDER": "phi4_local", "LOCAL_MODEL": "off"})
+    assert load_settings(tmp_path, {"PROVIDER": "phi4_local"})["LOCAL_MODEL"] == "auto"
+    with pytest.raises(ConfigError, match="LOCAL_MODEL=on"):
+        load_settings(tmp_path, {"LOCAL_MODEL": "on", "PHI4_BASE_URL": "http://127.0.0.1:1/v1"})
 
 
 def test_non_loopback_with_token_is_allowed(tmp_path: Path) -> None:
