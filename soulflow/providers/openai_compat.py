@@ -20,12 +20,18 @@ from typing import Any
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback, ToolCall, Usage
+from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback
+from soulflow.providers.openai_parse import (
+    ParseError,
+    StreamAccumulator,
+    loads_json,
+    parse_completion,
+    parse_retry_after,
+    snippet,
+)
 
 SleepFn = Callable[[float], Awaitable[None]]
 RandomFn = Callable[[], float]
-
-SNIPPET_CHARS = 200
 
 
 @dataclass(slots=True)
@@ -47,15 +53,6 @@ class OpenAICompatibleConfig:
     retry_max_delay_s: float = 30.0
     extra_headers: dict[str, str] = field(default_factory=dict)
     stream_usage: bool = True
-
-
-class _ParseError(Exception):
-    """Raised by the pure parsers below, which do not know the provider's name; the provider
-    turns it into a ProviderError of `kind`."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass(slots=True)
@@ -168,7 +165,7 @@ class OpenAICompatibleProvider:
             response = await self._client.post(self._url, content=_encode(payload),
                                                headers=_JSON_HEADERS)
             self._check_status(response, response.text, state)
-            return self._finish(parse_completion(_loads(response.text)))
+            return self._finish(parse_completion(loads_json(response.text)))
 
     async def _post_stream(
         self, payload: dict[str, Any], on_stream: StreamCallback, state: _CallState
@@ -194,17 +191,17 @@ class OpenAICompatibleProvider:
         """Map transport failures and parse errors inside the block to ProviderErrors."""
         try:
             yield
-        except _ParseError as exc:
+        except ParseError as exc:
             raise self._error(exc.kind, str(exc)) from None
         except httpx.TimeoutException as exc:
             if not _is_real_timeout(exc):
                 raise self._error("network", f"connection to {self._host} failed: "
-                                  f"{type(exc.__cause__).__name__}: {_snippet(str(exc))}") from None
+                                  f"{type(exc.__cause__).__name__}: {snippet(str(exc))}") from None
             message = f"no answer within {self.config.timeout_s:g}s ({type(exc).__name__})"
             raise self._error("timeout", message) from None
         except httpx.TransportError as exc:
             message = (
-                f"connection to {self._host} failed: {type(exc).__name__}: {_snippet(str(exc))}"
+                f"connection to {self._host} failed: {type(exc).__name__}: {snippet(str(exc))}"
             )
             raise self._error("network", message) from None
 
@@ -214,7 +211,7 @@ class OpenAICompatibleProvider:
         if 200 <= status < 300:
             return
         state.retry_after = parse_retry_after(response.headers.get("retry-after"))
-        message = f"HTTP {status} from {self._host}: {_snippet(body) or '(empty body)'}"
+        message = f"HTTP {status} from {self._host}: {snippet(body) or '(empty body)'}"
         raise self._error(_status_kind(status), message, status=status)
 
     def _finish(self, result: ProviderResult) -> ProviderResult:
@@ -228,135 +225,6 @@ class OpenAICompatibleProvider:
         if key:
             message = message.replace(key, "***")
         return ProviderError(kind, message, provider=self.name, status=status)
-
-
-@dataclass(slots=True)
-class _ToolCallBuffer:
-    id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-
-@dataclass(slots=True)
-class StreamAccumulator:
-    """Folds SSE lines into what a non-streaming response would have said.
-
-    `feed` returns the text delta (if any) of one line so the caller can forward it at once.
-    """
-
-    content: list[str] = field(default_factory=list)
-    tool_calls: dict[int, _ToolCallBuffer] = field(default_factory=dict)
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str | None = None
-    done: bool = False
-
-    def feed(self, line: str) -> str:
-        line = line.strip()
-        if not line or line.startswith(":"):
-            return ""
-        name, _, value = line.partition(":")
-        if name in {"event", "id", "retry"}:
-            return ""
-        if name != "data":
-            raise _ParseError("bad_response", f"unexpected stream line: {_snippet(line)}")
-        value = value.strip()
-        if value == "[DONE]":
-            self.done = True
-            return ""
-        chunk = _loads(value)
-        if not isinstance(chunk, dict):
-            raise _ParseError("bad_response", f"stream chunk is not an object: {_snippet(value)}")
-        if "error" in chunk:
-            raise _ParseError("server", f"the stream reported an error: {_snippet(chunk)}")
-        return self._apply(chunk)
-
-    def _apply(self, chunk: dict[str, Any]) -> str:
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = _parse_usage(chunk["usage"])
-        text = ""
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-            delta = choice.get("delta") or {}
-            for call in delta.get("tool_calls") or []:
-                self._merge_tool_delta(call)
-            text += delta.get("content") or ""
-        if text:
-            self.content.append(text)
-        return text
-
-    def _merge_tool_delta(self, call: Any) -> None:
-        """Tool calls arrive in fragments keyed by `index`: id and name once, arguments in parts."""
-        if not isinstance(call, dict):
-            return
-        index = call.get("index")
-        buf = self.tool_calls.setdefault(index if isinstance(index, int) else 0, _ToolCallBuffer())
-        buf.id = buf.id or str(call.get("id") or "")
-        function = call.get("function") or {}
-        buf.name = buf.name or str(function.get("name") or "")
-        buf.arguments += str(function.get("arguments") or "")
-
-    def result(self) -> ProviderResult:
-        if not self.done and self.finish_reason is None:
-            raise _ParseError("bad_response", "the stream ended before [DONE]")
-        calls = [
-            ToolCall(id=buf.id, name=buf.name, arguments=parse_tool_arguments(buf.arguments))
-            for _, buf in sorted(self.tool_calls.items())
-        ]
-        return ProviderResult(
-            content="".join(self.content),
-            tool_calls=calls,
-            usage=self.usage,
-            finish_reason=self.finish_reason,
-        )
-
-
-def parse_completion(body: Any) -> ProviderResult:
-    """Parse a non-streaming chat completion body (raises _ParseError when malformed)."""
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _ParseError("bad_response", f"response has no choices: {_snippet(body)}")
-    message = choices[0].get("message")
-    if not isinstance(message, dict):
-        raise _ParseError("bad_response", f"choice has no message: {_snippet(body)}")
-    calls = []
-    for call in message.get("tool_calls") or []:
-        if not isinstance(call, dict):
-            continue
-        function = call.get("function") or {}
-        name, arguments = str(function.get("name") or ""), function.get("arguments")
-        calls.append(ToolCall(str(call.get("id") or ""), name, parse_tool_arguments(arguments)))
-    return ProviderResult(
-        content=message.get("content") or "",
-        tool_calls=calls,
-        usage=_parse_usage(body.get("usage")),
-        finish_reason=choices[0].get("finish_reason"),
-        model=str(body.get("model") or ""),
-    )
-
-
-def parse_tool_arguments(raw: Any) -> dict[str, Any] | str:
-    """Tool arguments as a dict when they are a JSON object; otherwise the raw text, so the
-    agent can show the model its own malformed call instead of losing it."""
-    if isinstance(raw, dict):
-        return raw
-    text = "" if raw is None else str(raw)
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, dict) else text
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a delta-seconds Retry-After header; None (use backoff) for anything else."""
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
 
 
 _STATUS_KINDS = {401: "auth", 403: "auth", 408: "timeout", 429: "rate_limited"}
@@ -373,34 +241,6 @@ async def _emit(on_stream: StreamCallback, text: str) -> None:
     result = on_stream(text)
     if inspect.isawaitable(result):
         await result
-
-
-def _loads(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise _ParseError("bad_response", f"response is not valid JSON: {_snippet(text)}") from None
-
-
-def _parse_usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-    nums = [raw.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
-    return Usage(*(int(n) if isinstance(n, int | float) else 0 for n in nums))
-
-
-def _snippet(body: Any) -> str:
-    """A short single-line excerpt of a body; prefers an OpenAI-style `error.message`."""
-    if not isinstance(body, str):
-        body = json.dumps(body, default=str)
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
-        body = str(parsed["error"].get("message") or body)
-    text = " ".join(body.split())
-    return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3] + "..."
 
 
 def _is_real_timeout(exc: httpx.TimeoutException) -> bool:

