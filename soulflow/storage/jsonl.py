@@ -9,6 +9,7 @@ to a periodic `sync()` (a process crash loses nothing either way: the kernel hol
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -58,7 +59,9 @@ class JsonlFile:
             if not self._repaired:
                 self.repair()
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # tells repair() in other processes we write here
+            self._fd = fd
         return self._fd
 
     def append(self, record: dict[str, Any]) -> None:
@@ -120,24 +123,43 @@ class JsonlFile:
     # -- reading -------------------------------------------------------------------------
 
     def repair(self) -> int:
-        """Cut a torn last line (no trailing newline) off the file; returns bytes removed."""
+        """Cut a torn last line (no trailing newline) off the file; returns bytes removed.
+
+        Cutting is only safe when no other process is appending (its line may be half
+        visible); writers hold a shared lock, so when the exclusive lock is not free the torn
+        end is closed with a newline instead (it is then skipped as an unreadable line).
+        """
         self._repaired = True
         try:
-            size = self.path.stat().st_size
+            handle = open(self.path, "rb+")  # noqa: SIM115 - closed below
         except FileNotFoundError:
             return 0
-        if size == 0:
-            return 0
-        with open(self.path, "rb+") as handle:
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                return 0
             handle.seek(size - 1)
             if handle.read(1) == b"\n":
                 return 0
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._close_line()
+                return 0
+            size = os.fstat(handle.fileno()).st_size
             end = self._last_newline_end(handle, size)
             handle.truncate(end)
         removed = size - end
         log.warning("%s: cut a torn last line of %d bytes (left by an interrupted write)",
                     self.path, removed)
         return removed
+
+    def _close_line(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b"\n")
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _last_newline_end(handle: Any, size: int) -> int:
