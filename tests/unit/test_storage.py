@@ -121,7 +121,9 @@ def test_concurrent_appends_from_processes_never_interleave(tmp_path: Path) -> N
         proc.start()
     for proc in procs:
         proc.join(30)
-    lines = path.read_bytes().splitlines()
+    # a process that finds another's line half-written closes it with a newline rather than
+    # cutting it, so an empty line may appear; no record may be lost or mangled
+    lines = [line for line in path.read_bytes().splitlines() if line.strip()]
     assert len(lines) == 1200
     assert all(json.loads(line)["pad"] == "z" * 500 for line in lines)
 
