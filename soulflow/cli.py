@@ -48,6 +48,8 @@ def setup_logging(level: str) -> None:
     redacting = RedactingFilter(Redactor.from_environ())
     for handler in logging.getLogger().handlers:
         handler.addFilter(redacting)
+    for chatty in ("httpx", "httpcore"):  # one INFO line per model request is noise
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 # -- commands -----------------------------------------------------------------------------
