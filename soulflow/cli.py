@@ -123,13 +123,15 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 # -- parser -------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    workspace_help = "workspace directory (default: $SOULFLOW_WORKSPACE or the current directory)"
+    # on subcommands the option must not default to None: that would erase a --workspace
+    # given before the command name
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--workspace", metavar="DIR",
-                        help="workspace directory (default: $SOULFLOW_WORKSPACE or the "
-                             "current directory)")
+    common.add_argument("--workspace", metavar="DIR", default=argparse.SUPPRESS,
+                        help=workspace_help)
     parser = argparse.ArgumentParser(
-        prog="soulflow", parents=[common],
-        description="SoulFlow: a self-hosted chat-agent daemon.")
+        prog="soulflow", description="SoulFlow: a self-hosted chat-agent daemon.")
+    parser.add_argument("--workspace", metavar="DIR", default=None, help=workspace_help)
     parser.add_argument("--version", action="version", version=f"soulflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
