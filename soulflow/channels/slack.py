@@ -21,12 +21,14 @@ from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.files import write_file_atomically
 from soulflow.channels.rendering import split_text
 from soulflow.channels.slack_format import (
+    THREAD_CONTEXT_LINES,
     SlackEventParser,
     error_code,
     escape,
     markdown_to_mrkdwn,
     retry_after,
     safe_filename,
+    thread_context_lines,
 )
 from soulflow.channels.slack_socket import (
     NETWORK_ERRORS,
@@ -200,6 +202,7 @@ class SlackChannel(ChannelAdapter):
         try:
             batch = await (self._poller.poll() if self._poller else self._read_socket())
             await self._fill_names(batch)
+            await self._fill_thread_context(batch)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -216,6 +219,22 @@ class SlackChannel(ChannelAdapter):
             if message is not None and self._recent.add(message.key):
                 fresh.append(message)
         return fresh
+
+    async def _fill_thread_context(self, batch: list[InboundMessage]) -> None:
+        """Earlier messages of a mention's thread for the agent (sealed by the manager like
+        the message). Best effort: a failure skips it."""
+        for message in batch:
+            if message.priming or not (message.thread_id and message.is_mention):
+                continue
+            try:
+                reply = await asyncio.wait_for(self._api().conversations_replies(
+                    channel=message.chat_id, ts=message.thread_id, limit=THREAD_CONTEXT_LINES + 1),
+                    timeout=3.0)
+            except Exception as exc:
+                log.debug("slack: no thread context for %s: %s", message.key, exc)
+                continue
+            message.metadata["thread_context"] = thread_context_lines(
+                reply.get("messages") or [], exclude_ts=message.message_id)
 
     async def _fill_names(self, batch: list[InboundMessage]) -> None:
         """Display names for the agent (`users.info`, cached; a failure leaves it empty)."""
@@ -271,11 +290,8 @@ class SlackChannel(ChannelAdapter):
 
     async def _already_posted(self, message: OutboundMessage, thread_ts: str | None
                               ) -> list[str]:
-        """After a crash mid-send: the ts of our own post of this text since it was queued.
-
-        Slack keeps no idempotency key for chat.postMessage, so the bot's recent messages in
-        the channel (or thread) are compared with the text it was about to send.
-        """
+        """After a crash mid-send: the ts of our own post of this text since it was queued
+        (chat.postMessage has no idempotency key, so the bot's recent posts are compared)."""
         expected = markdown_to_mrkdwn(message.content).strip()
         oldest = f"{message.created_at - 1:.6f}"
         api = self._api()

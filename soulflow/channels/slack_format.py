@@ -274,3 +274,15 @@ def _attachments(files: Any) -> list[Attachment]:
             file_id=str(file["id"]), mime_type=file.get("mimetype"),
             size=size if isinstance(size, int) else None))
     return found
+
+
+THREAD_CONTEXT_LINES = 10  # earlier thread messages given to the agent with a mention
+
+
+def thread_context_lines(replies: list[Any], *, exclude_ts: str,
+                         limit: int = THREAD_CONTEXT_LINES) -> list[str]:
+    """`user: text` lines for the last `limit` messages of a thread, minus `exclude_ts`."""
+    earlier = [m for m in replies if isinstance(m, dict) and m.get("ts") != exclude_ts
+               and m.get("text")]
+    return [f"{m.get('user') or m.get('bot_id') or '?'}: {slack_to_plain(str(m['text']))}"
+            for m in earlier[-limit:]]

@@ -366,3 +366,18 @@ def test_safe_filename(name: str, expected: str) -> None:
     assert safe_filename(name, "F1") == expected
     assert len(safe_filename(name)) <= 100 and not safe_filename(name).startswith(".")
 
+
+
+async def test_a_mention_in_a_thread_carries_the_earlier_thread_messages(
+        make: Factory, fake: FakeSlack) -> None:
+    adapter = await make()
+    parent = fake.post_user_message(GENERAL, "the build is red since noon")
+    fake.post_user_message(GENERAL, "it fails in the <https://ci.example/x|lint step>",
+                           thread_ts=parent["ts"])
+    asked = fake.post_user_message(GENERAL, f"{MENTION} can you look?", thread_ts=parent["ts"])
+    got = await read_until(adapter, lambda ms: any(m.message_id == asked["ts"] for m in ms))
+    mention = next(m for m in got if m.message_id == asked["ts"])
+    context = mention.metadata["thread_context"]
+    assert len(context) == 2 and context[0].endswith("the build is red since noon")
+    assert "lint step (https://ci.example/x)" in context[1]
+    assert all("can you look" not in line for line in context)
