@@ -36,6 +36,12 @@ class CommandRouter:
     def register(self, name: str, handler: CommandHandler) -> None:
         self.handlers[name] = handler
 
+    def stop(self, chat_key: str) -> str:
+        """Abort the chat's active runs; the reply says how many were running."""
+        stopped = self.stop_runs(chat_key)
+        return f"Stopped {stopped} running task(s)." if stopped else \
+            "Nothing is running in this chat."
+
     def help_text(self) -> str:
         lines = [HELP_LINES[name] for name in HELP_LINES]
         return "Commands:\n" + "\n".join(f"• {line}" for line in lines) + \
@@ -44,9 +50,7 @@ class CommandRouter:
     async def handle(self, command: Command, message: InboundMessage) -> str:
         name = command.name
         if name in STOP_NAMES:
-            stopped = self.stop_runs(message.chat_key)
-            return f"Stopped {stopped} running task(s)." if stopped else \
-                "Nothing is running in this chat."
+            return self.stop(message.chat_key)
         if name == "help":
             return self.help_text()
         handler = self.handlers.get(name)

@@ -180,9 +180,7 @@ class ChannelManager:
         command = adapter.parse_command(message.text) if adapter is not None else None
         if command is None or command.name not in STOP_NAMES:
             return False
-        stopped = self.runs.stop(message.chat_key)
-        self._publish(message, f"Stopped {stopped} running task(s)." if stopped
-                      else "Nothing is running in this chat.")
+        self._publish(message, self.commands.stop(message.chat_key))
         self._complete([message.key], "answered")
         return True
 

@@ -333,9 +333,12 @@ async def test_consolidator_runs_in_the_background_and_backs_off(rig: Rig) -> No
 async def test_consolidator_stop_cancels_without_writing(rig: Rig) -> None:
     rig.chat(61)
     before = rig.snapshot()
-    consolidator = Consolidator(rig.sessions, rig.memory, lambda: FakeProvider(REPLY, delay=10))
+    provider = FakeProvider(REPLY, delay=10)
+    consolidator = Consolidator(rig.sessions, rig.memory, lambda: provider)
     task = consolidator.schedule(KEY)
     assert task is not None
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):  # wait until the model call is under way
+        while not provider.tools_seen:
+            await asyncio.sleep(0)
     await consolidator.stop()
     assert task.cancelled() and rig.snapshot() == before

@@ -35,7 +35,8 @@ class ThreadStore:
         self._events: dict[str, list[ev.Event]] = {}
         self._states: dict[str, RunState] = {}
         self._finished: OrderedDict[str, list[ev.Event]] = OrderedDict()
-        for record in self._journal.iter_records():
+        records = self._journal.read_all()
+        for record in records:
             event = ev.Event.from_dict(record)
             run_id = record.get("run")
             if event is not None and isinstance(run_id, str):
@@ -47,7 +48,7 @@ class ThreadStore:
             else:
                 self._states[run_id] = state
         self._appended = 0
-        self.compact()
+        self.compact(records)  # the records just read: boot reads the journal once
 
     def append(self, run_id: str, event: ev.Event) -> RunState:
         """Persist an event, then fold it into the run's state."""
@@ -106,9 +107,10 @@ class ThreadStore:
     def needs_compaction(self) -> bool:
         return self._appended > COMPACT_AFTER
 
-    def compact(self) -> None:
+    def compact(self, records: list[dict[str, Any]] | None = None) -> None:
         """Move finished runs' events to the archive; keep only unfinished runs' events."""
-        finished = [r for r in self._journal.iter_records() if r.get("run") not in self._states]
+        source = records if records is not None else self._journal.iter_records()
+        finished = [r for r in source if r.get("run") not in self._states]
         if finished:
             archive = JsonlFile(self.directory / "archive" /
                                 f"{dt.date.today().isoformat()}.jsonl")
