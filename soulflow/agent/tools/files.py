@@ -1,8 +1,10 @@
 """File tools: read, write, edit and list files inside the workspace.
 
 All paths go through `resolve_in_workspace`, so nothing outside the workspace is ever read or
-written. Writes and edits outside the safe directories (memory/, skills/, scratch/...) need the
-user's approval. Disk work runs in a thread so a slow disk never stalls the event loop, and
+written, and nothing protected inside it (`runtime/`, `.env*`, the vault key; see
+`soulflow.security.protected`) either: those are refused, and `list_dir` does not show them.
+Writes and edits outside the safe directories (memory/, skills/, scratch/...) need the user's
+approval. Disk work runs in a thread so a slow disk never stalls the event loop, and
 writes are atomic so a crash leaves the old or the new file, never half of one.
 """
 
@@ -17,11 +19,13 @@ from typing import Any
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.workspace import (
+    guard_for,
     relative_to_workspace,
     resolve_in_workspace,
     safe_write_dirs_hint,
     write_approval_reason,
 )
+from soulflow.security.protected import ProtectedPaths
 from soulflow.storage.atomic import write_bytes_atomic
 
 MAX_READ_BYTES = 1024 * 1024
@@ -50,7 +54,8 @@ class ReadFileTool(Tool):
     idempotent = True
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
-        path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True)
+        path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True,
+                                    guard=guard_for(ctx))
         text = await asyncio.to_thread(_read_text, path, params["path"])
         offset, limit = params.get("offset"), params.get("limit")
         if offset is None and limit is None:
@@ -75,10 +80,10 @@ class WriteFileTool(Tool):
     }
 
     def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
-        return write_approval_reason(ctx.workspace, params["path"])
+        return write_approval_reason(ctx.workspace, params["path"], guard_for(ctx))
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
-        path = resolve_in_workspace(ctx.workspace, params["path"])
+        path = resolve_in_workspace(ctx.workspace, params["path"], guard=guard_for(ctx))
         if path.is_dir():
             raise ToolError(f"'{params['path']}' is a directory; give a file path")
         existed = path.exists()
@@ -112,10 +117,11 @@ class EditFileTool(Tool):
     }
 
     def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
-        return write_approval_reason(ctx.workspace, params["path"])
+        return write_approval_reason(ctx.workspace, params["path"], guard_for(ctx))
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
-        path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True)
+        path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True,
+                                    guard=guard_for(ctx))
         text = await asyncio.to_thread(_read_text, path, params["path"])
         old, new = params["old_text"], params["new_text"]
         expected = params.get("count", 1)
@@ -155,11 +161,13 @@ class ListDirTool(Tool):
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
         path_str = params.get("path", ".")
-        path = resolve_in_workspace(ctx.workspace, path_str, must_exist=True)
+        guard = guard_for(ctx)
+        path = resolve_in_workspace(ctx.workspace, path_str, must_exist=True, guard=guard,
+                                    listing=True)
         if not path.is_dir():
             raise ToolError(f"'{path_str}' is a file, not a directory; use read_file")
         recursive = bool(params.get("recursive", False))
-        entries, more = await asyncio.to_thread(_list_entries, path, recursive)
+        entries, more = await asyncio.to_thread(_list_entries, path, recursive, guard)
         if not entries:
             return "(empty directory)"
         lines = "\n".join(entries)
@@ -226,17 +234,25 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise ToolError(f"could not write '{path.name}': {exc.strerror or exc}") from exc
 
 
-def _list_entries(path: Path, recursive: bool) -> tuple[list[str], bool]:
-    """Up to `MAX_LIST_ENTRIES` sorted entries relative to ``path``; True if more exist."""
+def _list_entries(path: Path, recursive: bool,
+                  guard: ProtectedPaths) -> tuple[list[str], bool]:
+    """Up to `MAX_LIST_ENTRIES` sorted entries relative to ``path``; True if more exist.
+
+    Protected entries (and links to them) are left out, as if they did not exist: showing
+    ``.env`` or ``runtime/`` would only invite the model to ask for them.
+    """
     entries: list[str] = []
     if not recursive:
         for child in sorted(path.iterdir(), key=lambda p: p.name):
+            if not guard.visible(child):
+                continue
             if len(entries) >= MAX_LIST_ENTRIES:
                 return entries, True
             entries.append(child.name + ("/" if child.is_dir() else ""))
         return entries, False
     for current, dirs, files in os.walk(path, followlinks=False):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if guard.visible(Path(current) / d))
+        files = [f for f in files if guard.visible(Path(current) / f)]
         base = Path(current).relative_to(path)
         names: list[tuple[str, Any]] = [(d, True) for d in dirs] + [(f, False) for f in files]
         for name, is_dir in sorted(names):

@@ -6,6 +6,11 @@ target is outside - because the workspace boundary is what lets the daemon run f
 without asking the user each time. The check resolves symlinks, so the returned path is the
 real location that will be touched.
 
+Inside the workspace, the protected paths (`soulflow.security.protected`: `runtime/`, `.env*`,
+the vault key and the vault) are refused too, both as written and after symlinks are followed,
+and by inode so a hard link to the key is refused like the key. These refusals are plain
+`ToolError`s, never approvable: no user decision should hand the vault key to a model.
+
 "Safe write paths" are the directories the agent maintains as part of normal operation
 (memory, skills, scratch space...). Writes there run without approval; anything else in the
 workspace (config, code, the user's documents) needs the user's approval first.
@@ -15,7 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from soulflow.agent.tools.base import ToolError
+from soulflow.agent.tools.base import ToolContext, ToolError
+from soulflow.security.protected import ChatScope, ProtectedPaths, protected_paths
 
 SAFE_WRITE_DIRS: tuple[str, ...] = (
     "memory",
@@ -28,13 +34,25 @@ SAFE_WRITE_DIRS: tuple[str, ...] = (
 """Workspace-relative directories where the agent may write without approval."""
 
 
-def resolve_in_workspace(workspace: Path, path_str: str, *, must_exist: bool = False) -> Path:
+def guard_for(ctx: ToolContext) -> ProtectedPaths:
+    """The protected paths as seen by this call: its chat's attachments are open to it."""
+    key_file = ctx.vault.key_path if ctx.vault is not None else None
+    return protected_paths(_root(ctx.workspace), key_file=key_file,
+                           chat=ChatScope(ctx.chat.provider, ctx.chat.chat_id))
+
+
+def resolve_in_workspace(workspace: Path, path_str: str, *, must_exist: bool = False,
+                         guard: ProtectedPaths | None = None, listing: bool = False) -> Path:
     """The real path ``path_str`` names inside ``workspace``, or a `ToolError` saying why not.
 
-    ``must_exist`` turns a missing target into a clear "not found" error.
+    ``must_exist`` turns a missing target into a clear "not found" error. ``guard`` is the
+    protected-path rule (default: the workspace's, with no chat's attachments open);
+    ``listing`` applies its stricter rule for listing a directory.
     """
     root = _root(workspace)
     relative = _check_relative(path_str)
+    guard = guard if guard is not None else protected_paths(root)
+    _refuse_protected(guard.check_lexical(relative), path_str)
     candidate = root / relative
     try:
         resolved = candidate.resolve()
@@ -45,9 +63,15 @@ def resolve_in_workspace(workspace: Path, path_str: str, *, must_exist: bool = F
             f"'{path_str}' goes through a symlink that points outside the workspace; "
             "only files inside the workspace can be used"
         )
+    _refuse_protected(guard.check(resolved, listing=listing), path_str)
     if must_exist and not resolved.exists():
         raise ToolError(f"not found: '{path_str}' does not exist in the workspace")
     return resolved
+
+
+def _refuse_protected(reason: str | None, path_str: str) -> None:
+    if reason is not None:
+        raise ToolError(f"'{path_str}' is protected and file tools cannot use it: {reason}")
 
 
 def relative_to_workspace(workspace: Path, path: Path) -> str:
@@ -70,12 +94,14 @@ def is_safe_write_path(workspace: Path, path: Path) -> bool:
     return False
 
 
-def write_approval_reason(workspace: Path, path_str: str) -> str | None:
+def write_approval_reason(workspace: Path, path_str: str,
+                          guard: ProtectedPaths | None = None) -> str | None:
     """Why writing to ``path_str`` needs approval, or None for a safe path.
 
-    Raises `ToolError` for paths outside the workspace: those are refused, not approvable.
+    Raises `ToolError` for paths outside the workspace or protected: those are refused, not
+    approvable.
     """
-    target = resolve_in_workspace(workspace, path_str)
+    target = resolve_in_workspace(workspace, path_str, guard=guard)
     if is_safe_write_path(workspace, target):
         return None
     shown = relative_to_workspace(workspace, target)
