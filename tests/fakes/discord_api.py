@@ -77,6 +77,7 @@ from aiohttp import web
 
 from .discord_gateway import GatewayServer
 from .discord_objects import (
+    DISCORD_ROUTE_LIMITS,
     JSON,
     MAX_CONTENT_LENGTH,
     AttachmentSpec,
@@ -102,6 +103,7 @@ from .discord_objects import (
     read_message_body,
     unknown_reply_error,
 )
+from .rate_limits import TrafficCounters
 
 API_PREFIX = "/api/v10"
 RECORD_KEY = web.RequestKey("record", RecordedRequest)
@@ -131,8 +133,11 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", "/guilds/{guild_id}/members/{user_id}", "get_member"),
 )
 ROUTE_NAMES = {f"{method} {path}": name for method, path, name in ROUTES}
+#: Feedback a bot may drop under pressure; counted so benches see a flood of them.
+BEST_EFFORT_ROUTES = frozenset({"typing", "add_reaction", "remove_reaction", "edit_message"})
 CONTROL_ACTIONS = ("push_message", "push_reaction", "push_raw_dispatch", "drop_connection",
-                   "send_reconnect", "invalidate_session", "fail_next", "delay_next")
+                   "send_reconnect", "invalidate_session", "fail_next", "delay_next",
+                   "stats", "set_limits")
 
 
 class FakeDiscord:
@@ -142,13 +147,19 @@ class FakeDiscord:
                  allowed_intents: int = int(Intent.GUILD_MEMBERS | Intent.MESSAGE_CONTENT
                                             | Intent.GUILD_PRESENCES),
                  rate_limit: tuple[int, float] = (50, 1.0), echo_own_messages: bool = True,
-                 **world_options: Any) -> None:
+                 route_limits: dict[str, tuple[int, float]] | None = None,
+                 enforce_limits: bool = True, **world_options: Any) -> None:
         self.token = token
         self.world = World(**world_options)
         self.echo_own_messages = echo_own_messages
         self.gateway = GatewayServer(self.world, token, heartbeat_interval_ms=heartbeat_interval_ms,
                                      allowed_intents=allowed_intents, on_change=self._touch)
-        self.buckets = RateLimitBuckets(*rate_limit)
+        # Discord's limits are on by default (send_message: 5 per 5 s per channel) and
+        # announced in X-RateLimit-* headers, so discord.py paces itself as it does in prod.
+        self.buckets = RateLimitBuckets(
+            *rate_limit, DISCORD_ROUTE_LIMITS if route_limits is None else route_limits,
+            enabled=enforce_limits)
+        self.counters = TrafficCounters()
         self.requests: list[RecordedRequest] = []
         self.sent_messages: list[SentMessage] = []
         self.edits: list[EditedMessage] = []
@@ -315,15 +326,32 @@ class FakeDiscord:
             raise DiscordError(401, "401: Unauthorized")
         if delay := self._take(self._delays, record.route, record.name, request):
             await asyncio.sleep(delay.delay)
-        key = f"{record.route}:{request.match_info.get('channel_id') or ''}"
+        key = f"{record.name}|{record.route}:{request.match_info.get('channel_id') or ''}"
+        if record.name in BEST_EFFORT_ROUTES:
+            self.counters.best_effort[record.name] += 1
         if failure := self._take(self._failures, record.route, record.name, request):
-            return self._failure_response(failure, key)
-        remaining, reset_after = self.buckets.hit(key)
-        if remaining < 0:
-            return rate_limited(reset_after, is_global=False, key=key, buckets=self.buckets)
-        response = await handler(request)
-        response.headers.update(self.buckets.headers(key, remaining, reset_after))
+            response = self._failure_response(failure, key)
+        else:
+            remaining, reset_after = self.buckets.hit(key)
+            if remaining < 0:
+                response = rate_limited(reset_after, is_global=False, key=key,
+                                        buckets=self.buckets)
+            else:
+                response = await handler(request)
+                response.headers.update(self.buckets.headers(key, remaining, reset_after))
+                if record.name == "send_message":
+                    self.counters.replies += 1
+        if response.status == 429:
+            self.counters.rate_limited[record.name] += 1
         return response
+
+    def stats(self) -> JSON:
+        """Replies accepted, 429s returned per route, best-effort calls received."""
+        return self.counters.snapshot()
+
+    def set_limits(self, enforce: bool) -> None:
+        """Switch the 429s of the rate-limit buckets on or off (headers stay)."""
+        self.buckets.enabled = enforce
 
     def _failure_response(self, fault: Fault, key: str) -> web.Response:
         if fault.status == 429:
@@ -717,8 +745,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default="fake-bot-token")
     parser.add_argument("--heartbeat-ms", type=int, default=41250)
+    parser.add_argument("--no-limits", action="store_true",
+                        help="never answer 429 (X-RateLimit-* headers are still sent)")
     args = parser.parse_args(argv)
-    options = {"token": args.token, "heartbeat_interval_ms": args.heartbeat_ms}
+    options = {"token": args.token, "heartbeat_interval_ms": args.heartbeat_ms,
+               "enforce_limits": not args.no_limits}
     asyncio.run(_serve_forever(args.host, args.port, options))
 
 

@@ -458,29 +458,51 @@ def fault_matches(pattern: str, route: str, name: str | None, method: str, path:
     )
 
 
-class RateLimitBuckets:
-    """Per route+major-parameter windows producing real ``X-RateLimit-*`` headers."""
+#: Discord's documented per-route limits that matter to a bot: 5 messages per 5 s per channel.
+DISCORD_ROUTE_LIMITS: dict[str, tuple[int, float]] = {"send_message": (5, 5.0)}
 
-    def __init__(self, limit: int, window: float) -> None:
+
+class RateLimitBuckets:
+    """Per route+major-parameter windows producing real ``X-RateLimit-*`` headers.
+
+    ``route_limits`` overrides the default ``(limit, window)`` for named routes (keys are
+    ``"<route name>|<route>:<major id>"``); ``enabled=False`` keeps the headers but never 429s.
+    """
+
+    def __init__(self, limit: int, window: float,
+                 route_limits: dict[str, tuple[int, float]] | None = None,
+                 enabled: bool = True) -> None:
         self.limit, self.window = limit, window
+        self.route_limits = dict(route_limits or {})
+        self.enabled = enabled
         self._state: dict[str, tuple[float, int]] = {}
 
+    def _shape(self, key: str) -> tuple[int, float]:
+        name = key.partition("|")[0]
+        return self.route_limits.get(name, (self.limit, self.window))
+
     def hit(self, key: str) -> tuple[int, float]:
-        """Count one request; return (remaining, reset_after). remaining < 0 = limited."""
+        """Count one request; return (remaining, reset_after). remaining < 0 = limited
+        (a limited request is not counted, as on Discord)."""
+        limit, window = self._shape(key)
         now = time.monotonic()
         start, used = self._state.get(key, (now, 0))
-        if now - start >= self.window:
+        if now - start >= window:
             start, used = now, 0
+        reset_after = max(0.0, window - (now - start))
+        if used >= limit and self.enabled:
+            return -1, reset_after
         self._state[key] = (start, used + 1)
-        return self.limit - used - 1, max(0.0, self.window - (now - start))
+        return max(limit - used - 1, 0), reset_after
 
     def headers(self, key: str, remaining: int, reset_after: float) -> dict[str, str]:
         return {
-            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Limit": str(self._shape(key)[0]),
             "X-RateLimit-Remaining": str(max(remaining, 0)),
             "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
             "X-RateLimit-Reset-After": f"{reset_after:.3f}",
-            "X-RateLimit-Bucket": hashlib.sha1(key.split(":")[0].encode()).hexdigest()[:32],
+            "X-RateLimit-Bucket": hashlib.sha1(
+                key.partition("|")[2].split(":")[0].encode()).hexdigest()[:32],
         }
 
 

@@ -15,6 +15,13 @@ from aiohttp import web
 
 from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled
 from tests.fakes.loopback_runner import FakeServerThread, run_cli
+from tests.fakes.rate_limits import (
+    SLACK_LIMITS,
+    Limiter,
+    PlatformLimits,
+    TrafficCounters,
+    whole_seconds,
+)
 from tests.fakes.slack_methods import SlackMethods
 from tests.fakes.slack_params import Params, SlackError, bearer_token, read_params
 
@@ -25,6 +32,11 @@ UPLOAD = "upload"  # pseudo-method name for the upload URL in fail_next/delay_ne
 
 Handler = Callable[[Params], Awaitable[dict[str, Any]]]
 
+#: Posts a message: paced per channel (about 1/s) and counted as a reply.
+SEND_METHODS = frozenset({"chat.postMessage"})
+#: Feedback a bot may drop under pressure; counted so benches see a flood of them.
+BEST_EFFORT_METHODS = frozenset({"reactions.add", "reactions.remove", "chat.update"})
+
 _LOGIN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>"
 
 
@@ -34,12 +46,15 @@ class FakeSlack(SlackMethods):
     control below."""
 
     def __init__(
-        self, bot_token: str = BOT_TOKEN, app_token: str = APP_TOKEN, **kwargs: Any
-    ) -> None:
+        self, bot_token: str = BOT_TOKEN, app_token: str = APP_TOKEN, *,
+        limits: PlatformLimits = SLACK_LIMITS, **kwargs: Any,
+    ) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.bot_token = bot_token
         self.app_token = app_token
         self._failures: Scheduled[SlackError] = Scheduled()
+        self.limiter = Limiter(limits)
+        self.counters = TrafficCounters()
 
     @property
     def base_url(self) -> str:
@@ -66,6 +81,26 @@ class FakeSlack(SlackMethods):
         if status == 429 and retry_after is None:
             retry_after = 1
         self._failures.add(method, SlackError(error, status=status, retry_after=retry_after), count)
+
+    @property
+    def limits(self) -> PlatformLimits:
+        return self.limiter.limits
+
+    def set_limits(self, limits: PlatformLimits) -> None:
+        """Replace the enforced limits (buckets start full again)."""
+        self.limiter = Limiter(limits)
+
+    def stats(self) -> dict[str, Any]:
+        """Replies accepted, 429s returned per method, best-effort calls received."""
+        return self.counters.snapshot()
+
+    def _pace(self, method: str, params: Params) -> None:
+        """chat.postMessage over about 1/s in one channel: HTTP 429 ``ratelimited``."""
+        if method not in SEND_METHODS:
+            return
+        wait = self.limiter.admit(params.text("channel"))
+        if wait > 0:
+            raise SlackError("ratelimited", status=429, retry_after=whole_seconds(wait))
 
     @property
     def connection_count(self) -> int:
@@ -121,11 +156,18 @@ class FakeSlack(SlackMethods):
             if handler is None:
                 raise SlackError("unknown_method", status=404, extra={"req_method": method})
             self._authorize(method, bearer_token(request, params))
+            if method in BEST_EFFORT_METHODS:
+                self.counters.best_effort[method] += 1
             await self._apply_delay(method)
             if failure := self._failures.take(method):
                 raise failure
+            self._pace(method, params)
             body = await handler(params)
+            if method in SEND_METHODS:
+                self.counters.replies += 1
         except SlackError as error:
+            if error.status == 429:
+                self.counters.rate_limited[method] += 1
             return error.response()
         self._notify()
         return web.json_response({"ok": True, **body})
@@ -205,6 +247,12 @@ class FakeSlackThread(FakeServerThread[FakeSlack]):
     def bot_texts(self, channel: str | None = None) -> list[str]:
         return self.call(self.fake.bot_texts, channel)
 
+    def stats(self) -> dict[str, Any]:
+        return self.call(self.fake.stats)
+
+    def set_limits(self, limits: PlatformLimits) -> None:
+        self.call(self.fake.set_limits, limits)
+
     @property
     def messages(self) -> list[Any]:
         return self.snapshot("messages")
@@ -226,9 +274,14 @@ def main(argv: list[str] | None = None) -> None:
     def configure(parser: Any) -> None:
         parser.add_argument("--bot-token", default=BOT_TOKEN)
         parser.add_argument("--app-token", default=APP_TOKEN)
+        parser.add_argument("--no-limits", action="store_true",
+                            help="accept every post (no ~1/s per channel pacing)")
 
     run_cli(
-        lambda args: FakeSlack(args.bot_token, args.app_token),
+        lambda args: FakeSlack(
+            args.bot_token, args.app_token,
+            limits=SLACK_LIMITS.relaxed() if args.no_limits else SLACK_LIMITS,
+        ),
         "Fake Slack Web API + Socket Mode server",
         argv,
         configure,

@@ -17,12 +17,24 @@ from aiohttp import web
 
 from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled
 from tests.fakes.loopback_runner import FakeServerThread, run_cli
+from tests.fakes.rate_limits import (
+    TELEGRAM_LIMITS,
+    Limiter,
+    PlatformLimits,
+    TrafficCounters,
+    whole_seconds,
+)
 from tests.fakes.telegram_methods import TelegramMethods
 from tests.fakes.telegram_params import ApiError, Params, read_params
 
 DEFAULT_TOKEN = "123456789:TEST-fake-token_ABCDEFGHIJKLMNOPQRS"
 
 Handler = Callable[[Params], Awaitable[Any]]
+
+#: Methods that post a message: paced by the per-chat and per-bot limits, counted as replies.
+SEND_METHODS = frozenset({"sendmessage", "senddocument", "sendphoto"})
+#: Feedback a bot may drop under pressure; counted so benches see a flood of them.
+BEST_EFFORT_METHODS = frozenset({"sendchataction", "setmessagereaction", "editmessagetext"})
 
 
 class _DropConnection(Exception):
@@ -41,9 +53,14 @@ class FakeTelegram(TelegramMethods):
     """Fake Bot API server. See :class:`tests.fakes.telegram_state.TelegramWorld` for the
     test-side API (``push_message``, ``push_reaction``, ``add_file``, ...)."""
 
-    def __init__(self, token: str = DEFAULT_TOKEN, **kwargs: Any) -> None:
+    def __init__(
+        self, token: str = DEFAULT_TOKEN, *, limits: PlatformLimits = TELEGRAM_LIMITS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(token, **kwargs)
         self._failures: Scheduled[ApiError] = Scheduled()
+        self.limiter = Limiter(limits)
+        self.counters = TrafficCounters()
         self._polls: list[_Poll] = []
         self._closing = False
 
@@ -78,6 +95,28 @@ class FakeTelegram(TelegramMethods):
     def delay_next(self, method: str, seconds: float, count: int = 1) -> None:
         """Hold the next ``count`` calls of ``method`` for ``seconds`` before answering."""
         super().delay_next(method.lower(), seconds, count)
+
+    @property
+    def limits(self) -> PlatformLimits:
+        return self.limiter.limits
+
+    def set_limits(self, limits: PlatformLimits) -> None:
+        """Replace the enforced limits (buckets start full again)."""
+        self.limiter = Limiter(limits)
+
+    def stats(self) -> dict[str, Any]:
+        """Replies accepted, 429s returned per method, best-effort calls received."""
+        return self.counters.snapshot()
+
+    def _pace(self, method: str, params: Params) -> None:
+        """429 a send over the per-chat (1/s) or per-bot (30/s) budget, as Telegram does."""
+        if method not in SEND_METHODS:
+            return
+        wait = self.limiter.admit(str(params.get("chat_id")))
+        if wait > 0:
+            seconds = whole_seconds(wait)
+            raise ApiError(429, f"Too Many Requests: retry after {seconds}",
+                           {"retry_after": seconds})
 
     @property
     def pending_polls(self) -> int:
@@ -128,12 +167,20 @@ class FakeTelegram(TelegramMethods):
             handler = self._handlers().get(method.lower())
             if handler is None:
                 raise ApiError(404, "Not Found")
-            await self._apply_delay(method.lower())
-            failure = self._failures.take(method.lower())
+            lowered = method.lower()
+            if lowered in BEST_EFFORT_METHODS:
+                self.counters.best_effort[method] += 1
+            await self._apply_delay(lowered)
+            failure = self._failures.take(lowered)
             if failure is not None:
                 raise failure
+            self._pace(lowered, params)
             result = await handler(params)
+            if lowered in SEND_METHODS:
+                self.counters.replies += 1
         except ApiError as error:
+            if error.status == 429:
+                self.counters.rate_limited[method] += 1
             return web.json_response(error.body(), status=error.status)
         except _DropConnection:
             if request.transport is not None:
@@ -260,6 +307,12 @@ class FakeTelegramThread(FakeServerThread[FakeTelegram]):
     def drop_long_polls(self) -> int:
         return self.call(self.fake.drop_long_polls)
 
+    def stats(self) -> dict[str, Any]:
+        return self.call(self.fake.stats)
+
+    def set_limits(self, limits: PlatformLimits) -> None:
+        self.call(self.fake.set_limits, limits)
+
     @property
     def sent_messages(self) -> list[dict[str, Any]]:
         return self.snapshot("sent_messages")
@@ -274,11 +327,20 @@ class FakeTelegramThread(FakeServerThread[FakeTelegram]):
 
 def main(argv: list[str] | None = None) -> None:
     run_cli(
-        lambda args: FakeTelegram(args.token),
+        lambda args: FakeTelegram(
+            args.token,
+            limits=TELEGRAM_LIMITS.relaxed() if args.no_limits else TELEGRAM_LIMITS,
+        ),
         "Fake Telegram Bot API server",
         argv,
-        lambda parser: parser.add_argument("--token", default=DEFAULT_TOKEN),
+        _configure_cli,
     )
+
+
+def _configure_cli(parser: Any) -> None:
+    parser.add_argument("--token", default=DEFAULT_TOKEN)
+    parser.add_argument("--no-limits", action="store_true",
+                        help="accept every send (no 1/s per chat, 30/s per bot pacing)")
 
 
 if __name__ == "__main__":

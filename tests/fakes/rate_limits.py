@@ -1,0 +1,123 @@
+"""Platform rate limits and traffic counters shared by the Telegram, Slack and Discord fakes.
+
+Real platforms answer a burst with 429 + ``retry_after``; a fake that accepts everything hides
+exactly the bugs that matter under load (a retry storm, replies starved by typing calls). So
+each fake enforces its platform's documented limits **by default**, and counts what it saw:
+replies accepted, 429s returned per method, best-effort calls (typing, reactions, edits).
+
+Limits are plain values on the fake instance (``fake.limits``): a test that does not care
+about pacing relaxes them with :meth:`PlatformLimits.relaxed` or ``enabled=False``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``per_s`` requests per second sustained, with room for ``burst`` back to back.
+
+    A token bucket rather than a strict window: Telegram and Slack both document "about one
+    per second, short bursts tolerated", which a bucket models and a window does not.
+    """
+
+    per_s: float
+    burst: int = 1
+
+
+@dataclass(frozen=True)
+class PlatformLimits:
+    """The limits one fake enforces. ``None`` disables that limit."""
+
+    per_chat: Rate | None
+    per_bot: Rate | None = None
+    enabled: bool = True
+
+    def relaxed(self) -> PlatformLimits:
+        """The same shape, switched off: for tests that exercise something other than pacing."""
+        return replace(self, enabled=False)
+
+
+#: Telegram Bot FAQ: about 1 message/s in one chat (short bursts tolerated), 30/s per bot.
+TELEGRAM_LIMITS = PlatformLimits(per_chat=Rate(1.0, burst=3), per_bot=Rate(30.0, burst=30))
+#: Slack chat.postMessage: "1 message per second per channel, short bursts allowed".
+SLACK_LIMITS = PlatformLimits(per_chat=Rate(1.0, burst=3))
+
+
+class TokenBuckets:
+    """One token bucket per key (a chat, or the whole bot)."""
+
+    def __init__(self, rate: Rate, clock: Clock = time.monotonic) -> None:
+        self.rate = rate
+        self._clock = clock
+        self._state: dict[Any, tuple[float, float]] = {}  # key -> (tokens, last refill)
+
+    def _tokens(self, key: Any, now: float) -> float:
+        tokens, last = self._state.get(key, (float(self.rate.burst), now))
+        return min(float(self.rate.burst), tokens + (now - last) * self.rate.per_s)
+
+    def wait_s(self, key: Any) -> float:
+        """Seconds until ``key`` may send one more (0 = now); takes nothing."""
+        tokens = self._tokens(key, self._clock())
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate.per_s
+
+    def take(self, key: Any) -> None:
+        """Spend one token (callers check :meth:`wait_s` first)."""
+        now = self._clock()
+        self._state[key] = (self._tokens(key, now) - 1.0, now)
+
+
+class Limiter:
+    """Applies a :class:`PlatformLimits` to sends: per chat and, if set, per bot."""
+
+    def __init__(self, limits: PlatformLimits, clock: Clock = time.monotonic) -> None:
+        self.limits = limits
+        self._chat = TokenBuckets(limits.per_chat, clock) if limits.per_chat else None
+        self._bot = TokenBuckets(limits.per_bot, clock) if limits.per_bot else None
+
+    def admit(self, chat: Any) -> float:
+        """Take one send for ``chat``; return 0.0, or the wait before a retry may succeed
+        (nothing is taken then, as a rejected request costs no budget on the platforms)."""
+        if not self.limits.enabled:
+            return 0.0
+        waits = [0.0]
+        if self._chat is not None:
+            waits.append(self._chat.wait_s(chat))
+        if self._bot is not None:
+            waits.append(self._bot.wait_s(None))
+        wait = max(waits)
+        if wait > 0:
+            return wait
+        if self._chat is not None:
+            self._chat.take(chat)
+        if self._bot is not None:
+            self._bot.take(None)
+        return 0.0
+
+
+def whole_seconds(wait: float) -> int:
+    """Telegram and Slack state ``retry_after`` in whole seconds, never 0."""
+    return max(1, math.ceil(wait))
+
+
+@dataclass
+class TrafficCounters:
+    """What a fake received, for benches and tests: replies accepted, 429s per method,
+    best-effort calls (typing, read-acks, status edits) per method."""
+
+    replies: int = 0
+    rate_limited: Counter[str] = field(default_factory=Counter)
+    best_effort: Counter[str] = field(default_factory=Counter)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-safe copy."""
+        return {"replies": self.replies, "rate_limited": dict(self.rate_limited),
+                "best_effort": dict(self.best_effort)}
