@@ -203,6 +203,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SLACK_ALLOWED_USERS", _text, "",
             "Slack user ids allowed to talk to the agent, comma-separated; * for everyone.",
             "Slack"),
+    Setting("SLACK_ADMIN_USERS", _text, "",
+            "Slack user ids that are admins, comma-separated: they may decide anyone's "
+            "approval and manage every chat's secrets.", "Slack"),
     Setting("TELEGRAM_BOT_TOKEN", _text, "", "Telegram bot token from @BotFather; enables "
             "the Telegram channel.", "Telegram", secret=True),
     Setting("TELEGRAM_DEFAULT_CHAT_ID", _text, "",
@@ -214,6 +217,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TELEGRAM_ALLOWED_USERS", _text, "",
             "Telegram user ids allowed to talk to the agent, comma-separated; * for everyone.",
             "Telegram"),
+    Setting("TELEGRAM_ADMIN_USERS", _text, "",
+            "Telegram user ids that are admins, comma-separated: they may decide anyone's "
+            "approval and manage every chat's secrets.", "Telegram"),
     Setting("DISCORD_BOT_TOKEN", _text, "", "Discord bot token; enables the Discord channel.",
             "Discord", secret=True),
     Setting("DISCORD_DEFAULT_CHANNEL", _text, "",
@@ -226,6 +232,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DISCORD_ALLOWED_USERS", _text, "",
             "Discord user ids allowed to talk to the agent, comma-separated; * for everyone.",
             "Discord"),
+    Setting("DISCORD_ADMIN_USERS", _text, "",
+            "Discord user ids that are admins, comma-separated: they may decide anyone's "
+            "approval and manage every chat's secrets.", "Discord"),
     Setting("CHANNEL_GROUPING_ENABLED", _choice("true", "false", "1", "0", "yes", "no"),
             "false", "Answer a burst of messages from one sender as one input.", "Channels"),
     Setting("CHANNEL_GROUPING_WINDOW_MS", _int_range(50, 60_000), "1500",
@@ -241,6 +250,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest attachment downloaded to runtime/inbound-files/.", "Channels"),
     Setting("REFUSAL_COOLDOWN_S", _int_range(0, 604_800), "3600",
             "After refusing an unknown user once, ignore them for this long.", "Channels"),
+    # security
+    Setting("SOULFLOW_MASTER_KEY_FILE", _text, "",
+            "The vault's master key file (relative to the workspace unless absolute). Empty: "
+            "runtime/security/master.key. Back it up with the workspace or separately: without "
+            "it the vault cannot be opened.", "Security"),
     # dashboard
     Setting("DASHBOARD_ENABLED", _choice("true", "false", "1", "0", "yes", "no"), "true",
             "Serve the dashboard and HTTP API (the local chat needs it).", "Dashboard"),
