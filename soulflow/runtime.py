@@ -368,6 +368,7 @@ class Runtime:
                          for s in self.sessions.list_sessions()[:20]],
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
             "loops": self.supervisor.status(),
+            "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
             "cron": {"jobs": len(self.cron.store), "fired": self.cron.fired_count},
         }
 
