@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from soulflow.config import Settings
+
+
+def reachable_url(url: str) -> str:
+    """The daemon's URL as this machine should call it: a daemon bound to every address
+    (0.0.0.0, ::) is called on loopback, so the Host header is a loopback name the dashboard
+    accepts (it refuses unknown Host names: DNS rebinding protection)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if host in ("0.0.0.0", "::") and parts.port is not None:
+        loopback = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+        return urlunsplit((parts.scheme, f"{loopback}:{parts.port}", parts.path, "", ""))
+    return url
 
 
 class DaemonNotRunning(Exception):
@@ -34,7 +47,7 @@ class DaemonClient:
                 f"the daemon in {settings.workspace} (pid {info.get('pid', '?')}) is still "
                 "starting or runs without its dashboard (DASHBOARD_ENABLED=false); its HTTP API "
                 "is needed for this command")
-        return cls(url, settings["DASHBOARD_TOKEN"])
+        return cls(reachable_url(url), settings["DASHBOARD_TOKEN"])
 
     @classmethod
     def connect(cls, settings: Settings) -> DaemonClient:
@@ -49,6 +62,7 @@ class DaemonClient:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def request(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
+        """One call; a POST always carries a JSON body (the API refuses anything else)."""
         try:
             response = httpx.request(method, self.base_url + path, json=json,
                                      headers=self.headers, timeout=self.timeout_s)

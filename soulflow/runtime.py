@@ -148,7 +148,8 @@ class Runtime:
             self.dashboard = DashboardService(
                 host=settings["DASHBOARD_HOST"], port=settings["DASHBOARD_PORT"],
                 token=settings["DASHBOARD_TOKEN"], hub=self.hub, state=self.state,
-                local=self.local, bus=self.bus, ready=lambda: self.ready)
+                local=self.local, bus=self.bus, ready=lambda: self.ready,
+                allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]))
         self.started_at = 0.0
         self.ready = False
 

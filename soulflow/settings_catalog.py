@@ -71,6 +71,22 @@ def _host(raw: str) -> str:
 _host.expected = "a host name or IP address"  # type: ignore[attr-defined]
 
 
+def _host_list(raw: str) -> str:
+    """Comma-separated `name[:port]` entries: no scheme, path or credentials."""
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        if any(c.isspace() or c in "/@?#\\" for c in item):
+            raise ValueError
+        parsed = urlparse("//" + item)
+        if not parsed.hostname or (parsed.port is not None and parsed.port == 0):
+            raise ValueError
+    return raw.strip()
+
+
+_host_list.expected = "comma-separated host names, each with an optional :port"  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
@@ -265,6 +281,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DASHBOARD_TOKEN", _text, "",
             "When set, required as `Authorization: Bearer <token>` on /api/*.", "Dashboard",
             secret=True),
+    Setting("DASHBOARD_ALLOWED_HOSTS", _host_list, "",
+            "Extra names (comma-separated, optional :port) the API answers to in the Host "
+            "header, e.g. a name for a non-loopback DASHBOARD_HOST or a reverse proxy. "
+            "Loopback names and DASHBOARD_HOST itself always work; any other Host gets 403 "
+            "(DNS rebinding protection).", "Dashboard"),
     # logging
     Setting("LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
             "Log verbosity (logs go to stderr).", "Logging"),

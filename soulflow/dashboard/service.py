@@ -1,8 +1,11 @@
 """The dashboard and the daemon's HTTP API (aiohttp).
 
 Endpoints: `/healthz`, `/api/state`, `/api/events` (SSE), `/api/chat…` (the local channel),
-`/api/dlq…` (operator actions), `/` (the page). `/api/*` needs `Authorization: Bearer <token>`
-when DASHBOARD_TOKEN is set; binding beyond loopback without a token is refused in config.
+`/api/dlq…` (operator actions), `/` (the page). Every `/api/*` request passes, in order: the
+Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the token when DASHBOARD_TOKEN is set
+(401), and for POST/PUT/PATCH/DELETE a JSON-object body sent as `application/json` (415/400).
+Binding beyond loopback without a token is refused in config. No response carries a CORS
+header, so a browser never lets another site read an answer or send JSON here.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
 
@@ -19,6 +22,13 @@ from aiohttp import web
 
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local import InvalidChatId, LocalChannel
+from soulflow.dashboard.guard import (
+    SAFE_METHODS,
+    Refused,
+    RequestPolicy,
+    decode_json_object,
+    is_guarded,
+)
 from soulflow.events.hub import EventHub
 
 log = logging.getLogger(__name__)
@@ -36,11 +46,20 @@ def _json_error(status: int, message: str) -> web.Response:
     return web.json_response({"ok": False, "error": message}, status=status)
 
 
+async def _hardening_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """No sniffing, no framing (clickjacking), no referrer leaking a `#token=` URL's page."""
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+
+
 class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
                  state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
-                 ready: Callable[[], bool]) -> None:
+                 ready: Callable[[], bool], allowed_hosts: Iterable[str] = ()) -> None:
         self.host = host
+        self.policy = RequestPolicy.build(host, allowed_hosts)
         self.port = port
         self._token = token
         self._hub = hub
@@ -54,7 +73,9 @@ class DashboardService:
     # -- app -----------------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._auth])
+        app = web.Application(client_max_size=MAX_BODY_BYTES,
+                              middlewares=[self._guard, self._auth, self._json_body])
+        app.on_response_prepare.append(_hardening_headers)
         app.add_routes([
             web.get("/", self._page),
             web.get("/healthz", self._healthz),
@@ -69,10 +90,36 @@ class DashboardService:
         return app
 
     @web.middleware
+    async def _guard(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                     ) -> web.StreamResponse:
+        """Host, Origin and Sec-Fetch-Site rules (see guard.py), before anything else."""
+        if is_guarded(request.path):
+            try:
+                self.policy.check_source(request.headers, self.bound_port or self.port)
+            except Refused as refused:
+                log.info("dashboard refused %s %s: %s", request.method, request.path,
+                         refused.reason)
+                return _json_error(refused.status, refused.reason)
+        return await handler(request)
+
+    @web.middleware
+    async def _json_body(self, request: web.Request,
+                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        """State-changing requests carry a JSON object, read once and kept on the request."""
+        if is_guarded(request.path) and request.method not in SAFE_METHODS:
+            try:
+                await self._body(request)
+            except Refused as refused:
+                return _json_error(refused.status, refused.reason)
+        return await handler(request)
+
+    @web.middleware
     async def _auth(self, request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                     ) -> web.StreamResponse:
-        if self._token and request.path.startswith("/api/"):
+        if self._token and is_guarded(request.path):
             header = request.headers.get("Authorization", "")
             supplied = header[7:] if header.startswith("Bearer ") else ""
             if not hmac.compare_digest(supplied.encode(), self._token.encode()):
@@ -119,26 +166,15 @@ class DashboardService:
 
     # -- local chat ----------------------------------------------------------------------
 
-    async def _read_json(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        try:
-            body = json.loads(raw.decode("utf-8")) if raw else {}
-        except UnicodeDecodeError:
-            raise web.HTTPBadRequest(text=json.dumps(
-                {"ok": False, "error": "the request body is not valid UTF-8"}),
-                content_type="application/json") from None
-        except json.JSONDecodeError as exc:
-            raise web.HTTPBadRequest(text=json.dumps(
-                {"ok": False, "error": f"the request body is not valid JSON: {exc}"}),
-                content_type="application/json") from None
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text=json.dumps(
-                {"ok": False, "error": "the request body must be a JSON object"}),
-                content_type="application/json")
-        return body
+    @staticmethod
+    async def _body(request: web.Request) -> dict[str, Any]:
+        """The request's JSON object (aiohttp keeps the bytes, so the middleware's check
+        and the handler's use read the body once)."""
+        content_type = request.content_type if "Content-Type" in request.headers else ""
+        return decode_json_object(content_type, await request.read())
 
     async def _api_chat_post(self, request: web.Request) -> web.Response:
-        body = await self._read_json(request)
+        body = await self._body(request)
         text, chat_id = body.get("text"), body.get("chat_id", "default")
         if not isinstance(text, str):
             return _json_error(400, "'text' must be a string")
@@ -178,7 +214,7 @@ class DashboardService:
                                   "entries": [e.to_dict() for e in self._bus.dlq.entries()]})
 
     async def _api_dlq_replay(self, request: web.Request) -> web.Response:
-        body = await self._read_json(request)
+        body = await self._body(request)
         ids = body.get("ids")
         if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
             return _json_error(400, "'ids' must be a list of message ids")
