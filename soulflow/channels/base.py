@@ -13,6 +13,11 @@ from pathlib import Path
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 
+#: Connections each platform client keeps for best-effort calls (typing, read-acks), apart
+#: from the pool replies use, so feedback can never take a connection a reply needs.
+#: `ChannelFeedback` runs at most this many best-effort calls per adapter at once.
+BEST_EFFORT_CONNECTIONS = 4
+
 _COMMAND = re.compile(r"^\s*/([\w가-힣]+)(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
 
 
@@ -41,6 +46,9 @@ class ChannelAdapter(abc.ABC):
 
     name: str
     limits: ChannelLimits = ChannelLimits()
+    # set by an adapter whose read() met a platform failure it handled itself (and returned
+    # []), cleared when reading works again: the channel's health shows it (see health.py)
+    read_error: str | None = None
 
     @property
     def send_interval_s(self) -> float:
@@ -64,10 +72,15 @@ class ChannelAdapter(abc.ABC):
         """Deliver one message; raise `SendError` (permanent or not) on failure."""
 
     async def set_typing(self, chat_id: str, on: bool) -> None:  # noqa: B027 - optional hook
-        """Show or clear a typing indicator where the platform has one."""
+        """Show or clear a typing indicator where the platform has one.
+
+        Best effort, like `add_reaction`: adapters send it on a client of its own (at most
+        `BEST_EFFORT_CONNECTIONS` connections, short timeouts, never retried) and raise
+        `SendError(retry_after=...)` on a rate limit, which `ChannelFeedback` turns into a
+        cool-down for feedback only."""
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:  # noqa: B027
-        """React to a message where the platform supports it."""
+        """React to a message where the platform supports it (best effort, see `set_typing`)."""
 
     async def download(self, attachment: Attachment, directory: Path) -> Path:
         raise OSError(f"the {self.name} channel does not deliver files")

@@ -39,6 +39,8 @@ import yarl
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels import discord_format as fmt
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.discord_feedback import DiscordFeedbackClient
+from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import RenderedPart, render_reply
 from soulflow.channels.state import ChannelState
 
@@ -84,6 +86,7 @@ class DiscordChannel(ChannelAdapter):
                                 "max_ratelimit_timeout": max_ratelimit_timeout}
         self._queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self._client: fmt.EventClient | None = None
+        self._feedback = DiscordFeedbackClient()
         self._supervisor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._ready = asyncio.Event()
@@ -107,6 +110,7 @@ class DiscordChannel(ChannelAdapter):
         self._load_cursors()
         try:
             self._client = await self._login()
+            await self._feedback.start(self._token)
             self._supervisor = asyncio.create_task(self._supervise(), name="discord:gateway")
             await self._wait_ready(self._supervisor)
         except BaseException:
@@ -121,6 +125,7 @@ class DiscordChannel(ChannelAdapter):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._discard_client()  # a login racing the cancellation
+        await self._feedback.close()
         self._supervisor = None
         self._restore_urls()
 
@@ -188,6 +193,7 @@ class DiscordChannel(ChannelAdapter):
                     raise  # start() turns it into a DiscordStartError
                 log.error("Discord connection failed (%s: %s); reconnecting with a new client",
                           type(exc).__name__, exc, exc_info=not isinstance(exc, DiscordStartError))
+                self.read_error = f"gateway connection failed ({type(exc).__name__}: {exc})"
             else:
                 if self._closing:
                     return
@@ -220,25 +226,30 @@ class DiscordChannel(ChannelAdapter):
     # -- inbound -------------------------------------------------------------------------
 
     def _on_ready(self, client: discord.Client) -> None:
+        self.read_error = None
         self._ready_at = asyncio.get_running_loop().time()
         self._ready.set()
         log.info("Discord connected as %s", client.user)
         self._spawn(self._catch_up(client), "discord:catch-up")
 
     def _on_message(self, client: discord.Client, message: discord.Message) -> None:
-        self._accept(lambda bot_id: fmt.inbound_from_message(message, bot_id), client)
+        self._accept(lambda bot_id: fmt.inbound_from_message(message, bot_id), client,
+                     f"message-{getattr(message, 'id', '?')}")
 
     def _on_reaction(self, client: discord.Client, event: discord.RawReactionActionEvent
                      ) -> None:
-        self._accept(lambda bot_id: fmt.inbound_from_reaction(event, bot_id), client)
+        self._accept(lambda bot_id: fmt.inbound_from_reaction(event, bot_id), client,
+                     f"reaction-{getattr(event, 'message_id', '?')}-"
+                     f"{getattr(event, 'user_id', '?')}")
 
     def _accept(self, convert: Callable[[int], InboundMessage | None],
-                client: discord.Client) -> None:
+                client: discord.Client, ident: str) -> None:
         try:
             assert client.user is not None
             inbound = convert(client.user.id)
-        except Exception:  # one odd event must not stop the others
-            log.exception("skipping a Discord event that could not be read")
+        except Exception as exc:  # one odd event must not stop the others: quarantined
+            log.exception("a Discord event could not be read; quarantined")
+            self._queue.put_nowait(poison_message(self.name, message_id=ident, error=exc))
             return
         if inbound is not None:
             self._enqueue(inbound)
@@ -369,24 +380,16 @@ class DiscordChannel(ChannelAdapter):
         return SendResult(platform_message_ids=delivered)
 
     async def set_typing(self, chat_id: str, on: bool) -> None:
-        """Discord shows typing for ~10 s per request and has no "stop": off is a no-op."""
-        if not on:
-            return
-        channel = self._messageable(chat_id)
-        try:
-            await channel.typing()
-        except fmt.SEND_FAILURES as exc:
-            raise fmt.send_error(exc) from exc
+        """Discord shows typing for ~10 s per request and has no "stop": off is a no-op.
+        Sent on the feedback client (see `discord_feedback`)."""
+        if on:
+            self._connected()
+            await self._feedback.typing(chat_id)
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
-        channel = self._messageable(chat_id)
-        target = fmt.reply_target(message_id)
-        if target is None:
-            raise SendError(f"{message_id[:80]!r} is not a Discord message id", permanent=True)
-        try:
-            await discord.PartialMessage(channel=channel, id=target).add_reaction(emoji)  # type: ignore[arg-type]
-        except fmt.SEND_FAILURES as exc:
-            raise fmt.send_error(exc) from exc
+        """React on the feedback client (best effort, see `discord_feedback`)."""
+        self._connected()
+        await self._feedback.react(chat_id, message_id, emoji)
 
     # -- files ---------------------------------------------------------------------------
 

@@ -17,9 +17,11 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
 from soulflow.channels.files import write_file_atomically
+from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import split_text
+from soulflow.channels.slack_files import fetch_file, trusted_file_host
 from soulflow.channels.slack_format import (
     THREAD_CONTEXT_LINES,
     SlackEventParser,
@@ -53,6 +55,7 @@ PERMANENT_ERRORS = BOT_TOKEN_REJECTED | {
 #: Rejections of the converted text itself: worth one more try as plain text.
 CONTENT_ERRORS = frozenset({"msg_too_long", "invalid_blocks", "invalid_blocks_format", "no_text"})
 _NAME_LOOKUP_S = 3.0
+_FEEDBACK_TIMEOUT_S = 5
 
 
 class SlackStartError(RuntimeError):
@@ -105,6 +108,8 @@ class SlackChannel(ChannelAdapter):
         self._state = state
         self._session: aiohttp.ClientSession | None = None
         self._web: AsyncWebClient | None = None
+        self._feedback_session: aiohttp.ClientSession | None = None
+        self._feedback_web: AsyncWebClient | None = None
         self._socket: SocketReceiver | None = None
         self._parser = SlackEventParser(bot_user_id="")
         self._recent = RecentKeys()
@@ -124,6 +129,7 @@ class SlackChannel(ChannelAdapter):
         self._session = aiohttp.ClientSession()
         self._web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
                                    session=self._session)
+        self._start_feedback_client()
         try:
             await self._identify()
             if self.socket_mode:
@@ -180,6 +186,16 @@ class SlackChannel(ChannelAdapter):
             raise SlackStartError(f"the Slack bot is not a member of SLACK_DEFAULT_CHANNEL "
                                   f"{channel}; invite it with /invite @<bot name>")
 
+    def _start_feedback_client(self) -> None:
+        """Reactions go through a client of their own: a small connection pool, a short
+        timeout and no retry handlers, so a burst of read-acks (or a 429 on them) can never
+        hold a connection or a retry a reply needs."""
+        connector = aiohttp.TCPConnector(limit=BEST_EFFORT_CONNECTIONS)
+        self._feedback_session = aiohttp.ClientSession(connector=connector)
+        self._feedback_web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
+                                            session=self._feedback_session,
+                                            timeout=_FEEDBACK_TIMEOUT_S, retry_handlers=[])
+
     async def stop(self) -> None:
         socket, self._socket = self._socket, None
         if socket is not None:
@@ -187,7 +203,10 @@ class SlackChannel(ChannelAdapter):
         session, self._session = self._session, None
         if session is not None:
             await session.close()
-        self._web = None
+        feedback, self._feedback_session = self._feedback_session, None
+        if feedback is not None:
+            await feedback.close()
+        self._web = self._feedback_web = None
 
     def _api(self) -> AsyncWebClient:
         if self._web is None:
@@ -205,17 +224,24 @@ class SlackChannel(ChannelAdapter):
             await self._fill_thread_context(batch)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("slack: reading failed; will try again")
+            self.read_error = f"reading failed ({type(exc).__name__}: {exc})"
             return []
+        self.read_error = None
         return batch
 
     async def _read_socket(self) -> list[InboundMessage]:
         assert self._socket is not None
         fresh = []
         for envelope in await self._socket.next_batch(1.0):
-            event = envelope_event(envelope)
-            message = self._parser.parse(event) if event is not None else None
+            try:
+                event = envelope_event(envelope)
+                message = self._parser.parse(event) if event is not None else None
+            except Exception as exc:  # quarantined by the manager; the others go on
+                message = poison_message(
+                    self.name, message_id=f"envelope-{envelope.get('envelope_id')}",
+                    error=exc, raw=envelope)
             if message is not None and self._recent.add(message.key):
                 fresh.append(message)
         return fresh
@@ -342,9 +368,12 @@ class SlackChannel(ChannelAdapter):
         user feedback instead)."""
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
-        """React with `emoji` (`eyes` or `:eyes:`); reacting twice is not an error."""
+        """React with `emoji` (`eyes` or `:eyes:`); reacting twice is not an error.
+        Best effort: sent on the feedback client (see `_start_feedback_client`)."""
+        if self._feedback_web is None:
+            raise SendError("the Slack channel is not started")
         try:
-            await self._api().reactions_add(channel=chat_id, timestamp=message_id,
+            await self._feedback_web.reactions_add(channel=chat_id, timestamp=message_id,
                                             name=emoji.strip().strip(":"))
         except SlackApiError as exc:
             if error_code(exc) != "already_reacted":
@@ -363,38 +392,12 @@ class SlackChannel(ChannelAdapter):
         if attachment.size is not None and attachment.size > limit:
             raise OSError(f"Slack file {label!r} is {attachment.size:,} bytes; the limit is "
                           f"{limit:,}")
-        if not self._trusted_file_host(url):
+        if not trusted_file_host(url, self.api_url):
             raise OSError(f"refusing to send the Slack token to {urlsplit(url).hostname}")
-        data = await self._fetch_file(url, label, attachment.mime_type)
+        if self._session is None:
+            raise OSError("the Slack channel is not started")
+        data = await fetch_file(self._session, url, token=self.bot_token, label=label,
+                                mime_type=attachment.mime_type, limit=limit)
         target = directory / safe_filename(label, attachment.file_id or "")
         await asyncio.to_thread(write_file_atomically, target, data)
         return target
-
-    def _trusted_file_host(self, url: str) -> bool:
-        host = (urlsplit(url).hostname or "").lower()
-        api_host = (urlsplit(self.api_url).hostname or "").lower()
-        return bool(host) and (host == api_host or host == "slack.com"
-                               or host.endswith(".slack.com"))
-
-    async def _fetch_file(self, url: str, label: str, mime_type: str | None) -> bytes:
-        if self._session is None:
-            raise OSError("the Slack channel is not started")
-        limit, data = self.max_download_bytes, bytearray()
-        headers = {"Authorization": f"Bearer {self.bot_token}"}
-        try:
-            async with self._session.get(url, headers=headers,
-                                         timeout=aiohttp.ClientTimeout(total=300)) as resp:
-                if resp.status != 200:
-                    raise OSError(f"Slack answered HTTP {resp.status} for file {label!r}")
-                if resp.content_type == "text/html" and mime_type != "text/html":
-                    raise OSError(f"Slack served a login page instead of {label!r}: the bot "
-                                  "token needs the files:read scope")
-                async for chunk in resp.content.iter_chunked(64 * 1024):
-                    data += chunk
-                    if len(data) > limit:
-                        raise OSError(f"Slack file {label!r} exceeds the {limit:,}-byte limit")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise OSError(f"download of {label!r} failed: {exc}") from None
-        return bytes(data)
-
-

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dtm
 import hashlib
 import logging
-import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable
 from pathlib import Path
@@ -21,22 +19,12 @@ from typing import Any, TypeVar
 
 from telegram import Bot, ReactionTypeEmoji
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import (
-    BadRequest,
-    ChatMigrated,
-    Conflict,
-    Forbidden,
-    InvalidToken,
-    RetryAfter,
-    TelegramError,
-    TimedOut,
-)
-from telegram.request import HTTPXRequest
-from telegram.warnings import PTBDeprecationWarning
+from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, TelegramError
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
 from soulflow.channels.files import write_file_atomically
+from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram_format import (
     UpdateParser,
@@ -48,6 +36,7 @@ from soulflow.channels.telegram_format import (
     send_options,
     split_for_telegram,
 )
+from soulflow.channels.telegram_http import AiohttpRequest, retry_seconds, send_error
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +75,8 @@ class TelegramChannel(ChannelAdapter):
         self.retry_delay_s = retry_delay_s
         self._token = token
         self._bot: Bot | None = None
+        self._feedback_bot: Bot | None = None
+        self._feedback_request: AiohttpRequest | None = None
         self._parser = UpdateParser(bot_id=0, bot_username="")
         self._stopping = asyncio.Event()
         self._offset: int | None = None  # next update to fetch (in memory, ahead of state)
@@ -98,15 +89,17 @@ class TelegramChannel(ChannelAdapter):
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Check the token (getMe) and clear any webhook, which would block long polling."""
+        """Check the token (getMe) and clear any webhook, which would block long polling.
+
+        Three connection pools, so no kind of call can starve another: replies and downloads,
+        the long poll, and best-effort feedback (typing, read-acks) on a small pool of its own
+        with short timeouts. All run on aiohttp (see `telegram_http` for why not httpx)."""
         try:
             bot = Bot(self._token, base_url=f"{self.api_url}/bot",
                       base_file_url=f"{self.api_url}/file/bot",
-                      request=HTTPXRequest(connection_pool_size=16, connect_timeout=10.0,
-                                           read_timeout=30.0, write_timeout=30.0,
-                                           pool_timeout=10.0),
-                      get_updates_request=HTTPXRequest(
-                          connection_pool_size=1, connect_timeout=10.0, write_timeout=10.0,
+                      request=AiohttpRequest(pool_size=16),
+                      get_updates_request=AiohttpRequest(
+                          pool_size=1, write_timeout=10.0,
                           read_timeout=self.poll_timeout_s + _POLL_READ_MARGIN_S))
         except InvalidToken:
             raise TelegramStartError(_TOKEN_REJECTED.format(reason="it is empty")) from None
@@ -123,6 +116,7 @@ class TelegramChannel(ChannelAdapter):
             raise TelegramStartError(f"Cannot reach the Telegram Bot API at {self.api_url} "
                                      f"({self._redact(exc)}); check the network.") from None
         self._bot = bot
+        await self._start_feedback_bot()
         self._parser = UpdateParser(bot_id=bot.id, bot_username=bot.username, bot=bot,
                                     sent=self._sent.keys(), provider=self.name)
         stored = self.state.get("offset")
@@ -131,16 +125,35 @@ class TelegramChannel(ChannelAdapter):
         self._stopping.clear()
         log.info("telegram: connected as @%s", bot.username)
 
+    async def _start_feedback_bot(self) -> None:
+        """A second `Bot` for best-effort calls, never retried and bounded by short timeouts.
+        Only its request is initialised: these calls need no getMe."""
+        request = AiohttpRequest(pool_size=BEST_EFFORT_CONNECTIONS, connect_timeout=5.0,
+                                 read_timeout=5.0, write_timeout=5.0, pool_timeout=1.0)
+        await request.initialize()
+        self._feedback_request = request
+        self._feedback_bot = Bot(self._token, base_url=f"{self.api_url}/bot",
+                                 base_file_url=f"{self.api_url}/file/bot", request=request,
+                                 get_updates_request=request)
+
     async def stop(self) -> None:
         self._stopping.set()
         bot, self._bot = self._bot, None
+        request, self._feedback_request, self._feedback_bot = self._feedback_request, None, None
         if bot is not None:
             await bot.shutdown()
+        if request is not None:
+            await request.shutdown()
 
     def _require_bot(self) -> Bot:
         if self._bot is None:
             raise SendError("the Telegram channel is not started")
         return self._bot
+
+    def _require_feedback_bot(self) -> Bot:
+        if self._feedback_bot is None:
+            raise SendError("the Telegram channel is not started")
+        return self._feedback_bot
 
     # -- reading -----------------------------------------------------------------------
 
@@ -162,6 +175,7 @@ class TelegramChannel(ChannelAdapter):
         if self._poll_failing:
             log.info("telegram: polling works again")
             self._poll_failing = False
+        self.read_error = None
         return await self._read_batch(raw)
 
     async def _fetch(self, bot: Bot, timeout: int) -> Any:
@@ -178,7 +192,7 @@ class TelegramChannel(ChannelAdapter):
         """Log once per outage and wait, so a dead network or a rival poller is not hammered."""
         delay = self.retry_delay_s * (2 if self._poll_failing else 1)
         if isinstance(exc, RetryAfter):
-            delay, problem = _retry_seconds(exc), "Telegram asked the bot to slow down"
+            delay, problem = retry_seconds(exc), "Telegram asked the bot to slow down"
         elif isinstance(exc, InvalidToken):
             delay, problem = max(delay, 30.0), "Telegram rejected the bot token"
         elif isinstance(exc, Conflict):
@@ -189,6 +203,7 @@ class TelegramChannel(ChannelAdapter):
         log.log(level, "telegram: polling failed, %s (%s); retrying in %.1f s", problem,
                 self._redact(exc), delay)
         self._poll_failing = True
+        self.read_error = f"polling failed, {problem} ({self._redact(exc)})"
         await self._sleep(delay)
 
     async def _read_batch(self, raw: Any) -> list[InboundMessage]:
@@ -231,9 +246,11 @@ class TelegramChannel(ChannelAdapter):
             return self._parser.parse(raw)
         except Exception as exc:  # a broken update must never take the others with it
             update_id = raw.get("update_id") if isinstance(raw, dict) else None
-            log.warning("telegram: skipped update %s that could not be read: %s: %s",
+            log.warning("telegram: update %s could not be read (%s: %s); quarantined",
                         update_id, type(exc).__name__, str(exc)[:200])
-            return None
+            # recorded in the inbound DLQ by the manager before the offset passes it
+            return poison_message(self.name, message_id=f"update-{update_id}", error=exc,
+                                  raw=raw)
 
     @property
     def bot_id(self) -> int:
@@ -287,15 +304,15 @@ class TelegramChannel(ChannelAdapter):
         """Telegram's indicator lasts ~5 s and cannot be cleared, so `on=False` is a no-op."""
         if not on:
             return
-        await self._call(self._require_bot().send_chat_action(chat_ref(chat_id),
-                                                              ChatAction.TYPING))
+        await self._call(self._require_feedback_bot().send_chat_action(chat_ref(chat_id),
+                                                                       ChatAction.TYPING))
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
         target = int_or_none(message_id)
         if target is None:
             raise SendError(f"Cannot react to {message_id!r}: it is not a Telegram message id.",
                             permanent=True)
-        await self._call(self._require_bot().set_message_reaction(
+        await self._call(self._require_feedback_bot().set_message_reaction(
             chat_ref(chat_id), target, [ReactionTypeEmoji(emoji)]))  # type: ignore[arg-type]
 
     async def _call(self, call: Awaitable[T]) -> T:
@@ -305,26 +322,7 @@ class TelegramChannel(ChannelAdapter):
             raise self._send_error(exc) from None
 
     def _send_error(self, exc: TelegramError) -> SendError:
-        """Map PTB errors: flood control and network trouble retry, refusals do not."""
-        detail = self._redact(exc)
-        if isinstance(exc, RetryAfter):
-            seconds = _retry_seconds(exc)
-            return SendError(f"Telegram rate-limited the bot; retry after {seconds:g} s.",
-                             retry_after=seconds)
-        if isinstance(exc, ChatMigrated):
-            return SendError(f"Telegram moved this group to supergroup {exc.new_chat_id}; "
-                             "send there instead.", permanent=True)
-        if isinstance(exc, Forbidden):
-            return SendError(f"Telegram refused the message ({detail}): the bot is blocked, "
-                             "was removed from the chat or lacks the right to post.",
-                             permanent=True)
-        if isinstance(exc, InvalidToken):
-            return SendError(f"Telegram rejected the bot token ({detail}).", permanent=True)
-        if isinstance(exc, BadRequest):  # "chat not found", bad ids, rejected content
-            return SendError(f"Telegram rejected the request: {detail}.", permanent=True)
-        if isinstance(exc, TimedOut):
-            return SendError(f"Telegram did not answer in time ({detail}).")
-        return SendError(f"Could not reach Telegram: {detail}.")
+        return send_error(exc, self._redact)
 
     def _remember_sent(self, chat_id: str, message_id: str) -> None:
         """Recent bot messages, so a reaction to one of them counts as addressed to us."""
@@ -383,13 +381,4 @@ class TelegramChannel(ChannelAdapter):
         if self._stopping.is_set() or task.cancelled():
             raise _Stopped
         return task.result()
-
-
-def _retry_seconds(exc: RetryAfter) -> float:
-    """`retry_after` in seconds (PTB 22 returns int or timedelta depending on PTB_TIMEDELTA)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value = exc.retry_after
-    return value.total_seconds() if isinstance(value, dtm.timedelta) else float(value)
-
 

@@ -1,0 +1,68 @@
+"""Discord's best-effort calls (typing, read-acks) on a REST client of their own.
+
+discord.py's client paces itself per rate-limit bucket and waits out a 429 inside the SDK; a
+global 429 pauses every request of that client. If typing and reactions shared the client
+that sends replies, a burst of them could hold a reply's connection or pause it globally.
+So they run on this second `HTTPClient`: its own small connection pool, its own buckets and
+global pause. `ChannelFeedback` bounds every call with a short timeout (which also bounds any
+wait discord.py does inside) and cools the chat down when one is rate-limited or times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import discord.http
+from discord.message import convert_emoji_reaction
+
+from soulflow.bus.messages import SendError
+from soulflow.channels import discord_format as fmt
+from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
+
+
+class DiscordFeedbackClient:
+    """Typing and reactions through a dedicated, logged-in `discord.http.HTTPClient`."""
+
+    def __init__(self) -> None:
+        self._http: discord.http.HTTPClient | None = None
+
+    async def start(self, token: str) -> None:
+        http = discord.http.HTTPClient(asyncio.get_running_loop(),
+                                       aiohttp.TCPConnector(limit=BEST_EFFORT_CONNECTIONS))
+        try:
+            await http.static_login(token)
+        except BaseException:
+            await http.close()
+            raise
+        self._http = http
+
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
+
+    def _client(self) -> discord.http.HTTPClient:
+        if self._http is None:
+            raise SendError("Discord is not connected (reconnecting); will retry")
+        return self._http
+
+    async def typing(self, chat_id: str) -> None:
+        http = self._client()
+        if not chat_id.isdigit():
+            raise SendError(f"{chat_id[:80]!r} is not a Discord channel id", permanent=True)
+        try:
+            await http.send_typing(int(chat_id))
+        except fmt.SEND_FAILURES as exc:
+            raise fmt.send_error(exc) from exc
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
+        http = self._client()
+        target = fmt.reply_target(message_id)
+        if target is None or not chat_id.isdigit():
+            raise SendError(f"{chat_id[:40]!r}/{message_id[:40]!r} is not a Discord message",
+                            permanent=True)
+        try:
+            await http.add_reaction(int(chat_id), target, convert_emoji_reaction(emoji))
+        except fmt.SEND_FAILURES as exc:
+            raise fmt.send_error(exc) from exc
