@@ -97,6 +97,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
     print(f"  workspace  {state['workspace']}")
     print(f"  provider   {state['provider'] or 'none configured'}")
+    if state.get("sandbox"):
+        sandbox = state["sandbox"]
+        print(f"  sandbox    {sandbox['mode']} ({sandbox['detail']})")
     if state.get("local_model"):
         local = state["local_model"]
         print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "

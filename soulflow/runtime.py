@@ -29,7 +29,7 @@ from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.run.store import ThreadStore
-from soulflow.agent.tools import build_default_registry
+from soulflow.agent.tools import CodeSandbox, build_default_registry
 from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError, ToolServices
 from soulflow.agent.tools.cron_tool import CronTool
 from soulflow.agent.tools.diagram_tool import DiagramRenderTool
@@ -41,8 +41,8 @@ from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
 from soulflow.channels.capability_commands import (
     make_cron_command,
+    make_repl_command,
     render_command,
-    repl_command,
 )
 from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.local import LocalChannel
@@ -108,7 +108,9 @@ class Runtime:
                                       self.sessions,
                                       history_messages=settings["AGENT_HISTORY_MESSAGES"],
                                       max_context_tokens=max_context)
+        self.sandbox = CodeSandbox()  # exec, python_repl and /repl; probed on first use
         self.tools = build_default_registry(
+            sandbox=self.sandbox,
             allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
             allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
         for tool in (MessageTool(), RequestFileTool(), SpawnTool(), CronTool(),
@@ -137,7 +139,7 @@ class Runtime:
             max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
             on_event=self.hub.publish)
         self.manager.commands.register("secret", make_secret_command(self.vault))
-        self.manager.commands.register("repl", repl_command)
+        self.manager.commands.register("repl", make_repl_command(self.sandbox))
         self.manager.commands.register("render", render_command)
         self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
                                 self._fire_cron)
@@ -235,6 +237,7 @@ class Runtime:
 
     async def start(self) -> None:
         self.started_at = time.time()
+        await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model
             try:
                 await self.local_model.start()
@@ -371,6 +374,7 @@ class Runtime:
             "loops": self.supervisor.status(),
             "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
             "cron": {"jobs": len(self.cron.store), "fired": self.cron.fired_count},
+            "sandbox": self.sandbox.status().as_dict(),
         }
 
 

@@ -4,7 +4,9 @@ and the cron service, answered without the model."""
 from __future__ import annotations
 
 from soulflow.agent.diagram.render import DiagramError, render_mermaid
+from soulflow.agent.tools.bwrap import ENABLE_HINT
 from soulflow.agent.tools.python_sandbox import run_python
+from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.commands import CommandHandler
@@ -17,16 +19,25 @@ CRON_USAGE = ("Usage: /cron list | /cron rm <job id>. To schedule something, ask
               "(\"every weekday at 9 remind me to …\").")
 
 
-async def repl_command(command: Command, message: InboundMessage) -> str:
-    """Run the code in the same sandbox as the python_repl tool."""
-    code = command.args.strip().strip("`")
-    if code.startswith("python\n"):
-        code = code[len("python\n"):]
-    if not code:
-        return REPL_USAGE
-    result = await run_python(code)
-    output = result.render().strip() or "(no output)"
-    return f"```\n{output}\n```"
+def make_repl_command(sandbox: CodeSandbox) -> CommandHandler:
+    """`/repl`: the code runs in the same kernel sandbox as the python_repl tool, and only
+    there - a chat user cannot approve running code unconfined on the daemon's host."""
+
+    async def handle(command: Command, message: InboundMessage) -> str:
+        code = command.args.strip().strip("`")
+        if code.startswith("python\n"):
+            code = code[len("python\n"):]
+        if not code:
+            return REPL_USAGE
+        status = await sandbox.ready()
+        if not status.available:
+            hint = "" if ENABLE_HINT in status.detail else f"; {ENABLE_HINT}"
+            return f"/repl is off because this host has no OS sandbox: {status.detail}{hint}."
+        result = await run_python(code, sandbox=sandbox)
+        output = result.render().strip() or "(no output)"
+        return f"```\n{output}\n```"
+
+    return handle
 
 
 async def render_command(command: Command, message: InboundMessage) -> str:

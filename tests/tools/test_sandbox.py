@@ -12,6 +12,13 @@ from soulflow.agent.tools import build_default_registry
 from soulflow.agent.tools._sandbox_policy import SandboxViolation, validate
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.python_sandbox import RUNNER, STATUS_MARKER, SandboxResult, run_python
+from soulflow.agent.tools.sandbox import CodeSandbox
+from tests.tools.sandbox_support import working_sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> CodeSandbox:
+    return working_sandbox()
 
 # ----------------------------------------------------------------- escapes (rejected up front)
 
@@ -46,21 +53,23 @@ from soulflow.agent.tools.python_sandbox import RUNNER, STATUS_MARKER, SandboxRe
         ("def __init__(self):\n    pass", "'__init__'"),  # dunders only as methods
     ],
 )
-async def test_escape_attempts_are_rejected(code: str, named: str) -> None:
-    result = await run_python(code)
+async def test_escape_attempts_are_rejected(
+    code: str, named: str, sandbox: CodeSandbox
+) -> None:
+    result = await run_python(code, sandbox=sandbox)
     assert not result.ok
     assert result.error is not None
     assert named in result.error and "is not allowed in the sandbox" in result.error
     assert result.error.startswith("line ")
 
 
-async def test_rejection_names_the_line() -> None:
-    result = await run_python("x = 1\ny = 2\nz = x.__class__")
+async def test_rejection_names_the_line(sandbox: CodeSandbox) -> None:
+    result = await run_python("x = 1\ny = 2\nz = x.__class__", sandbox=sandbox)
     assert result.error is not None and result.error.startswith("line 3:")
 
 
-async def test_syntax_errors_are_reported() -> None:
-    result = await run_python("def f(:\n  pass")
+async def test_syntax_errors_are_reported(sandbox: CodeSandbox) -> None:
+    result = await run_python("def f(:\n  pass", sandbox=sandbox)
     assert result == SandboxResult(False, "", "SyntaxError: invalid syntax (line 1)")
 
 
@@ -73,8 +82,8 @@ async def test_syntax_errors_are_reported() -> None:
         "json.decoder",
     ],
 )
-async def test_module_proxies_hide_dangerous_attributes(code: str) -> None:
-    result = await run_python(code)
+async def test_module_proxies_hide_dangerous_attributes(code: str, sandbox: CodeSandbox) -> None:
+    result = await run_python(code, sandbox=sandbox)
     assert not result.ok
     assert result.error is not None and result.error.startswith("AttributeError:")
 
@@ -107,37 +116,39 @@ def test_validate_raises_for_direct_callers() -> None:
 # ----------------------------------------------------------------- limits
 
 
-async def test_infinite_loop_times_out() -> None:
-    result = await run_python("print('started')\nwhile True:\n    pass", timeout_s=1)
+async def test_infinite_loop_times_out(sandbox: CodeSandbox) -> None:
+    code = "print('started')\nwhile True:\n    pass"
+    result = await run_python(code, timeout_s=1, sandbox=sandbox)
     assert result.error == "timed out after 1 s"
     assert result.output == "started\n"  # what was printed before the kill is kept
 
 
-async def test_cpu_limit() -> None:
-    result = await run_python("while True:\n    pass", timeout_s=15, cpu_s=1)
+async def test_cpu_limit(sandbox: CodeSandbox) -> None:
+    result = await run_python("while True:\n    pass", timeout_s=15, cpu_s=1, sandbox=sandbox)
     assert result.error == "CPU time limit of 1 s exceeded"
 
 
-async def test_memory_limit() -> None:
-    result = await run_python("x = ' ' * (1024**3)")
+async def test_memory_limit(sandbox: CodeSandbox) -> None:
+    result = await run_python("x = ' ' * (1024**3)", sandbox=sandbox)
     assert result == SandboxResult(False, "", "memory limit of 256 MB exceeded")
 
 
-async def test_deep_recursion() -> None:
-    result = await run_python("def f(n):\n    return f(n + 1)\nf(0)")
+async def test_deep_recursion(sandbox: CodeSandbox) -> None:
+    result = await run_python("def f(n):\n    return f(n + 1)\nf(0)", sandbox=sandbox)
     assert result.error == "RecursionError: maximum recursion depth exceeded (line 2)"
 
 
-async def test_huge_output_is_truncated() -> None:
-    result = await run_python("for i in range(100000):\n    print('line', i)", max_output=100)
+async def test_huge_output_is_truncated(sandbox: CodeSandbox) -> None:
+    code = "for i in range(100000):\n    print('line', i)"
+    result = await run_python(code, max_output=100, sandbox=sandbox)
     assert result.ok
     kept, note = result.output.rsplit("\n[", 1)
     assert len(kept) <= 100 and kept.startswith("line 0\nline 1\n")
     assert note.startswith("output truncated:") and "more characters]" in note
 
 
-async def test_runtime_error_keeps_earlier_output() -> None:
-    result = await run_python("print('before')\n1 / 0")
+async def test_runtime_error_keeps_earlier_output(sandbox: CodeSandbox) -> None:
+    result = await run_python("print('before')\n1 / 0", sandbox=sandbox)
     assert result == SandboxResult(
         False, "before\n", "ZeroDivisionError: division by zero (line 2)"
     )
@@ -185,16 +196,16 @@ async def test_runtime_error_keeps_earlier_output() -> None:
         ("for _ in range(2):\n    print('x')", "x\nx\n"),
     ],
 )
-async def test_ordinary_code(code: str, output: str) -> None:
-    result = await run_python(code)
+async def test_ordinary_code(code: str, output: str, sandbox: CodeSandbox) -> None:
+    result = await run_python(code, sandbox=sandbox)
     assert result == SandboxResult(True, output), result
 
 
 # ----------------------------------------------------------------- the tool
 
 
-async def test_python_repl_tool(ctx: ToolContext) -> None:
-    registry = build_default_registry()
+async def test_python_repl_tool(ctx: ToolContext, sandbox: CodeSandbox) -> None:
+    registry = build_default_registry(sandbox=sandbox)
     tool = registry.get("python_repl")
     assert tool is not None and tool.idempotent
     assert tool.needs_approval({"code": "1"}, ctx) is None

@@ -1,17 +1,22 @@
-"""The exec tool: output and exit codes, process-group cleanup, environment, approval rules."""
+"""The exec tool: output and exit codes, process cleanup, environment, approval rules.
+
+The command runs in the bubblewrap sandbox, in its own pid namespace: ``$!`` there is not a
+host pid, so the cleanup tests tag their processes with a unique argument and look for it in
+the host's /proc (`tests.tools.sandbox_support`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from soulflow.agent.tools.base import ToolContext, ToolError
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.agent.tools.shell import MAX_OUTPUT_BYTES, ExecTool
 from soulflow.agent.tools.shell_policy import (
     approval_reason,
@@ -19,11 +24,17 @@ from soulflow.agent.tools.shell_policy import (
     outside_workspace_reason,
 )
 from tests.tools.conftest import MakeCtx
+from tests.tools.sandbox_support import processes_with, wait_none_with, working_sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> CodeSandbox:
+    return working_sandbox()
 
 
 @pytest.fixture
-def tool() -> ExecTool:
-    return ExecTool()
+def tool(sandbox: CodeSandbox) -> ExecTool:
+    return ExecTool(sandbox)
 
 
 @pytest.fixture
@@ -33,22 +44,9 @@ def registry(tool: ExecTool) -> ToolRegistry:
     return reg
 
 
-def _alive(pid: int) -> bool:
-    """True if ``pid`` runs and is not a zombie (zombies have already been killed)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-async def _wait_dead(pid: int, within: float = 3.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        await asyncio.sleep(0.05)
-    return False
+def _marker() -> str:
+    """A ``sleep`` duration no other process uses: ``30.<random digits>``."""
+    return f"30.{uuid.uuid4().int % 10**9:09d}"
 
 
 async def test_output_and_exit_code(tool: ExecTool, ctx: ToolContext) -> None:
@@ -86,33 +84,38 @@ async def test_timeout_kills_the_whole_group(
     tool: ExecTool, ctx: ToolContext, workspace: Path
 ) -> None:
     started = time.monotonic()
+    mark = _marker()
     with pytest.raises(ToolError, match="timed out after 0.5 s") as info:
         await tool.run(
-            {"command": "echo started; sleep 30 & echo $! > bg.pid; sleep 30", "timeout_s": 0.5},
-            ctx,
+            {"command": f"echo started; sleep {mark} & sleep {mark}", "timeout_s": 0.5}, ctx
         )
     assert time.monotonic() - started < 5
     assert "started" in str(info.value)
-    assert await _wait_dead(int((workspace / "bg.pid").read_text()))
+    assert await wait_none_with(mark) == []
 
 
 async def test_background_children_do_not_outlive_the_command(
     tool: ExecTool, ctx: ToolContext
 ) -> None:
-    out = await tool.run({"command": "sleep 30 & echo $!"}, ctx)
-    assert await _wait_dead(int(out.splitlines()[0]))
+    mark = _marker()
+    out = await tool.run({"command": f"sleep {mark} & echo $!"}, ctx)
+    assert out.splitlines()[0].isdigit()
+    assert await wait_none_with(mark) == []
 
 
 async def test_abort_kills_the_group(
     registry: ToolRegistry, make_ctx: MakeCtx, workspace: Path
 ) -> None:
     abort = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.3, abort.set)
-    result = await registry.execute(
-        "exec", {"command": "sleep 30 & echo $! > bg.pid; sleep 30"}, make_ctx(abort=abort)
-    )
+    mark = _marker()
+    command = f"sleep {mark} & echo started > started.txt; sleep {mark}"
+    task = asyncio.create_task(registry.execute("exec", {"command": command},
+                                                make_ctx(abort=abort)))
+    await _wait_for(lambda: (workspace / "started.txt").exists() and processes_with(mark))
+    abort.set()
+    result = await task
     assert result.output == "Error: exec was aborted by the user"
-    assert await _wait_dead(int((workspace / "bg.pid").read_text()))
+    assert await wait_none_with(mark) == []
 
 
 async def test_destructive_command_needs_approval_and_does_not_run(
@@ -131,7 +134,7 @@ async def test_destructive_command_needs_approval_and_does_not_run(
 async def test_timeout_argument_is_validated(registry: ToolRegistry, ctx: ToolContext) -> None:
     result = await registry.execute("exec", {"command": "true", "timeout_s": 301}, ctx)
     assert "at 'timeout_s'" in result.output
-    assert ExecTool().timeout_for({"command": "x", "timeout_s": 300}) > 300
+    assert registry.get("exec").timeout_for({"command": "x", "timeout_s": 300}) > 300
 
 
 @pytest.mark.parametrize(
@@ -202,20 +205,20 @@ def test_ordinary_commands_need_no_approval(command: str) -> None:
 
 
 async def test_a_process_that_escapes_the_group_cannot_hang_the_call(
-    tool: ExecTool, ctx: ToolContext, workspace: Path
+    tool: ExecTool, ctx: ToolContext
 ) -> None:
-    """setsid leaves the group (so it survives killpg) and keeps the output pipe open."""
+    """setsid leaves the group (so it survives killpg) and keeps the output pipe open; the
+    sandbox's pid namespace takes it down with the command."""
     started = time.monotonic()
-    try:
-        out = await tool.run(
-            {"command": "setsid sh -c 'echo $$ > esc.pid; exec sleep 30' & echo done"}, ctx
-        )
-        assert out.startswith("done")
-        assert time.monotonic() - started < 5
-    finally:
-        pid_file = workspace / "esc.pid"
-        for _ in range(50):
-            if pid_file.exists() and pid_file.read_text().strip():
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-                break
-            await asyncio.sleep(0.02)
+    mark = _marker()
+    out = await tool.run({"command": f"setsid sleep {mark} & echo done"}, ctx)
+    assert out.startswith("done")
+    assert time.monotonic() - started < 5
+    assert await wait_none_with(mark) == []
+
+
+async def _wait_for(condition, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)

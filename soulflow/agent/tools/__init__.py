@@ -7,6 +7,8 @@
 * `shell` / `shell_policy` / `process` - the exec tool, its approval rules, child processes.
 * `web` / `html_text` - web_fetch with private-network protection.
 * `python_sandbox` / `python_repl` - the sandboxed Python engine and its tool.
+* `sandbox` / `bwrap` / `sandbox_masks` / `pids_cgroup` - the kernel sandbox (`CodeSandbox`)
+  that exec, python_repl and /repl run in.
 
 Other tools (message, request_file, spawn, cron, diagram_render) are registered by the
 runtime, which owns the services they need.
@@ -28,12 +30,14 @@ from soulflow.agent.tools.files import EditFileTool, ListDirTool, ReadFileTool, 
 from soulflow.agent.tools.python_repl import PythonReplTool
 from soulflow.agent.tools.python_sandbox import SandboxResult, run_python
 from soulflow.agent.tools.registry import DEFAULT_MAX_OUTPUT_CHARS, ToolRegistry
+from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.agent.tools.shell import ExecTool
 from soulflow.agent.tools.web import WebFetchTool
 from soulflow.security.redact import Redactor
 
 __all__ = [
     "ChatRef",
+    "CodeSandbox",
     "EditFileTool",
     "ExecTool",
     "ListDirTool",
@@ -59,17 +63,23 @@ def build_default_registry(
     allowed_hosts: Iterable[str] = frozenset(),
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     redactor: Redactor | None = None,
+    sandbox: CodeSandbox | None = None,
 ) -> ToolRegistry:
-    """A registry with the built-in tools: files, exec, web_fetch and python_repl."""
+    """A registry with the built-in tools: files, exec, web_fetch and python_repl.
+
+    ``sandbox`` is shared by exec and python_repl (the daemon passes its own, which `/repl`
+    also uses); without one the registry makes its own.
+    """
     registry = ToolRegistry(max_output_chars=max_output_chars, redactor=redactor)
+    sandbox = sandbox or CodeSandbox()
     for tool in (
         ReadFileTool(),
         WriteFileTool(),
         EditFileTool(),
         ListDirTool(),
-        ExecTool(),
+        ExecTool(sandbox),
         WebFetchTool(allow_private=allow_private_fetch, allowed_hosts=allowed_hosts),
-        PythonReplTool(),
+        PythonReplTool(sandbox),
     ):
         registry.register(tool)
     return registry

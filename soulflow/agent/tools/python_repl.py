@@ -1,7 +1,8 @@
 """The `python_repl` tool: exact arithmetic, data wrangling and quick checks for the model.
 
-It runs in the sandbox (`soulflow.agent.tools.python_sandbox`), so it needs no approval, and
-since sandboxed code can touch nothing outside its own process it is pure: safe to re-run.
+It runs in the kernel sandbox (`soulflow.agent.tools.python_sandbox`, `CodeSandbox`), so it
+needs no approval, and since sandboxed code can touch nothing outside its scratch directory it
+is pure: safe to re-run. Where the host has no working bubblewrap every call needs approval.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from soulflow.agent.tools._sandbox_policy import SAFE_MODULES
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.python_sandbox import run_python
+from soulflow.agent.tools.sandbox import CodeSandbox
 
 
 class PythonReplTool(Tool):
@@ -27,8 +29,17 @@ class PythonReplTool(Tool):
     idempotent = True
     timeout_s = 30
 
+    def __init__(self, sandbox: CodeSandbox) -> None:
+        self.sandbox = sandbox
+
+    def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
+        if self.sandbox.status().available:
+            return None
+        return self.sandbox.unconfined_reason()
+
     async def run(self, params: Params, ctx: ToolContext) -> str:
-        result = await run_python(params["code"])
+        result = await run_python(params["code"], sandbox=self.sandbox,
+                                  allow_unconfined=ctx.approved)
         if not result.ok:
             message = result.error or "the code failed"
             if result.output:

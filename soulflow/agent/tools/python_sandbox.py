@@ -1,14 +1,17 @@
 """Run untrusted Python (from the model, or a user's ``/repl``) without trusting it.
 
-Two walls, so a hole in one is not a hole in the sandbox:
+The boundary is the kernel: the code runs in a bubblewrap sandbox (`CodeSandbox`: new user,
+pid, ipc and network namespaces, read-only system, a scratch directory and nothing of the
+workspace, rlimits, a pids cgroup where the host has one, a wall-clock kill).
 
-1. **Language**: the code is parsed and checked before anything runs (`_sandbox_policy`): no
-   imports, no underscore names or attributes, no frame/code objects, no reflective builtins.
-   Only whitelisted builtins and read-only proxies of a few pure modules exist in its namespace.
-2. **Process**: it runs in a separate, isolated interpreter (``-I -S``, empty environment, fresh
-   temporary working directory, own process group) that limits itself before running the code
-   (address space, CPU seconds, no file writes, no new files, no new processes), and the parent
-   kills the whole group at the wall-clock timeout.
+Inside it a separate, isolated interpreter (``-I -S``, empty environment) runs
+`_sandbox_runner`, which keeps two older layers as *friendly early refusals*, not as the wall:
+the AST rules of `_sandbox_policy` (no imports, underscore names, frames, reflective builtins)
+tell the model at once why its code will not run, and the runner limits itself further (no
+file writes, no new files, no new processes) before running the code.
+
+Where bubblewrap does not work the code runs only when the caller says the user approved
+running it unconfined (``allow_unconfined``); otherwise the result says why it did not run.
 
 `run_python` never raises for anything the code does: every outcome is a `SandboxResult`.
 """
@@ -29,13 +32,16 @@ from soulflow.agent.tools._sandbox_policy import (
     describe_syntax_error,
     validate,
 )
+from soulflow.agent.tools.bwrap import IN_SANDBOX_TOOLS, Limits
 from soulflow.agent.tools.process import OutputPipe, kill_process_group, wait_or_kill
+from soulflow.agent.tools.sandbox import CodeSandbox
 
 log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).with_name("_sandbox_runner.py")
 STATUS_MARKER = "@@sandbox-status@@ "
 _STDERR_CAP = 64 * 1024
+_MAX_PIDS = 8  # the runner forbids new processes itself; this is the kernel's backstop
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +72,17 @@ class _Limits:
 async def run_python(
     code: str,
     *,
+    sandbox: CodeSandbox,
+    allow_unconfined: bool = False,
     timeout_s: float = 5,
     memory_mb: int = 256,
     cpu_s: int = 5,
     max_output: int = 10_000,
 ) -> SandboxResult:
-    """Run ``code`` in the sandbox; the last expression's value is shown like a REPL."""
+    """Run ``code`` in ``sandbox``; the last expression's value is shown like a REPL.
+
+    ``allow_unconfined``: the user approved running it where bubblewrap does not work.
+    """
     try:
         validate(code)
     except SyntaxError as exc:
@@ -79,11 +90,40 @@ async def run_python(
     except SandboxViolation as exc:
         return SandboxResult(False, "", str(exc))
     limits = _Limits(timeout_s, memory_mb, max(1, int(cpu_s)), max_output)
+    status = await sandbox.ready()
     with tempfile.TemporaryDirectory(prefix="soulflow-sandbox-") as workdir:
-        return await _run_child(code, limits, workdir)
+        if status.available:
+            return await _run_sandboxed(sandbox, code, limits, Path(workdir))
+        if allow_unconfined:
+            return await _run_child(code, limits, workdir)
+    reason = f"{sandbox.unconfined_reason()}; not run without approval ({status.detail})"
+    return SandboxResult(False, "", reason)
+
+
+def runner_argv(limits: _Limits, runner: str) -> list[str]:
+    """The interpreter running ``runner`` (a path as the child sees it) with ``limits``."""
+    return [sys.executable, "-I", "-S", runner, str(limits.memory_mb), str(limits.cpu_s),
+            str(limits.max_output)]
+
+
+async def _run_sandboxed(
+    sandbox: CodeSandbox, code: str, limits: _Limits, scratch: Path
+) -> SandboxResult:
+    out = OutputPipe(limits.max_output * 4 + 1024)
+    err = OutputPipe(_STDERR_CAP)
+    rlimits = Limits(cpu_s=limits.cpu_s, memory_mb=limits.memory_mb, max_pids=_MAX_PIDS,
+                     file_size_mb=1, open_files=64)
+    inner = runner_argv(limits, f"{IN_SANDBOX_TOOLS}/{RUNNER.name}")
+    run = await sandbox.run(sandbox.python_spec(scratch), inner, rlimits, limits.timeout_s,
+                            out, err, stdin=code.encode("utf-8", errors="surrogatepass"))
+    returncode = run.returncode
+    if returncode is not None and returncode > 128:  # bwrap reports a signal as 128 + number
+        returncode = -(returncode - 128)
+    return _interpret(out.text(), err.text(), returncode, run.timed_out, limits)
 
 
 async def _run_child(code: str, limits: _Limits, workdir: str) -> SandboxResult:
+    """The unconfined path (approved only): the runner straight under the daemon's user."""
     # The child caps its own output in characters; this byte cap only guards against a child
     # that misbehaves anyway (4 bytes per character is the UTF-8 worst case).
     out = OutputPipe(limits.max_output * 4 + 1024)
@@ -92,13 +132,7 @@ async def _run_child(code: str, limits: _Limits, workdir: str) -> SandboxResult:
         out_fd, err_fd = await out.open(), await err.open()
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                "-S",
-                str(RUNNER),
-                str(limits.memory_mb),
-                str(limits.cpu_s),
-                str(limits.max_output),
+                *runner_argv(limits, str(RUNNER)),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=out_fd,
                 stderr=err_fd,

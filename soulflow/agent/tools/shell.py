@@ -1,5 +1,10 @@
 """The `exec` tool: run a shell command in the workspace, with limits the model cannot lift.
 
+* The boundary is the kernel: the command runs in a bubblewrap sandbox (`CodeSandbox`) that
+  sees the workspace read-write but not ``runtime/``, ``.env*`` or the vault key, the system
+  read-only, a private ``/tmp``, no network unless the call asked for it (``network: true``,
+  which always needs approval), and rlimits plus a pids cgroup. Where bubblewrap does not
+  work, every call needs approval and then runs unconfined as the daemon's user.
 * The command gets a minimal environment (PATH, HOME=workspace, LANG, TERM): the daemon's own
   environment holds API tokens, and ``env`` or a failing ``curl -v`` would print them.
 * It runs in its own process group, and the whole group is killed when the command ends, times
@@ -7,20 +12,23 @@
   the spawn and cron tools, not here.
 * stdout and stderr are interleaved (as a terminal shows them) and capped at 50 KB; the rest
   is drained and counted so a chatty command never blocks on a full pipe.
-* Destructive commands and commands naming paths outside the workspace need approval
-  (see `soulflow.agent.tools.shell_policy`).
+* Destructive commands need approval (see `soulflow.agent.tools.shell_policy`); so do
+  commands naming paths outside the workspace when there is no sandbox to contain them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
+from soulflow.agent.tools.bwrap import Limits
 from soulflow.agent.tools.process import OutputPipe, wait_or_kill
-from soulflow.agent.tools.shell_policy import approval_reason
+from soulflow.agent.tools.sandbox import CodeSandbox
+from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason
 from soulflow.agent.tools.workspace import resolve_in_workspace
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -28,6 +36,12 @@ MAX_TIMEOUT_S = 300.0
 MAX_OUTPUT_BYTES = 50 * 1024
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _REGISTRY_GRACE_S = 10.0
+NETWORK_REASON = "network access requested (the command can reach any host, the LAN included)"
+# Inside the sandbox: address space per process, processes, file size, open files.
+EXEC_MEMORY_MB = 4096
+EXEC_MAX_PIDS = 256
+EXEC_FILE_SIZE_MB = 1024
+EXEC_OPEN_FILES = 1024
 
 
 def minimal_env(workspace: Path) -> dict[str, str]:
@@ -47,8 +61,10 @@ class ExecTool(Tool):
         "Run a shell command (/bin/sh -c) in the workspace and return its combined "
         f"stdout/stderr (max {MAX_OUTPUT_BYTES // 1024} KB) and exit code. Default timeout "
         f"{DEFAULT_TIMEOUT_S:g} s, at most {MAX_TIMEOUT_S:g} s. Background processes are "
-        "killed when the command ends. Destructive commands and paths outside the workspace "
-        "need the user's approval."
+        "killed when the command ends. It runs in a sandbox: only the workspace is writable "
+        "(runtime/ and .env files are hidden), /tmp is private, and there is no network "
+        "unless you set network=true, which needs the user's approval. Destructive commands "
+        "need approval too."
     )
     parameters = {
         "type": "object",
@@ -60,14 +76,28 @@ class ExecTool(Tool):
                 "maximum": MAX_TIMEOUT_S,
                 "description": f"Seconds before it is killed (default {DEFAULT_TIMEOUT_S:g}).",
             },
+            "network": {
+                "type": "boolean",
+                "description": "Give the command network access (default false); the user "
+                "must approve it.",
+            },
         },
         "required": ["command"],
         "additionalProperties": False,
     }
     timeout_s = DEFAULT_TIMEOUT_S
 
+    def __init__(self, sandbox: CodeSandbox) -> None:
+        self.sandbox = sandbox
+
     def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
-        return approval_reason(params["command"])
+        command = params["command"]
+        if not self.sandbox.status().available:
+            reasons = [approval_reason(command), self.sandbox.unconfined_reason()]
+        else:
+            reasons = [destructive_reason(command),
+                       NETWORK_REASON if params.get("network") else None]
+        return "; ".join(r for r in reasons if r) or None
 
     def timeout_for(self, params: Params) -> float:
         # The command's own timeout fires first and reports partial output; the registry's
@@ -77,7 +107,16 @@ class ExecTool(Tool):
     async def run(self, params: Params, ctx: ToolContext) -> str:
         timeout = _command_timeout(params)
         workspace = resolve_in_workspace(ctx.workspace, ".")  # absolute, and it must exist
-        result = await run_command(params["command"], workspace, timeout)
+        network = bool(params.get("network"))
+        if (await self.sandbox.ready()).available:
+            if network and not ctx.approved:
+                raise ToolError(f"not approved: {NETWORK_REASON}")
+            result = await run_sandboxed_command(self.sandbox, params["command"], workspace,
+                                                 timeout, network=network)
+        elif ctx.approved:
+            result = await run_command(params["command"], workspace, timeout)
+        else:
+            raise ToolError(f"not approved: {self.sandbox.unconfined_reason()}")
         if result.timed_out:
             raise ToolError(
                 f"command timed out after {timeout:g} s and was killed (with its whole "
@@ -106,8 +145,25 @@ class CommandResult:
         return text.rstrip("\n")
 
 
+async def run_sandboxed_command(
+    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, network: bool = False
+) -> CommandResult:
+    """Run ``command`` under ``/bin/sh -c`` in the sandbox; nothing it starts outlives the call."""
+    limits = Limits(cpu_s=math.ceil(timeout) + 1, memory_mb=EXEC_MEMORY_MB,
+                    max_pids=EXEC_MAX_PIDS, file_size_mb=EXEC_FILE_SIZE_MB,
+                    open_files=EXEC_OPEN_FILES)
+    output = OutputPipe(MAX_OUTPUT_BYTES)
+    spec = sandbox.exec_spec(workspace, network=network)
+    try:
+        run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output)
+    except OSError as exc:  # bwrap vanished since it was probed
+        raise ToolError(f"could not start the sandbox: {exc.strerror or exc}") from exc
+    return CommandResult(output.data, output.dropped, run.returncode, run.timed_out)
+
+
 async def run_command(command: str, workspace: Path, timeout: float) -> CommandResult:
-    """Run ``command`` under ``/bin/sh -c``; the process group never outlives this call."""
+    """Run ``command`` under ``/bin/sh -c`` unconfined (approved calls where there is no
+    sandbox); the process group never outlives this call."""
     output = OutputPipe(MAX_OUTPUT_BYTES)
     try:
         write_fd = await output.open()

@@ -1,0 +1,235 @@
+"""The kernel wall around `exec`, `python_repl` and `/repl`: bubblewrap command lines.
+
+A sandboxed call runs as ``bwrap <namespaces> <mounts> -- python -I -S _sandbox_limits.py
+--limits ... -- <command>``:
+
+* new user, pid, ipc, uts, cgroup and (unless the call was approved with network access)
+  network namespaces; every capability dropped; no further user namespaces inside, so nothing
+  can unmount a mask; its own session (no terminal injection); killed with its parent;
+* ``/usr`` and the library/binary links read-only, a few harmless files of ``/etc`` (never
+  ``shadow``, ``ssh`` or ``ssl/private``), the Python interpreter's prefixes read-only,
+  a fresh ``/proc``, a minimal ``/dev`` and a private ``/tmp``;
+* `SandboxSpec.rw_binds`: for `python_repl` one scratch directory, for `exec` the workspace
+  (at its real path) with `SandboxSpec.masks` (``runtime/``, ``.env*``, the key) covered;
+* an empty environment plus the variables the caller names.
+
+`BwrapDetector` answers once per instance whether this works here (`SandboxStatus`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TOOLS_DIR = Path(__file__).resolve().parent
+IN_SANDBOX_TOOLS = "/opt/soulflow-sandbox"
+LIMITS_LAUNCHER = "_sandbox_limits.py"
+SCRATCH = "/scratch"
+SYSTEM_DIRS = ("/usr",)
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = (
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
+    "/etc/host.conf", "/etc/localtime", "/etc/timezone", "/etc/os-release", "/etc/mime.types",
+    "/etc/ssl/certs", "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/gitconfig",
+    "/etc/inputrc", "/etc/profile", "/etc/bash.bashrc", "/etc/magic", "/etc/protocols",
+    "/etc/services",
+)  # fmt: skip
+ENABLE_HINT = (
+    "install bubblewrap (`apt-get install bubblewrap`) and allow unprivileged user namespaces "
+    "(`sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu 24.04+ also "
+    "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), then restart the daemon"
+)
+_PROBE_TIMEOUT_S = 10.0
+
+
+class SandboxMode(StrEnum):
+    """Which wall code runs behind: the kernel's (bubblewrap) or none (every call approved)."""
+
+    BUBBLEWRAP = "bubblewrap"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxStatus:
+    """The mode, and a sentence for people: the version in use, or why it is unavailable."""
+
+    mode: SandboxMode
+    detail: str
+
+    @property
+    def available(self) -> bool:
+        return self.mode is SandboxMode.BUBBLEWRAP
+
+    def as_dict(self) -> dict[str, str]:
+        return {"mode": self.mode.value, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-call resource limits, applied inside the sandbox (``max_pids`` also as a cgroup)."""
+
+    cpu_s: int
+    memory_mb: int
+    max_pids: int
+    file_size_mb: int
+    open_files: int
+
+    def rlimits_json(self) -> str:
+        import json
+
+        return json.dumps({
+            "cpu": self.cpu_s, "as": self.memory_mb * 1024 * 1024, "nproc": self.max_pids,
+            "fsize": self.file_size_mb * 1024 * 1024, "nofile": self.open_files, "core": 0,
+        })  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """What one call may see. Paths are host paths, bound at the same path inside, except
+    ``scratch`` which appears as ``/scratch``."""
+
+    cwd: str
+    env: dict[str, str] = field(default_factory=dict)
+    rw_binds: tuple[Path, ...] = ()
+    scratch: Path | None = None
+    masks: tuple[Path, ...] = ()
+    network: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BwrapFeatures:
+    """Options of the installed bwrap we use only when it has them."""
+
+    path: str
+    version: str
+    disable_userns: bool
+    cgroup_try: bool
+
+
+def python_roots() -> list[Path]:
+    """Directories the interpreter needs (venv and base installation), outside ``/usr``."""
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    candidates.add(str(Path(sys.executable).resolve().parent.parent))
+    roots: list[Path] = []
+    for raw in sorted(candidates):
+        path = Path(raw).resolve()
+        if path.is_dir() and not any(path.is_relative_to(d) for d in SYSTEM_DIRS):
+            roots.append(path)
+    return [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]
+
+
+def limited(inner: list[str], limits: Limits) -> list[str]:
+    """``inner`` behind the in-sandbox limits launcher."""
+    launcher = f"{IN_SANDBOX_TOOLS}/{LIMITS_LAUNCHER}"
+    return [sys.executable, "-I", "-S", launcher, "--limits", limits.rlimits_json(), "--", *inner]
+
+
+def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> list[str]:
+    """The full ``bwrap`` command line for ``inner`` (already wrapped by `limited`)."""
+    argv = [features.path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if features.cgroup_try:
+        argv.append("--unshare-cgroup-try")
+    if not spec.network:
+        argv.append("--unshare-net")
+    if features.disable_userns:
+        argv.append("--disable-userns")
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+    argv += _system_mounts()
+    argv += ["--ro-bind", str(TOOLS_DIR), IN_SANDBOX_TOOLS]
+    if spec.scratch is not None:
+        argv += ["--bind", str(spec.scratch), SCRATCH]
+    for path in spec.rw_binds:
+        argv += ["--bind", str(path), str(path)]
+    for mask in spec.masks:
+        if mask.is_dir():
+            argv += ["--tmpfs", str(mask)]
+        else:
+            argv += ["--ro-bind", "/dev/null", str(mask)]
+    argv += ["--chdir", spec.cwd, "--clearenv"]
+    for name, value in spec.env.items():
+        argv += ["--setenv", name, value]
+    return [*argv, "--", *inner]
+
+
+def _system_mounts() -> list[str]:
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        args += ["--ro-bind", directory, directory]
+    for link in SYSTEM_LINKS:
+        path = Path(link)
+        if path.is_symlink():
+            args += ["--symlink", str(path.readlink()), link]
+        elif path.is_dir():
+            args += ["--ro-bind", link, link]
+    for root in python_roots():
+        args += ["--ro-bind", str(root), str(root)]
+    for name in ETC_FILES:
+        if Path(name).exists():
+            args += ["--ro-bind", name, name]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    return args
+
+
+class BwrapDetector:
+    """Finds ``bwrap`` and proves it works by running ``true`` inside once; thread-safe, cached
+    for the life of this object (the daemon holds one)."""
+
+    def __init__(self, bwrap: str | None = None) -> None:
+        self._bwrap = bwrap
+        self._lock = threading.Lock()
+        self._result: tuple[SandboxStatus, BwrapFeatures | None] | None = None
+
+    def status(self) -> SandboxStatus:
+        return self._detect()[0]
+
+    def features(self) -> BwrapFeatures | None:
+        """Set only when the mode is `SandboxMode.BUBBLEWRAP`."""
+        return self._detect()[1]
+
+    def _detect(self) -> tuple[SandboxStatus, BwrapFeatures | None]:
+        with self._lock:
+            if self._result is None:
+                self._result = self._probe()
+                log.info("code sandbox: %s (%s)", self._result[0].mode, self._result[0].detail)
+            return self._result
+
+    def _probe(self) -> tuple[SandboxStatus, BwrapFeatures | None]:
+        path = self._bwrap or shutil.which("bwrap")
+        if path is None:
+            return _unavailable(f"bubblewrap (bwrap) is not installed; {ENABLE_HINT}"), None
+        try:
+            help_text = _run([path, "--help"]).stdout
+            version = _run([path, "--version"]).stdout.strip() or "bubblewrap"
+        except (OSError, subprocess.SubprocessError) as exc:
+            return _unavailable(f"{path} does not run ({exc}); {ENABLE_HINT}"), None
+        features = BwrapFeatures(path, version, "--disable-userns" in help_text,
+                                 "--unshare-cgroup-try" in help_text)
+        with tempfile.TemporaryDirectory(prefix="soulflow-probe-") as scratch:
+            spec = SandboxSpec(cwd=SCRATCH, scratch=Path(scratch), env={"PATH": "/usr/bin:/bin"})
+            try:
+                probe = _run(bwrap_argv(features, spec, ["true"]))
+            except (OSError, subprocess.SubprocessError) as exc:
+                return _unavailable(f"bwrap could not start ({exc}); {ENABLE_HINT}"), None
+        if probe.returncode != 0:
+            why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+            return _unavailable(f"bwrap fails here ({why}); {ENABLE_HINT}"), None
+        return SandboxStatus(SandboxMode.BUBBLEWRAP, version), features
+
+
+def _unavailable(detail: str) -> SandboxStatus:
+    return SandboxStatus(SandboxMode.UNAVAILABLE, detail)
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL, check=False)

@@ -1,0 +1,134 @@
+"""A throw-away pids cgroup per sandboxed call: a process cap that also binds root.
+
+``RLIMIT_NPROC`` is ignored for uid 0, so a daemon running as root could be fork-bombed
+through ``exec`` or ``python_repl`` in the seconds before the wall-clock limit. When the host
+offers a writable cgroup-v1 ``pids`` hierarchy (containers and VMs running as root usually
+do), each call gets its own child cgroup with ``pids.max``; the sandbox launcher joins it
+before ``bwrap`` starts, so every process of the call is counted, and at the end every
+process still in it is killed before the cgroup is removed.
+
+Where no such hierarchy is writable (a normal user on a systemd host, cgroup v2 without
+delegation) `PidsCgroups.create` returns None and ``RLIMIT_NPROC`` - which does bind
+non-root users, counted per user namespace - is the cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_PREFIX = "soulflow-sandbox-"
+
+
+@dataclass(frozen=True, slots=True)
+class PidsCgroup:
+    """One call's cgroup: join it through ``procs_file``, `close` it when the call ends."""
+
+    path: Path
+
+    @property
+    def procs_file(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def pids(self) -> list[int]:
+        with contextlib.suppress(OSError):
+            return [int(line) for line in self.procs_file.read_text().split() if line]
+        return []
+
+    def close(self) -> None:
+        """Kill whatever is left in the cgroup, then remove it (a few retries while they die)."""
+        for _ in range(100):
+            pids = self.pids()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                os.sched_yield()  # EBUSY until the killed processes are reaped
+        log.warning("could not remove sandbox cgroup %s", self.path)
+
+
+class PidsCgroups:
+    """Finds a writable pids hierarchy once (per instance) and makes per-call cgroups in it."""
+
+    def __init__(self, mounts_file: Path = Path("/proc/self/mounts"),
+                 cgroup_file: Path = Path("/proc/self/cgroup")) -> None:
+        self._mounts_file = mounts_file
+        self._cgroup_file = cgroup_file
+        self._parent: Path | None = None
+        self._probed = False
+
+    @property
+    def parent(self) -> Path | None:
+        """The directory per-call cgroups are made in, or None when there is none usable."""
+        if not self._probed:
+            self._probed = True
+            self._parent = self._find_parent()
+        return self._parent
+
+    def create(self, max_pids: int) -> PidsCgroup | None:
+        """A fresh cgroup allowing ``max_pids`` processes, or None if the host has none."""
+        parent = self.parent
+        if parent is None:
+            return None
+        path = parent / f"{_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            path.mkdir()
+        except OSError as exc:
+            log.warning("cannot create a pids cgroup in %s: %s", parent, exc)
+            return None
+        group = PidsCgroup(path)
+        try:
+            (path / "pids.max").write_text(str(max_pids))
+        except OSError as exc:
+            log.warning("cannot set pids.max in %s: %s", path, exc)
+            group.close()
+            return None
+        return group
+
+    def _find_parent(self) -> Path | None:
+        mount = self._v1_pids_mount()
+        if mount is None:
+            return None
+        own = self._own_v1_path()
+        parent = mount / own.lstrip("/") if own else mount
+        if not (parent / "pids.max").exists() and parent != mount:
+            parent = mount
+        if os.access(parent, os.W_OK):
+            self._remove_leftovers(parent)
+            return parent
+        return None
+
+    def _v1_pids_mount(self) -> Path | None:
+        with contextlib.suppress(OSError):
+            for line in self._mounts_file.read_text().splitlines():
+                fields = line.split()
+                if len(fields) >= 4 and fields[2] == "cgroup" and "pids" in fields[3].split(","):
+                    return Path(fields[1])
+        return None
+
+    def _own_v1_path(self) -> str | None:
+        with contextlib.suppress(OSError):
+            for line in self._cgroup_file.read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                if "pids" in controllers.split(","):
+                    return path
+        return None
+
+    @staticmethod
+    def _remove_leftovers(parent: Path) -> None:
+        """Cgroups a crashed daemon of ours left behind (their pid no longer runs)."""
+        for child in parent.glob(f"{_PREFIX}*"):
+            owner = child.name[len(_PREFIX):].split("-", 1)[0]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                PidsCgroup(child).close()
