@@ -106,3 +106,34 @@ def test_sse_stream_carries_live_events(make_daemon) -> None:
     assert got_reply.wait(20)
     kinds = [e["kind"] for e in seen]
     assert "inbound.received" in kinds and "agent.reply" in kinds and "outbound.sent" in kinds
+
+
+def test_a_cross_site_form_or_rebinding_page_gets_nothing_and_the_cli_still_works(
+        make_daemon) -> None:
+    """Issue 8: an HTML form on any site POSTed `/repl …` as text/plain to /api/chat and the
+    daemon ran it. Now the browser's form is refused (Origin, then content type), a
+    rebinding page's Host is refused, and nothing is journaled; the CLI is unaffected."""
+    daemon = make_daemon().start()
+    port = daemon.url.rsplit(":", 1)[1]
+    attempts = [
+        ({"Content-Type": "text/plain", "Origin": "http://evil.example",
+          "Sec-Fetch-Site": "cross-site"}, '{"chat_id": "default", "text": "/repl print(6*7)"}'),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, "text=%2Frepl+print%286*7%29"),
+        ({"Content-Type": "text/plain"}, '{"chat_id": "default", "text": "/repl print(6*7)"}'),
+    ]
+    for headers, body in attempts:
+        response = httpx.post(daemon.url + "/api/chat", headers=headers, content=body)
+        assert response.status_code in (403, 415), response.text
+    rebinding = {"Host": f"evil.example:{port}"}
+    assert httpx.get(daemon.url + "/api/state", headers=rebinding).status_code == 403
+    assert httpx.get(daemon.url + "/api/chat/default/messages",
+                     headers=rebinding).status_code == 403
+    assert daemon.transcript("default") == []
+    assert daemon.state()["queues"]["inbound_pending"] == 0
+    assert daemon.wait_reply(daemon.say("hello after the attack"))  # the page's own JSON works
+    chat = daemon.cli("chat", "--chat-id", "cli", input=b"from the terminal\n")
+    assert chat.returncode == 0 and b"from the terminal" in chat.stdout, chat.stderr
+    assert daemon.cli("status").returncode == 0
+    assert daemon.cli("dlq", "list").returncode == 0
+    assert daemon.cli("dlq", "purge").returncode == 0
+    assert "42" not in json.dumps(daemon.transcript("default"))
