@@ -47,6 +47,7 @@ from soulflow.channels.capability_commands import (
 from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
+from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.secret_command import make_secret_command
 from soulflow.config import ConfigError, Settings, id_list
@@ -89,7 +90,7 @@ class Runtime:
                 base_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"),
                 max_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_MAX_MS"),
                 inline_delay_s=min(0.2, settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"))),
-            on_event=self.hub.publish)
+            on_event=self.hub.publish, redact=self.redactor.redact)
         self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
         self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
                                      redact=self.redactor.redact)
@@ -137,7 +138,11 @@ class Runtime:
                                if settings.flag("CHANNEL_GROUPING_ENABLED") else None),
             grouping_max=settings["CHANNEL_GROUPING_MAX"],
             max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
-            on_event=self.hub.publish)
+            on_event=self.hub.publish, fold_max=settings["CHANNEL_FOLD_MAX"],
+            read_policy=ReadPolicy(
+                stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
+                restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
+            redact=self.redactor.redact)
         self.manager.commands.register("secret", make_secret_command(self.vault))
         self.manager.commands.register("repl", make_repl_command(self.sandbox))
         self.manager.commands.register("render", render_command)
@@ -358,6 +363,7 @@ class Runtime:
                 "outbox_pending": len(bus.outbox),
                 "outbound_queued": bus.dispatcher.queued,
                 "dlq": len(bus.dlq),
+                "inbound_dlq": len(bus.inbound_dlq),
             },
             "counters": {
                 "received": self.manager.received_count,
@@ -367,7 +373,8 @@ class Runtime:
                 "dead_lettered": bus.dispatcher.dead_count,
             },
             "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
-                          **self.manager.channel_status.get(a.name, {})} for a in self.channels],
+                          **self.manager.health.get(a.name).to_dict()} for a in self.channels],
+            "inbound_dlq": [e.to_dict() for e in bus.inbound_dlq.recent(10)],
             "sessions": [{"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
                          for s in self.sessions.list_sessions()[:20]],
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),

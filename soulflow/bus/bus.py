@@ -15,6 +15,7 @@ from pathlib import Path
 from soulflow.bus.dispatcher import EventSink, OutboundDispatcher, Sender
 from soulflow.bus.dlq import DeadLetterQueue
 from soulflow.bus.inbound import InboundJournal
+from soulflow.bus.inbound_dlq import InboundDeadLetters
 from soulflow.bus.messages import OutboundMessage
 from soulflow.bus.outbox import Outbox
 from soulflow.bus.retry import RetryPolicy
@@ -32,11 +33,15 @@ class MessageBus:
         outbound_concurrency: int = 16,
         on_event: EventSink | None = None,
         clock: Callable[[], float] = time.time,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.inbound = InboundJournal(runtime_dir / "bus" / "inbound.jsonl", fsync=fsync,
                                       clock=clock)
         self.outbox = Outbox(runtime_dir / "bus" / "outbox.jsonl", fsync=fsync, clock=clock)
         self.dlq = DeadLetterQueue(runtime_dir / "dlq" / "outbound.jsonl", clock=clock)
+        # messages that could not be taken in (poison input), redacted: see inbound_dlq.py
+        self.inbound_dlq = InboundDeadLetters(runtime_dir / "dlq" / "inbound.jsonl",
+                                              redact=redact, clock=clock)
         self._senders: Callable[[str], Sender | None] = lambda provider: None
         self.dispatcher = OutboundDispatcher(
             self.outbox, self.dlq, lambda provider: self._senders(provider), policy=policy,
@@ -77,5 +82,5 @@ class MessageBus:
         await self.dispatcher.stop(timeout)
 
     def close(self) -> None:
-        for journal in (self.inbound, self.outbox, self.dlq):
+        for journal in (self.inbound, self.outbox, self.dlq, self.inbound_dlq):
             journal.close()

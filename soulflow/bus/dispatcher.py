@@ -36,6 +36,9 @@ class Sender(Protocol):
 
 EventSink = Callable[[str, dict[str, Any]], None]
 SentListener = Callable[[OutboundMessage, SendResult], None]
+# (provider, None) after a successful send attempt, (provider, error) after a failed one:
+# the channel health records (channels/health.py) listen
+OutcomeListener = Callable[[str, str | None], None]
 
 
 class OutboundDispatcher:
@@ -62,6 +65,7 @@ class OutboundDispatcher:
         self._rand = rand
         self._on_event = on_event or (lambda kind, data: None)
         self.sent_listeners: list[SentListener] = []
+        self.outcome_listeners: list[OutcomeListener] = []
         self._queues: dict[str, deque[str]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._last_sent: dict[str, float] = {}
@@ -165,6 +169,7 @@ class OutboundDispatcher:
                               message.message_id)
                 error = SendError(f"{type(exc).__name__}: {exc}")
             else:
+                self._tell_outcome(message.provider, None)
                 self._last_sent[message.chat_key] = self._clock()
                 self.outbox.mark_sent(message.message_id, result.platform_message_ids)
                 self.sent_count += 1
@@ -174,6 +179,7 @@ class OutboundDispatcher:
                                                  "provider": message.provider,
                                                  "chat_id": message.chat_id})
                 return True
+            self._tell_outcome(message.provider, str(error))
             if error.permanent:
                 self._bury(entry, f"permanent error: {error}")
                 return True
@@ -190,6 +196,13 @@ class OutboundDispatcher:
         log.warning("send of %s to %s failed (%s); retry %d in %.1fs", message.message_id,
                     message.chat_key, error, rounds, delay)
         return False
+
+    def _tell_outcome(self, provider: str, error: str | None) -> None:
+        for listener in self.outcome_listeners:
+            try:
+                listener(provider, error)
+            except Exception:  # a listener bug must not lose the message
+                log.exception("an outbound outcome listener failed")
 
     def _bury(self, entry: OutboxEntry, reason: str, *, rounds: int | None = None) -> None:
         message = entry.message

@@ -30,15 +30,36 @@ async def attachment_line(adapter: ChannelAdapter | None, message: InboundMessag
 
 
 async def input_text(batch: list[InboundMessage], adapter: ChannelAdapter | None, *,
-                     files_dir: Path, max_chars: int) -> str:
-    """The messages' text and attachment lines, cut to `max_chars` (noted on the first)."""
-    parts = [m.text for m in batch if m.text]
-    for message in batch:
-        for attachment in message.attachments:
-            parts.append(await attachment_line(adapter, message, attachment, files_dir))
-    text = "\n".join(parts)
+                     files_dir: Path, max_chars: int, attributed: bool = False) -> str:
+    """The messages' text and attachment lines, cut to `max_chars` (noted on the first).
+
+    `attributed` (a folded turn: messages that queued up while the chat's last turn ran):
+    one numbered line per message with its sender, in order, so the agent answers them
+    together and knows who said what.
+    """
+    if attributed:
+        text = await _attributed(batch, adapter, files_dir)
+    else:
+        parts = [m.text for m in batch if m.text]
+        for message in batch:
+            for attachment in message.attachments:
+                parts.append(await attachment_line(adapter, message, attachment, files_dir))
+        text = "\n".join(parts)
     if len(text) > max_chars:
         batch[0].metadata["truncation_note"] = (
             f"(Your message had {len(text):,} characters; I read the first {max_chars:,}.)")
         text = text[:max_chars]
     return text
+
+
+async def _attributed(batch: list[InboundMessage], adapter: ChannelAdapter | None,
+                      files_dir: Path) -> str:
+    lines = [f"({len(batch)} messages arrived while I was busy; answer them together, "
+             "in order.)"]
+    for number, message in enumerate(batch, 1):
+        body = [message.text] if message.text else []
+        for attachment in message.attachments:
+            body.append(await attachment_line(adapter, message, attachment, files_dir))
+        who = message.sender_name or message.sender_id
+        lines.append(f"[{number}] {who}: " + "\n".join(body))
+    return "\n".join(lines)

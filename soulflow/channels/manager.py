@@ -18,14 +18,20 @@ from typing import Any
 from soulflow.agent.approvals import CLARIFY, parse_decision, parse_reaction
 from soulflow.agent.domain import AgentDomain, AgentReply
 from soulflow.bus.bus import MessageBus
+from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.access import AccessPolicy, refusal_text
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.commands import STOP_NAMES, CommandRouter
 from soulflow.channels.feedback import acknowledge, typing_while
+from soulflow.channels.folding import ChatBacklog, Turn
 from soulflow.channels.grouping import Grouper
+from soulflow.channels.health import HealthBoard
 from soulflow.channels.input_text import input_text
+from soulflow.channels.intake import InboundScreen
+from soulflow.channels.poison import APOLOGY, Quarantine
+from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
 from soulflow.channels.runs import ActiveRuns
@@ -48,7 +54,9 @@ class ChannelManager:
                  access: AccessPolicy, files_dir: Path, concurrency: int = 8,
                  max_inbound_chars: int = 100_000, grouping_window_s: float | None = None,
                  grouping_max: int = 5, sealer: InboundSealer | None = None,
-                 on_event: EventSink | None = None) -> None:
+                 on_event: EventSink | None = None, fold_max: int = 20,
+                 read_policy: ReadPolicy | None = None,
+                 redact: Callable[[str], str] | None = None) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
@@ -56,7 +64,14 @@ class ChannelManager:
         self.files_dir = files_dir
         self.max_inbound_chars = max_inbound_chars
         self.sealer = sealer
-        self.channel_status: dict[str, dict[str, str]] = {}
+        self.health = HealthBoard(redact=redact)
+        bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
+        self.read_policy = read_policy or ReadPolicy()
+        self.quarantine = Quarantine(bus.inbound_dlq, bus.inbound.mark_seen)
+        self._screen = InboundScreen(bus.inbound, access, sealer, self.quarantine,
+                                     on_reaction=self._on_reaction, refuse=self._refuse,
+                                     apologise=self._apologise)
+        self._backlog = ChatBacklog(fold_max)
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
@@ -80,37 +95,25 @@ class ChannelManager:
         return len(pending)
 
     async def channel_loop(self, adapter: ChannelAdapter) -> None:
-        """Connect an adapter (retrying with backoff), then read from it until cancelled.
-
-        A platform that is down or misconfigured at boot must not stop the daemon: the error
-        is logged once per attempt as one sentence and shown on the dashboard.
-        """
-        delay = 1.0
-        while True:
-            self.channel_status[adapter.name] = {"status": "connecting"}
-            try:
-                await adapter.start()
-                break
-            except Exception as exc:
-                self.channel_status[adapter.name] = {"status": "failed", "error": str(exc)}
-                log.error("channel %s could not start: %s (retrying in %.0fs)", adapter.name,
-                          exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(300.0, delay * 2)
-        self.channel_status[adapter.name] = {"status": "connected"}
-        while True:
-            batch = await adapter.read()
-            if batch:
-                self.ingest(adapter, batch)
+        """Connect and read one channel until cancelled (see reader.py: backoff, health,
+        restart of a stalled or failing channel by raising to its supervisor)."""
+        await run_channel(adapter, self.ingest, self.health, self.read_policy)
 
     async def stop(self, timeout: float) -> None:
         if self._grouper is not None:
             self._grouper.flush_all()
         await self._executor.close(timeout)
+        self._backlog.clear()  # still pending in the journal: the next start answers them
+        for adapter in self.registry:
+            self.health.stopped(adapter.name)
 
     @property
     def queued(self) -> int:
-        return self._executor.pending + (self._grouper.buffered if self._grouper else 0)
+        return self._backlog.pending + (self._grouper.buffered if self._grouper else 0)
+
+    def backlog_for(self, chat_key: str) -> int:
+        """Messages of a chat waiting for their turn (not counting the one running)."""
+        return self._backlog.pending_for(chat_key)
 
     @property
     def active_chats(self) -> int:
@@ -119,26 +122,12 @@ class ChannelManager:
     # -- intake --------------------------------------------------------------------------
 
     def ingest(self, adapter: ChannelAdapter, batch: list[InboundMessage]) -> list[InboundMessage]:
-        """Journal what needs an answer, record the rest as seen, then let the adapter commit."""
-        fresh: list[InboundMessage] = []
-        seen_only: list[str] = []
-        for message in batch:
-            if self.bus.inbound.is_seen(message.key):
-                continue
-            if message.priming or message.from_bot:
-                seen_only.append(message.key)
-            elif message.kind == "reaction":
-                seen_only.append(message.key)
-                self._on_reaction(message)
-            elif not (message.is_mention or message.is_direct):
-                seen_only.append(message.key)
-            elif not self.access.is_allowed(message.provider, message.sender_id):
-                seen_only.append(message.key)
-                self._refuse(message)
-            elif not self._seal(message):
-                seen_only.append(message.key)
-            elif self.bus.inbound.accept(message):
-                fresh.append(message)
+        """Journal what needs an answer, record the rest as seen, then let the adapter commit.
+
+        A message that fails anywhere on the way in is quarantined (inbound DLQ, marked seen)
+        before the commit, and the others go on: one poison message never wedges a channel.
+        """
+        fresh, seen_only = self._screen.screen(batch)
         self.bus.inbound.mark_seen(seen_only)
         adapter.commit(batch)
         for message in fresh:
@@ -147,16 +136,35 @@ class ChannelManager:
                 "provider": message.provider, "chat_id": message.chat_id,
                 "message_id": message.message_id, "sender_id": message.sender_id,
                 "text": message.text[:500]})
-            self._queue(message)
+            try:
+                self._queue(message)
+            except Exception as exc:  # journaled: record, finish it, never replay it forever
+                log.exception("could not queue %s", message.key)
+                self._give_up([message], f"{type(exc).__name__}: {exc}")
         return fresh
+
+    def _apologise(self, message: InboundMessage) -> None:
+        """Tell the sender their message was set aside (it holds nothing of the message)."""
+        try:
+            self._publish(message, APOLOGY, inbound_key=None)
+        except Exception:
+            log.exception("could not tell %s that its message was quarantined", message.key)
+
+    def _give_up(self, batch: list[InboundMessage], error: str) -> None:
+        """A journaled message whose handling failed (not the agent: that is a failed
+        reply): quarantine it, finish it as failed, tell the sender."""
+        for message in batch:
+            self.quarantine.record(message, IntakeStage.PROCESS, error)
+        self._complete([m.key for m in batch], "failed", error)
+        self.failed_count += 1
+        self._apologise(batch[-1])
 
     def inject(self, message: InboundMessage) -> bool:
         """Journal and answer a message the daemon wrote itself (a cron job), exactly once.
 
         Trusted input: no allow-list, mention or grouping checks. The journal's seen ids drop a
         second injection of the same message id (a job re-fired after a crash)."""
-        if self.bus.inbound.is_seen(message.key) or not self._seal(message) or \
-                not self.bus.inbound.accept(message):
+        if not self._screen.take_in_trusted(message):
             return False
         self.received_count += 1
         self._on_event("inbound.received", {
@@ -185,23 +193,31 @@ class ChannelManager:
         return True
 
     def _submit(self, batch: list[InboundMessage]) -> None:
-        self._executor.submit(batch[0].chat_key, lambda: self._process(batch))
+        """Queue a batch for its chat's next turn; the turn may fold it with others."""
+        chat_key = self._backlog.push(batch)
+        self._executor.submit(chat_key, lambda: self._take_turn(chat_key))
 
-    def _seal(self, message: InboundMessage) -> bool:
-        """Seal secrets in place before anything is stored; False drops the message."""
-        if self.sealer is None:
-            return True
+    async def _take_turn(self, chat_key: str) -> None:
+        """Answer the chat's next batch, folded with those queued behind it when allowed."""
+        internal_provider = chat_key.startswith("local:")  # a terminal: one answer per line
+        folding = not internal_provider and self.agent.open_run(chat_key) is None
+        turn = self._backlog.take(chat_key, self._foldable if folding else lambda m: False)
+        if turn is None:
+            return  # an earlier turn folded this job's batch in
         try:
-            self.sealer.seal(message)
-        except Exception as exc:  # never store a message whose secrets could not be sealed
-            log.error("could not seal %s (%s: %s); the message was dropped, not stored",
-                      message.key, type(exc).__name__, exc)
-            message.text = ""
-            self._publish(message, "I could not store a sensitive value from your message "
-                                   "safely, so I did not keep the message. Please try again; "
-                                   "the operator can see the error in the log.", inbound_key=None)
+            await self._process(turn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("handling %s failed", turn.batch[0].key)
+            self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
+
+    def _foldable(self, message: InboundMessage) -> bool:
+        """Plain input for the agent; commands, decisions and cron jobs keep their own turn."""
+        if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:
             return False
-        return True
+        adapter = self.registry.get(message.provider)
+        return adapter is None or adapter.parse_command(message.text) is None
 
     def _on_reaction(self, message: InboundMessage) -> None:
         if not self.access.is_allowed(message.provider, message.sender_id):
@@ -239,7 +255,8 @@ class ChannelManager:
 
     # -- answering -----------------------------------------------------------------------
 
-    async def _process(self, batch: list[InboundMessage]) -> None:
+    async def _process(self, turn: Turn) -> None:
+        batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
         if any(self.bus.outbox.has_answered(k) for k in keys):  # crashed after replying
             self._complete(keys, "answered")
@@ -254,7 +271,7 @@ class ChannelManager:
         if len(batch) == 1 and not internal and await self._continue_open_run(first, adapter):
             self._complete(keys, "answered")
             return
-        text = await self._input_text(batch, adapter)
+        text = await self._input_text(batch, adapter, attributed=turn.folded)
         if not text.strip():
             self._publish(first, EMPTY_MESSAGE_REPLY)
             self._complete(keys, "ignored", "empty message")
@@ -331,10 +348,10 @@ class ChannelManager:
             resumed += 1
         return resumed
 
-    async def _input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None
-                          ) -> str:
+    async def _input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
+                          *, attributed: bool = False) -> str:
         return await input_text(batch, adapter, files_dir=self.files_dir,
-                                max_chars=self.max_inbound_chars)
+                                max_chars=self.max_inbound_chars, attributed=attributed)
 
     async def _run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          text: str) -> AgentReply:

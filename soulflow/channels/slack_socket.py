@@ -25,6 +25,7 @@ from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import InboundMessage
+from soulflow.channels.poison import poison_message
 from soulflow.channels.slack_format import (
     SlackEventParser,
     error_code,
@@ -240,7 +241,12 @@ class HistoryPoller:
     def _convert(self, raw: list[Any], source: str, priming: bool) -> list[InboundMessage]:
         fresh = []
         for entry in sorted(raw, key=lambda m: ts_key(valid_ts(m) or "0")):
-            message = self._parser.parse(entry, channel=self.channel, priming=priming)
+            try:
+                message = self._parser.parse(entry, channel=self.channel, priming=priming)
+            except Exception as exc:  # quarantined by the manager; the cursor passes it
+                message = poison_message("slack", message_id=f"ts-{valid_ts(entry)}",
+                                         error=exc, raw=entry, chat_id=self.channel)
+                message.metadata["ts"] = valid_ts(entry)
             if message is None or not self._recent.add(message.key):
                 continue
             message.metadata["polled"] = source

@@ -1,0 +1,67 @@
+"""Folding: messages that queue up in a chat while its turn runs are answered in one turn.
+
+Someone who sends five messages while the agent is still answering the first wants one
+answer to the five, not five answers in a row (and the platform's rate limits agree). Each
+chat has a FIFO of batches waiting for their turn; when a turn starts it takes the head and
+then as many following batches as fit under `fold_max` messages, as long as each message
+may be folded (commands, approval decisions and the daemon's own cron messages are not: they
+keep their own handling, in order). `fold_max=1` turns folding off.
+
+Every folded message is journaled on its own before it is queued, so a crash mid-turn replays
+them all, and the turn completes each one as answered by its one reply.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from soulflow.bus.messages import InboundMessage
+
+Batch = list[InboundMessage]
+
+
+@dataclass(slots=True)
+class Turn:
+    """The messages one turn answers; `folded` when it joined batches that queued up."""
+
+    batch: Batch
+    folded: bool = False
+
+
+class ChatBacklog:
+    def __init__(self, fold_max: int = 20) -> None:
+        self.fold_max = max(1, fold_max)
+        self._queues: dict[str, deque[Batch]] = {}
+
+    def push(self, batch: Batch) -> str:
+        """Queue a batch behind its chat's earlier ones; returns the chat key."""
+        key = batch[0].chat_key
+        self._queues.setdefault(key, deque()).append(batch)
+        return key
+
+    def take(self, chat_key: str, can_fold: Callable[[InboundMessage], bool]) -> Turn | None:
+        """The next turn of a chat, or None if an earlier turn already took everything."""
+        queue = self._queues.get(chat_key)
+        if not queue:
+            return None
+        turn = Turn(list(queue.popleft()))
+        if self.fold_max > 1 and all(map(can_fold, turn.batch)):
+            while queue and len(turn.batch) + len(queue[0]) <= self.fold_max \
+                    and all(map(can_fold, queue[0])):
+                turn.batch.extend(queue.popleft())
+                turn.folded = True
+        if not queue:
+            del self._queues[chat_key]
+        return turn
+
+    def pending_for(self, chat_key: str) -> int:
+        return sum(len(b) for b in self._queues.get(chat_key, ()))
+
+    @property
+    def pending(self) -> int:
+        return sum(len(b) for q in self._queues.values() for b in q)
+
+    def clear(self) -> None:
+        self._queues.clear()

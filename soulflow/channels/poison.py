@@ -1,0 +1,101 @@
+"""Quarantine of inbound messages that cannot be taken in: the adapter side and the manager's.
+
+An adapter that cannot parse one platform update returns `poison_message(...)` in its batch
+instead of dropping it silently: the manager then records it in the inbound dead-letter file
+before the adapter's cursor moves past it (see `bus/inbound_dlq.py`). The manager wraps every
+step of taking in one message (normalising, filtering, sealing, journaling, commands) in
+`stage(...)`, so an error names where it happened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetters, IntakeStage
+from soulflow.bus.messages import InboundMessage
+
+log = logging.getLogger(__name__)
+
+POISON_KIND = "poison"
+
+APOLOGY = ("I could not take in your message safely, so I set it aside without answering it; "
+           "the operator can see it with `soulflow dlq list --inbound`. Please try again, "
+           "perhaps worded differently.")
+
+
+def poison_message(provider: str, *, message_id: str, error: BaseException | str,
+                   raw: Any = None, chat_id: str = "?", sender_id: str = "?") -> InboundMessage:
+    """What an adapter puts in its batch for an update it could not read.
+
+    `message_id` must be stable for that update (e.g. `update-<update_id>`), so a redelivery
+    is recognised as seen; `raw` is the update as received (cut and redacted when recorded).
+    """
+    if isinstance(error, BaseException):
+        error = f"{type(error).__name__}: {error}"
+    try:
+        excerpt = json.dumps(raw, ensure_ascii=True, default=repr)[:RAW_CAP]
+    except (TypeError, ValueError):  # a recursive or odd object
+        excerpt = repr(raw)[:RAW_CAP]
+    return InboundMessage(provider=provider, chat_id=chat_id, message_id=message_id,
+                          sender_id=sender_id, text="", is_mention=False, kind=POISON_KIND,
+                          metadata={"poison_error": str(error)[:500], "raw": excerpt})
+
+
+class IntakeError(Exception):
+    """Taking in one message failed at `stage`."""
+
+    def __init__(self, stage: IntakeStage, error: str) -> None:
+        super().__init__(f"{stage}: {error}")
+        self.stage = stage
+        self.error = error
+
+
+@contextmanager
+def stage(name: IntakeStage) -> Iterator[None]:
+    """Turn any error inside the block into an `IntakeError` naming this stage."""
+    try:
+        yield
+    except IntakeError:
+        raise
+    except Exception as exc:
+        raise IntakeError(name, f"{type(exc).__name__}: {exc}") from exc
+
+
+def safe_key(text: str) -> str:
+    """A key that can be journaled whatever it holds (lone surrogates become U+FFFD)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+class Quarantine:
+    """Records a message in the inbound DLQ and marks its id seen, so it is never retried.
+
+    Both writes must succeed before the caller lets the adapter move its cursor: an error
+    here propagates, the channel loop restarts, and the message is read and recorded again.
+    """
+
+    def __init__(self, letters: InboundDeadLetters,
+                 mark_seen: Callable[[list[str]], None]) -> None:
+        self.letters = letters
+        self._mark_seen = mark_seen
+        self.count = 0
+
+    def record(self, message: InboundMessage, stage_name: IntakeStage | str,
+               error: str) -> str:
+        key = safe_key(message.key)
+        raw = message.metadata.get("raw") if message.kind == POISON_KIND else None
+        if not isinstance(raw, str):
+            raw = json.dumps({k: v for k, v in message.to_dict().items() if k != "text"},
+                             ensure_ascii=True, default=repr)
+        self.letters.add(provider=message.provider, chat_id=message.chat_id,
+                         message_id=message.message_id, sender_id=message.sender_id,
+                         stage=stage_name, error=error, content=message.text, raw=raw,
+                         key=key)
+        self._mark_seen([key])
+        self.count += 1
+        log.error("quarantined inbound %s at stage %s: %s (see `soulflow dlq list --inbound`)",
+                  key, stage_name, safe_key(error)[:300])
+        return key
