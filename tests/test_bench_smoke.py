@@ -1,0 +1,31 @@
+"""bench/platform_burst.py runs end to end on a tiny workload and reports every message answered.
+
+A real run: the fake in its own process, the fake model in another, `soulflow run` as a
+subprocess. It asserts behaviour (completion, nothing dead-lettered), never speed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("platform", ["telegram", "slack", "discord"])
+def test_platform_burst_answers_a_tiny_burst(platform: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/platform_burst.py", "--platform", platform, "--messages", "40",
+         "--chats", "4", "--runs", "1", "--stall", "30", "--poll", "0.2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = result.stdout.split("summary", 1)[1]
+    assert f"{platform}: 1/1 runs answered all 40" in summary
+    assert "dead letters max 0" in summary
+    table = result.stdout.split("summary", 1)[0].strip().splitlines()
+    header, last = table[-2].split(), table[-1].split()
+    assert last[header.index("answered")] == "40/40"
+    assert last[-1] == "done"
