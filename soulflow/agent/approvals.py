@@ -3,13 +3,21 @@
 A message decides an approval only when it is nothing but a decision ("approve", "네",
 "✅", optionally with the approval id), so a normal sentence that happens to contain "no"
 is never taken as a denial.
+
+Who may decide is bound to people: the user whose message started the run (recorded in the
+run's journal, so the binding survives a restart), an admin of that platform
+(<PLATFORM>_ADMIN_USERS), or the local operator (the terminal and dashboard chat). Anyone else
+is refused and nothing changes.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from soulflow.storage.atomic import read_json, write_json_atomic
 
@@ -56,6 +64,63 @@ def parse_reaction(emoji: str | None) -> str | None:
     if not emoji:
         return None
     return _REACTIONS.get(emoji.strip(":")) or _REACTIONS.get(emoji.strip(":").rstrip("\ufe0f"))
+
+
+LOCAL_PROVIDER = "local"  # the operator's own chat: always allowed to decide
+
+AdminCheck = Callable[[str, str], bool]  # (provider, user_id) -> is an admin
+
+
+def _no_admins(provider: str, user_id: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """The person replying or reacting to an approval request."""
+
+    provider: str
+    user_id: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """The person whose message started the run; `user_id` empty when nobody did (a cron
+    job's run), which leaves the decision to admins and the local operator."""
+
+    provider: str
+    user_id: str
+    name: str = ""
+
+    @classmethod
+    def of_run(cls, chat: Mapping[str, Any]) -> Requester:
+        """From the run's recorded chat; runs recorded before `requester_id` existed carry
+        only `sender_id`, which is the same person."""
+        user_id = chat.get("requester_id", chat.get("sender_id"))
+        return cls(str(chat.get("provider") or ""), str(user_id or ""),
+                   str(chat.get("sender_name") or ""))
+
+    @property
+    def label(self) -> str:
+        return self.name or self.user_id or "the person who asked"
+
+
+@dataclass(frozen=True, slots=True)
+class ApproverPolicy:
+    """Only the requester, an admin or the local operator may decide an approval."""
+
+    is_admin: AdminCheck = field(default=_no_admins)
+
+    def may_decide(self, requester: Requester, decider: Decider) -> bool:
+        if decider.provider == LOCAL_PROVIDER or self.is_admin(decider.provider, decider.user_id):
+            return True
+        return bool(requester.user_id) and decider.provider == requester.provider and \
+            decider.user_id == requester.user_id
+
+
+def refusal_text(requester: Requester) -> str:
+    return f"Only {requester.label} or an admin can decide this approval."
 
 
 class ApprovalMessages:

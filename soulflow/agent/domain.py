@@ -13,7 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from soulflow.agent.approvals import ApprovalMessages
+from soulflow.agent.approvals import (
+    ApprovalMessages,
+    ApproverPolicy,
+    Decider,
+    Requester,
+    refusal_text,
+)
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
@@ -37,7 +43,7 @@ _STATUS_OF_RUN = {ev.COMPLETED: "answered", ev.MAX_TURNS_REACHED: "answered",
 @dataclass(slots=True)
 class AgentReply:
     content: str
-    status: str  # answered | waiting_approval | waiting_user | cancelled | failed
+    status: str  # answered | waiting_approval | waiting_user | cancelled | failed | refused
     error: str | None = None
     run_id: str | None = None
     approval_id: str | None = None
@@ -56,16 +62,22 @@ def _thread_context(message: InboundMessage) -> list[str] | None:
 
 
 def chat_of(message: InboundMessage) -> dict[str, Any]:
+    """Where a run answers, and who asked: `requester_id` binds its approvals to that person
+    (empty for a cron job's message, which nobody in the chat sent)."""
+    requester = "" if message.metadata.get("origin") == "cron" else message.sender_id
     return {"provider": message.provider, "chat_id": message.chat_id,
             "thread_id": message.thread_id, "sender_id": message.sender_id,
+            "sender_name": message.sender_name, "requester_id": requester,
             "session_key": session_key_for(message)}
 
 
 class AgentDomain:
     def __init__(self, context: ContextBuilder, sessions: SessionStore,
                  loop: AgentLoop | None, approvals: ApprovalMessages | None = None, *,
-                 on_turn_finished: Callable[[str], None] | None = None) -> None:
+                 on_turn_finished: Callable[[str], None] | None = None,
+                 approvers: ApproverPolicy | None = None) -> None:
         self.context = context
+        self.approvers = approvers or ApproverPolicy()  # default: no admins, never open
         self.on_turn_finished = on_turn_finished  # e.g. schedule memory consolidation
         self.sessions = sessions
         self.loop = loop
@@ -109,15 +121,27 @@ class AgentDomain:
         state = self.loop.store.state(run_id)
         return approval_text(state.open_approval() or {}, str(state.chat.get("provider", "")))
 
-    async def decide(self, run_id: str, decision: str, *, by: str = "",
+    async def decide(self, run_id: str, decision: str, *, by: Decider,
                      approval_id: str | None = None,
                      abort: asyncio.Event | None = None) -> AgentReply | None:
-        """Apply an approval decision and continue the run; None if nothing was pending."""
+        """Apply an approval decision and continue the run; None if nothing was pending.
+
+        Only the run's requester, an admin or the local operator may decide: anyone else gets
+        a `refused` reply and the approval stays exactly as it was."""
         assert self.loop is not None
-        approval = self.loop.store.state(run_id).open_approval()
+        state = self.loop.store.state(run_id)
+        approval = state.open_approval()
         if approval is None or (approval_id and approval["approval_id"] != approval_id):
             return None
-        self.loop.decide(run_id, approval["approval_id"], decision, by)
+        requester = Requester.of_run(state.chat)
+        if not self.approvers.may_decide(requester, by):
+            log.info("approval %s of %s: %s:%s may not decide it (requester %s:%s)",
+                     approval["approval_id"], run_id, by.provider, by.user_id,
+                     requester.provider, requester.user_id or "-")
+            return AgentReply(refusal_text(requester), "refused", run_id=run_id,
+                              approval_id=approval["approval_id"])
+        self.loop.decide(run_id, approval["approval_id"], decision, by.user_id,
+                         by_provider=by.provider)
         if decision == "defer":
             return AgentReply("OK, the request stays pending; decide whenever you are ready.",
                               "waiting_approval", run_id=run_id,

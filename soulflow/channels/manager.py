@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from soulflow.agent.approvals import CLARIFY, parse_decision, parse_reaction
+from soulflow.agent.approvals import CLARIFY, Decider, parse_decision, parse_reaction
 from soulflow.agent.domain import AgentDomain, AgentReply
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.inbound_dlq import IntakeStage
@@ -47,6 +47,11 @@ EMPTY_MESSAGE_REPLY = "I received an empty message; write something and I'll ans
 STOP_REACTIONS = frozenset({"🛑", "⛔", "octagonal_sign", "no_entry", "stop_sign"})
 
 EventSink = Callable[[str, dict[str, Any]], None]
+
+
+def decider_of(message: InboundMessage) -> Decider:
+    """The person deciding an approval by this reply or reaction."""
+    return Decider(message.provider, message.sender_id, message.sender_name)
 
 
 class ChannelManager:
@@ -238,9 +243,11 @@ class ChannelManager:
                 text = self.agent.pending_approval_text(entry["run_id"])
                 self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), text)
                 return
-            reply = await self.agent.decide(entry["run_id"], decision, by=message.sender_id,
+            reply = await self.agent.decide(entry["run_id"], decision, by=decider_of(message),
                                             approval_id=entry["approval_id"])
-            if reply is not None:
+            # a reaction by someone who may not decide is ignored: answering each one would
+            # let anyone make the bot post at will (a reply "ok" is answered, once per message)
+            if reply is not None and reply.status != "refused":
                 self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
                                       self._reply_metadata(reply))
 
@@ -307,7 +314,7 @@ class ChannelManager:
                 self._publish(message, self.agent.pending_approval_text(run_id))
                 return True
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.decide(
-                run_id, decision, by=message.sender_id, approval_id=approval_id, abort=abort))
+                run_id, decision, by=decider_of(message), approval_id=approval_id, abort=abort))
             if reply is None:
                 self._publish(message, f"There is no pending approval {approval_id} here.")
                 return True

@@ -95,9 +95,12 @@ class AgentLoop:
             "max_turns": max_turns or self.max_turns}))
         return run_id
 
-    def decide(self, run_id: str, approval_id: str, decision: str, by: str = "") -> None:
+    def decide(self, run_id: str, approval_id: str, decision: str, by: str = "",
+               by_provider: str = "") -> None:
+        """Record a decision (who may decide is checked by the caller, AgentDomain)."""
         self.store.append(run_id, ev.Event(ev.APPROVAL_DECIDED, {
-            "approval_id": approval_id, "decision": decision, "by": by}))
+            "approval_id": approval_id, "decision": decision, "by": by,
+            "by_provider": by_provider}))
 
     def answer(self, run_id: str, text: str) -> None:
         """The user's reply to a `request_more_information` question."""

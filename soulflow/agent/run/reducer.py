@@ -101,6 +101,7 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
         if approval is not None:
             approval["decision"] = data["decision"]
             approval["by"] = data.get("by", "")
+            approval["by_provider"] = data.get("by_provider", "")
             if data["decision"] != "defer":
                 new.status = ev.RUNNING
     elif event.type == ev.INFO_REQUESTED:
