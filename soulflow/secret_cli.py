@@ -1,7 +1,9 @@
 """`soulflow secret set|list|rm|rotate-key`.
 
 The vault serialises writers with its own file lock and re-reads its file on every
-operation, so these commands are safe while the daemon runs.
+operation, so these commands are safe while the daemon runs. The operator is the admin of
+the vault: secrets set here are global (usable in every chat), `list` shows every name with
+the chat it belongs to, and `rm` removes any of them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import getpass
 import sys
 
 from soulflow.config import Settings
-from soulflow.security.vault import SecretVault
+from soulflow.security.protected import open_vault
 
 
 def _read_value(name: str) -> str:
@@ -25,7 +27,7 @@ def _read_value(name: str) -> str:
 
 
 def run_secret_command(settings: Settings, args: argparse.Namespace) -> int:
-    vault = SecretVault(settings.runtime_dir / "security")
+    vault = open_vault(settings)
     action = args.secret_command
     if action == "set":
         try:
@@ -33,11 +35,13 @@ def run_secret_command(settings: Settings, args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"soulflow: error: {exc}", file=sys.stderr)
             return 1
-        vault.set(args.name, value)
-        print(f"Stored {args.name}. Refer to it as {{{{secret:{args.name}}}}}.")
+        vault.set(args.name, value)  # no scope: the operator's secrets are global
+        print(f"Stored {args.name} (global: usable in every chat). Refer to it as "
+              f"{{{{secret:{args.name}}}}}.")
     elif action == "list":
-        names = vault.names()
-        print("\n".join(names) if names else "The vault is empty.")
+        infos = vault.describe()
+        lines = [f"{i.name}\t{i.scope or 'global'}" for i in infos]
+        print("\n".join(lines) if lines else "The vault is empty.")
     elif action == "rm":
         if not vault.remove(args.name):
             print(f"soulflow: error: there is no secret named {args.name}", file=sys.stderr)

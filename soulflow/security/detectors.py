@@ -225,6 +225,33 @@ BASIC = RegexDetector(
     accept=_is_basic_credential,
 )
 
+
+
+def _discord_id_part(match: re.Match[str], _value: str) -> bool:
+    """A Discord bot token opens with the base64 of the bot's numeric user id."""
+    part = match.group("id")
+    try:
+        decoded = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode("ascii")
+    except (binascii.Error, ValueError):
+        return False
+    return decoded.isdigit() and 15 <= len(decoded) <= 21
+
+
+# Bot API tokens: `<bot id>:<35 chars>`, also glued to `bot` in API URLs (`/bot<token>/`), so
+# only a digit may not precede. The lookbehind sits after the first digit so the engine can
+# skip ahead to digits (as for card numbers) instead of trying every position.
+TELEGRAM_BOT_TOKEN = RegexDetector(
+    "telegram_bot_token", "telegram_bot_token",
+    re.compile(r"\d(?<!\d\d)\d{5,11}:[A-Za-z0-9_\-]{35}" + _R),
+)
+# `base64(id).timestamp.hmac`; the id part of a 17-20 digit snowflake starts with M, N or O.
+DISCORD_BOT_TOKEN = RegexDetector(
+    "discord_bot_token", "discord_bot_token",
+    re.compile(r"(?P<id>[MNO](?<![A-Za-z0-9_\-.][MNO])[A-Za-z0-9_\-]{19,31})"
+               r"\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,40}(?![A-Za-z0-9_\-.])"),
+    accept=_discord_id_part,
+)
+
 # ------------------------------------------------------------------ key = value assignments
 
 _KEYWORDS: dict[str, str] = {
@@ -322,6 +349,8 @@ TOKEN_SHAPE_DETECTORS: tuple[Detector, ...] = (
     OPENAI_KEY,
     GITHUB_TOKEN,
     SLACK_TOKEN,
+    TELEGRAM_BOT_TOKEN,
+    DISCORD_BOT_TOKEN,
     AWS_ACCESS_KEY,
     BEARER,
     BASIC,

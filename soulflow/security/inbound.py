@@ -4,18 +4,26 @@ Everything a message carries that could hold a secret (its text, thread context,
 names and paths) is sealed here, so the journal, the session, the logs, the events and the
 model only ever see `{{secret:…}}` references. `/secret set NAME value` is special: its value
 is stored under NAME and never written anywhere in clear.
+
+Scopes: what is sealed or set in a chat belongs to that chat (it opens only in its runs). A
+`/secret set` may not overwrite a name that belongs to the operator or to another chat unless
+the sender is an admin; then the value is still sealed (as this chat's inbound value, so it is
+never lost in clear) and the text names the sealed reference instead of NAME, which is how
+`/secret set` learns it was refused. An admin's `/secret set` of an existing name keeps that
+entry's scope (an admin updating the operator's token keeps it global).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from soulflow.bus.messages import InboundMessage
-from soulflow.security.seal import SealResult, seal_inbound_sensitive_text
+from soulflow.security.seal import SealResult, inbound_secret_name, seal_inbound_sensitive_text
 from soulflow.security.syntax import is_valid_name, secret_reference
-from soulflow.security.vault import SecretVault
+from soulflow.security.vault import SecretVault, chat_scope
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +36,14 @@ class SealReport:
     stored_name: str | None = None  # set by `/secret set NAME value`
 
 
+IsAdmin = Callable[[str, str], bool]
+"""``(provider, user_id) -> bool``: `soulflow.channels.access.AdminPolicy.is_admin`."""
+
+
 class InboundSealer:
-    def __init__(self, vault: SecretVault) -> None:
+    def __init__(self, vault: SecretVault, is_admin: IsAdmin | None = None) -> None:
         self.vault = vault
+        self._is_admin = is_admin
 
     def seal(self, message: InboundMessage) -> SealReport:
         """Seal `message` in place; raises if the vault cannot store (the caller drops it)."""
@@ -38,9 +51,10 @@ class InboundSealer:
         command = _SECRET_SET.match(message.text)
         if command is not None and is_valid_name(command.group(1)):
             name, value = command.group(1), command.group(2)
-            self.vault.set(name, value)
-            message.text = f"/secret set {name} {secret_reference(name)}"
-            report.stored_name, report.sealed = name, 1
+            stored = self._store_named(message, name, value)
+            message.text = f"/secret set {name} {secret_reference(stored)}"
+            report.stored_name = name if stored == name else None
+            report.sealed = 1
             return report
         report.sealed += self._seal_text(message, "text")
         context = message.metadata.get("thread_context")
@@ -61,6 +75,22 @@ class InboundSealer:
         if report.sealed:
             log.info("sealed %d sensitive value(s) in %s", report.sealed, message.key)
         return report
+
+    def _store_named(self, message: InboundMessage, name: str, value: str) -> str:
+        """Store ``/secret set NAME value``; return the name the value now lives under."""
+        scope = chat_scope(message.provider, message.chat_id)
+        if self._is_admin is not None and self._is_admin(message.provider, message.sender_id):
+            existing = self.vault.info(name)
+            self.vault.set(name, value, scope=existing.scope if existing else scope)
+            return name
+        if not self.vault.set_many({name: value}, scope=scope, keep_foreign=True):
+            return name
+        log.info("refused /secret set of %s in %s: the name belongs to another scope",
+                 name, message.key)
+        sealed = inbound_secret_name(message.provider, message.chat_id, "secret_set",
+                                     self.vault.fingerprint(value))
+        self.vault.set(sealed, value, scope=scope)
+        return sealed
 
     def _seal_text(self, message: InboundMessage, field: str) -> int:
         result = self._seal(message, getattr(message, field))

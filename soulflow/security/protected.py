@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from soulflow.config import Settings
+    from soulflow.security.vault import SecretVault
 
 RUNTIME_DIR = "runtime"
 SECURITY_DIR = "security"
@@ -61,6 +62,17 @@ def key_file_path(workspace: Path, configured: str = "") -> Path:
         path = Path(configured.strip()).expanduser()
         return path if path.is_absolute() else Path(workspace) / path
     return Path(workspace) / RUNTIME_DIR / SECURITY_DIR / KEY_FILE_NAME
+
+
+def open_vault(settings: Settings) -> SecretVault:
+    """The workspace's vault, with its key where ``SOULFLOW_MASTER_KEY_FILE`` says (the daemon
+    and `soulflow secret` must agree on it, so both call this)."""
+    from soulflow.security.vault import SecretVault
+
+    configured = str(settings.values.get("SOULFLOW_MASTER_KEY_FILE", "") or "")
+    security_dir = Path(settings.workspace) / RUNTIME_DIR / SECURITY_DIR
+    key = key_file_path(settings.workspace, configured) if configured.strip() else None
+    return SecretVault(security_dir, key_path=key)
 
 
 def chat_dir_name(chat_id: str) -> str:

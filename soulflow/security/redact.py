@@ -1,8 +1,14 @@
 """Last-line redaction for logs, session files, events and the dashboard.
 
 Sealing is the primary protection for chat input; this catches what sealing never sees: the
-daemon's own credentials (from the environment), values registered at runtime (secrets opened
-for a tool), and credential-shaped strings from anywhere (provider error bodies, tracebacks).
+daemon's own credentials (from the environment *and* the workspace's `.env`: every setting the
+catalog marks secret, plus any `.env` entry whose name looks secret), values registered at
+runtime (secrets opened for a tool), and credential-shaped strings from anywhere (provider
+error bodies, tracebacks).
+
+One daemon, one `Redactor` (`Redactor.for_settings`), shared by every sink: log handlers
+(`install_log_redaction`), session files, thread journals, the event hub (hence the
+dashboard) and model requests (`soulflow.security.redacting_provider`).
 Unlike sealing nothing is stored: matches simply become ``[REDACTED]``.
 
 It runs on every log record, so it is built for speed: known values are matched in one pass of
@@ -16,7 +22,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from soulflow.security.detectors import REDACTION_DETECTORS, Detector, find_sensitive_spans
@@ -46,6 +53,29 @@ def secret_env_values(
         for name, value in env.items()
         if _SECRET_ENV_NAME_RE.search(name) and len(value) >= min_length
     ]
+
+
+def secret_setting_values(settings: Any, *, min_length: int = ENV_MIN_LENGTH) -> list[str]:
+    """Credentials the daemon was configured with, wherever they came from.
+
+    ``settings`` is a `soulflow.config.Settings`: the values of every setting the catalog
+    marks ``secret`` (the process environment and `.env` merged), plus every `.env` entry
+    whose name looks secret (``GITHUB_TOKEN`` kept there for a skill is a credential too).
+    """
+    from soulflow.settings_catalog import SETTINGS
+
+    values = [str(settings.values.get(s.name) or "") for s in SETTINGS if s.secret]
+    values += secret_env_values(_dotenv(Path(settings.workspace)), min_length=min_length)
+    return [v for v in values if len(v) >= min_length]
+
+
+def _dotenv(workspace: Path) -> dict[str, str]:
+    from dotenv import dotenv_values
+
+    path = workspace / ".env"
+    if not path.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
 
 
 class Redactor:
@@ -80,6 +110,13 @@ class Redactor:
         """A redactor for this process: secret-looking env values plus ``known_values``."""
         redactor = cls(known_values, detectors=detectors)
         redactor.register(*secret_env_values(environ))
+        return redactor
+
+    @classmethod
+    def for_settings(cls, settings: Any, environ: Mapping[str, str] | None = None) -> Redactor:
+        """The daemon's redactor: the environment's secrets and the configured credentials."""
+        redactor = cls.from_environ(environ)
+        redactor.register(*secret_setting_values(settings))
         return redactor
 
     def __repr__(self) -> str:
@@ -118,6 +155,23 @@ class Redactor:
             cursor = span.end
         parts.append(text[cursor:])
         return "".join(parts)
+
+    def redact_strings(self, obj: Any) -> Any:
+        """Redact every string in a JSON-like value, keys included, and nothing else.
+
+        Unlike `redact_obj` a value is never blanked for its key's name: journals and model
+        requests hold ``{"password": "{{secret:X}}"}`` tool arguments whose references must
+        survive (a reference is never itself redacted).
+        """
+        if isinstance(obj, str):
+            return self.redact(obj)
+        if isinstance(obj, dict):
+            return {self.redact_strings(k): self.redact_strings(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.redact_strings(item) for item in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.redact_strings(item) for item in obj)
+        return obj
 
     def redact_obj(self, obj: Any) -> Any:
         """Redact every string in a JSON-like value; returns a new object, never mutates.
@@ -175,3 +229,23 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = self.redactor.redact(record.stack_info)
         return True
+
+
+def install_log_redaction(redactor: Redactor,
+                          logger: logging.Logger | None = None) -> Callable[[], None]:
+    """Put ``redactor`` on every handler of ``logger`` (default: root); return the undo.
+
+    The CLI installs an environment-only filter before settings are read; the daemon adds its
+    own (which also knows `.env` credentials and opened secrets) and removes it on stop.
+    """
+    target = logger if logger is not None else logging.getLogger()
+    installed = RedactingFilter(redactor)
+    handlers = list(target.handlers)
+    for handler in handlers:
+        handler.addFilter(installed)
+
+    def uninstall() -> None:
+        for handler in handlers:
+            handler.removeFilter(installed)
+
+    return uninstall

@@ -13,6 +13,12 @@ Reference forms are described in `soulflow.security.syntax`. How each one is ope
 * bare ``sv1.`` token - must equal the ciphertext currently stored for some entry (the name is
   the associated data and a bare token does not carry one); otherwise -> *invalid*.
 
+Scope: every function takes ``chat`` (a `soulflow.security.vault.chat_scope` string) for a run
+of that chat. An entry sealed in another chat, and an inline token named after another chat's
+inbound value, are then reported *missing*, exactly like a name that was never stored: the
+report must not tell chat B that chat A has a secret of that name. ``chat=None`` is the
+operator's view (no restriction).
+
 A stored entry that no longer decrypts (damaged, or written under another key) is *invalid*.
 Vault-wide failures (unsafe key file, corrupt ``secrets.json``) are raised, not reported: they
 are an operator problem, not a per-reference one.
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soulflow.security.errors import InvalidCiphertext, SecretNotFound
+from soulflow.security.seal import INBOUND_PREFIX, inbound_name_prefix
 from soulflow.security.syntax import SecretRef, is_valid_name, iter_secret_refs
 from soulflow.security.vault import SecretVault
 
@@ -43,23 +50,35 @@ class ReferenceReport:
     referenced: list[str] = field(default_factory=list)
 
 
-def open_reference(ref: SecretRef, vault: SecretVault) -> tuple[str, str]:
-    """Return ``(name, plaintext)`` for one reference.
+def open_reference(ref: SecretRef, vault: SecretVault,
+                   chat: str | None = None) -> tuple[str, str]:
+    """Return ``(name, plaintext)`` for one reference, as a run of ``chat`` may see it.
 
     Raises `SecretNotFound` or `InvalidCiphertext`; callers decide whether that is fatal.
     """
+    if ref.name is not None and not _name_open_in(ref.name, chat):
+        raise SecretNotFound(ref.name)
     if ref.name is not None and ref.token is not None:
-        return ref.name, vault.decrypt(ref.name, ref.token)
+        return ref.name, vault.decrypt(ref.name, ref.token, chat=chat)
     if ref.name is not None:
-        return ref.name, vault.get(ref.name)
+        return ref.name, vault.get(ref.name, chat=chat)
     assert ref.token is not None
-    name = vault.name_for_token(ref.token)
+    name = vault.name_for_token(ref.token, chat=chat)
     if name is None:
         raise InvalidCiphertext(
             "bare ciphertext token is not stored in the vault; write it as "
             "{{secret:NAME:TOKEN}} so it can be opened."
         )
     return name, vault.decrypt(name, ref.token)
+
+
+def _name_open_in(name: str, chat: str | None) -> bool:
+    """Inbound names carry their chat (``inbound.<provider>.c<hash>.…``): only that chat's
+    runs may open them, even from an inline token whose vault entry is gone."""
+    if chat is None or not name.startswith(INBOUND_PREFIX + "."):
+        return True
+    provider, _, chat_id = chat.partition(":")
+    return name.startswith(inbound_name_prefix(provider, chat_id))
 
 
 def iter_strings(value: Any) -> Iterator[str]:
@@ -75,7 +94,8 @@ def iter_strings(value: Any) -> Iterator[str]:
             yield from iter_strings(item)
 
 
-def inspect_secret_references_for_orchestration(text: Any, vault: SecretVault) -> ReferenceReport:
+def inspect_secret_references_for_orchestration(text: Any, vault: SecretVault, *,
+                                                chat: str | None = None) -> ReferenceReport:
     """Report every reference in ``text`` (a string or JSON-like value) that cannot be opened.
 
     Each reference is fully opened (decrypted and discarded), so ``ok`` means resolution
@@ -93,7 +113,7 @@ def inspect_secret_references_for_orchestration(text: Any, vault: SecretVault) -
             if ref.label not in referenced:
                 referenced.append(ref.label)
             try:
-                open_reference(ref, vault)
+                open_reference(ref, vault, chat)
             except SecretNotFound:
                 if ref.label not in missing:
                     missing.append(ref.label)

@@ -42,8 +42,12 @@ class ResolveReport:
 _RefKey = tuple[str | None, str | None]
 
 
-def resolve_secret_references(value: Any, vault: SecretVault) -> ResolveReport:
+def resolve_secret_references(value: Any, vault: SecretVault, *,
+                              chat: str | None = None) -> ResolveReport:
     """Replace every reference in every string of ``value`` (recursively) with its plaintext.
+
+    ``chat`` is the run's chat scope: secrets sealed in other chats are *missing* there (see
+    `soulflow.security.references`); ``None`` opens everything (the operator's view).
 
     Dicts (keys and values), lists and tuples are rebuilt, never mutated; other values pass
     through. If any reference is missing or invalid, returns ``ok=False`` with ``value`` being
@@ -58,7 +62,7 @@ def resolve_secret_references(value: Any, vault: SecretVault) -> ResolveReport:
             if key in opened:
                 continue
             try:
-                opened[key] = open_reference(ref, vault)
+                opened[key] = open_reference(ref, vault, chat)
             except SecretNotFound:
                 if ref.label not in missing:
                     missing.append(ref.label)

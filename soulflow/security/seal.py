@@ -5,6 +5,8 @@ session file, a log line, an event, the dashboard or a model. After it, the only
 pasted password is ``{{secret:inbound.<provider>.c<chat>.<type>.v<fingerprint>}}``; the value
 itself comes back only inside a tool's execution (see `resolve`).
 
+Sealed values are scoped to their chat (`chat_scope`): they open only in that chat's runs.
+
 Names are deterministic per (chat, value, key): pasting the same password twice yields the same
 reference and one vault entry. The value part is a keyed fingerprint (HMAC under a key derived
 from the vault key), not a bare SHA-256 prefix, because these names are visible everywhere and
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 from soulflow.security.detectors import ALL_DETECTORS, Detection, Detector, find_sensitive_spans
 from soulflow.security.syntax import sanitize_name_part, secret_reference
-from soulflow.security.vault import SecretVault
+from soulflow.security.vault import SecretVault, chat_scope
 
 INBOUND_PREFIX = "inbound"
 
@@ -55,6 +57,13 @@ class SealResult:
 
 def _short_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def inbound_name_prefix(provider: str, chat_id: str) -> str:
+    """``inbound.<provider>.c<sha256(chat_id)[:12]>.``: what every name sealed in a chat starts
+    with (how resolution tells one chat's sealed values from another's)."""
+    return ".".join((INBOUND_PREFIX, sanitize_name_part(provider),
+                     "c" + _short_sha256(str(chat_id)))) + "."
 
 
 def inbound_secret_name(provider: str, chat_id: str, type_: str, fingerprint: str) -> str:
@@ -119,7 +128,8 @@ def seal_many(
         return [SealResult(text) for text in items]
 
     existing = set(vault.names())
-    vault.set_many({n: v for n, v in to_store.items() if n not in existing})
+    vault.set_many({n: v for n, v in to_store.items() if n not in existing},
+                   scope=chat_scope(provider, chat_id))
     return [_apply(text, named) for text, named in zip(items, found, strict=True)]
 
 

@@ -5,9 +5,19 @@ Layout of ``security_dir`` (mode 0700):
 * ``master.key`` - 32 random bytes, mode 0600. Refused if group/others can touch it.
 * ``secrets.json`` - ``{"version": 1, "secrets": {NAME: {"ciphertext": TOKEN, "updated_at": ISO}}}``
   where TOKEN is ``sv1.<nonce>.<ciphertext+tag>`` sealed with AES-256-GCM and NAME as
-  associated data (see `soulflow.security.crypto`).
+  associated data (see `soulflow.security.crypto`). An entry may carry ``"scope":
+  "<provider>:<chat_id>"``: it was sealed in that chat and opens only in runs of that chat.
+  Entries without a scope (the operator's ``soulflow secret set``, and every entry written
+  before scopes existed) are global.
 * ``master.key.new`` - exists only while a key rotation is in flight (see `rotate_key`).
 * ``.vault.lock`` - advisory lock so the daemon and the CLI do not lose each other's writes.
+
+The key may live elsewhere (``SOULFLOW_MASTER_KEY_FILE``: pass ``key_path``); the vault file
+and the lock always stay in ``security_dir``.
+
+Scopes: every read takes an optional ``chat`` (a `chat_scope` string). ``chat=None`` is the
+operator's view (everything); with a chat, entries scoped to another chat behave exactly as if
+they did not exist (`SecretNotFound`), so a run cannot even learn that a name is used elsewhere.
 
 Every operation re-reads ``secrets.json`` under the lock: operations are rare and small, and
 this keeps several processes (daemon, ``soulflow secret set``) consistent without a cache
@@ -23,10 +33,9 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from soulflow.security import syntax
 from soulflow.security.crypto import Sealer, generate_key
@@ -39,6 +48,16 @@ from soulflow.security.errors import (
     VaultCorruptError,
 )
 from soulflow.security.keyfile import ensure_private_dir, fsync_dir, read_key, write_key
+from soulflow.security.vault_records import (
+    SecretInfo,
+    StoredSecret,
+    chat_scope,
+    entry_json,
+    now_iso,
+    write_json_atomic,
+)
+
+__all__ = ["SecretInfo", "SecretVault", "StoredSecret", "chat_scope"]
 
 try:  # POSIX advisory locking; elsewhere the in-process lock is all we get.
     import fcntl
@@ -54,48 +73,6 @@ SECRETS_FILE = "secrets.json"
 LOCK_FILE = ".vault.lock"
 
 
-@dataclass(frozen=True, slots=True)
-class StoredSecret:
-    """One ``secrets.json`` entry as stored: ciphertext only, never plaintext."""
-
-    ciphertext: str
-    updated_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class SecretInfo:
-    """What may be shown about a secret without decrypting it (for `secret list`)."""
-
-    name: str
-    updated_at: str
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
-
-    Temp file in the same directory (same filesystem, so the rename is atomic), fsync the
-    data before the rename and the directory after it so the rename survives power loss.
-    """
-    payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
-
-
 class SecretVault:
     """Encrypted name -> value store; see the module docstring for the on-disk contract.
 
@@ -103,14 +80,16 @@ class SecretVault:
     methods are synchronous and fast; call them from async code directly or via a thread.
     """
 
-    def __init__(self, security_dir: Path) -> None:
+    def __init__(self, security_dir: Path, key_path: Path | None = None) -> None:
         self.dir = Path(security_dir)
-        self.key_path = self.dir / KEY_FILE
-        self.pending_key_path = self.dir / PENDING_KEY_FILE
+        self.key_path = Path(key_path) if key_path is not None else self.dir / KEY_FILE
+        self.pending_key_path = self.key_path.with_name(self.key_path.name + ".new")
         self.secrets_path = self.dir / SECRETS_FILE
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int, int], Sealer] | None = None
         ensure_private_dir(self.dir)
+        if self.key_path.parent != self.dir:
+            ensure_private_dir(self.key_path.parent)
         with self._locked():
             self._sealer()  # create or vet the key now: fail at startup, not mid-conversation
 
@@ -119,61 +98,91 @@ class SecretVault:
 
     # ----------------------------------------------------------------- public API
 
-    def set(self, name: str, value: str) -> None:
-        """Store (or replace) ``value`` under ``name``."""
-        self.set_many({name: value})
+    def set(self, name: str, value: str, *, scope: str | None = None) -> None:
+        """Store (or replace) ``value`` under ``name``; ``scope`` None makes it global."""
+        self.set_many({name: value}, scope=scope)
 
-    def set_many(self, values: Mapping[str, str]) -> None:
-        """Store several values with a single read-modify-write of ``secrets.json``."""
+    def set_many(self, values: Mapping[str, str], *, scope: str | None = None,
+                 keep_foreign: bool = False) -> list[str]:
+        """Store several values with a single read-modify-write of ``secrets.json``.
+
+        With ``keep_foreign``, a name already stored under another scope is left alone (a chat
+        may not overwrite the operator's or another chat's secret); those names are returned.
+        """
         for name, value in values.items():
             syntax.validate_secret_name(name)
             if not isinstance(value, str):
                 raise TypeError(f"secret {name!r} must be a str, not {type(value).__name__}")
         if not values:
-            return
+            return []
         with self._locked():
             sealer = self._sealer()
             entries = self._read_entries()
-            now = _now_iso()
+            now = now_iso()
+            refused: list[str] = []
             for name, value in values.items():
-                entries[name] = StoredSecret(sealer.encrypt(name, value), now)
-            self._write_entries(entries)
+                old = entries.get(name)
+                if keep_foreign and old is not None and old.scope != scope:
+                    refused.append(name)
+                    continue
+                entries[name] = StoredSecret(sealer.encrypt(name, value), now, scope)
+            if len(refused) < len(values):
+                self._write_entries(entries)
+            return refused
 
-    def get(self, name: str) -> str:
-        """Decrypt the value stored under ``name``; raise `SecretNotFound` if absent."""
+    def get(self, name: str, *, chat: str | None = None) -> str:
+        """Decrypt the value stored under ``name``; raise `SecretNotFound` if absent (or
+        scoped to a chat other than ``chat``)."""
         syntax.validate_secret_name(name)
         with self._locked():
             entry = self._read_entries().get(name)
-            if entry is None:
+            if entry is None or not entry.visible_in(chat):
                 raise SecretNotFound(name)
             return self._sealer().decrypt(name, entry.ciphertext)
 
-    def has(self, name: str) -> bool:
-        """True if a value is stored under ``name`` (False for names that cannot exist)."""
+    def has(self, name: str, *, chat: str | None = None) -> bool:
+        """True if a value is stored under ``name`` and visible in ``chat``."""
         if not syntax.is_valid_name(name):
             return False
         with self._locked():
-            return name in self._read_entries()
+            entry = self._read_entries().get(name)
+            return entry is not None and entry.visible_in(chat)
 
-    def names(self) -> list[str]:
-        """All stored names, sorted."""
-        with self._locked():
-            return sorted(self._read_entries())
-
-    def describe(self) -> list[SecretInfo]:
-        """Name and last update time of every entry, sorted by name; decrypts nothing."""
+    def names(self, *, chat: str | None = None) -> list[str]:
+        """All stored names visible in ``chat`` (all of them for ``None``), sorted."""
         with self._locked():
             entries = self._read_entries()
-        return [SecretInfo(n, entries[n].updated_at) for n in sorted(entries)]
+        return sorted(n for n, e in entries.items() if e.visible_in(chat))
 
-    def remove(self, name: str) -> bool:
-        """Delete ``name``; return whether it existed."""
+    def info(self, name: str) -> SecretInfo | None:
+        """Name, update time and scope of one entry (the operator's view), or None."""
+        if not syntax.is_valid_name(name):
+            return None
+        with self._locked():
+            entry = self._read_entries().get(name)
+        return None if entry is None else SecretInfo(name, entry.updated_at, entry.scope)
+
+    def describe(self, *, chat: str | None = None) -> list[SecretInfo]:
+        """Name, update time and scope of every entry visible in ``chat``; decrypts nothing."""
+        with self._locked():
+            entries = self._read_entries()
+        return [SecretInfo(n, entries[n].updated_at, entries[n].scope)
+                for n in sorted(entries) if entries[n].visible_in(chat)]
+
+    def remove(self, name: str, *, scope: str | None = None, any_scope: bool = True) -> bool:
+        """Delete ``name``; return whether it existed.
+
+        ``any_scope=False`` deletes only an entry whose scope is exactly ``scope`` (how a
+        chat that is not an admin removes its own secrets and nothing else).
+        """
         if not syntax.is_valid_name(name):
             return False
         with self._locked():
             entries = self._read_entries()
-            if entries.pop(name, None) is None:
+            old = entries.get(name)
+            if old is None or (not any_scope and old.scope != scope):
                 return False
+            del entries[name]
             self._write_entries(entries)
             return True
 
@@ -186,17 +195,25 @@ class SecretVault:
         with self._locked():
             return self._sealer().encrypt(name, value)
 
-    def decrypt(self, name: str, token: str) -> str:
-        """Open a token sealed under ``name``; raise `InvalidCiphertext` on any failure."""
+    def decrypt(self, name: str, token: str, *, chat: str | None = None) -> str:
+        """Open a token sealed under ``name``; raise `InvalidCiphertext` on any failure.
+
+        With ``chat``, a token whose name belongs to another chat's entry is `SecretNotFound`:
+        a token copied out of chat A must not open in chat B.
+        """
         syntax.validate_secret_name(name)
         with self._locked():
+            entry = self._read_entries().get(name)
+            if entry is not None and not entry.visible_in(chat):
+                raise SecretNotFound(name)
             return self._sealer().decrypt(name, token)
 
-    def name_for_token(self, token: str) -> str | None:
-        """The entry whose stored ciphertext is exactly ``token`` (how bare tokens resolve)."""
+    def name_for_token(self, token: str, *, chat: str | None = None) -> str | None:
+        """The entry visible in ``chat`` whose stored ciphertext is exactly ``token`` (how bare
+        tokens resolve)."""
         with self._locked():
             for name, entry in self._read_entries().items():
-                if entry.ciphertext == token:
+                if entry.ciphertext == token and entry.visible_in(chat):
                     return name
         return None
 
@@ -234,7 +251,8 @@ class SecretVault:
             write_key(self.pending_key_path, new_key)
             new = Sealer(new_key)
             self._write_entries(
-                {n: StoredSecret(new.encrypt(n, plain[n]), entries[n].updated_at) for n in entries}
+                {n: StoredSecret(new.encrypt(n, plain[n]), entries[n].updated_at, entries[n].scope)
+                 for n in entries}
             )
             self._commit_pending_key()
             log.info("vault key rotated; %d secret(s) re-encrypted", len(entries))
@@ -343,20 +361,19 @@ class SecretVault:
                 and isinstance(entry, dict)
                 and isinstance(entry.get("ciphertext"), str)
                 and isinstance(entry.get("updated_at"), str)
+                and isinstance(entry.get("scope"), str | None)
             ):
                 self._quarantine(f"malformed entry {str(name)[:60]!r}")
-            entries[name] = StoredSecret(entry["ciphertext"], entry["updated_at"])
+            entries[name] = StoredSecret(entry["ciphertext"], entry["updated_at"],
+                                         entry.get("scope"))
         return entries
 
     def _write_entries(self, entries: Mapping[str, StoredSecret]) -> None:
         data = {
             "version": FORMAT_VERSION,
-            "secrets": {
-                n: {"ciphertext": e.ciphertext, "updated_at": e.updated_at}
-                for n, e in sorted(entries.items())
-            },
+            "secrets": {n: entry_json(e) for n, e in sorted(entries.items())},
         }
-        _write_json_atomic(self.secrets_path, data)
+        write_json_atomic(self.secrets_path, data)
 
     def _quarantine(self, reason: str) -> NoReturn:
         """Move an unreadable ``secrets.json`` aside and raise; never treat it as empty."""
@@ -375,3 +392,4 @@ class SecretVault:
             f"{self.secrets_path} was unreadable ({reason}) and was moved to {target}; "
             "restore it from backup or set the secrets again."
         )
+

@@ -132,7 +132,7 @@ def test_seal_many_stores_once_and_keeps_order(vault: SecretVault) -> None:
 def test_vault_failure_propagates_so_plaintext_is_not_persisted(
     vault: SecretVault, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*_: object) -> None:
+    def broken(*_: object, **__: object) -> None:
         raise VaultError("disk full")
 
     monkeypatch.setattr(vault, "set_many", broken)

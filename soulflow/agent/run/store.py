@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,11 @@ def _record(run_id: str, event: ev.Event) -> dict[str, Any]:
 class ThreadStore:
     """Unfinished runs in memory and in `journal.jsonl`; finished ones in the archive."""
 
-    def __init__(self, directory: Path, *, fsync: str = "interval") -> None:
+    def __init__(self, directory: Path, *, fsync: str = "interval",
+                 redact: Callable[[Any], Any] | None = None) -> None:
         self.directory = directory
+        # what reaches the disk is redacted (known credentials); memory keeps the run as is
+        self._redact = redact
         self._journal = JsonlFile(directory / "journal.jsonl", fsync=fsync)
         self._events: dict[str, list[ev.Event]] = {}
         self._states: dict[str, RunState] = {}
@@ -52,7 +56,7 @@ class ThreadStore:
 
     def append(self, run_id: str, event: ev.Event) -> RunState:
         """Persist an event, then fold it into the run's state."""
-        self._journal.append(_record(run_id, event))
+        self._journal.append(self._disk_record(run_id, event))
         self._appended += 1
         events = self._events.setdefault(run_id, [])
         events.append(event)
@@ -62,6 +66,10 @@ class ThreadStore:
             self._remember_finished(run_id, self._events.pop(run_id))
             del self._states[run_id]
         return state
+
+    def _disk_record(self, run_id: str, event: ev.Event) -> dict[str, Any]:
+        record = _record(run_id, event)
+        return self._redact(record) if self._redact is not None else record
 
     def _remember_finished(self, run_id: str, events: list[ev.Event]) -> None:
         self._finished[run_id] = events
@@ -116,7 +124,7 @@ class ThreadStore:
                                 f"{dt.date.today().isoformat()}.jsonl")
             archive.append_many(finished)
             archive.close()
-        self._journal.rewrite(_record(run_id, event)
+        self._journal.rewrite(self._disk_record(run_id, event)
                               for run_id, events in self._events.items() for event in events)
         self._appended = 0
 

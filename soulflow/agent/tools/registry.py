@@ -21,6 +21,7 @@ import logging
 import re
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -30,6 +31,7 @@ from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError, Tool
 from soulflow.security.errors import SecurityError
 from soulflow.security.redact import Redactor
 from soulflow.security.resolve import mask_known_secrets, resolve_secret_references
+from soulflow.security.vault import chat_scope
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +176,9 @@ class ToolRegistry:
         secrets: dict[str, str] = {}
         if ctx.vault is not None:
             try:
-                report = await asyncio.to_thread(resolve_secret_references, params, ctx.vault)
+                report = await asyncio.to_thread(
+                    partial(resolve_secret_references, params, ctx.vault,
+                            chat=chat_scope(ctx.chat.provider, ctx.chat.chat_id)))
             except (SecurityError, OSError) as exc:  # vault-wide: key or file unusable
                 log.error("secret vault unavailable for tool %s: %s", tool.name, exc)
                 return _error(f"secret vault unavailable: {type(exc).__name__}")

@@ -13,6 +13,11 @@ address a request would connect to must be public:
 ``allow_private`` lifts the rule entirely; ``allowed_hosts`` lifts it for named hosts (both
 come from the daemon's configuration). Proxies from the environment are ignored: a proxy
 would connect on our behalf to addresses we never see.
+
+A call whose arguments hold a secret reference sends that secret over the network, so it asks
+the user first, naming the secrets and the host ("sends secret NAME to HOST"). Such a call only
+runs approved, and an approved call follows redirects on the approved host only: an open
+redirect must not carry the secret to a host nobody approved.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from yarl import URL
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.html_text import html_to_text
+from soulflow.security.references import iter_strings
+from soulflow.security.syntax import iter_secret_refs
 
 MAX_BYTES = 2 * 1024 * 1024
 FETCH_TIMEOUT_S = 20.0
@@ -142,18 +149,33 @@ class WebFetchTool(Tool):
         self.policy = AddressPolicy(allow_private=allow_private, allowed_hosts=allowed_hosts)
         self._resolver = resolver
 
+    def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
+        """Sending a secret anywhere is the user's call: name the secrets and the host."""
+        labels: list[str] = []
+        for string in iter_strings(params):
+            for ref in iter_secret_refs(string):
+                if ref.label not in labels:
+                    labels.append(ref.label)
+        if not labels:
+            return None
+        host = _host_for_approval(str(params.get("url", "")))
+        noun = "secret" if len(labels) == 1 else "secrets"
+        return f"sends {noun} {', '.join(labels)} to {host}"
+
     async def run(self, params: Params, ctx: ToolContext) -> str:
         url = _parse_url(params["url"])
         max_chars = params.get("max_chars", DEFAULT_MAX_CHARS)
+        # an approved call (the only way a secret gets here) stays on the approved host
+        pinned = url.host if ctx.approved else None
         try:
             async with asyncio.timeout(FETCH_TIMEOUT_S):
-                return await self._fetch(url, max_chars)
+                return await self._fetch(url, max_chars, pinned)
         except TimeoutError as exc:
             raise ToolError(f"fetching {url} timed out after {FETCH_TIMEOUT_S:g} s") from exc
         except aiohttp.ClientError as exc:
             raise ToolError(f"could not fetch {url}: {type(exc).__name__}: {exc}") from exc
 
-    async def _fetch(self, url: URL, max_chars: int) -> str:
+    async def _fetch(self, url: URL, max_chars: int, pinned: str | None = None) -> str:
         connector = aiohttp.TCPConnector(
             resolver=GuardedResolver(self.policy, self._resolver), use_dns_cache=False
         )
@@ -169,6 +191,11 @@ class WebFetchTool(Tool):
                     location = resp.headers.get("Location")
                     if resp.status in _REDIRECTS and location:
                         url = _parse_url(str(url.join(URL(location))))
+                        if pinned is not None and url.host != pinned:
+                            raise ToolError(
+                                f"the approved request to {pinned} was redirected to "
+                                f"{url.host}; not following it (the approval covers "
+                                f"{pinned} only)")
                         continue
                     body, cut = await _read_limited(resp, MAX_BYTES)
                     return _render(resp, url, body, cut, max_chars)
@@ -182,6 +209,15 @@ class WebFetchTool(Tool):
         except ValueError:
             return
         self.policy.check_address(host, host)
+
+
+def _host_for_approval(raw: str) -> str:
+    """The host as the user should read it; the raw URL's start if it does not parse."""
+    try:
+        host = URL(raw.strip()).host
+    except (ValueError, TypeError):
+        host = None
+    return host or f"the address {raw[:80]!r}"
 
 
 def _normalise_host(host: str) -> str:
