@@ -39,6 +39,7 @@ from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_s
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
+from soulflow.channels.access import AdminPolicy
 from soulflow.channels.capability_commands import (
     make_cron_command,
     make_repl_command,
@@ -59,8 +60,9 @@ from soulflow.providers.factory import build_providers, embedded_model, failover
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.inbound import InboundSealer
-from soulflow.security.redact import Redactor
-from soulflow.security.vault import SecretVault
+from soulflow.security.protected import open_vault
+from soulflow.security.redact import Redactor, install_log_redaction
+from soulflow.security.redacting_provider import RedactingProvider
 from soulflow.session.store import SessionStore
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
@@ -79,9 +81,13 @@ class Runtime:
         self._lock = lock
         runtime_dir = settings.runtime_dir
         fsync = settings["JOURNAL_FSYNC"]
-        self.redactor = Redactor.from_environ()
+        # one redactor for every sink: logs, sessions, journals, events, model requests; it
+        # knows the environment's and .env's credentials and learns every secret a tool opens
+        self.redactor = Redactor.for_settings(settings)
+        self._uninstall_log_redaction = install_log_redaction(self.redactor)
+        self.admins = AdminPolicy.from_settings(settings)
         self.hub = EventHub(redact=self.redactor.redact_obj)
-        self.vault = SecretVault(runtime_dir / "security")
+        self.vault = open_vault(settings)  # the key where SOULFLOW_MASTER_KEY_FILE says
         self.bus = MessageBus(
             runtime_dir, fsync=fsync, outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
             policy=RetryPolicy(
@@ -111,6 +117,7 @@ class Runtime:
                                       max_context_tokens=max_context)
         self.sandbox = CodeSandbox()  # exec, python_repl and /repl; probed on first use
         self.tools = build_default_registry(
+            redactor=self.redactor,
             sandbox=self.sandbox,
             allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
             allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
@@ -137,13 +144,14 @@ class Runtime:
             grouping_window_s=(settings.seconds_from_ms("CHANNEL_GROUPING_WINDOW_MS")
                                if settings.flag("CHANNEL_GROUPING_ENABLED") else None),
             grouping_max=settings["CHANNEL_GROUPING_MAX"],
-            max_inbound_chars=settings["MAX_INBOUND_CHARS"], sealer=InboundSealer(self.vault),
+            max_inbound_chars=settings["MAX_INBOUND_CHARS"],
+            sealer=InboundSealer(self.vault, self.admins.is_admin),
             on_event=self.hub.publish, fold_max=settings["CHANNEL_FOLD_MAX"],
             read_policy=ReadPolicy(
                 stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
                 restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
             redact=self.redactor.redact)
-        self.manager.commands.register("secret", make_secret_command(self.vault))
+        self.manager.commands.register("secret", make_secret_command(self.vault, self.admins))
         self.manager.commands.register("repl", make_repl_command(self.sandbox))
         self.manager.commands.register("render", render_command)
         self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
@@ -169,14 +177,15 @@ class Runtime:
         if missing:
             raise ConfigError(f"PROVIDER_FALLBACKS names {', '.join(missing)}, which "
                               "is not configured (see docs/config.md for its settings)")
-        chain = self.providers.chain(order or None)
+        chain = RedactingProvider(self.providers.chain(order or None), self.redactor)
         threshold = int(self.settings["MEMORY_CONSOLIDATION_THRESHOLD"])
         if threshold and not self._tiny_model:
             self.consolidator = Consolidator(
                 self.sessions, self.memory, lambda: chain,
                 ConsolidationPolicy(threshold_messages=threshold,
                                     keep_last=int(self.settings["MEMORY_CONSOLIDATION_KEEP_LAST"])))
-        self.threads = ThreadStore(runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"])
+        self.threads = ThreadStore(runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"],
+                                   redact=self.redactor.redact_strings)
         return AgentLoop(self.threads, lambda: chain, self.tools, self.context.system_prompt,
                          self._tool_context, max_turns=self.settings["AGENT_MAX_TURNS"])
 
@@ -295,6 +304,7 @@ class Runtime:
             self.threads.close()
         (self.settings.runtime_dir / DAEMON_INFO_FILE).unlink(missing_ok=True)
         self._lock.release()
+        self._uninstall_log_redaction()
         log.info("SoulFlow stopped")
 
     def _sync_all(self) -> None:
