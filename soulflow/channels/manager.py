@@ -40,6 +40,7 @@ from soulflow.security.references import (
     inspect_secret_references_for_orchestration,
     secret_resolution_required_message,
 )
+from soulflow.security.vault import chat_scope
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +285,8 @@ class ChannelManager:
             self._complete(keys, "ignored", "empty message")
             return
         if self.sealer is not None:
-            report = inspect_secret_references_for_orchestration(text, self.sealer.vault)
+            report = inspect_secret_references_for_orchestration(
+                text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
                 self._publish(first, secret_resolution_required_message(report))
                 self._complete(keys, "failed", "secret_resolution_required")
