@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow import __version__
-from soulflow.agent.approvals import ApprovalMessages
+from soulflow.agent.approvals import ApprovalMessages, ApproverPolicy
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -127,7 +127,8 @@ class Runtime:
         self.approvals = ApprovalMessages(runtime_dir / "approvals" / "messages.json")
         self.consolidator: Consolidator | None = None  # set by _build_loop with a provider
         self.agent = AgentDomain(self.context, self.sessions, self._build_loop(runtime_dir),
-                                 self.approvals, on_turn_finished=self._after_turn)
+                                 self.approvals, on_turn_finished=self._after_turn,
+                                 approvers=ApproverPolicy(self.admins.is_admin))
         self.channels = ChannelRegistry()
         self.local = LocalChannel(runtime_dir / "local",
                                   send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
