@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from soulflow import __version__
 from soulflow.config import ConfigError, Settings, load_settings
@@ -104,11 +105,33 @@ def cmd_status(args: argparse.Namespace) -> int:
         local = state["local_model"]
         print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "
               f"{local['rss_mb']} MB, restarts={local['restarts']})")
-    print(f"  channels   {', '.join(c['name'] for c in state['channels'])}")
+    _print_channels(state)
     print("  queues     " + ", ".join(f"{k}={v}" for k, v in queues.items()))
     print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
     print(f"  sessions   {len(state['sessions'])}")
     return 0
+
+
+def _print_channels(state: dict[str, Any]) -> None:
+    """Each channel's health, and the inbound messages set aside as poison (latest three)."""
+    print("  channels")
+    for channel in state["channels"]:
+        line = f"    {channel['name']:<10} {channel.get('status', '?')}"
+        if channel.get("consecutive_failures"):
+            line += f", {channel['consecutive_failures']} failed read(s) in a row"
+        if channel.get("send_failures"):
+            line += f", {channel['send_failures']} failed send(s) in a row"
+        if channel.get("restarts"):
+            line += f", restarted {channel['restarts']}x"
+        if channel.get("last_error"):
+            line += f"; last error: {channel['last_error'][:120]}"
+        print(line)
+    count = state["queues"].get("inbound_dlq", 0)
+    if count:
+        print(f"  quarantined {count} inbound message(s); see `soulflow dlq list --inbound`")
+        for entry in (state.get("inbound_dlq") or [])[-3:]:
+            print(f"    {entry['provider']}:{entry['chat_id']} at {entry['stage']}: "
+                  f"{entry['error'][:100]}")
 
 
 def cmd_secret(args: argparse.Namespace) -> int:
@@ -169,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
     dlq_list = dlq_sub.add_parser("list", parents=[common], help="list dead letters")
     dlq_list.add_argument("--json", action="store_true", help="print JSON lines")
+    dlq_list.add_argument("--inbound", action="store_true",
+                          help="list quarantined inbound messages (poison input) instead")
     dlq_replay = dlq_sub.add_parser("replay", parents=[common],
                                     help="put dead letters back in the outbox")
     dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")

@@ -23,7 +23,8 @@ def _offline(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
         bus = MessageBus(settings.runtime_dir)
         try:
             if args.dlq_command == "list":
-                return {"entries": [e.to_dict() for e in bus.dlq.entries()]}
+                letters = bus.inbound_dlq if getattr(args, "inbound", False) else bus.dlq
+                return {"entries": [e.to_dict() for e in letters.entries()]}
             if args.dlq_command == "replay":
                 return {"replayed": bus.replay_dlq(args.ids or None)}
             return {"purged": bus.dlq.purge()}
@@ -34,7 +35,7 @@ def _offline(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
 
 def _online(client: DaemonClient, args: argparse.Namespace) -> dict[str, Any]:
     if args.dlq_command == "list":
-        return client.get("/api/dlq")
+        return client.get("/api/dlq?inbound=1" if getattr(args, "inbound", False) else "/api/dlq")
     if args.dlq_command == "replay":
         return client.post("/api/dlq/replay", {"ids": args.ids or None})
     return client.post("/api/dlq/purge")
@@ -48,6 +49,9 @@ def run_dlq_command(settings: Settings, args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
             for entry in entries:
                 print(json.dumps(entry, ensure_ascii=False))
+            return 0
+        if getattr(args, "inbound", False):
+            _print_inbound(entries)
             return 0
         if not entries:
             print("The DLQ is empty.")
@@ -64,3 +68,14 @@ def run_dlq_command(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     print(f"Purged {result['purged']} dead letter(s).")
     return 0
+
+
+def _print_inbound(entries: list[dict[str, Any]]) -> None:
+    """Quarantined inbound messages: where they came from, the stage that failed, why."""
+    if not entries:
+        print("No inbound message has been quarantined.")
+    for entry in entries:
+        when = dt.datetime.fromtimestamp(entry["at"]).isoformat(timespec="seconds")
+        preview = (entry.get("content") or entry.get("raw") or "").replace("\n", " ")[:60]
+        print(f"{when}  {entry['provider']}:{entry['chat_id']}  {entry['message_id']}  "
+              f"from={entry['sender_id']}  {entry['stage']}: {entry['error'][:80]}  | {preview}")

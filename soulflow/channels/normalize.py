@@ -50,6 +50,23 @@ def normalize_value(value: Any, depth: int = 0) -> Any:
     return value
 
 
+def scrub_surrogates(value: Any, depth: int = 0) -> Any:
+    """A platform's raw update with lone surrogates replaced, nothing else changed.
+
+    For adapters whose parsing itself chokes on them (Telegram counts UTF-16 offsets): U+FFFD
+    is one UTF-16 unit like the surrogate it replaces, so entity offsets stay right.
+    """
+    if isinstance(value, str):
+        return _SURROGATE.sub(REPLACEMENT, value) if _SURROGATE.search(value) else value
+    if depth > 50:
+        return value
+    if isinstance(value, dict):
+        return {k: scrub_surrogates(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_surrogates(v, depth + 1) for v in value]
+    return value
+
+
 def normalize_inbound(message: InboundMessage) -> InboundMessage:
     """Normalise every text-bearing field of `message` in place (and return it)."""
     message.text = normalize_text(message.text)

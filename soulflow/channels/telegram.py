@@ -24,6 +24,7 @@ from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, Teleg
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
 from soulflow.channels.files import write_file_atomically
+from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram_format import (
@@ -243,7 +244,10 @@ class TelegramChannel(ChannelAdapter):
 
     def _convert_safely(self, raw: Any) -> InboundMessage | None:
         try:
-            return self._parser.parse(raw)
+            try:
+                return self._parser.parse(raw)
+            except UnicodeError:  # a lone surrogate ("\ud800" is valid JSON): replace, retry
+                return self._parser.parse(scrub_surrogates(raw))
         except Exception as exc:  # a broken update must never take the others with it
             update_id = raw.get("update_id") if isinstance(raw, dict) else None
             log.warning("telegram: update %s could not be read (%s: %s); quarantined",

@@ -210,6 +210,9 @@ class DashboardService:
     # -- DLQ -----------------------------------------------------------------------------
 
     async def _api_dlq_list(self, request: web.Request) -> web.Response:
+        if request.query.get("inbound") in ("1", "true"):  # quarantined inbound messages
+            return web.json_response({"ok": True, "entries": [
+                e.to_dict() for e in self._bus.inbound_dlq.entries()]})
         return web.json_response({"ok": True,
                                   "entries": [e.to_dict() for e in self._bus.dlq.entries()]})
 
