@@ -88,8 +88,11 @@ def test_bad_input_leaves_the_daemon_up(make_daemon, fake_llm) -> None:
     raw = daemon.api("POST", "/api/chat", content=b'{"text": "\xff\xfe"}',
                      headers={"Content-Type": "application/json"})
     assert raw.status_code == 400 and "not valid UTF-8" in raw.json()["error"]
-    not_json = daemon.api("POST", "/api/chat", content=b"{nope")
+    not_json = daemon.api("POST", "/api/chat", content=b"{nope",
+                          headers={"Content-Type": "application/json"})
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]
+    untyped = daemon.api("POST", "/api/chat", content=b'{"text": "x"}')  # JSON, not labelled
+    assert untyped.status_code == 415 and "application/json" in untyped.json()["error"]
     wrong_type = daemon.api("POST", "/api/chat", json={"text": 42})
     assert wrong_type.status_code == 400
     bad_chat = daemon.api("POST", "/api/chat", json={"text": "x", "chat_id": "../../etc"})
