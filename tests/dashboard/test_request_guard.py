@@ -175,6 +175,7 @@ async def test_html_form_posts_are_refused_and_change_nothing(rig: Rig) -> None:
 async def test_the_same_origin_page_and_the_cli_are_served(rig: Rig) -> None:
     page = await rig.http.get("/")
     assert page.status_code == 200 and "application/json" in page.text
+    assert "code sandbox: ${s.sandbox.mode}" in page.text  # which wall code runs behind
     assert page.headers["X-Frame-Options"] == "DENY"
     browser = {"Origin": rig.own_origin, "Sec-Fetch-Site": "same-origin"}
     assert (await rig.http.get("/api/state", headers={"Sec-Fetch-Site": "same-origin"})
