@@ -75,8 +75,11 @@ class AgentDomain:
     def __init__(self, context: ContextBuilder, sessions: SessionStore,
                  loop: AgentLoop | None, approvals: ApprovalMessages | None = None, *,
                  on_turn_finished: Callable[[str], None] | None = None,
-                 approvers: ApproverPolicy | None = None) -> None:
+                 approvers: ApproverPolicy | None = None,
+                 redact: Callable[[str], str] | None = None) -> None:
         self.context = context
+        # a reply is the model's text on its way to people: known credentials never go along
+        self._redact = redact
         self.approvers = approvers or ApproverPolicy()  # default: no admins, never open
         self.on_turn_finished = on_turn_finished  # e.g. schedule memory consolidation
         self.sessions = sessions
@@ -179,7 +182,8 @@ class AgentDomain:
         assert self.loop is not None
         outcome: RunOutcome = await self.loop.drive(run_id, abort)
         state = self.loop.store.state(run_id)
-        reply = AgentReply(outcome.text, _STATUS_OF_RUN.get(outcome.status, "answered"),
+        text = self._redact(outcome.text) if self._redact is not None else outcome.text
+        reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, "answered"),
                            error=state.error if outcome.status == ev.FAILED else None,
                            run_id=run_id, approval_id=outcome.approval_id)
         if outcome.status in ev.FINISHED and self.approvals is not None:
