@@ -128,7 +128,8 @@ class Runtime:
         self.consolidator: Consolidator | None = None  # set by _build_loop with a provider
         self.agent = AgentDomain(self.context, self.sessions, self._build_loop(runtime_dir),
                                  self.approvals, on_turn_finished=self._after_turn,
-                                 approvers=ApproverPolicy(self.admins.is_admin))
+                                 approvers=ApproverPolicy(self.admins.is_admin),
+                                 redact=self.redactor.redact)
         self.channels = ChannelRegistry()
         self.local = LocalChannel(runtime_dir / "local",
                                   send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
@@ -215,7 +216,8 @@ class Runtime:
                             f"(configured: {', '.join(self.channels.names())})")
         chat = {"provider": message.provider, "chat_id": message.chat_id,
                 "thread_id": message.thread_id}
-        self.manager.publish_to_chat(chat, message.content, message.metadata,
+        self.manager.publish_to_chat(chat, self.redactor.redact(message.content),
+                                     message.metadata,
                                      reply_to=message.reply_to)  # split per platform limits
 
     async def _request_file_from_tool(self, chat: dict[str, Any], description: str) -> None:
