@@ -55,7 +55,7 @@ PERMANENT_ERRORS = BOT_TOKEN_REJECTED | {
 #: Rejections of the converted text itself: worth one more try as plain text.
 CONTENT_ERRORS = frozenset({"msg_too_long", "invalid_blocks", "invalid_blocks_format", "no_text"})
 _NAME_LOOKUP_S = 3.0
-_FEEDBACK_TIMEOUT_S = 5
+_REPLY_TIMEOUT_S = 30.0  # slack_sdk's own default
 
 
 class SlackStartError(RuntimeError):
@@ -91,7 +91,7 @@ class SlackChannel(ChannelAdapter):
                  api_url: str = DEFAULT_API_URL, default_channel: str | None = None,
                  poll_interval_s: float = 2.0, max_download_bytes: int = 20 * 2**20,
                  send_interval_s: float = 1.0, thread_follow_s: float = 3600,
-                 socket_ping_interval_s: float = 5.0) -> None:
+                 socket_ping_interval_s: float = 5.0, feedback_timeout_s: float = 5.0) -> None:
         self.limits = ChannelLimits(max_text=3500, chunk_size=3400,
                                     file_fallback_threshold=14_000,
                                     send_interval_s=send_interval_s)
@@ -103,6 +103,7 @@ class SlackChannel(ChannelAdapter):
         self.max_download_bytes = max_download_bytes
         self.thread_follow_s = thread_follow_s
         self.socket_ping_interval_s = socket_ping_interval_s
+        self.feedback_timeout_s = feedback_timeout_s
         self.bot_user_id = ""
         self.team = ""
         self._state = state
@@ -126,7 +127,9 @@ class SlackChannel(ChannelAdapter):
         if not self.socket_mode and not self.default_channel:
             raise SlackStartError("SLACK_DEFAULT_CHANNEL is required when SLACK_APP_TOKEN is "
                                   "not set (polling mode reads one channel's history)")
-        self._session = aiohttp.ClientSession()
+        # slack_sdk applies its `timeout` only to sessions it creates itself, never to one
+        # passed in: the bound must be on the session, or a hung call waits aiohttp's 300 s
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_REPLY_TIMEOUT_S))
         self._web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
                                    session=self._session)
         self._start_feedback_client()
@@ -191,10 +194,10 @@ class SlackChannel(ChannelAdapter):
         timeout and no retry handlers, so a burst of read-acks (or a 429 on them) can never
         hold a connection or a retry a reply needs."""
         connector = aiohttp.TCPConnector(limit=BEST_EFFORT_CONNECTIONS)
-        self._feedback_session = aiohttp.ClientSession(connector=connector)
+        self._feedback_session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=self.feedback_timeout_s))
         self._feedback_web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
-                                            session=self._feedback_session,
-                                            timeout=_FEEDBACK_TIMEOUT_S, retry_handlers=[])
+                                            session=self._feedback_session, retry_handlers=[])
 
     async def stop(self) -> None:
         socket, self._socket = self._socket, None

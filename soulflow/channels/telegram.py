@@ -65,7 +65,7 @@ class TelegramChannel(ChannelAdapter):
     def __init__(self, *, token: str, state: ChannelState,
                  api_url: str = "https://api.telegram.org", poll_timeout_s: int = 25,
                  max_download_bytes: int = 20 * 2**20, send_interval_s: float = 1.0,
-                 retry_delay_s: float = 1.0) -> None:
+                 retry_delay_s: float = 1.0, feedback_timeout_s: float = 5.0) -> None:
         self.limits = ChannelLimits(max_text=4096, chunk_size=4000,
                                     file_fallback_threshold=14_000,
                                     send_interval_s=send_interval_s)
@@ -74,6 +74,7 @@ class TelegramChannel(ChannelAdapter):
         self.poll_timeout_s = poll_timeout_s
         self.max_download_bytes = max_download_bytes
         self.retry_delay_s = retry_delay_s
+        self.feedback_timeout_s = feedback_timeout_s
         self._token = token
         self._bot: Bot | None = None
         self._feedback_bot: Bot | None = None
@@ -129,8 +130,9 @@ class TelegramChannel(ChannelAdapter):
     async def _start_feedback_bot(self) -> None:
         """A second `Bot` for best-effort calls, never retried and bounded by short timeouts.
         Only its request is initialised: these calls need no getMe."""
-        request = AiohttpRequest(pool_size=BEST_EFFORT_CONNECTIONS, connect_timeout=5.0,
-                                 read_timeout=5.0, write_timeout=5.0, pool_timeout=1.0)
+        limit = self.feedback_timeout_s
+        request = AiohttpRequest(pool_size=BEST_EFFORT_CONNECTIONS, connect_timeout=limit,
+                                 read_timeout=limit, write_timeout=limit, pool_timeout=1.0)
         await request.initialize()
         self._feedback_request = request
         self._feedback_bot = Bot(self._token, base_url=f"{self.api_url}/bot",
