@@ -15,6 +15,8 @@ import pytest
 from tests.security.samples import JWT, OPENAI_KEY, PEM, VISA_TEST_CARD
 
 PASSWORD = "Hunter2-Correct-Horse"
+# kept only in the workspace's .env, shaped like nothing: only the settings say it is secret
+ENV_CANARY = "canary-only-in-dotenv-5b1f9e"
 REF = re.compile(r"\{\{secret:([A-Za-z0-9_.\-]+)\}\}")
 
 
@@ -23,7 +25,8 @@ class Recorder(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         Recorder.received.extend(parse_qs(urlparse(self.path).query).get("pw", []))
-        body = b"welcome"
+        # /leak plays a page that (for whatever reason) shows the daemon's own credential
+        body = f"config dump: {ENV_CANARY}".encode() if self.path == "/leak" else b"welcome"
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
@@ -74,7 +77,11 @@ def test_canary_secrets_are_sealed_everywhere_but_reach_the_tool(make_daemon, fa
         "url": f"{login_server}/login?pw={{{{secret:{password_ref}}}}}"})
     fake_llm.script_reply("Logged in.")
     second = daemon.say("log in with my password")
-    assert daemon.wait_reply(second)["content"] == "Logged in."
+    reply = daemon.wait_reply(second)["content"]
+    # sending a secret over the network is the user's call, and names where it goes
+    assert "sends secret" in reply and "127.0.0.1" in reply, reply
+    assert Recorder.received == []
+    assert daemon.wait_reply(daemon.say("yes"))["content"] == "Logged in."
     assert Recorder.received == [PASSWORD]  # the tool got the real value
 
     daemon.api("GET", "/api/state")
@@ -131,3 +138,30 @@ def test_secret_command_and_cli(make_daemon, fake_llm) -> None:
     key = daemon.workspace / "runtime" / "security" / "master.key"
     assert key.stat().st_mode & 0o777 == 0o600
     assert key.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_credential_only_in_dotenv_is_redacted_in_every_sink(make_daemon, fake_llm,
+                                                               login_server: str) -> None:
+    """The page a tool fetches shows a token the daemon only knows from `.env`; the model
+    (scripted) repeats it. Nothing outside `.env` may hold it: no file, log line, dashboard
+    response, event or model request."""
+    daemon = make_daemon(WEB_FETCH_ALLOWED_HOSTS="127.0.0.1")
+    (daemon.workspace / ".env").write_text(f"MY_SERVICE_TOKEN={ENV_CANARY}\n")
+    daemon.start()
+    fake_llm.script_tool_call("web_fetch", {"url": f"{login_server}/leak"})
+    fake_llm.script_reply(f"The page shows {ENV_CANARY}, I will remember it.")
+    reply = daemon.wait_reply(daemon.say("what does the config page say?"))["content"]
+    assert ENV_CANARY not in reply and "[REDACTED]" in reply
+    fake_llm.script_reply("Nothing more.")
+    daemon.wait_reply(daemon.say("and now?"))  # the next request carries the history
+    assert len(fake_llm.requests) == 3
+    responses = [daemon.api("GET", "/api/state").text,
+                 daemon.api("GET", "/api/chat/test/messages").text,
+                 json.dumps([r.json for r in fake_llm.requests])]
+    daemon.stop()
+    for text in responses:
+        assert ENV_CANARY not in text
+    assert ENV_CANARY not in daemon.log()
+    leaked = [p for p in files_containing(daemon.workspace, [ENV_CANARY])
+              if not p.startswith(str(daemon.workspace / ".env") + ":")]
+    assert leaked == []
