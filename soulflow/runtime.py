@@ -115,7 +115,7 @@ class Runtime:
                                       self.sessions,
                                       history_messages=settings["AGENT_HISTORY_MESSAGES"],
                                       max_context_tokens=max_context)
-        self.sandbox = CodeSandbox()  # exec, python_repl and /repl; probed on first use
+        self.sandbox = CodeSandbox(settings)  # exec, python_repl, /repl; probed on first use
         self.tools = build_default_registry(
             redactor=self.redactor,
             sandbox=self.sandbox,

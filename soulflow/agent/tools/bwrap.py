@@ -150,7 +150,10 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> 
         argv += ["--bind", str(spec.scratch), SCRATCH]
     for path in spec.rw_binds:
         argv += ["--bind", str(path), str(path)]
+    visible = _visible_roots(spec)
     for mask in spec.masks:
+        if not any(mask.is_relative_to(root) for root in visible):
+            continue  # not mounted in this sandbox at all: nothing to hide
         if mask.is_dir():
             argv += ["--tmpfs", str(mask)]
         else:
@@ -159,6 +162,12 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> 
     for name, value in spec.env.items():
         argv += ["--setenv", name, value]
     return [*argv, "--", *inner]
+
+
+def _visible_roots(spec: SandboxSpec) -> list[Path]:
+    """Host paths that appear at the same path inside (where a mask would be needed)."""
+    roots = [Path(d) for d in SYSTEM_DIRS] + python_roots() + list(spec.rw_binds)
+    return roots + [Path(name) for name in ETC_FILES]
 
 
 def _system_mounts() -> list[str]:

@@ -18,12 +18,15 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 _PREFIX = "soulflow-sandbox-"
+_CLOSE_WITHIN_S = 10.0
+_CLOSE_POLL_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +44,14 @@ class PidsCgroup:
             return [int(line) for line in self.procs_file.read_text().split() if line]
         return []
 
-    def close(self) -> None:
-        """Kill whatever is left in the cgroup, then remove it (a few retries while they die)."""
-        for _ in range(100):
-            pids = self.pids()
-            for pid in pids:
+    def close(self, within_s: float = _CLOSE_WITHIN_S) -> None:
+        """Kill whatever is left in the cgroup, then remove it, retrying while they die.
+
+        Blocking (it sleeps between tries): call it from a worker thread.
+        """
+        deadline = time.monotonic() + within_s
+        while True:
+            for pid in self.pids():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             try:
@@ -53,9 +59,12 @@ class PidsCgroup:
                 return
             except FileNotFoundError:
                 return
-            except OSError:
-                os.sched_yield()  # EBUSY until the killed processes are reaped
-        log.warning("could not remove sandbox cgroup %s", self.path)
+            except OSError:  # EBUSY until the killed processes are reaped
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(_CLOSE_POLL_S)
+        log.warning("could not remove sandbox cgroup %s; %d process(es) still in it",
+                    self.path, len(self.pids()))
 
 
 class PidsCgroups:

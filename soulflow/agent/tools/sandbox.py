@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from soulflow.agent.tools.bwrap import (
     LIMITS_LAUNCHER,
@@ -31,6 +32,9 @@ from soulflow.agent.tools.bwrap import (
 from soulflow.agent.tools.pids_cgroup import PidsCgroups
 from soulflow.agent.tools.process import OutputPipe, kill_process_group, wait_or_kill
 from soulflow.agent.tools.sandbox_masks import masked_paths
+
+if TYPE_CHECKING:  # pragma: no cover
+    from soulflow.config import Settings
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _CGROUP_SPARE_PIDS = 4  # bwrap itself, its pid-namespace init and the launcher
@@ -51,8 +55,12 @@ class SandboxRun:
 class CodeSandbox:
     """Detection, per-call specs and the run itself; no state beyond the cached probe."""
 
-    def __init__(self, detector: BwrapDetector | None = None, cgroups: PidsCgroups | None = None,
+    def __init__(self, settings: Settings | None = None, *,
+                 detector: BwrapDetector | None = None, cgroups: PidsCgroups | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
+        """``settings`` say where the vault key is (``SOULFLOW_MASTER_KEY_FILE``), so `exec`
+        masks it there; ``environ`` is only read for ``LANG``."""
+        self.settings = settings
         self.detector = detector or BwrapDetector()
         self.cgroups = cgroups or PidsCgroups()
         self._environ = environ
@@ -77,7 +85,7 @@ class CodeSandbox:
         env = {"PATH": DEFAULT_PATH, "HOME": str(real), "PWD": str(real),
                "LANG": environ.get("LANG") or "C.UTF-8", "TERM": "dumb"}
         return SandboxSpec(cwd=str(real), env=env, rw_binds=(real,),
-                           masks=tuple(masked_paths(real, environ)), network=network)
+                           masks=tuple(masked_paths(real, self.settings)), network=network)
 
     @staticmethod
     def python_spec(scratch: Path) -> SandboxSpec:

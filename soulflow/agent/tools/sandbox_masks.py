@@ -6,47 +6,39 @@ vault key wherever ``SOULFLOW_MASTER_KEY_FILE`` puts it. Directories are covered
 tmpfs and files by ``/dev/null``; the masks are mounts, so a symlink, ``..`` or
 ``/proc/self/root`` path to them lands on the mask too.
 
-This is the one list the sandbox uses; it takes the workspace and the environment so it
-follows wherever the key lives.
+The list itself is `soulflow.security.protected.protected_paths` (the same one the file tools
+refuse), so it follows the key wherever the settings put it. This module only adds ``.env*``
+files in subdirectories (that list names the root ones) and turns paths into real paths a
+mount can cover.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-KEY_FILE_ENV = "SOULFLOW_MASTER_KEY_FILE"
-RUNTIME_DIR = "runtime"
-DEFAULT_KEY_FILE = Path(RUNTIME_DIR) / "security" / "master.key"
-# .env files are looked for this deep and no further, skipping trees that never hold them
+from soulflow.security.protected import RUNTIME_DIR, protected_paths
+
+if TYPE_CHECKING:  # pragma: no cover
+    from soulflow.config import Settings
+
+# .env files are looked for this far and no further, skipping trees that never hold them
 _MAX_SCANNED = 20_000
-_SKIPPED_DIRS = frozenset({RUNTIME_DIR, ".git", "node_modules", ".venv", "__pycache__"})
+_SKIPPED_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
 
 
-def masked_paths(workspace: Path, environ: Mapping[str, str] | None = None) -> list[Path]:
-    """Existing paths the sandbox must hide, absolute; directories first, then files."""
+def masked_paths(workspace: Path, settings: Settings | None = None) -> list[Path]:
+    """Existing real paths the sandbox must hide; directories first, and nothing that lies
+    inside an already hidden directory."""
     workspace = Path(workspace).resolve()
-    env = os.environ if environ is None else environ
-    # directories first, so files inside them are recognised as already hidden
-    candidates: list[Path] = [workspace / RUNTIME_DIR, workspace / DEFAULT_KEY_FILE]
-    key_file = env.get(KEY_FILE_ENV, "").strip()
-    if key_file:
-        key = Path(key_file).expanduser()
-        candidates.append(key if key.is_absolute() else workspace / key)
-    candidates.extend(_env_files(workspace))
-    seen: set[Path] = set()
-    dirs: list[Path] = []
-    files: list[Path] = []
-    for path in candidates:
-        real = _real(path)
-        if real is None or real in seen:
-            continue
-        if any(real.is_relative_to(d) for d in dirs):
-            continue  # already hidden by a masked directory
-        seen.add(real)
-        (dirs if real.is_dir() else files).append(real)
-    return sorted(dirs) + sorted(files)
+    candidates = protected_paths(workspace, settings).mask_paths() + _nested_env_files(workspace)
+    reals = {real for real in map(_real, candidates) if real is not None}
+    dirs = sorted(p for p in reals if p.is_dir())
+    files = sorted(p for p in reals if not p.is_dir())
+    kept_dirs = [d for d in dirs if not any(d != o and d.is_relative_to(o) for o in dirs)]
+    kept_files = [f for f in files if not any(f.is_relative_to(d) for d in kept_dirs)]
+    return kept_dirs + kept_files
 
 
 def _real(path: Path) -> Path | None:
@@ -57,13 +49,16 @@ def _real(path: Path) -> Path | None:
         return None
 
 
-def _env_files(workspace: Path) -> list[Path]:
-    """Every ``.env*`` file in the workspace (top level always, subdirectories up to a cap)."""
+def _nested_env_files(workspace: Path) -> list[Path]:
+    """``.env*`` files below the workspace root (any letter case), up to a scan cap."""
     found: list[Path] = []
     scanned = 0
     for root, dirnames, filenames in os.walk(workspace):
-        dirnames[:] = [d for d in dirnames if d not in _SKIPPED_DIRS]
-        found.extend(Path(root) / name for name in filenames if name.startswith(".env"))
+        top = Path(root) == workspace
+        dirnames[:] = [d for d in dirnames
+                       if d not in _SKIPPED_DIRS and not (top and d == RUNTIME_DIR)]
+        if not top:
+            found.extend(Path(root) / n for n in filenames if n.casefold().startswith(".env"))
         scanned += len(dirnames) + len(filenames)
         if scanned > _MAX_SCANNED:
             break
