@@ -4,11 +4,14 @@ Standard library only, with no package imports: the sandbox child loads this fil
 an isolated interpreter (``python -I -S``) and re-checks the code itself, so the rules hold
 even if the parent's check were bypassed.
 
-The rules close the classic escapes from restricted Python: every route from an ordinary
-object to the interpreter's internals goes through an underscore attribute
-(``().__class__.__bases__[0].__subclasses__()``, ``f.__globals__``), a frame or code object
-(``gen.gi_frame.f_back.f_globals``), a reflective builtin (``getattr``, ``vars``, ``eval``) or an
-import. None of those can be written. The process limits in the runner are the second wall.
+These rules are an early, friendly refusal, **not the security boundary**: they tell the model
+at once, with a line number, why its code will not run (an import, an underscore attribute
+like ``().__class__.__bases__[0].__subclasses__()``, a frame such as ``gen.gi_frame``, a
+reflective builtin like ``getattr``), instead of letting it discover that the sandbox has no
+files or network. Restricted Python has been escaped before (a metaclass built with
+``type()`` plus a ``match`` class pattern reached a module's globals), so the boundary is the
+kernel: the code runs in bubblewrap (see `soulflow.agent.tools.sandbox`), where even code
+that gets past these rules can touch only its scratch directory.
 """
 
 from __future__ import annotations

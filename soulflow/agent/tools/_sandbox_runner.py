@@ -1,5 +1,9 @@
 """Child side of the Python sandbox; run as ``python -I -S _sandbox_runner.py MEM_MB CPU_S MAXOUT``.
 
+It runs inside the bubblewrap sandbox (the boundary); what it does here - re-validating, a
+namespace of whitelisted names, tight self-imposed limits - gives friendly errors and a second
+layer, not the wall.
+
 Reads the code from stdin, re-validates it (defence in depth: the parent already did), builds
 a namespace holding only whitelisted builtins and read-only proxies of the safe modules, sets
 its own resource limits, runs the code and reports on stderr as one marked JSON line.
