@@ -196,6 +196,11 @@ class ProtectedPaths:
             st = path.stat()
         except OSError:
             return None
+        return self.check_opened(st)
+
+    def check_opened(self, st: os.stat_result) -> str | None:
+        """The inode rule on an already opened file's ``fstat``: what a reader checks after
+        ``open`` so a path swapped between the check and the open cannot slip through."""
         if not stat.S_ISREG(st.st_mode):
             return None
         ident = (st.st_dev, st.st_ino)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.agent.tools import build_default_registry
-from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools import build_default_registry, files
+from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.security.protected import chat_dir_name, protected_paths
 from soulflow.security.vault import SecretVault
@@ -185,3 +185,16 @@ def test_mask_paths_for_sandboxes(ws: Path, vault: SecretVault, tmp_path: Path) 
     elsewhere = protected_paths(ws, key_file=outside_key)
     assert outside_key.resolve() in elsewhere.mask_paths()
     assert elsewhere.check(outside_key.resolve()) is not None
+
+
+def test_the_read_checks_the_opened_file_again(ws: Path, vault: SecretVault) -> None:
+    """A path that passed the check but was swapped before the read (here: handed over
+    directly) is refused on the open descriptor."""
+    os.link(vault.key_path, ws / "swapped.txt")
+    (ws / "sym.txt").symlink_to(ws / "notes.md")
+    guard = protected_paths(ws, key_file=vault.key_path)
+    with pytest.raises(ToolError, match="protected"):
+        files._read_text(ws / "swapped.txt", "swapped.txt", guard)
+    with pytest.raises(ToolError, match="could not open"):
+        files._read_text(ws / "sym.txt", "sym.txt", guard)  # a last-hop link is not followed
+    assert files._read_text(ws / "notes.md", "notes.md", guard) == "ordinary notes\n"

@@ -56,7 +56,7 @@ class ReadFileTool(Tool):
     async def run(self, params: Params, ctx: ToolContext) -> str:
         path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True,
                                     guard=guard_for(ctx))
-        text = await asyncio.to_thread(_read_text, path, params["path"])
+        text = await asyncio.to_thread(_read_text, path, params["path"], guard_for(ctx))
         offset, limit = params.get("offset"), params.get("limit")
         if offset is None and limit is None:
             return text
@@ -122,7 +122,7 @@ class EditFileTool(Tool):
     async def run(self, params: Params, ctx: ToolContext) -> str:
         path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True,
                                     guard=guard_for(ctx))
-        text = await asyncio.to_thread(_read_text, path, params["path"])
+        text = await asyncio.to_thread(_read_text, path, params["path"], guard_for(ctx))
         old, new = params["old_text"], params["new_text"]
         expected = params.get("count", 1)
         found = text.count(old)
@@ -179,19 +179,33 @@ class ListDirTool(Tool):
 # ----------------------------------------------------------------- helpers (run in threads)
 
 
-def _read_text(path: Path, shown: str) -> str:
-    """The file as text; clear errors for directories, big files and binary content."""
+def _read_text(path: Path, shown: str, guard: ProtectedPaths) -> str:
+    """The file as text; clear errors for directories, big files and binary content.
+
+    ``path`` is already resolved and checked; it is opened without following a final symlink
+    and checked again on the open descriptor, so a swap between the check and the read (a
+    concurrent command replacing the file with a link to the key) reads nothing.
+    """
     if path.is_dir():
         raise ToolError(f"'{shown}' is a directory; use list_dir")
     if not path.is_file():
         raise ToolError(f"'{shown}' is not a regular file (device, socket or pipe)")
-    size = path.stat().st_size
-    if size > MAX_READ_BYTES:
-        raise ToolError(
-            f"'{shown}' is {size / 1024 / 1024:.1f} MB, over the 1 MB read limit; use the "
-            "exec tool with head, tail, sed -n or grep to look at parts of it"
-        )
-    data = path.read_bytes()
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ToolError(f"could not open '{shown}': {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        reason = guard.check_opened(st)
+        if reason is not None:
+            raise ToolError(f"'{shown}' is protected and file tools cannot use it: {reason}")
+        size = st.st_size
+        if size > MAX_READ_BYTES:
+            raise ToolError(
+                f"'{shown}' is {size / 1024 / 1024:.1f} MB, over the 1 MB read limit; use the "
+                "exec tool with head, tail, sed -n or grep to look at parts of it"
+            )
+        data = handle.read(MAX_READ_BYTES + 1)
     if b"\x00" in data[:_BINARY_SNIFF_BYTES]:
         raise ToolError(f"'{shown}' is a binary file ({_kind(path, size)}); cannot show it as text")
     try:
