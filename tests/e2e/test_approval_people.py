@@ -1,8 +1,8 @@
-"""Approvals bound to people, end to end: `soulflow run` against the Slack fake (Socket Mode).
+"""Approvals bound to people, end to end: `soulflow run` against each platform's fake.
 
 Alice asks for a risky call; Bob, another allowed user, replies "approve" and reacts ✅:
 the reply gets a short refusal, the reaction is ignored, the file is not written — also after
-a kill -9 and restart. Carol, in SLACK_ADMIN_USERS, approves by reaction; Alice approves her
+a kill -9 and restart. Carol, in <PLATFORM>_ADMIN_USERS, approves by reaction; Alice approves her
 own next request by reply. (The in-process tests in tests/agent/test_approval_people.py cover
 the same rule word by word; this one proves the daemon's wiring: settings → admin policy →
 pipeline, and the run journal across a restart.)
@@ -12,31 +12,52 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.harness import Daemon
-from tests.e2e.platform_helpers import SlackDriver
+from tests.e2e.platform_helpers import DiscordDriver, Driver, make_driver
 from tests.e2e.test_platforms import Live, check_placement, daemon_env, request_approval
 from tests.fakes.openai_api import FakeOpenAIThread
 
-BOB, CAROL = "U0OTHER002", "U0ADMIN003"
 REFUSAL = re.compile(r"^Only (.+) or an admin can decide this approval\.$")
+#: another allowed user and an admin, per platform (ids the platform's fake accepts)
+OTHERS = {"slack": ("U0OTHER002", "U0ADMIN003"), "telegram": ("222222", "333333")}
 
 
-@pytest.fixture
-def live(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Live]:
-    with SlackDriver() as driver:
+@dataclass
+class Room:
+    live: Live
+    bob: str  # another allowed user
+    carol: str  # an admin
+
+
+def other_users(driver: Driver) -> tuple[str, str]:
+    if isinstance(driver, DiscordDriver):  # the fake knows alice and bob; carol joins
+        carol = driver.runner.call(lambda: driver.runner.fake.world.add_user("carol").id)
+        return driver.stranger, str(carol)
+    return OTHERS[driver.name]
+
+
+@pytest.fixture(params=["slack", "telegram", "discord"])
+def room(request: pytest.FixtureRequest, tmp_path: Path,
+         fake_llm: FakeOpenAIThread) -> Iterator[Room]:
+    """A daemon on one platform where Alice (the driver's user), Bob and Carol may talk."""
+    with make_driver(request.param) as driver:
+        bob, carol = other_users(driver)
         workspace = tmp_path / "ws"
         workspace.mkdir()
         env = daemon_env(workspace, fake_llm, driver)
-        env.update(SLACK_ALLOWED_USERS=f"{driver.user},{BOB},{CAROL}", SLACK_ADMIN_USERS=CAROL)
+        prefix = driver.name.upper()
+        env.update({f"{prefix}_ALLOWED_USERS": f"{driver.user},{bob},{carol}",
+                    f"{prefix}_ADMIN_USERS": carol})
         daemon = Daemon(workspace, env, tmp_path / "daemon.log")
         try:
             daemon.start()
             driver.wait_ready(daemon)
-            yield Live(driver, daemon, fake_llm)
+            yield Room(Live(driver, daemon, fake_llm), bob, carol)
         finally:
             daemon.close()
 
@@ -45,19 +66,20 @@ def refusals(live: Live) -> list[str]:
     return [text for text in live.texts() if REFUSAL.match(text)]
 
 
-def test_only_the_requester_or_an_admin_decides(live: Live) -> None:
+def test_only_the_requester_or_an_admin_decides(room: Room) -> None:
+    live, bob, carol = room.live, room.bob, room.carol
     driver, daemon = live.driver, live.daemon
     target = live.workspace / "notes" / "bound.txt"
     asked, approval = request_approval(live, "notes/bound.txt", "by the admin", "save bound")
 
-    by_bob = driver.post("approve", user=BOB)
+    by_bob = driver.post("approve", user=bob)
     refusal = live.wait(lambda: next((p for p in live.posts(asked.chat)
                                       if REFUSAL.match(p.text)), None), "Bob's refusal")
     check_placement(driver, by_bob, refusal)
     requester = REFUSAL.match(refusal.text).group(1)  # type: ignore[union-attr]
-    assert requester and "0002" not in requester  # names Alice, never Bob
-    driver.react(approval, driver.approve_emoji, user=BOB)  # ignored, not answered
-    sync = driver.post("still waiting?", user=BOB)  # same chat: handled after the reaction
+    assert requester and bob not in requester  # names Alice, never Bob
+    driver.react(approval, driver.approve_emoji, user=bob)  # ignored, not answered
+    sync = driver.post("still waiting?", user=bob)  # same chat: handled after the reaction
     live.echo(sync, "still waiting?")
     assert not target.exists() and len(refusals(live)) == 1
 
@@ -65,12 +87,12 @@ def test_only_the_requester_or_an_admin_decides(live: Live) -> None:
     daemon.kill()  # the binding is in the run journal, not in memory
     daemon.start()
     driver.wait_ready(daemon)
-    driver.post("ok", user=BOB)
+    driver.post("ok", user=bob)
     live.wait(lambda: len(refusals(live)) == 2, "Bob's second refusal, after the restart")
     assert not target.exists()
 
     live.llm.script_reply("Saved by the admin's say-so.")
-    driver.react(approval, driver.approve_emoji, user=CAROL)
+    driver.react(approval, driver.approve_emoji, user=carol)
     live.wait_post("Saved by the admin's say-so.", asked.chat)
     assert target.read_text("utf-8") == "by the admin"
 
