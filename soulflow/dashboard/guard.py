@@ -72,9 +72,14 @@ class HostName:
         return name if self.port is None else f"{name}:{self.port}"
 
 
+#: the only paths served to anyone: the static page and the liveness probe hold no data
+OPEN_PATHS = frozenset({"/", "/healthz"})
+
+
 def is_guarded(path: str) -> bool:
-    """The paths that carry data or act: the API and a metrics endpoint, if one exists."""
-    return path.startswith("/api/") or path == "/api" or path == "/metrics"
+    """Every path but the page and /healthz: the API, a /metrics endpoint if one is added,
+    and any route added later, without anyone having to remember this rule."""
+    return path not in OPEN_PATHS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,10 @@
 """The dashboard and the daemon's HTTP API (aiohttp).
 
 Endpoints: `/healthz`, `/api/state`, `/api/events` (SSE), `/api/chat…` (the local channel),
-`/api/dlq…` (operator actions), `/` (the page). Every `/api/*` request passes, in order: the
-Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the token when DASHBOARD_TOKEN is set
-(401), and for POST/PUT/PATCH/DELETE a JSON-object body sent as `application/json` (415/400).
+`/api/dlq…` (operator actions), `/` (the page). Every request but `/` and `/healthz` (no
+data there) passes, in order: the Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the
+token when DASHBOARD_TOKEN is set (401), and for POST/PUT/PATCH/DELETE a JSON-object body
+sent as `application/json` (415/400). New routes are covered without opting in.
 Binding beyond loopback without a token is refused in config. No response carries a CORS
 header, so a browser never lets another site read an answer or send JSON here.
 """

@@ -116,7 +116,7 @@ def _json_body(method: str) -> dict[str, str] | None:
     return None if method in ("GET", "HEAD") else {"chat_id": "dashboard", "text": "hi"}
 
 
-async def test_every_api_route_refuses_a_rebinding_host(rig: Rig) -> None:
+async def test_every_route_refuses_a_rebinding_host(rig: Rig) -> None:
     routes = rig.routes()
     assert {("GET", "/api/state"), ("POST", "/api/chat"), ("POST", "/api/dlq/purge")} <= \
         set(routes)
@@ -129,7 +129,18 @@ async def test_every_api_route_refuses_a_rebinding_host(rig: Rig) -> None:
             assert response.status_code == 403, (method, path, host, response.text)
             if method != "HEAD":
                 assert "DNS rebinding" in response.json()["error"]
+    for odd in ("//api/state", "/%61pi/state", "/api/nope", "/metrics", "/API/state"):
+        response = await rig.http.get(odd, headers={"Host": "evil.example"})
+        assert response.status_code == 403, odd  # default deny: not only the known routes
     rig.nothing_happened()
+
+
+async def test_only_the_page_and_healthz_are_open(rig: Rig) -> None:
+    served = {route.resource.canonical for route in rig.service.build_app().router.routes()
+              if route.resource is not None}
+    assert {path for path in served if not is_guarded(path)} == {"/", "/healthz"}
+    for path in ("/", "/healthz"):
+        assert (await rig.http.get(path, headers={"Host": "evil.example"})).status_code == 200
 
 
 async def test_every_api_route_refuses_a_foreign_origin_or_cross_site_fetch(rig: Rig) -> None:

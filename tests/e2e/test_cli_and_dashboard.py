@@ -137,3 +137,21 @@ def test_a_cross_site_form_or_rebinding_page_gets_nothing_and_the_cli_still_work
     assert daemon.cli("dlq", "list").returncode == 0
     assert daemon.cli("dlq", "purge").returncode == 0
     assert "42" not in json.dumps(daemon.transcript("default"))
+
+
+def test_a_wildcard_bind_answers_only_its_names_and_the_cli(make_daemon) -> None:
+    """DASHBOARD_HOST=0.0.0.0 (token required): the CLI calls it on loopback; a Host that is
+    neither loopback, the bound address nor in DASHBOARD_ALLOWED_HOSTS gets 403 even with the
+    right token."""
+    token = "wildcard-token-value"
+    daemon = make_daemon(DASHBOARD_HOST="0.0.0.0", DASHBOARD_TOKEN=token,
+                         DASHBOARD_ALLOWED_HOSTS="dash.example").start()
+    port = daemon.url.rsplit(":", 1)[1]
+    auth = {"Authorization": f"Bearer {token}"}
+    base = f"http://127.0.0.1:{port}"
+    for host, status in ((f"dash.example:{port}", 200), ("dash.example", 200),
+                         (f"192.0.2.10:{port}", 403), (f"evil.example:{port}", 403)):
+        response = httpx.get(base + "/api/state", headers={**auth, "Host": host})
+        assert response.status_code == status, (host, response.text)
+    assert daemon.cli("status").returncode == 0
+    assert daemon.cli("dlq", "list").returncode == 0
