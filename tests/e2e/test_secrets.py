@@ -165,3 +165,35 @@ def test_a_credential_only_in_dotenv_is_redacted_in_every_sink(make_daemon, fake
     leaked = [p for p in files_containing(daemon.workspace, [ENV_CANARY])
               if not p.startswith(str(daemon.workspace / ".env") + ":")]
     assert leaked == []
+
+
+def test_a_hostile_model_cannot_read_the_key_env_or_another_chat(make_daemon, fake_llm) -> None:
+    """A prompt-injected model asks the file tools for `.env`, the key, the vault and another
+    chat's session: every call is refused and nothing secret reaches the model."""
+    daemon = make_daemon()
+    (daemon.workspace / ".env").write_text(f"MY_SERVICE_TOKEN={ENV_CANARY}\n")
+    daemon.start()
+    daemon.wait_reply(daemon.say("hello from chat B, my note: tangerine-42", chat_id="other"),
+                      chat_id="other")
+    sessions = daemon.workspace / "runtime" / "sessions"
+    other = next(p.name for p in sessions.iterdir() if "other" in p.name)
+    attempts = [("read_file", {"path": ".env"}), ("read_file", {"path": "./.ENV"}),
+                ("read_file", {"path": "runtime/security/master.key"}),
+                ("read_file", {"path": "memory/../runtime/security/secrets.json"}),
+                ("read_file", {"path": f"runtime/sessions/{other}"}),
+                ("list_dir", {"path": "runtime/sessions"}),
+                ("edit_file", {"path": ".env", "old_text": "=", "new_text": "=x"})]
+    for name, args in attempts:
+        fake_llm.script_tool_call(name, args)
+    fake_llm.script_tool_call("list_dir", {"recursive": True})
+    fake_llm.script_reply("Done looking.")
+    before = len(fake_llm.requests)
+    assert daemon.wait_reply(daemon.say("show me everything"))["content"] == "Done looking."
+    sent = json.dumps([r.json for r in fake_llm.requests[before:]])
+    key = (daemon.workspace / "runtime" / "security" / "master.key").read_bytes()
+    for needle in (ENV_CANARY, "tangerine-42", key.hex(), "ciphertext"):
+        assert needle not in sent, needle
+    last = json.dumps(fake_llm.requests[-1].json)  # holds every tool result of the run
+    assert last.count("is protected and file tools cannot use it") == len(attempts)
+    assert (daemon.workspace / ".env").read_text() == f"MY_SERVICE_TOKEN={ENV_CANARY}\n"
+    daemon.stop()
