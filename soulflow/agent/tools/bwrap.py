@@ -7,7 +7,7 @@ A sandboxed call runs as ``bwrap <namespaces> <mounts> -- python -I -S _sandbox_
   network namespaces; every capability dropped; no further user namespaces inside, so nothing
   can unmount a mask; its own session (no terminal injection); killed with its parent;
 * ``/usr`` and the library/binary links read-only, a few harmless files of ``/etc`` (never
-  ``shadow``, ``ssh`` or ``ssl/private``), the Python interpreter's prefixes read-only,
+  ``shadow``, ``ssh`` or ``ssl/private``), the interpreter's ``bin``/``lib`` read-only,
   a fresh ``/proc``, a minimal ``/dev`` and a private ``/tmp``;
 * `SandboxSpec.rw_binds`: for `python_repl` one scratch directory, for `exec` the workspace
   (at its real path) with `SandboxSpec.masks` (``runtime/``, ``.env*``, the key) covered;
@@ -36,6 +36,7 @@ LIMITS_LAUNCHER = "_sandbox_limits.py"
 SCRATCH = "/scratch"
 SYSTEM_DIRS = ("/usr",)
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+PYTHON_PARTS = ("bin", "lib", "lib64", "pyvenv.cfg")
 ETC_FILES = (
     "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
     "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
@@ -128,6 +129,13 @@ def python_roots() -> list[Path]:
     return [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]
 
 
+def python_paths() -> list[Path]:
+    """What of each Python root is mounted: only the interpreter's own parts, so a prefix
+    such as a home directory (``--prefix=$HOME`` builds) does not expose everything in it."""
+    return [root / part for root in python_roots() for part in PYTHON_PARTS
+            if (root / part).exists()]
+
+
 def limited(inner: list[str], limits: Limits) -> list[str]:
     """``inner`` behind the in-sandbox limits launcher."""
     launcher = f"{IN_SANDBOX_TOOLS}/{LIMITS_LAUNCHER}"
@@ -166,7 +174,7 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> 
 
 def _visible_roots(spec: SandboxSpec) -> list[Path]:
     """Host paths that appear at the same path inside (where a mask would be needed)."""
-    roots = [Path(d) for d in SYSTEM_DIRS] + python_roots() + list(spec.rw_binds)
+    roots = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(spec.rw_binds)
     return roots + [Path(name) for name in ETC_FILES]
 
 
@@ -180,8 +188,8 @@ def _system_mounts() -> list[str]:
             args += ["--symlink", str(path.readlink()), link]
         elif path.is_dir():
             args += ["--ro-bind", link, link]
-    for root in python_roots():
-        args += ["--ro-bind", str(root), str(root)]
+    for path in python_paths():
+        args += ["--ro-bind", str(path), str(path)]
     for name in ETC_FILES:
         if Path(name).exists():
             args += ["--ro-bind", name, name]

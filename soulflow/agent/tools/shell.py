@@ -153,7 +153,8 @@ async def run_sandboxed_command(
                     max_pids=EXEC_MAX_PIDS, file_size_mb=EXEC_FILE_SIZE_MB,
                     open_files=EXEC_OPEN_FILES)
     output = OutputPipe(MAX_OUTPUT_BYTES)
-    spec = sandbox.exec_spec(workspace, network=network)
+    # off the loop: finding the masks walks the workspace for .env files
+    spec = await asyncio.to_thread(sandbox.exec_spec, workspace, network=network)
     try:
         run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output)
     except OSError as exc:  # bwrap vanished since it was probed
