@@ -109,15 +109,26 @@ class AgentDomain:
 
     # -- continuing runs -----------------------------------------------------------------
 
-    def open_run(self, chat_key: str) -> tuple[str, str] | None:
-        """The chat's run that waits for an approval or an answer, if any."""
+    def open_run(self, chat_key: str, *, by: Decider | None = None) -> tuple[str, str] | None:
+        """The chat's run that waits for an approval or an answer, if any: the latest one.
+
+        With `by` (the person writing), the latest approval that person may decide comes
+        first: in a group where Alice and Bob each wait for one, Alice's "ok" decides hers
+        instead of being refused on Bob's."""
         if self.loop is None:
             return None
         waiting = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
         runs = self.loop.store.find(chat_key=chat_key, statuses=waiting)
         if not runs:
             return None
-        return runs[-1], self.loop.store.state(runs[-1]).status
+        states = {run_id: self.loop.store.state(run_id) for run_id in runs}
+        if by is not None:
+            for run_id in reversed(runs):
+                state = states[run_id]
+                if state.status == ev.WAITING_APPROVAL and \
+                        self.approvers.may_decide(Requester.of_run(state.chat), by):
+                    return run_id, state.status
+        return runs[-1], states[runs[-1]].status
 
     def pending_approval_text(self, run_id: str) -> str:
         assert self.loop is not None

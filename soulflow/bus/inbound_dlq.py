@@ -78,10 +78,13 @@ def strict_redact(text: str) -> str:
     return text
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
 def _safe(text: str) -> str:
     """Encodable text whatever it holds (the DLQ must be writable for the very text that
-    broke the journal)."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    broke the journal): lone surrogates become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", str(text))
 
 
 class InboundDeadLetters:

@@ -303,7 +303,9 @@ class ChannelManager:
     async def _continue_open_run(self, message: InboundMessage,
                                  adapter: ChannelAdapter | None) -> bool:
         """Route a message to the chat's run that waits for a decision or an answer."""
-        open_run = self.agent.open_run(message.chat_key)
+        # a decision goes to the latest approval its author may decide (their own, in a group)
+        deciding = decider_of(message) if parse_decision(message.text) is not None else None
+        open_run = self.agent.open_run(message.chat_key, by=deciding)
         if open_run is None:
             return False
         run_id, status = open_run

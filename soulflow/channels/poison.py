@@ -17,6 +17,7 @@ from typing import Any
 
 from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetters, IntakeStage
 from soulflow.bus.messages import InboundMessage
+from soulflow.channels.normalize import scrub_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def stage(name: IntakeStage) -> Iterator[None]:
 
 def safe_key(text: str) -> str:
     """A key that can be journaled whatever it holds (lone surrogates become U+FFFD)."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return scrub_surrogates(text)
 
 
 class Quarantine:

@@ -135,10 +135,10 @@ class Pipeline:
                     return found[0]
                 await asyncio.sleep(0.005)
 
-    async def ask(self, text: str) -> OutboundMessage:
-        """Alice asks for something risky; returns the remembered approval request."""
+    async def ask(self, text: str, user: str = ALICE) -> OutboundMessage:
+        """`user` asks for something risky; returns the remembered approval request."""
         count = len(self.adapter.sent)
-        self.say(ALICE, text)
+        self.say(user, text)
         request = await self.sent_after(count, lambda c: c.startswith("Approval needed"))
         approvals = self.agent.approvals
         assert approvals is not None
@@ -256,6 +256,21 @@ async def test_the_requesters_reaction_and_an_admins_reply_decide(pipe: Pipeline
     pipe.say(CAROL, "deny")
     denied = await pipe.sent_after(count, lambda c: c.startswith("done:"))
     assert "denied" in denied.content and pipe.tool.calls == ["plan C"]
+
+
+async def test_in_a_group_each_ok_decides_its_authors_own_approval(pipe: Pipeline) -> None:
+    """Alice and Bob each wait for an approval in one chat: the latest is Bob's, yet Alice's
+    "ok" decides hers (not refused on his), and Bob's then decides his."""
+    await pipe.ask("plan F")
+    await pipe.ask("plan G", user=BOB)
+    count = len(pipe.adapter.sent)
+    pipe.say(ALICE, "ok")
+    assert (await pipe.sent_after(count, lambda c: True)).content == "done: recorded plan F"
+    assert pipe.tool.calls == ["plan F"] and pipe.waiting()
+    count = len(pipe.adapter.sent)
+    pipe.say(BOB, "ok")
+    assert (await pipe.sent_after(count, lambda c: True)).content == "done: recorded plan G"
+    assert pipe.tool.calls == ["plan F", "plan G"] and not pipe.waiting()
 
 
 async def test_the_binding_survives_a_restart(tmp_path: Path, tool: Recorder) -> None:

@@ -1,0 +1,111 @@
+"""Folding: messages that queue up while a chat's turn runs are answered in one next turn."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from soulflow.bus.bus import MessageBus
+from soulflow.channels.folding import ChatBacklog
+from tests.unit.test_manager import msg, rig, settle  # noqa: F401 - rig is a fixture
+
+
+async def running(manager: Any) -> None:
+    async with asyncio.timeout(5):
+        while manager.runs.count() == 0:
+            await asyncio.sleep(0.001)
+
+
+def journal_done(bus: MessageBus) -> dict[str, str]:
+    """key -> status of every completed record in the inbound journal."""
+    return {r["key"]: r["status"] for r in bus.inbound._file.iter_records()
+            if r.get("op") == "done"}
+
+
+async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    manager = build()
+    model.gate = asyncio.Event()
+    manager.ingest(adapter, [msg(1, "first")])
+    await running(manager)
+    manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    manager.ingest(adapter, [msg(4, "fourth", sender_name="Alice")])
+    assert manager.backlog_for("chat:c1") == 3
+    model.gate.set()
+    replies = await settle(adapter, 2)
+    assert replies[0] == "echo: first"
+    folded = replies[1].removeprefix("echo: ").splitlines()
+    assert folded == ["(3 messages arrived while I was busy; answer them together, in order.)",
+                      "[1] alice: second", "[2] alice: third", "[3] Alice: fourth"]
+    assert adapter.sent[1].reply_to == "m4"  # the one reply answers the last of them
+    await asyncio.sleep(0.02)
+    assert len(adapter.sent) == 2 and len(model.inputs) == 2
+    assert bus.inbound.pending_count == 0
+    assert journal_done(bus) == {f"chat:c1:m{i}": "answered" for i in range(1, 5)}
+
+
+async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    manager = build()
+    model.gate = asyncio.Event()
+    manager.ingest(adapter, [msg(1, "first")])
+    await running(manager)
+    manager.ingest(adapter, [msg(2, "a"), msg(3, "/help"), msg(4, "b"), msg(5, "c"),
+                             msg(6, "approve"), msg(7, "d")])
+    model.gate.set()
+    replies = await settle(adapter, 6)
+    assert replies[0] == "echo: first"
+    assert replies[1] == "echo: a"  # alone: the command right behind it may not be folded
+    assert replies[2].startswith("Commands:")
+    assert replies[3].endswith("[1] alice: b\n[2] alice: c")
+    assert replies[4] == "echo: approve"  # no approval pending: an ordinary message, alone
+    assert replies[5] == "echo: d"
+    assert bus.inbound.pending_count == 0
+
+
+async def test_fold_cap_and_fold_max_one_turns_it_off(rig) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    manager = build(fold_max=1)
+    model.gate = asyncio.Event()
+    manager.ingest(adapter, [msg(1, "first")])
+    await running(manager)
+    manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    model.gate.set()
+    assert await settle(adapter, 3) == ["echo: first", "echo: second", "echo: third"]
+
+
+def test_backlog_takes_at_most_the_cap() -> None:
+    backlog = ChatBacklog(fold_max=3)
+    for i in range(5):
+        backlog.push([msg(i, f"t{i}")])
+    first = backlog.take("chat:c1", lambda m: True)
+    assert first is not None and first.folded
+    assert [m.message_id for m in first.batch] == ["m0", "m1", "m2"]
+    second = backlog.take("chat:c1", lambda m: True)
+    assert second is not None and [m.message_id for m in second.batch] == ["m3", "m4"]
+    assert backlog.take("chat:c1", lambda m: True) is None and backlog.pending == 0
+
+
+async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
+        rig, tmp_path: Path) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    manager = build()
+    model.gate = asyncio.Event()
+    manager.ingest(adapter, [msg(1, "first")])
+    await running(manager)
+    manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await manager.stop(timeout=0.05)  # the "crash": the running turn is cancelled
+    assert adapter.sent == []
+    assert {m.message_id for m in bus.inbound.pending()} == {"m1", "m2", "m3"}
+    model.gate = None
+    restarted = build()
+    assert restarted.resume_pending() == 3
+    replies = await settle(adapter, 2)
+    await asyncio.sleep(0.02)
+    # the interrupted run resumes with its own input; the two behind it fold into one
+    assert replies == ["echo: first", "echo: (2 messages arrived while I was busy; answer "
+                       "them together, in order.)\n[1] alice: second\n[2] alice: third"]
+    assert len(adapter.sent) == 2 and bus.inbound.pending_count == 0
+    assert bus.inbound.pending_count == 0
+    assert set(journal_done(bus)) == {f"chat:c1:m{i}" for i in range(1, 4)}
