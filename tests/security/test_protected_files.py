@@ -198,3 +198,26 @@ def test_the_read_checks_the_opened_file_again(ws: Path, vault: SecretVault) -> 
     with pytest.raises(ToolError, match="could not open"):
         files._read_text(ws / "sym.txt", "sym.txt", guard)  # a last-hop link is not followed
     assert files._read_text(ws / "notes.md", "notes.md", guard) == "ordinary notes\n"
+
+
+async def test_absolute_paths(ws: Path, vault: SecretVault, registry: ToolRegistry) -> None:
+    """Absolute spellings inside the workspace (how channels name saved attachments) get the
+    same rules; anything else absolute, /proc/self/... included, is refused outright."""
+    inbound = ws / "runtime" / "inbound-files" / "telegram"
+    inbound.mkdir(parents=True)
+    (inbound / "f1_a.txt").write_text("attachment text\n")
+    ctx = _ctx(ws, vault)
+    ok = await registry.execute("read_file", {"path": str(inbound / "f1_a.txt")}, ctx)
+    assert ok.output == "attachment text\n"
+    notes = await registry.execute("read_file", {"path": f"{ws}/sub/../notes.md"}, ctx)
+    assert notes.output == "ordinary notes\n"
+    for path in (f"{ws}/.env", str(vault.key_path), f"{ws}/runtime/sessions/telegram_B.jsonl",
+                 f"{ws}/runtime", f"{ws}/../ws/.env"):
+        result = await registry.execute("read_file", {"path": path}, ctx)
+        assert result.status == "error" and "protected" in result.output, path
+    for path in (f"/proc/self/root{ws}/.env", "/proc/self/cwd/.env", f"/proc/self/root{ws}",
+                 "/etc/hostname"):
+        result = await registry.execute("read_file", {"path": path}, ctx)
+        assert result.status == "error" and "absolute paths are not allowed" in result.output
+        for secret in _secrets(ws, vault):
+            assert secret not in result.output

@@ -1,7 +1,8 @@
 """Keeping file tools inside the agent's workspace, and knowing which writes are routine.
 
-Every path a model gives is relative to the workspace. `resolve_in_workspace` refuses anything
-that would land outside it - absolute paths, ``..`` escapes, and symlinks (at any depth) whose
+Every path a model gives is relative to the workspace (or absolute but lexically inside it, as
+channels name saved attachments). `resolve_in_workspace` refuses anything that would land
+outside it - other absolute paths, ``..`` escapes, and symlinks (at any depth) whose
 target is outside - because the workspace boundary is what lets the daemon run file tools
 without asking the user each time. The check resolves symlinks, so the returned path is the
 real location that will be touched.
@@ -18,6 +19,7 @@ workspace (config, code, the user's documents) needs the user's approval first.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath
 
 from soulflow.agent.tools.base import ToolContext, ToolError
@@ -50,7 +52,7 @@ def resolve_in_workspace(workspace: Path, path_str: str, *, must_exist: bool = F
     ``listing`` applies its stricter rule for listing a directory.
     """
     root = _root(workspace)
-    relative = _check_relative(path_str)
+    relative = _check_relative(_inside_absolute(workspace, root, path_str))
     guard = guard if guard is not None else protected_paths(root)
     _refuse_protected(guard.check_lexical(relative), path_str)
     candidate = root / relative
@@ -120,6 +122,27 @@ def _root(workspace: Path) -> Path:
         return Path(workspace).resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         raise ToolError(f"the workspace directory is not available: {exc}") from exc
+
+
+def _inside_absolute(workspace: Path, root: Path, path_str: str) -> str:
+    """An absolute path that names a place inside the workspace, made relative.
+
+    Channels tell the model where an attachment was saved with an absolute path
+    (``[attachment a.pdf saved at /srv/ws/runtime/inbound-files/...]``); accepting exactly
+    those spellings lets it open the file. The check is lexical (after collapsing ``.`` and
+    ``..``): ``/proc/self/root/...`` or ``/srv/ws/../other`` is not inside and stays refused
+    as an absolute path; symlinks are judged afterwards like any relative path.
+    """
+    if not isinstance(path_str, str) or not path_str.startswith("/"):
+        return path_str
+    normal = PurePosixPath(os.path.normpath(path_str))
+    for base in (root, Path(os.path.abspath(workspace))):
+        try:
+            inside = normal.relative_to(PurePosixPath(base.as_posix()))
+        except ValueError:
+            continue
+        return inside.as_posix() or "."
+    return path_str
 
 
 def _check_relative(path_str: str) -> PurePosixPath:
