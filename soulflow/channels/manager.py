@@ -219,7 +219,8 @@ class ChannelManager:
             self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
 
     def _foldable(self, message: InboundMessage) -> bool:
-        """Plain input for the agent; commands, decisions and cron jobs keep their own turn."""
+        """Plain input for the agent; commands, decisions, cron jobs and a message whose run a
+        crash interrupted (it resumes with its own input) keep their own turn."""
         if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:
             return False
         adapter = self.registry.get(message.provider)
