@@ -226,6 +226,9 @@ class ChannelManager:
         adapter = self.registry.get(message.provider)
         return adapter is None or adapter.parse_command(message.text) is None
 
+        loop = self.agent.loop
+        if loop is not None and loop.store.find(inbound_key=message.key):
+            return False
     def _on_reaction(self, message: InboundMessage) -> None:
         if not self.access.is_allowed(message.provider, message.sender_id):
             return
