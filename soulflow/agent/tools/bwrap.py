@@ -18,6 +18,7 @@ A sandboxed call runs as ``bwrap <namespaces> <mounts> -- python -I -S _sandbox_
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -86,8 +87,7 @@ class Limits:
     open_files: int
 
     def rlimits_json(self) -> str:
-        import json
-
+        """The launcher's ``--limits`` argument (bytes for sizes, seconds for CPU)."""
         return json.dumps({
             "cpu": self.cpu_s, "as": self.memory_mb * 1024 * 1024, "nproc": self.max_pids,
             "fsize": self.file_size_mb * 1024 * 1024, "nofile": self.open_files, "core": 0,

@@ -1,0 +1,124 @@
+"""The sandbox's parts on their own: the mask list, the limits launcher, the pids cgroup and
+the process cap it gives even to root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from soulflow.agent.tools.bwrap import LIMITS_LAUNCHER, TOOLS_DIR, Limits
+from soulflow.agent.tools.pids_cgroup import PidsCgroups
+from soulflow.agent.tools.process import OutputPipe
+from soulflow.agent.tools.sandbox import CodeSandbox
+from soulflow.agent.tools.sandbox_masks import masked_paths
+from soulflow.config import load_settings
+from tests.tools.sandbox_support import working_sandbox
+
+LAUNCHER = str(TOOLS_DIR / LIMITS_LAUNCHER)
+
+
+def test_masks_cover_runtime_env_files_and_a_key_kept_elsewhere(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "runtime" / "security").mkdir(parents=True)
+    (ws / "runtime" / "security" / "master.key").write_bytes(b"k")
+    (ws / ".env").write_text("A=1")
+    (ws / ".ENV.production").write_text("A=2")
+    (ws / "app" / "deep").mkdir(parents=True)
+    (ws / "app" / "deep" / ".env.local").write_text("A=3")
+    (ws / "app" / "deep" / "link.env").symlink_to(ws / ".env")  # not a .env* name itself
+    (ws / "notes.txt").write_text("not secret")
+    elsewhere = tmp_path / "keys" / "master.key"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"k")
+    settings = load_settings(ws, environ={"SOULFLOW_MASTER_KEY_FILE": str(elsewhere)})
+    real = ws.resolve()
+    assert masked_paths(ws, settings) == [
+        real / "runtime",  # directories first; the key inside it is covered by it
+        elsewhere.resolve(),
+        real / ".ENV.production",
+        real / ".env",
+        real / "app" / "deep" / ".env.local",
+    ]
+
+
+def test_masks_of_an_empty_workspace(tmp_path: Path) -> None:
+    assert masked_paths(tmp_path) == []
+
+
+def test_launcher_sets_limits_then_becomes_the_command() -> None:
+    limits = json.dumps({"nofile": 37, "fsize": 4096, "cpu": 7, "core": 0})
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", LAUNCHER, "--limits", limits, "--", "/bin/sh", "-c",
+         "ulimit -n; ulimit -t; ulimit -f; echo $$"],
+        capture_output=True, text=True, timeout=30, check=False)
+    lines = proc.stdout.split()
+    assert proc.returncode == 0, proc.stderr
+    assert lines[:3] == ["37", "7", "8"]  # ulimit -f counts 512-byte blocks
+
+
+@pytest.mark.parametrize("argv", [["--limits", "{}"], ["--bogus", "x", "--", "/bin/true"],
+                                  ["--", "/no/such/program"]])
+def test_launcher_refuses_bad_arguments(argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-I", "-S", LAUNCHER, *argv], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert proc.returncode == 126 and proc.stderr.startswith("sandbox launcher:")
+
+
+def _cgroups_or_skip() -> PidsCgroups:
+    cgroups = PidsCgroups()
+    if cgroups.parent is None:
+        pytest.skip("no writable cgroup-v1 pids hierarchy here (RLIMIT_NPROC is the cap)")
+    return cgroups
+
+
+def test_a_cgroup_is_made_joined_and_removed() -> None:
+    group = _cgroups_or_skip().create(5)
+    assert group is not None
+    assert (group.path / "pids.max").read_text().strip() == "5"
+    proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, "--join",
+                             str(group.procs_file), "--", "/bin/sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while proc.pid not in group.pids():
+            assert time.monotonic() < deadline, "the launcher never joined the cgroup"
+            time.sleep(0.01)
+        group.close()  # kills what is left, then removes the directory
+        assert proc.wait(timeout=10) == -9
+        assert not group.path.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_leftover_cgroups_of_a_dead_daemon_are_removed() -> None:
+    cgroups = _cgroups_or_skip()
+    assert cgroups.parent is not None
+    stale = cgroups.parent / "soulflow-sandbox-999999999-deadbeef"
+    stale.mkdir()
+    assert PidsCgroups().parent == cgroups.parent  # a new daemon's first look cleans up
+    assert not stale.exists()
+
+
+def test_no_hierarchy_means_no_cgroup(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    assert PidsCgroups(mounts_file=mounts).create(10) is None
+
+
+async def test_the_process_cap_holds_even_for_root(tmp_path: Path) -> None:
+    sandbox = working_sandbox()
+    if os.getuid() == 0 and sandbox.cgroups.parent is None:
+        pytest.skip("root without a pids cgroup: only the wall clock bounds processes")
+    out = OutputPipe(64 * 1024)
+    limits = Limits(cpu_s=5, memory_mb=1024, max_pids=8, file_size_mb=1, open_files=64)
+    command = "for i in $(seq 40); do sleep 5 & done 2>&1; echo started; kill $(jobs -p)"
+    run = await sandbox.run(CodeSandbox.python_spec(tmp_path), ["/bin/sh", "-c", command],
+                            limits, 20, out)
+    assert not run.timed_out
+    assert "fork" in out.text().lower() or "resource temporarily unavailable" in out.text()
