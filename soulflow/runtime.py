@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -84,7 +85,7 @@ class Runtime:
         # one redactor for every sink: logs, sessions, journals, events, model requests; it
         # knows the environment's and .env's credentials and learns every secret a tool opens
         self.redactor = Redactor.for_settings(settings)
-        self._uninstall_log_redaction = install_log_redaction(self.redactor)
+        self._uninstall_log_redaction: Callable[[], None] = lambda: None  # set by start()
         self.admins = AdminPolicy.from_settings(settings)
         self.hub = EventHub(redact=self.redactor.redact_obj)
         self.vault = open_vault(settings)  # the key where SOULFLOW_MASTER_KEY_FILE says
@@ -254,6 +255,7 @@ class Runtime:
 
     async def start(self) -> None:
         self.started_at = time.time()
+        self._uninstall_log_redaction = install_log_redaction(self.redactor)
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model
             try:
