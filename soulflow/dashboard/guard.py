@@ -105,10 +105,12 @@ class RequestPolicy:
         """Loopback names and the bound address need the bound port (none written means 80);
         an operator-listed name needs its listed port, or any port when it lists none (a
         reverse proxy on 443, say)."""
+        if any(entry.name == host.name and entry.port in (None, host.port)
+               for entry in self.allowed_hosts):
+            return True  # e.g. `localhost:8080`, an SSH tunnel's local end
         if host.name in LOOPBACK_NAMES or host.name == self.bound_host:
             return host.port == bound_port or (host.port is None and bound_port == 80)
-        return any(entry.name == host.name and entry.port in (None, host.port)
-                   for entry in self.allowed_hosts)
+        return False
 
     def check_source(self, headers: Any, bound_port: int) -> HostName:
         """The request's Host, if it may be served from where it comes; else Refused (403)."""

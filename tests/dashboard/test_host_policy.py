@@ -37,6 +37,9 @@ def test_non_loopback_bind_answers_its_address_and_the_configured_names() -> Non
     assert not allowed(policy, "proxy.example:443", 3789)
     assert not allowed(policy, "192.168.1.6:3789", 3789)
     assert not allowed(policy, "evil.dash.example", 3789)
+    tunnel = RequestPolicy.build("127.0.0.1", ["localhost:8080"])  # ssh -L 8080:127.0.0.1:3789
+    assert allowed(tunnel, "localhost:8080", 3789) and allowed(tunnel, "localhost:3789", 3789)
+    assert not allowed(tunnel, "localhost:8081", 3789)
     with pytest.raises(ValueError, match="DASHBOARD_ALLOWED_HOSTS"):
         RequestPolicy.build("127.0.0.1", ["http://dash.example/"])
 
