@@ -24,7 +24,7 @@ from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.access import AccessPolicy, refusal_text
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.commands import STOP_NAMES, CommandRouter
-from soulflow.channels.feedback import acknowledge, typing_while
+from soulflow.channels.feedback import ChannelFeedback, FeedbackPolicy
 from soulflow.channels.folding import ChatBacklog, Turn
 from soulflow.channels.grouping import Grouper
 from soulflow.channels.health import HealthBoard
@@ -62,7 +62,8 @@ class ChannelManager:
                  grouping_max: int = 5, sealer: InboundSealer | None = None,
                  on_event: EventSink | None = None, fold_max: int = 20,
                  read_policy: ReadPolicy | None = None,
-                 redact: Callable[[str], str] | None = None) -> None:
+                 redact: Callable[[str], str] | None = None,
+                 feedback: FeedbackPolicy | None = None) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
@@ -81,6 +82,7 @@ class ChannelManager:
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
+        self.feedback = ChannelFeedback(feedback)  # typing and read-acks, coalesced per chat
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
         self._on_event = on_event or (lambda kind, data: None)
@@ -109,6 +111,7 @@ class ChannelManager:
         if self._grouper is not None:
             self._grouper.flush_all()
         await self._executor.close(timeout)
+        await self.feedback.close()
         self._backlog.clear()  # still pending in the journal: the next start answers them
         for adapter in self.registry:
             self.health.stopped(adapter.name)
@@ -223,12 +226,12 @@ class ChannelManager:
         crash interrupted (it resumes with its own input) keep their own turn."""
         if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:
             return False
-        adapter = self.registry.get(message.provider)
-        return adapter is None or adapter.parse_command(message.text) is None
-
         loop = self.agent.loop
         if loop is not None and loop.store.find(inbound_key=message.key):
             return False
+        adapter = self.registry.get(message.provider)
+        return adapter is None or adapter.parse_command(message.text) is None
+
     def _on_reaction(self, message: InboundMessage) -> None:
         if not self.access.is_allowed(message.provider, message.sender_id):
             return
@@ -335,7 +338,7 @@ class ChannelManager:
 
     async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
                              work: Callable[[asyncio.Event], Awaitable[Any]]) -> Any:
-        async with typing_while(adapter, message.chat_id):
+        async with self.feedback.typing_while(adapter, message.chat_id):
             with self.runs.track(message.chat_key) as abort:
                 return await work(abort)
 
@@ -371,10 +374,10 @@ class ChannelManager:
     async def _run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          text: str) -> AgentReply:
         first, last = batch[0], batch[-1]
-        if adapter is not None:
-            await acknowledge(adapter, last.chat_id, last.message_id)
+        self.feedback.acknowledge(adapter, last.chat_id, last.message_id,
+                                  backlog=self.backlog_for(first.chat_key))
         try:
-            async with typing_while(adapter, first.chat_id):
+            async with self.feedback.typing_while(adapter, first.chat_id):
                 with self.runs.track(first.chat_key) as abort:
                     reply = await self.agent.respond(first, text, abort=abort)
         except Exception as exc:  # a bug must still end in a recorded failure, not silence
