@@ -47,6 +47,7 @@ from soulflow.channels.capability_commands import (
     render_command,
 )
 from soulflow.channels.factory import access_policy, build_platform_channels
+from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.reader import ReadPolicy
@@ -153,7 +154,11 @@ class Runtime:
             read_policy=ReadPolicy(
                 stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
                 restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
-            redact=self.redactor.redact)
+            redact=self.redactor.redact,
+            feedback=FeedbackPolicy(
+                typing_refresh_s=float(settings["CHANNEL_TYPING_REFRESH_S"]),
+                read_ack_interval_s=float(settings["CHANNEL_READ_ACK_INTERVAL_S"]),
+                read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]))
         self.manager.commands.register("secret", make_secret_command(self.vault, self.admins))
         self.manager.commands.register("repl", make_repl_command(self.sandbox))
         self.manager.commands.register("render", render_command)

@@ -266,6 +266,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHANNEL_RESTART_AFTER_FAILURES", _int_range(1, 1000), "5",
             "A channel whose read raises this many times in a row is restarted (with backoff).",
             "Channels"),
+    Setting("CHANNEL_TYPING_REFRESH_S", _float_range(1, 60), "4",
+            "A chat's typing indicator is re-sent this often while its work runs, and never "
+            "more often, however many messages queue up.", "Channels"),
+    Setting("CHANNEL_READ_ACK_INTERVAL_S", _float_range(0, 3600), "5",
+            "At most one read-ack reaction per chat in this many seconds (0: one per turn).",
+            "Channels"),
+    Setting("CHANNEL_READ_ACK_BACKLOG", _int_range(0, 10_000), "2",
+            "No read-ack while more than this many messages wait in the chat (a burst gets "
+            "the typing indicator instead of one reaction each).", "Channels"),
     Setting("CHANNEL_SEND_INTERVAL_MS", _int_range(0, 60_000), "1000",
             "Minimum pause between two messages to one platform chat (platform rate limits).",
             "Channels"),
