@@ -149,8 +149,8 @@ class AgentDomain:
             return None
         requester = Requester.of_run(state.chat)
         if not self.approvers.may_decide(requester, by):
-            log.info("approval %s of %s: %s:%s may not decide it (requester %s:%s)",
-                     approval["approval_id"], run_id, by.provider, by.user_id,
+            log.info("approval %s of %s: %s (%s:%s) may not decide it (requester %s:%s)",
+                     approval["approval_id"], run_id, by.name or "?", by.provider, by.user_id,
                      requester.provider, requester.user_id or "-")
             return AgentReply(refusal_text(requester), "refused", run_id=run_id,
                               approval_id=approval["approval_id"])
