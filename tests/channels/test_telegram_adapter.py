@@ -20,6 +20,7 @@ import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.base import Command
+from soulflow.channels.poison import POISON_KIND
 from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram import TelegramChannel, TelegramStartError
 from soulflow.channels.telegram_format import (
@@ -245,8 +246,10 @@ async def test_reactions(fake: FakeTelegram, channel: TelegramChannel) -> None:
     assert channel.state.get("offset") == reaction["update_id"] + 1
 
 
-async def test_malformed_updates_are_skipped(fake: FakeTelegram, channel: TelegramChannel,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+async def test_malformed_updates_come_back_as_poison_records(
+        fake: FakeTelegram, channel: TelegramChannel, caplog: pytest.LogCaptureFixture) -> None:
+    """An update that cannot be read is returned as a poison record (the manager quarantines
+    it in the inbound DLQ before the offset passes it), never dropped silently."""
     fake.push_message(USER, "before")
     fake.push_raw_update({"message": {"text": "no update_id, no chat"}})
     fake.push_raw_update({"update_id": 200_000_000, "message": {"text": "no chat, no id"}})
@@ -256,8 +259,11 @@ async def test_malformed_updates_are_skipped(fake: FakeTelegram, channel: Telegr
     fake.push_message(USER, "x" * 1_000_000)
     fake.push_message(USER, "after")
     batch = await read_some(channel)
-    assert [m.text for m in batch] == ["before", "after"]
-    assert "skipped update" in caplog.text
+    assert [m.text for m in batch if m.kind != POISON_KIND] == ["before", "after"]
+    assert [m.message_id for m in batch if m.kind == POISON_KIND] == [
+        "update-None", "update-200000000", "update-200000002", "update-200000003",
+        "update-200000004"]
+    assert "quarantined" in caplog.text
     channel.commit(batch)
     fake.push_message(USER, "next")
     assert [m.text for m in await read_some(channel)] == ["next"]  # nothing replayed
