@@ -62,7 +62,10 @@ class DaemonClient:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def request(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
-        """One call; a POST always carries a JSON body (the API refuses anything else)."""
+        """One call; anything but a GET carries a JSON object body, `{}` at least (the API
+        refuses a state-changing request without one: 415/400)."""
+        if method.upper() not in ("GET", "HEAD") and json is None:
+            json = {}
         try:
             response = httpx.request(method, self.base_url + path, json=json,
                                      headers=self.headers, timeout=self.timeout_s)
@@ -74,7 +77,7 @@ class DaemonClient:
         return self.request("GET", path)
 
     def post(self, path: str, json: Any = None) -> dict[str, Any]:
-        return self.request("POST", path, json if json is not None else {})
+        return self.request("POST", path, json)
 
     @staticmethod
     def _decode(response: httpx.Response) -> dict[str, Any]:
