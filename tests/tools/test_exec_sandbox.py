@@ -207,3 +207,37 @@ async def test_destructive_commands_still_need_approval(
     assert result.status == "approval_required"
     assert result.reason == "destructive command: recursive delete (rm -r)"
     assert (secrets.workspace / "project").exists()
+
+
+async def test_a_hard_link_to_the_key_is_masked(sandbox: CodeSandbox, secrets: Secrets) -> None:
+    key = secrets.workspace / "runtime" / "security" / "master.key"
+    (secrets.workspace / "backup.bin").hardlink_to(key)
+    result = await _registry(sandbox).execute(
+        "exec", {"command": "cat backup.bin; base64 backup.bin"}, _ctx(secrets.workspace))
+    assert not secrets.leaked_in(result.output), result.output
+
+
+async def test_the_chats_named_attachments_are_readable_and_nothing_else(
+    sandbox: CodeSandbox, secrets: Secrets
+) -> None:
+    """The same rule as the file tools: an attachment of this chat's provider opens by its
+    exact (unguessable) name, read-only; the directory never lists the others, and another
+    provider's files stay hidden."""
+    files = secrets.workspace / "runtime" / "inbound-files"
+    (files / "local").mkdir(parents=True)
+    (files / "telegram").mkdir()
+    mine = files / "local" / "AgAD123_report.txt"
+    mine.write_text("quarterly numbers\n")
+    (files / "local" / "AgAD999_other.txt").write_bytes(secrets.token)
+    (files / "telegram" / "T1_x.txt").write_bytes(secrets.token)
+    command = (f"cat runtime/inbound-files/local/{mine.name}; cat {mine}; "
+               "ls runtime/inbound-files/local; cat runtime/inbound-files/telegram/T1_x.txt; "
+               f"echo x >> {mine}")
+    result = await _registry(sandbox).execute("exec", {"command": command},
+                                              _ctx(secrets.workspace))
+    lines = result.output.splitlines()
+    assert lines[:3] == ["quarterly numbers", "quarterly numbers", mine.name], result.output
+    assert "AgAD999_other" not in result.output
+    assert not secrets.leaked_in(result.output)
+    assert "Read-only file system" in result.output
+    assert mine.read_text() == "quarterly numbers\n"

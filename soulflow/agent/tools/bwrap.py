@@ -10,7 +10,8 @@ A sandboxed call runs as ``bwrap <namespaces> <mounts> -- python -I -S _sandbox_
   ``shadow``, ``ssh`` or ``ssl/private``), the interpreter's ``bin``/``lib`` read-only,
   a fresh ``/proc``, a minimal ``/dev`` and a private ``/tmp``;
 * `SandboxSpec.rw_binds`: for `python_repl` one scratch directory, for `exec` the workspace
-  (at its real path) with `SandboxSpec.masks` (``runtime/``, ``.env*``, the key) covered;
+  (at its real path) with `SandboxSpec.masks` (``runtime/``, ``.env*``, the key) covered and
+  `SandboxSpec.shared` (the chat's named attachments) mounted back read-only;
 * an empty environment plus the variables the caller names.
 
 `BwrapDetector` answers once per instance whether this works here (`SandboxStatus`).
@@ -104,6 +105,7 @@ class SandboxSpec:
     rw_binds: tuple[Path, ...] = ()
     scratch: Path | None = None
     masks: tuple[Path, ...] = ()
+    shared: tuple[Path, ...] = ()  # read-only, mounted over the masks
     network: bool = False
 
 
@@ -166,6 +168,8 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> 
             argv += ["--tmpfs", str(mask)]
         else:
             argv += ["--ro-bind", "/dev/null", str(mask)]
+    for path in spec.shared:
+        argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", spec.cwd, "--clearenv"]
     for name, value in spec.env.items():
         argv += ["--setenv", name, value]

@@ -31,7 +31,8 @@ from soulflow.agent.tools.bwrap import (
 )
 from soulflow.agent.tools.pids_cgroup import PidsCgroups
 from soulflow.agent.tools.process import OutputPipe, kill_process_group, wait_or_kill
-from soulflow.agent.tools.sandbox_masks import masked_paths
+from soulflow.agent.tools.sandbox_masks import masked_paths, shared_runtime_paths
+from soulflow.security.protected import ChatScope
 
 if TYPE_CHECKING:  # pragma: no cover
     from soulflow.config import Settings
@@ -78,14 +79,21 @@ class CodeSandbox:
         """The approval reason for a call that would run with no OS sandbox."""
         return f"no OS sandbox: runs unconfined as {_user()}"
 
-    def exec_spec(self, workspace: Path, *, network: bool = False) -> SandboxSpec:
-        """The workspace read-write at its real path, with the daemon's state and secrets hidden."""
+    def exec_spec(self, workspace: Path, *, network: bool = False,
+                  chat: ChatScope | None = None, words: list[str] | None = None) -> SandboxSpec:
+        """The workspace read-write at its real path, with the daemon's state and secrets
+        hidden; the attachments of ``chat`` named in ``words`` are shown read-only.
+
+        Blocking (it walks the workspace): call it from a worker thread.
+        """
         real = workspace.resolve()
+        shared = shared_runtime_paths(real, words or [], chat, self.settings) if chat else []
         environ = os.environ if self._environ is None else self._environ
         env = {"PATH": DEFAULT_PATH, "HOME": str(real), "PWD": str(real),
                "LANG": environ.get("LANG") or "C.UTF-8", "TERM": "dumb"}
         return SandboxSpec(cwd=str(real), env=env, rw_binds=(real,),
-                           masks=tuple(masked_paths(real, self.settings)), network=network)
+                           masks=tuple(masked_paths(real, self.settings)),
+                           shared=tuple(shared), network=network)
 
     @staticmethod
     def python_spec(scratch: Path) -> SandboxSpec:

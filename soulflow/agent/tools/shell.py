@@ -3,8 +3,10 @@
 * The boundary is the kernel: the command runs in a bubblewrap sandbox (`CodeSandbox`) that
   sees the workspace read-write but not ``runtime/``, ``.env*`` or the vault key, the system
   read-only, a private ``/tmp``, no network unless the call asked for it (``network: true``,
-  which always needs approval), and rlimits plus a pids cgroup. Where bubblewrap does not
-  work, every call needs approval and then runs unconfined as the daemon's user.
+  which always needs approval), and rlimits plus a pids cgroup. The chat's own attachments
+  (``runtime/inbound-files/...``) that the command names are shown read-only. Where
+  bubblewrap does not work, every call needs approval and then runs unconfined as the
+  daemon's user.
 * The command gets a minimal environment (PATH, HOME=workspace, LANG, TERM): the daemon's own
   environment holds API tokens, and ``env`` or a failing ``curl -v`` would print them.
 * It runs in its own process group, and the whole group is killed when the command ends, times
@@ -28,8 +30,9 @@ from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.bwrap import Limits
 from soulflow.agent.tools.process import OutputPipe, wait_or_kill
 from soulflow.agent.tools.sandbox import CodeSandbox
-from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason
+from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason, path_words
 from soulflow.agent.tools.workspace import resolve_in_workspace
+from soulflow.security.protected import ChatScope
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 300.0
@@ -111,8 +114,9 @@ class ExecTool(Tool):
         if (await self.sandbox.ready()).available:
             if network and not ctx.approved:
                 raise ToolError(f"not approved: {NETWORK_REASON}")
+            chat = ChatScope(ctx.chat.provider, ctx.chat.chat_id)
             result = await run_sandboxed_command(self.sandbox, params["command"], workspace,
-                                                 timeout, network=network)
+                                                 timeout, network=network, chat=chat)
         elif ctx.approved:
             result = await run_command(params["command"], workspace, timeout)
         else:
@@ -146,15 +150,20 @@ class CommandResult:
 
 
 async def run_sandboxed_command(
-    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, network: bool = False
+    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *,
+    network: bool = False, chat: ChatScope | None = None,
 ) -> CommandResult:
-    """Run ``command`` under ``/bin/sh -c`` in the sandbox; nothing it starts outlives the call."""
+    """Run ``command`` under ``/bin/sh -c`` in the sandbox; nothing it starts outlives the call.
+
+    ``chat``'s attachments that the command names are visible (read-only) inside.
+    """
     limits = Limits(cpu_s=math.ceil(timeout) + 1, memory_mb=EXEC_MEMORY_MB,
                     max_pids=EXEC_MAX_PIDS, file_size_mb=EXEC_FILE_SIZE_MB,
                     open_files=EXEC_OPEN_FILES)
     output = OutputPipe(MAX_OUTPUT_BYTES)
     # off the loop: finding the masks walks the workspace for .env files
-    spec = await asyncio.to_thread(sandbox.exec_spec, workspace, network=network)
+    spec = await asyncio.to_thread(sandbox.exec_spec, workspace, network=network, chat=chat,
+                                   words=path_words(command))
     try:
         run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output)
     except OSError as exc:  # bwrap vanished since it was probed
