@@ -18,32 +18,15 @@ import binascii
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
+from soulflow.security.detection import Detection, Detector
+from soulflow.security.platform_tokens import DiscordBotTokenDetector, TelegramBotTokenDetector
 from soulflow.security.syntax import protected_spans
 
+__all__ = ["ALL_DETECTORS", "REDACTION_DETECTORS", "Detection", "Detector",
+           "find_sensitive_spans"]
+
 MIN_ASSIGNED_VALUE_LENGTH = 4
-
-
-@dataclass(frozen=True, slots=True)
-class Detection:
-    """A sensitive value at ``text[start:end]``; ``type`` names what kind (``password``...)."""
-
-    type: str
-    start: int
-    end: int
-
-
-class Detector(Protocol):
-    """Anything that can find candidate spans; overlap resolution happens in one place.
-
-    ``lowered`` is ``text.lower()``, computed once per text and shared by all detectors.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    def scan(self, text: str, lowered: str) -> Iterator[Detection]: ...
 
 
 _VALUE_GROUPS = ("value", "value_dq", "value_sq", "value_bt")
@@ -227,31 +210,6 @@ BASIC = RegexDetector(
 
 
 
-def _discord_id_part(match: re.Match[str], _value: str) -> bool:
-    """A Discord bot token opens with the base64 of the bot's numeric user id."""
-    part = match.group("id")
-    try:
-        decoded = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)).decode("ascii")
-    except (binascii.Error, ValueError):
-        return False
-    return decoded.isdigit() and 15 <= len(decoded) <= 21
-
-
-# Bot API tokens: `<bot id>:<35 chars>`, also glued to `bot` in API URLs (`/bot<token>/`), so
-# only a digit may not precede. The lookbehind sits after the first digit so the engine can
-# skip ahead to digits (as for card numbers) instead of trying every position.
-TELEGRAM_BOT_TOKEN = RegexDetector(
-    "telegram_bot_token", "telegram_bot_token",
-    re.compile(r"\d(?<!\d\d)\d{5,11}:[A-Za-z0-9_\-]{35}" + _R),
-)
-# `base64(id).timestamp.hmac`; the id part of a 17-20 digit snowflake starts with M, N or O.
-DISCORD_BOT_TOKEN = RegexDetector(
-    "discord_bot_token", "discord_bot_token",
-    re.compile(r"(?P<id>[MNO](?<![A-Za-z0-9_\-.][MNO])[A-Za-z0-9_\-]{19,31})"
-               r"\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,40}(?![A-Za-z0-9_\-.])"),
-    accept=_discord_id_part,
-)
-
 # ------------------------------------------------------------------ key = value assignments
 
 _KEYWORDS: dict[str, str] = {
@@ -341,6 +299,8 @@ FINANCIAL_ASSIGNMENT = RegexDetector(
     type_of=_group_type("f_", ("card", "account")),
 )
 LUHN_CARD = LuhnCardDetector()
+TELEGRAM_BOT_TOKEN = TelegramBotTokenDetector()
+DISCORD_BOT_TOKEN = DiscordBotTokenDetector()
 
 TOKEN_SHAPE_DETECTORS: tuple[Detector, ...] = (
     PEM_PRIVATE_KEY,

@@ -126,3 +126,14 @@ async def test_model_requests_are_redacted(redactor: Redactor) -> None:
     assert ENV_ONLY not in sent and TELEGRAM not in sent and "{{secret:A}}" in sent
     assert messages[0]["content"] == f"page says {ENV_ONLY}"  # the caller's copy is untouched
     assert guarded.name == "fake" and guarded.model == "m"
+
+
+def test_platform_detector_edges() -> None:
+    tail = TELEGRAM.split(":")[1]
+    too_long_id = f"1234567890123:{tail}"  # 13 digits: not a bot id
+    assert not find_sensitive_spans(f"x {too_long_id} y", REDACTION_DETECTORS)
+    decoy = "QUJDREVGR0hJSktMTU5PUFFSU1RVVg.abcdef.ghijklmnopqrstuvwxyz0123456"  # id is letters
+    text = f"{decoy} then {DISCORD} and {TELEGRAM}:{TELEGRAM}"
+    found = [(s.type, text[s.start:s.end]) for s in find_sensitive_spans(text, REDACTION_DETECTORS)]
+    assert found == [("discord_bot_token", DISCORD), ("telegram_bot_token", TELEGRAM),
+                     ("telegram_bot_token", TELEGRAM)]
