@@ -2,10 +2,12 @@
 
 Someone who sends five messages while the agent is still answering the first wants one
 answer to the five, not five answers in a row (and the platform's rate limits agree). Each
-chat has a FIFO of batches waiting for their turn; when a turn starts it takes the head and
-then as many following batches as fit under `fold_max` messages, as long as each message
-may be folded (commands, approval decisions and the daemon's own cron messages are not: they
-keep their own handling, in order). `fold_max=1` turns folding off.
+chat has a FIFO of batches waiting for their turn. The first turn of an idle chat takes one
+batch; when a turn ends with batches queued behind it, those queued up while it ran, so the
+next turn takes the head and then as many following batches as fit under `fold_max`
+messages, as long as each message may be folded (commands, approval decisions and the
+daemon's own cron messages are not: they keep their own handling, in order). `fold_max=1`
+turns folding off.
 
 Every folded message is journaled on its own before it is queued, so a crash mid-turn replays
 them all, and the turn completes each one as answered by its one reply.
@@ -34,6 +36,7 @@ class ChatBacklog:
     def __init__(self, fold_max: int = 20) -> None:
         self.fold_max = max(1, fold_max)
         self._queues: dict[str, deque[Batch]] = {}
+        self._warm: set[str] = set()  # chats whose last turn ended with batches queued
 
     def push(self, batch: Batch) -> str:
         """Queue a batch behind its chat's earlier ones; returns the chat key."""
@@ -47,7 +50,7 @@ class ChatBacklog:
         if not queue:
             return None
         turn = Turn(list(queue.popleft()))
-        if self.fold_max > 1 and all(map(can_fold, turn.batch)):
+        if chat_key in self._warm and self.fold_max > 1 and all(map(can_fold, turn.batch)):
             while queue and len(turn.batch) + len(queue[0]) <= self.fold_max \
                     and all(map(can_fold, queue[0])):
                 turn.batch.extend(queue.popleft())
@@ -55,6 +58,13 @@ class ChatBacklog:
         if not queue:
             del self._queues[chat_key]
         return turn
+
+    def finished(self, chat_key: str) -> None:
+        """A turn of this chat ended: what is queued now queued up while it ran."""
+        if self._queues.get(chat_key):
+            self._warm.add(chat_key)
+        else:
+            self._warm.discard(chat_key)
 
     def pending_for(self, chat_key: str) -> int:
         return sum(len(b) for b in self._queues.get(chat_key, ()))
@@ -65,3 +75,4 @@ class ChatBacklog:
 
     def clear(self) -> None:
         self._queues.clear()
+        self._warm.clear()

@@ -220,6 +220,8 @@ class ChannelManager:
         except Exception as exc:
             log.exception("handling %s failed", turn.batch[0].key)
             self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._backlog.finished(chat_key)
 
     def _foldable(self, message: InboundMessage) -> bool:
         """Plain input for the agent; commands, decisions, cron jobs and a message whose run a

@@ -75,15 +75,18 @@ async def test_fold_cap_and_fold_max_one_turns_it_off(rig) -> None:  # noqa: F81
     assert await settle(adapter, 3) == ["echo: first", "echo: second", "echo: third"]
 
 
-def test_backlog_takes_at_most_the_cap() -> None:
+def test_backlog_folds_only_what_queued_behind_a_turn_and_at_most_the_cap() -> None:
     backlog = ChatBacklog(fold_max=3)
-    for i in range(5):
+    for i in range(6):
         backlog.push([msg(i, f"t{i}")])
+    idle = backlog.take("chat:c1", lambda m: True)  # an idle chat's first turn: one batch
+    assert idle is not None and not idle.folded and [m.message_id for m in idle.batch] == ["m0"]
+    backlog.finished("chat:c1")  # five batches queued up while it ran
     first = backlog.take("chat:c1", lambda m: True)
     assert first is not None and first.folded
-    assert [m.message_id for m in first.batch] == ["m0", "m1", "m2"]
+    assert [m.message_id for m in first.batch] == ["m1", "m2", "m3"]
     second = backlog.take("chat:c1", lambda m: True)
-    assert second is not None and [m.message_id for m in second.batch] == ["m3", "m4"]
+    assert second is not None and [m.message_id for m in second.batch] == ["m4", "m5"]
     assert backlog.take("chat:c1", lambda m: True) is None and backlog.pending == 0
 
 
@@ -109,3 +112,13 @@ async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
     assert len(adapter.sent) == 2 and bus.inbound.pending_count == 0
     assert bus.inbound.pending_count == 0
     assert set(journal_done(bus)) == {f"chat:c1:m{i}" for i in range(1, 4)}
+
+
+async def test_an_idle_chat_answers_the_first_message_alone_then_the_rest_together(
+        rig) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    manager = build()
+    manager.ingest(adapter, [msg(1, "one"), msg(2, "two"), msg(3, "three")])
+    replies = await settle(adapter, 2)
+    assert replies[0] == "echo: one"
+    assert replies[1].endswith("[1] alice: two\n[2] alice: three")
