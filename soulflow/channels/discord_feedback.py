@@ -20,6 +20,10 @@ from soulflow.bus.messages import SendError
 from soulflow.channels import discord_format as fmt
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
 
+#: Longest rate-limit wait a feedback call sits out inside discord.py (ChannelFeedback's
+#: default call timeout); anything longer comes back as a cool-down.
+RATE_LIMIT_PATIENCE_S = 5.0
+
 
 class DiscordFeedbackClient:
     """Typing and reactions through a dedicated, logged-in `discord.http.HTTPClient`."""
@@ -30,6 +34,10 @@ class DiscordFeedbackClient:
     async def start(self, token: str) -> None:
         http = discord.http.HTTPClient(asyncio.get_running_loop(),
                                        aiohttp.TCPConnector(limit=BEST_EFFORT_CONNECTIONS))
+        # A 429 asking for more than this is raised (RateLimited: the chat cools down for
+        # its retry_after) instead of slept through. The constructor floors the value at
+        # 30 s, a reply's patience; feedback's is its call timeout, so it is set here.
+        http.max_ratelimit_timeout = RATE_LIMIT_PATIENCE_S
         try:
             await http.static_login(token)
         except BaseException:

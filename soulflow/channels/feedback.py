@@ -136,6 +136,8 @@ class ChannelFeedback:
         chat = self._chat(*key)
         chat.holders += 1
         chat.wake.set()
+        if self._typing_due_in(adapter.name, chat) <= 0:  # at once, even if the work is quick
+            self._send_typing(adapter, chat_id, chat)
         if chat.ticker is None:
             chat.ticker = asyncio.create_task(self._tick(adapter, chat_id, chat),
                                               name=f"feedback:typing:{adapter.name}:{chat_id}")

@@ -135,11 +135,11 @@ def retry_seconds(exc: RetryAfter) -> float:
 
 def send_error(exc: TelegramError, redact: Callable[[BaseException], str]) -> SendError:
     """Map PTB errors: flood control and network trouble retry, refusals do not."""
-    detail = redact(exc)
-    if isinstance(exc, RetryAfter):
+    if isinstance(exc, RetryAfter):  # before str(exc), which reads the deprecated attribute
         seconds = retry_seconds(exc)
         return SendError(f"Telegram rate-limited the bot; retry after {seconds:g} s.",
                          retry_after=seconds)
+    detail = redact(exc)
     if isinstance(exc, ChatMigrated):
         return SendError(f"Telegram moved this group to supergroup {exc.new_chat_id}; "
                          "send there instead.", permanent=True)

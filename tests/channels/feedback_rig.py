@@ -1,0 +1,100 @@
+"""A ChannelManager around one real platform adapter, with an instant model.
+
+For the feedback tests: messages go from the platform fake through the real SDK and the real
+inbound pipeline (journal, per-chat executor, agent loop) and replies back through the real
+outbound dispatcher, so the typing calls and read-acks the fake counts are the ones a burst
+really produces. Only the model is local: it answers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop
+from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.bus.bus import MessageBus
+from soulflow.channels.access import AccessPolicy
+from soulflow.channels.base import ChannelAdapter
+from soulflow.channels.feedback import FeedbackPolicy
+from soulflow.channels.manager import ChannelManager
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.decision.service import DecisionService
+from soulflow.providers.base import ProviderResult
+from soulflow.session.store import SessionStore
+
+
+class InstantModel:
+    """Answers every turn at once, so a burst is limited only by SoulFlow itself."""
+
+    name = "instant"
+
+    async def chat(self, messages: list[dict[str, Any]], tools: Any = None, *,
+                   on_stream: Any = None, abort: asyncio.Event | None = None) -> ProviderResult:
+        return ProviderResult(content="ok")
+
+    async def aclose(self) -> None:
+        return None
+
+
+@dataclass
+class Rig:
+    manager: ChannelManager
+    bus: MessageBus
+
+    def answered(self) -> int:
+        return self.manager.answered_count
+
+
+@contextlib.asynccontextmanager
+async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int = 1,
+                      feedback: FeedbackPolicy | None = None) -> AsyncIterator[Rig]:
+    """The adapter must be started; its messages are read and ingested until the block ends."""
+    bus = MessageBus(tmp_path / "runtime")
+    sessions = SessionStore(tmp_path / "sessions")
+    model = InstantModel()
+    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+                             DecisionService(tmp_path / "d.json"), sessions)
+    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
+                     context.system_prompt,
+                     lambda state, approved: ToolContext(tmp_path, ChatRef(adapter.name, "c")))
+    registry = ChannelRegistry()
+    registry.register(adapter)
+    bus.bind_senders(registry.get)
+    manager = ChannelManager(registry, bus, AgentDomain(context, sessions, loop),
+                             access=AccessPolicy.from_lists({adapter.name: ["*"]}),
+                             files_dir=tmp_path / "files", fold_max=fold_max,
+                             feedback=feedback)
+    bus.start()
+
+    async def pump() -> None:
+        while True:
+            batch = await adapter.read()
+            if batch:
+                manager.ingest(adapter, batch)
+
+    reader = asyncio.create_task(pump(), name=f"test-reader:{adapter.name}")
+    try:
+        yield Rig(manager, bus)
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        await manager.stop(2.0)
+        await bus.stop(2.0)
+        bus.close()
+
+
+async def until(predicate: Any, timeout: float = 20.0) -> None:
+    """Wait for a condition of the rig (replies counted by the manager) with a deadline."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)

@@ -1,0 +1,82 @@
+"""Typing and read-acks under a burst on Discord (issue 13, item 3), counted at the fake.
+
+Real discord.py (gateway for events, REST for replies, a second REST client for feedback),
+real inbound pipeline and dispatcher, instant model, folding off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from soulflow.channels.discord import DiscordChannel
+from soulflow.channels.feedback import FeedbackPolicy
+from soulflow.channels.state import ChannelState
+from tests.channels.feedback_rig import manager_rig, until
+from tests.fakes.discord_api import FakeDiscord
+
+BURST = 50
+UNLIMITED = (100_000, 1.0)  # pacing is not under test here
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(heartbeat_interval_ms=250, rate_limit=UNLIMITED, route_limits={},
+                           enforce_limits=False) as server:
+        yield server
+
+
+@pytest.fixture
+async def channel(fake: FakeDiscord, tmp_path: Path) -> AsyncIterator[DiscordChannel]:
+    adapter = DiscordChannel(token=fake.token, state=ChannelState(tmp_path / "discord.json"),
+                             api_url=fake.api_url, gateway_url=fake.gateway_url,
+                             guild_ready_timeout=0.05, fast_identify=True, ready_timeout=5.0,
+                             reconnect_delay_s=0.05, send_interval_s=0.0)
+    await adapter.start()
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+def say(fake: FakeDiscord, text: str) -> None:
+    fake.push_message(fake.channel_ids["general"], text, fake.user_ids["alice"],
+                      mentions_bot=True)
+
+
+def replies(fake: FakeDiscord) -> int:
+    return sum(1 for m in fake.sent_messages if m.content == "ok")
+
+
+def calls(fake: FakeDiscord, name: str) -> int:
+    return sum(1 for r in fake.requests if r.name == name)
+
+
+async def test_a_burst_in_one_channel_shows_one_typing_indicator_and_few_read_acks(
+        fake: FakeDiscord, channel: DiscordChannel, tmp_path: Path) -> None:
+    policy = FeedbackPolicy(typing_refresh_s=4.0, read_ack_interval_s=5.0, read_ack_backlog=2)
+    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
+        for i in range(BURST):
+            say(fake, f"message {i}")
+        await until(lambda: rig.answered() >= BURST and replies(fake) >= BURST)
+    typing, acks = calls(fake, "typing"), calls(fake, "add_reaction")
+    assert 1 <= typing < BURST / 10, typing
+    assert 1 <= acks <= 3, acks
+
+
+async def test_a_429_on_feedback_cools_it_down_and_never_delays_replies(
+        fake: FakeDiscord, channel: DiscordChannel, tmp_path: Path) -> None:
+    fake.fail_next("add_reaction", 429, retry_after=60.0)
+    fake.fail_next("typing", 429, retry_after=60.0)
+    policy = FeedbackPolicy(typing_refresh_s=0.2, read_ack_interval_s=0.0, read_ack_backlog=100)
+    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
+        say(fake, "first")
+        await until(lambda: replies(fake) >= 1)
+        await until(lambda: rig.manager.feedback.stats.rate_limited >= 2)
+        for i in range(5):  # inside the 60 s cool-down: answered, with no feedback calls
+            say(fake, f"more {i}")
+        await until(lambda: replies(fake) >= 6, timeout=10.0)  # well within the 60 s
+    assert calls(fake, "add_reaction") == 1
+    assert calls(fake, "typing") == 1

@@ -1,0 +1,81 @@
+"""Feedback under a burst on Telegram (issue 13, item 3), counted at the Bot API fake.
+
+Real python-telegram-bot, real inbound pipeline and dispatcher, instant model, folding off
+(fold_max=1) so every message is its own turn: the worst case for feedback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from soulflow.channels.feedback import FeedbackPolicy
+from soulflow.channels.state import ChannelState
+from soulflow.channels.telegram import TelegramChannel
+from tests.channels.feedback_rig import manager_rig, until
+from tests.fakes.rate_limits import TELEGRAM_LIMITS
+from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+
+USER = 4242
+BURST = 50
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    server = FakeTelegram(limits=TELEGRAM_LIMITS.relaxed())  # pacing is not under test here
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def channel(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[TelegramChannel]:
+    state = ChannelState(tmp_path / "telegram.json")
+    state.set("offset", 1)
+    adapter = TelegramChannel(token=DEFAULT_TOKEN, state=state, api_url=fake.url,
+                              poll_timeout_s=1, retry_delay_s=0.05, send_interval_s=0.0)
+    await adapter.start()
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+def times(fake: FakeTelegram, method: str) -> list[float]:
+    return [r.time for r in fake.calls(method)]
+
+
+async def test_a_burst_in_one_chat_shows_one_typing_indicator_and_few_read_acks(
+        fake: FakeTelegram, channel: TelegramChannel, tmp_path: Path) -> None:
+    policy = FeedbackPolicy(typing_refresh_s=4.0, read_ack_interval_s=5.0, read_ack_backlog=2)
+    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
+        for i in range(BURST):
+            fake.push_message(USER, f"message {i}", from_id=USER)
+        await until(lambda: rig.answered() >= BURST and len(fake.sent_texts(USER)) >= BURST)
+        typing, acks = times(fake, "sendChatAction"), times(fake, "setMessageReaction")
+    assert 1 <= len(typing) <= 1 + (typing[-1] - typing[0]) / 4.0 < BURST / 10
+    assert all(b - a >= 4.0 - 0.05 for a, b in zip(typing, typing[1:], strict=False)), typing
+    assert 1 <= len(acks) <= 3, acks  # not one per message
+    stats = rig.manager.feedback.stats
+    assert stats.skipped_backlog + stats.skipped_interval >= BURST - 3
+
+
+async def test_a_429_on_feedback_cools_it_down_and_never_delays_replies(
+        fake: FakeTelegram, channel: TelegramChannel, tmp_path: Path) -> None:
+    fake.fail_next("setMessageReaction", 429, retry_after=60)
+    fake.fail_next("sendChatAction", 429, retry_after=60)
+    policy = FeedbackPolicy(typing_refresh_s=0.2, read_ack_interval_s=0.0, read_ack_backlog=100)
+    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
+        fake.push_message(USER, "first", from_id=USER)
+        await until(lambda: rig.answered() >= 1)
+        await until(lambda: rig.manager.feedback.stats.rate_limited >= 2)
+        for i in range(5):  # inside the 60 s cool-down: answered, with no feedback calls
+            fake.push_message(USER, f"more {i}", from_id=USER)
+        await until(lambda: len(fake.sent_texts(USER)) >= 6, timeout=10.0)  # well within 60 s
+    assert len(fake.calls("setMessageReaction")) == 1
+    assert len(fake.calls("sendChatAction")) == 1
+    assert rig.manager.feedback.stats.skipped_cooldown >= 5
