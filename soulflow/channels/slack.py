@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
 from soulflow.channels.files import write_file_atomically
+from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import split_text
 from soulflow.channels.slack_files import fetch_file, trusted_file_host
@@ -129,7 +130,8 @@ class SlackChannel(ChannelAdapter):
                                   "not set (polling mode reads one channel's history)")
         # slack_sdk applies its `timeout` only to sessions it creates itself, never to one
         # passed in: the bound must be on the session, or a hung call waits aiohttp's 300 s
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_REPLY_TIMEOUT_S))
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_REPLY_TIMEOUT_S),
+                                              response_class=LenientResponse)
         self._web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
                                    session=self._session)
         self._start_feedback_client()

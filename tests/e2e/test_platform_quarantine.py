@@ -116,8 +116,17 @@ def test_poison_input_is_quarantined_and_the_channel_keeps_answering(live: Live)
 
 @pytest.fixture
 def telegram(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
+    yield from own_daemon("telegram", llm, tmp_path)
+
+
+@pytest.fixture
+def slack_polling(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
+    yield from own_daemon("slack-polling", llm, tmp_path)
+
+
+def own_daemon(name: str, llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
     llm.reset()
-    with make_driver("telegram") as driver:
+    with make_driver(name) as driver:
         workspace = tmp_path / "ws"
         workspace.mkdir()
         daemon = Daemon(workspace, daemon_env(workspace, llm, driver), tmp_path / "daemon.log")
@@ -127,6 +136,17 @@ def telegram(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
             yield Live(driver, daemon, llm)
         finally:
             daemon.close()
+
+
+def test_slack_history_with_non_utf8_bytes_is_read_and_answered(slack_polling: Live) -> None:
+    """Polling mode reads `conversations.history` over REST: a body with a byte that is not
+    UTF-8 (0xE9) used to fail every poll, so the cursor never passed it."""
+    live = slack_polling
+    latin = live.driver.post("caf\udce9 au lait")
+    live.echo(latin, "caf\ufffd au lait")
+    after = live.driver.post("next one")
+    live.echo(after, "next one")
+    assert live.daemon.state()["queues"]["inbound_dlq"] == 0
 
 
 def test_telegram_non_utf8_bytes_and_unparsable_updates(telegram: Live) -> None:

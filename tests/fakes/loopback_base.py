@@ -8,6 +8,7 @@ event-driven ``wait_for`` so tests wait on conditions instead of sleeping.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,17 @@ T = TypeVar("T")
 
 #: Large enough for realistic document/photo uploads (aiohttp's default is 1 MiB).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def encode_json(body: Any) -> bytes:
+    """A JSON response body. Text holding U+DC80..U+DCFF (Python's surrogateescape for the
+    bytes 0x80..0xFF) goes on the wire as those raw, invalid UTF-8 bytes: how a test sends a
+    non-UTF-8 body (`text="caf\\udce9"`). Anything else is ordinary escaped JSON (a lone
+    "\\ud800" included, which is valid JSON)."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return json.dumps(body).encode("ascii")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled
+from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, run_cli
 from tests.fakes.rate_limits import (
     SLACK_LIMITS,
@@ -170,7 +170,8 @@ class FakeSlack(SlackMethods):
                 self.counters.rate_limited[method] += 1
             return error.response()
         self._notify()
-        return web.json_response({"ok": True, **body})
+        return web.Response(body=encode_json({"ok": True, **body}),
+                            content_type="application/json")
 
     async def _handle_upload(self, request: web.Request) -> web.StreamResponse:
         """The pre-signed upload URL: raw body or multipart, answers ``OK - <bytes>``."""

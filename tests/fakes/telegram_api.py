@@ -9,14 +9,13 @@ Point python-telegram-bot at it with ``base_url=f"{fake.url}/bot"`` and
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled
+from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, run_cli
 from tests.fakes.rate_limits import (
     TELEGRAM_LIMITS,
@@ -188,7 +187,8 @@ class FakeTelegram(TelegramMethods):
                 request.transport.abort()
             return web.Response(status=500)
         self._notify()
-        return web.Response(body=_encode_result(result), content_type="application/json")
+        return web.Response(body=encode_json({"ok": True, "result": result}),
+                            content_type="application/json")
 
     async def _handle_file(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -250,17 +250,6 @@ class FakeTelegram(TelegramMethods):
             if remaining <= 0:
                 return []
             await self._wait_changed(remaining)
-
-
-def _encode_result(result: Any) -> bytes:
-    """The response body. Text holding U+DC80..U+DCFF (Python's surrogateescape for the bytes
-    0x80..0xFF) is sent as those raw, invalid UTF-8 bytes: how a test puts a non-UTF-8 body
-    on the wire (`push_message(text="caf\\udce9")`). Anything else is ordinary escaped JSON."""
-    body = {"ok": True, "result": result}
-    try:
-        return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # other lone surrogates: valid JSON escapes such as "\\ud800"
-        return json.dumps(body).encode("ascii")
 
 
 def _default_description(status: int, retry_after: int | None) -> str:
