@@ -2,7 +2,8 @@
 
 A loop that raises is logged with its traceback and started again after a backoff that grows
 while it keeps failing and resets once it has run for a while; one broken loop never takes the
-daemon down, and `stop()` cancels every loop and waits for it.
+daemon down, and `stop()` cancels every loop and waits for it. `restart()` lets a watchdog
+(soulflow/ops) start a loop again that is alive but wedged, with the reason recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 LoopFactory = Callable[[], Awaitable[None]]
+Cleanup = Callable[[], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -24,6 +26,8 @@ class LoopState:
     last_error: str = ""
     running: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    restart_reason: str | None = None
+    cleanup: Cleanup | None = field(default=None, repr=False)
 
 
 class Supervisor:
@@ -55,7 +59,13 @@ class Supervisor:
                 return
             except asyncio.CancelledError:
                 state.running = False
-                raise
+                # `restart()` cancels this task once with a reason; any other cancellation
+                # (stop) still ends the loop
+                current = asyncio.current_task()
+                if state.restart_reason is None or current is None or current.uncancel() > 0:
+                    raise
+                await self._restarted(state)
+                continue
             except Exception as exc:
                 state.running = False
                 state.restarts += 1
@@ -65,6 +75,33 @@ class Supervisor:
                 log.exception("loop %s crashed; restarting in %.1fs", state.name, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(self._max, backoff * 2)
+
+    async def _restarted(self, state: LoopState) -> None:
+        """After `restart()` cancelled an attempt: count it, clean up, start again at once."""
+        state.restarts += 1
+        state.last_error = f"restarted: {state.restart_reason}"
+        log.warning("loop %s restarted: %s", state.name, state.restart_reason)
+        cleanup, state.cleanup, state.restart_reason = state.cleanup, None, None
+        if cleanup is not None:
+            try:
+                await cleanup()
+            except Exception:
+                log.exception("cleaning up loop %s before its restart failed", state.name)
+
+    def restart(self, name: str, reason: str, *, cleanup: Cleanup | None = None) -> bool:
+        """Cancel the loop's current attempt and start it again (a watchdog found it wedged);
+        `cleanup` runs in between (e.g. closing a channel's stuck client). False if no loop
+        of that name is running."""
+        state = self._loops.get(name)
+        if state is None or state.task is None or state.task.done() or not state.running \
+                or state.restart_reason is not None:
+            return False  # a loop in its crash backoff is restarting already
+        state.restart_reason, state.cleanup = reason, cleanup
+        state.task.cancel()
+        return True
+
+    def names(self) -> list[str]:
+        return list(self._loops)
 
     def status(self) -> list[dict[str, object]]:
         return [{"name": s.name, "running": s.running, "restarts": s.restarts,
