@@ -19,7 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from soulflow.agent.approvals import parse_decision
+from soulflow.agent.domain import AgentDomain
 from soulflow.bus.messages import InboundMessage
+from soulflow.channels.registry import ChannelRegistry
 
 Batch = list[InboundMessage]
 
@@ -76,3 +79,35 @@ class ChatBacklog:
     def clear(self) -> None:
         self._queues.clear()
         self._warm.clear()
+
+
+@dataclass(slots=True)
+class FoldRule:
+    """Which queued messages a turn may fold together.
+
+    Plain input for the agent only: commands, approval decisions, cron jobs and a message
+    whose run a crash interrupted (it resumes with its own input) keep their own turn. A chat
+    whose run waits for an approval or an answer does not fold (the next message may be the
+    answer), nor does the local terminal/web chat (one answer per line typed).
+    """
+
+    registry: ChannelRegistry
+    agent: AgentDomain
+
+    def for_chat(self, chat_key: str) -> Callable[[InboundMessage], bool]:
+        if chat_key.startswith("local:") or self.agent.open_run(chat_key) is not None:
+            return _never
+        return self.may_fold
+
+    def may_fold(self, message: InboundMessage) -> bool:
+        if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:
+            return False
+        loop = self.agent.loop
+        if loop is not None and loop.store.find(inbound_key=message.key):
+            return False
+        adapter = self.registry.get(message.provider)
+        return adapter is None or adapter.parse_command(message.text) is None
+
+
+def _never(message: InboundMessage) -> bool:
+    return False

@@ -1,10 +1,12 @@
-"""The inbound pipeline: read → filter → journal → commit cursor → answer.
+"""The inbound pipeline: read → normalise → filter → seal → journal → commit cursor → answer.
 
 Per message: the adapter's priming history and messages not addressed to the bot are only
-recorded as seen; reactions stop runs (and, later, decide approvals); users not on the
-allow-list get one polite refusal; everything else is journaled before the adapter may
-move its cursor, so a crash replays instead of losing, and the journal's seen ids stop a
-second answer. Each chat is handled serially, different chats concurrently up to a bound.
+recorded as seen; reactions stop runs and decide approvals; users not on the allow-list get
+one polite refusal; everything else is journaled before the adapter may move its cursor, so
+a crash replays instead of losing, and the journal's seen ids stop a second answer. A message
+that fails on the way in is quarantined (intake.py), never retried forever. Each chat is
+handled serially, different chats concurrently up to a bound; what queues up in a chat while
+its turn runs is folded into its next turn (folding.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from soulflow.channels.access import AccessPolicy, refusal_text
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.commands import STOP_NAMES, CommandRouter
 from soulflow.channels.feedback import ChannelFeedback, FeedbackPolicy
-from soulflow.channels.folding import ChatBacklog, Turn
+from soulflow.channels.folding import ChatBacklog, FoldRule, Turn
 from soulflow.channels.grouping import Grouper
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.input_text import input_text
@@ -79,6 +81,7 @@ class ChannelManager:
                                      on_reaction=self._on_reaction, refuse=self._refuse,
                                      apologise=self._apologise)
         self._backlog = ChatBacklog(fold_max)
+        self._fold_rule = FoldRule(registry, agent)
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
@@ -208,9 +211,7 @@ class ChannelManager:
 
     async def _take_turn(self, chat_key: str) -> None:
         """Answer the chat's next batch, folded with those queued behind it when allowed."""
-        internal_provider = chat_key.startswith("local:")  # a terminal: one answer per line
-        folding = not internal_provider and self.agent.open_run(chat_key) is None
-        turn = self._backlog.take(chat_key, self._foldable if folding else lambda m: False)
+        turn = self._backlog.take(chat_key, self._fold_rule.for_chat(chat_key))
         if turn is None:
             return  # an earlier turn folded this job's batch in
         try:
@@ -222,17 +223,6 @@ class ChannelManager:
             self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
         finally:
             self._backlog.finished(chat_key)
-
-    def _foldable(self, message: InboundMessage) -> bool:
-        """Plain input for the agent; commands, decisions, cron jobs and a message whose run a
-        crash interrupted (it resumes with its own input) keep their own turn."""
-        if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:
-            return False
-        loop = self.agent.loop
-        if loop is not None and loop.store.find(inbound_key=message.key):
-            return False
-        adapter = self.registry.get(message.provider)
-        return adapter is None or adapter.parse_command(message.text) is None
 
     def _on_reaction(self, message: InboundMessage) -> None:
         if not self.access.is_allowed(message.provider, message.sender_id):
