@@ -55,12 +55,6 @@ class KeyedSerialExecutor:
     def pending(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
-    def pending_for(self, key: str) -> int:
-        """Jobs of `key` still queued behind the one running: the chat's backlog, which the
-        channel feedback reads to skip a read-ack per message when a burst has queued up."""
-        queue = self._queues.get(key)
-        return len(queue) if queue is not None else 0
-
     @property
     def active_keys(self) -> int:
         return len(self._workers)

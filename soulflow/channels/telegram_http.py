@@ -46,8 +46,8 @@ class AiohttpRequest(BaseRequest):
 
     Timeouts follow PTB's meaning: `pool_timeout` + `connect_timeout` bound getting a
     connection (aiohttp's `connect`), `connect_timeout` the TCP/TLS handshake, `read_timeout`
-    each wait for response bytes, and the sum of all four the whole call (aiohttp has no
-    separate write timeout, so the total bounds an upload the server stops reading).
+    each wait for response bytes; for an upload the sum of all four bounds the whole call
+    (aiohttp has no write timeout, and a server that stops reading must not hang a send).
     """
 
     def __init__(self, *, pool_size: int, connect_timeout: float = 10.0,
@@ -73,7 +73,8 @@ class AiohttpRequest(BaseRequest):
         if session is not None and not session.closed:
             await session.close()
 
-    def _timeout(self, read: Any, write: Any, connect: Any, pool: Any) -> aiohttp.ClientTimeout:
+    def _timeout(self, read: Any, write: Any, connect: Any, pool: Any, *,
+                 upload: bool) -> aiohttp.ClientTimeout:
         def pick(value: Any, name: str) -> float | None:
             chosen = self._timeouts[name] if _is_default(value) else value
             return None if chosen is None else float(chosen)
@@ -81,7 +82,9 @@ class AiohttpRequest(BaseRequest):
         read_s, write_s = pick(read, "read"), pick(write, "write")
         connect_s, pool_s = pick(connect, "connect"), pick(pool, "pool")
         parts = (read_s, write_s, connect_s, pool_s)
-        total = None if None in parts else sum(p for p in parts if p is not None)
+        # aiohttp has no write timeout: an upload bounds the whole call instead; a download
+        # has no total (a large file may take long), each read stays bounded
+        total = None if not upload or None in parts else sum(p for p in parts if p is not None)
         acquire = None if connect_s is None or pool_s is None else connect_s + pool_s
         return aiohttp.ClientTimeout(total=total, connect=acquire, sock_connect=connect_s,
                                      sock_read=read_s)
@@ -94,7 +97,8 @@ class AiohttpRequest(BaseRequest):
         session = self._session
         if session is None or session.closed:
             raise RuntimeError("This AiohttpRequest is not initialized!")
-        timeout = self._timeout(read_timeout, write_timeout, connect_timeout, pool_timeout)
+        timeout = self._timeout(read_timeout, write_timeout, connect_timeout, pool_timeout,
+                                upload=bool(request_data and request_data.multipart_data))
         try:
             async with session.request(method, url, data=_body(request_data),
                                        timeout=timeout) as response:
