@@ -40,6 +40,12 @@ _NEVER = float("-inf")
 _MAX_IDLE_CHATS = 2048
 
 
+def has_typing(adapter: ChannelAdapter) -> bool:
+    """False for platforms without an indicator (they keep the base class's no-op), so no
+    ticker runs for them."""
+    return type(adapter).set_typing is not ChannelAdapter.set_typing
+
+
 @dataclass(frozen=True, slots=True)
 class FeedbackPolicy:
     """How much feedback a chat gets; `CHANNEL_TYPING_REFRESH_S`, `CHANNEL_READ_ACK_*`."""
@@ -129,7 +135,7 @@ class ChannelFeedback:
 
         One ticker per chat serves every block running in it, so queued messages share one
         indicator. Leaving the block never waits for the platform."""
-        if adapter is None or self._closed:
+        if adapter is None or self._closed or not has_typing(adapter):
             yield
             return
         key = (adapter.name, chat_id)

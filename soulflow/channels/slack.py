@@ -83,7 +83,9 @@ class SlackChannel(ChannelAdapter):
     the last `thread_follow_s`. Polling never delivers reactions (Slack has no history of
     reaction events), DMs, or threads the bot has not replied in.
 
-    Slack has no typing indicator for bots, so `set_typing` does nothing.
+    Slack has no typing indicator for bots, so `set_typing` is the base class's no-op (which
+    tells `ChannelFeedback` not to run a typing ticker at all); the read-ack reaction gives
+    the user feedback instead.
     """
 
     name = "slack"
@@ -367,10 +369,6 @@ class SlackChannel(ChannelAdapter):
                                                    thread_ts=thread_ts, unfurl_links=False,
                                                    mrkdwn=mrkdwn)
         return str(reply["ts"])
-
-    async def set_typing(self, chat_id: str, on: bool) -> None:
-        """No-op: Slack offers bots no typing indicator (the read-ack reaction gives the
-        user feedback instead)."""
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
         """React with `emoji` (`eyes` or `:eyes:`); reacting twice is not an error.
