@@ -1,12 +1,13 @@
 """The dashboard and the daemon's HTTP API (aiohttp).
 
 Endpoints: `/healthz`, `/api/state`, `/api/events` (SSE), `/api/chat…` (the local channel),
-`/api/dlq…` (operator actions), `/` (the page). Every request but `/` and `/healthz` (no
-data there) passes, in order: the Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the
-token when DASHBOARD_TOKEN is set (401), and for POST/PUT/PATCH/DELETE a JSON-object body
-sent as `application/json` (415/400). New routes are covered without opting in.
-Binding beyond loopback without a token is refused in config. No response carries a CORS
-header, so a browser never lets another site read an answer or send JSON here.
+`/api/dlq…` and `/api/cron…` (operator actions; cron's come from soulflow/cron/api.py),
+`/` (the page). Every request but `/` and `/healthz` (no data there) passes, in order: the
+Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the token when DASHBOARD_TOKEN is set
+(401), and for POST/PUT/PATCH/DELETE a JSON-object body sent as `application/json`
+(415/400). New routes are covered without opting in. Binding beyond loopback without a
+token is refused in config. No response carries a CORS header, so a browser never lets
+another site read an answer or send JSON here.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ async def _hardening_headers(request: web.Request, response: web.StreamResponse)
 class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
                  state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
-                 ready: Callable[[], bool], allowed_hosts: Iterable[str] = ()) -> None:
+                 ready: Callable[[], bool], allowed_hosts: Iterable[str] = (),
+                 routes: Iterable[web.RouteDef] = ()) -> None:
         self.host = host
         self.policy = RequestPolicy.build(host, allowed_hosts)
         self.port = port
@@ -68,6 +70,7 @@ class DashboardService:
         self._local = local
         self._bus = bus
         self._ready = ready
+        self._routes = list(routes)  # other services' endpoints (cron), under the same guard
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
 
@@ -87,6 +90,7 @@ class DashboardService:
             web.get("/api/dlq", self._api_dlq_list),
             web.post("/api/dlq/replay", self._api_dlq_replay),
             web.post("/api/dlq/purge", self._api_dlq_purge),
+            *self._routes,
         ])
         return app
 
