@@ -87,6 +87,24 @@ def _host_list(raw: str) -> str:
 _host_list.expected = "comma-separated host names, each with an optional :port"  # type: ignore[attr-defined]
 
 
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration_s(raw: str) -> int:
+    """`90`, `90s`, `15m`, `1h`, `2d` → seconds (whole, >= 0); `0` or `off` → 0."""
+    value = raw.strip().lower()
+    if value in ("off", "none"):
+        return 0
+    number, unit = value.rstrip("smhd"), value[len(value.rstrip("smhd")):]
+    if unit not in _DURATION_UNITS or not number.isdigit():
+        raise ValueError
+    return int(number) * _DURATION_UNITS[unit]
+
+
+parse_duration_s.expected = ("a duration: seconds, or a number with s, m, h or d (90s, 15m, "  # type: ignore[attr-defined]
+                             "1h); 0 or off to turn it off")
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
@@ -211,7 +229,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Slack app-level token (xapp-…); when set, events arrive over Socket Mode.",
             "Slack", secret=True),
     Setting("SLACK_DEFAULT_CHANNEL", _text, "",
-            "Channel id polled when Socket Mode is off (e.g. C0123456789).", "Slack"),
+            "Channel id polled when Socket Mode is off (e.g. C0123456789); also the chat for "
+            "heartbeat and ops notices when HEARTBEAT_CHAT and TELEGRAM_DEFAULT_CHAT_ID are "
+            "empty.", "Slack"),
     Setting("SLACK_POLL_INTERVAL_MS", _int_range(200, 600_000), "2000",
             "How often the default channel is polled when Socket Mode is off.", "Slack"),
     Setting("SLACK_API_URL", parse_url, "https://slack.com/api/", "Slack Web API base URL.",
@@ -225,8 +245,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("TELEGRAM_BOT_TOKEN", _text, "", "Telegram bot token from @BotFather; enables "
             "the Telegram channel.", "Telegram", secret=True),
     Setting("TELEGRAM_DEFAULT_CHAT_ID", _text, "",
-            "Chat meant for notices with no other target (e.g. -1001234567890); part of the "
-            "settings contract, not used by this version yet.",
+            "Chat for heartbeat and ops notices when HEARTBEAT_CHAT is empty (e.g. "
+            "-1001234567890); the first of the Telegram, Slack and Discord defaults wins.",
             "Telegram"),
     Setting("TELEGRAM_API_URL", parse_url, "https://api.telegram.org",
             "Bot API server (self-hosted servers and proxies work).", "Telegram"),
@@ -239,8 +259,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DISCORD_BOT_TOKEN", _text, "", "Discord bot token; enables the Discord channel.",
             "Discord", secret=True),
     Setting("DISCORD_DEFAULT_CHANNEL", _text, "",
-            "Channel meant for notices with no other target; part of the settings contract, "
-            "not used by this version yet.", "Discord"),
+            "Channel for heartbeat and ops notices when HEARTBEAT_CHAT, "
+            "TELEGRAM_DEFAULT_CHAT_ID and SLACK_DEFAULT_CHANNEL are empty.", "Discord"),
     Setting("DISCORD_API_URL", parse_url, "https://discord.com/api/v10", "Discord REST base URL.",
             "Discord"),
     Setting("DISCORD_GATEWAY_URL", _text, "",
@@ -284,6 +304,38 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest attachment downloaded to runtime/inbound-files/.", "Channels"),
     Setting("REFUSAL_COOLDOWN_S", _int_range(0, 604_800), "3600",
             "After refusing an unknown user once, ignore them for this long.", "Channels"),
+    # heartbeat and ops
+    Setting("HEARTBEAT_INTERVAL", parse_duration_s, "30m",
+            "How often the agent goes through HEARTBEAT.md (skipped without a model call when "
+            "it holds only headings, comments and empty checkboxes); 0 turns it off.",
+            "Heartbeat and ops"),
+    Setting("HEARTBEAT_CHAT", _text, "",
+            "provider:chat_id that gets the heartbeat's notices (answers other than "
+            "HEARTBEAT_OK); empty: the first platform default chat, else the local chat "
+            "'heartbeat'.", "Heartbeat and ops"),
+    Setting("HEARTBEAT_HISTORY_MESSAGES", _int_range(0, 200), "6",
+            "Previous messages of the heartbeat session the model sees.", "Heartbeat and ops"),
+    Setting("HEARTBEAT_CONSOLIDATE_AFTER", _int_range(0, 10_000), "24",
+            "Messages in the heartbeat session (and each system_event cron job's) before older "
+            "ones are summarised into memory/ (0: never).", "Heartbeat and ops"),
+    Setting("OPS_TICK_S", _float_range(1, 3600), "30",
+            "How often the ops service checks loops, queues, providers and channels.",
+            "Heartbeat and ops"),
+    Setting("OPS_RUN_STUCK_AFTER_S", _float_range(10, 86_400), "900",
+            "An agent run with no event for this long (not waiting for an approval or a "
+            "person) is cancelled by the watchdog, with the reason recorded.",
+            "Heartbeat and ops"),
+    Setting("OPS_CHANNEL_STALL_AFTER_S", _float_range(10, 86_400), "600",
+            "A channel whose loop has neither read nor failed for this long is restarted by "
+            "the watchdog.", "Heartbeat and ops"),
+    Setting("OPS_NOTICE_AFTER_S", _float_range(0, 86_400), "600",
+            "A problem that lasts this long is reported to the default chat.",
+            "Heartbeat and ops"),
+    Setting("OPS_NOTICE_INTERVAL_S", _float_range(60, 604_800), "3600",
+            "At most one ops notice per problem in this many seconds.", "Heartbeat and ops"),
+    Setting("OPS_DECISION_DEDUPE_S", _float_range(0, 604_800), "3600",
+            "How often stored decisions are merged by canonical key (0: never).",
+            "Heartbeat and ops"),
     # security
     Setting("SOULFLOW_MASTER_KEY_FILE", _text, "",
             "The vault's master key file (relative to the workspace unless absolute). Empty: "
