@@ -62,7 +62,13 @@ async def run_channel(adapter: ChannelAdapter, ingest: Ingest, health: HealthBoa
     health.connected(name)
     try:
         await _read_forever(adapter, ingest, health, policy)
-    except ChannelRestart:
+    except asyncio.CancelledError:
+        raise  # the daemon stops the adapters itself
+    except Exception as exc:
+        # a restart, or an error the loop cannot go past (e.g. the quarantine file cannot be
+        # written): stop the adapter so the supervisor's next attempt starts a fresh one
+        if not isinstance(exc, ChannelRestart):
+            health.read_failed(name, f"{type(exc).__name__}: {exc}")
         health.restarted(name)
         try:
             await adapter.stop()

@@ -111,3 +111,28 @@ def test_send_outcomes_update_the_same_record() -> None:
     health.send_outcome("scripted", None)
     assert record.send_failures == 0 and record.last_send_at == 105.0
     assert record.to_dict()["status"] == "connecting"
+
+
+async def test_an_ingest_error_stops_the_adapter_before_the_supervisor_starts_it_again(
+        ) -> None:
+    adapter, health = ScriptedAdapter(), HealthBoard()
+    calls = []
+
+    def ingest(a: ChannelAdapter, batch: list[InboundMessage]) -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise OSError("No space left on device")  # e.g. the quarantine file
+
+    async def read_one() -> list[InboundMessage]:
+        await asyncio.sleep(0.001)
+        return [InboundMessage(provider="scripted", chat_id="c", message_id=str(len(calls)),
+                               sender_id="u", text="x")]
+
+    adapter.read = read_one  # type: ignore[method-assign]
+    supervisor = Supervisor(initial_backoff_s=0.01, max_backoff_s=0.05)
+    supervisor.spawn("channel:scripted", lambda: run_channel(adapter, ingest, health, POLICY))
+    await until(lambda: len(calls) >= 2)
+    assert adapter.stops == 1 and adapter.starts == 2
+    assert health.get("scripted").restarts == 1
+    assert "No space left on device" in health.get("scripted").last_error
+    await supervisor.stop()
