@@ -1,0 +1,43 @@
+"""Task graphs: multi-step work that runs for minutes or hours, pauses for approval and survives
+restarts (model, validation, TaskStore, `run_task_loop`, TaskEngine, planner). See docs/tasks.md."""
+
+from soulflow.tasks.engine import TaskEngine
+from soulflow.tasks.graph import GraphValidationError, execution_groups, validate_graph
+from soulflow.tasks.model import (
+    Choice,
+    ConditionalEdge,
+    NodeKind,
+    NodeOutcome,
+    NodeState,
+    NodeStatus,
+    OutcomeStatus,
+    TaskGraph,
+    TaskNode,
+    TaskState,
+    TaskStatus,
+)
+from soulflow.tasks.runner import NodeExecutors, TaskEvent, run_task_loop
+from soulflow.tasks.store import TaskDecisionError, TaskStore
+
+__all__ = [
+    "Choice",
+    "ConditionalEdge",
+    "GraphValidationError",
+    "NodeExecutors",
+    "NodeKind",
+    "NodeOutcome",
+    "NodeState",
+    "NodeStatus",
+    "OutcomeStatus",
+    "TaskDecisionError",
+    "TaskEngine",
+    "TaskEvent",
+    "TaskGraph",
+    "TaskNode",
+    "TaskState",
+    "TaskStatus",
+    "TaskStore",
+    "execution_groups",
+    "run_task_loop",
+    "validate_graph",
+]

@@ -1,0 +1,207 @@
+"""`TaskStore`: every task's checkpoint in `runtime/tasks/store.json`, plus per-task detail logs.
+
+The file is replaced atomically after every node (write temp, fsync, rename), so a `kill -9`
+leaves the previous or the next checkpoint, never half of one. A store that cannot be read is
+moved aside to `store.json.corrupt-<ts>` and reported in `problems` (and the log): starting from
+an empty store silently would forget tasks waiting for someone's approval.
+
+Approvals go through the store (`decide`): the answer is checkpointed on the waiting node before
+anything acts on it, so an approval given just before a crash still continues the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from soulflow.storage.atomic import quarantine, write_bytes_atomic
+from soulflow.tasks.model import Choice, NodeKind, NodeStatus, TaskState, TaskStatus, now
+
+log = logging.getLogger(__name__)
+
+STORE_VERSION = 1
+KEEP_FINISHED = 500  # finished tasks kept in store.json (their detail logs stay on disk)
+_TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class TaskDecisionError(ValueError):
+    """A decision that does not apply (unknown task or node, nothing waiting, wrong choice)."""
+
+
+def new_task_id() -> str:
+    return "t-" + secrets.token_hex(4)
+
+
+class TaskStore:
+    """Tasks in memory (the live objects runners mutate) and their checkpoints on disk."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / "store.json"
+        self.details_dir = directory / "details"
+        self.problems: list[str] = []
+        self._tasks: dict[str, TaskState] = {}
+        self._unreadable: dict[str, Any] = {}  # records we could not parse, written back as is
+        self._write_lock = asyncio.Lock()
+        self._load()
+
+    # -- loading -------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+                raise ValueError("not a task store (no 'tasks' object)")
+            version = data.get("version")
+            if version != STORE_VERSION:
+                raise ValueError(f"store version {version!r}, this SoulFlow reads "
+                                 f"{STORE_VERSION}")
+        except (UnicodeDecodeError, ValueError) as exc:
+            moved = quarantine(self.path, str(exc))
+            self.problems.append(f"the task store was unreadable ({exc}); it was moved aside to "
+                                 f"{moved.name} and tasks start empty")
+            return
+        for task_id, record in data["tasks"].items():
+            try:
+                self._tasks[task_id] = TaskState.from_dict(record)
+            except (KeyError, TypeError, ValueError) as exc:
+                self._unreadable[task_id] = record
+                self.problems.append(f"task {task_id} could not be read ({exc!r}); it is kept "
+                                     f"in the store untouched")
+                log.error("task %s in %s could not be read: %r", task_id, self.path, exc)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskState | None:
+        return self._tasks.get(task_id)
+
+    def require(self, task_id: str) -> TaskState:
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise TaskDecisionError(f"there is no task {task_id}")
+        return task
+
+    def list(self, *, status: TaskStatus | None = None, chat_id: str | None = None,
+             provider: str | None = None) -> list[TaskState]:
+        """Tasks newest first, optionally only one status or one chat."""
+        found = [
+            t for t in self._tasks.values()
+            if (status is None or t.status is status)
+            and (chat_id is None or t.chat_id == chat_id)
+            and (provider is None or t.provider == provider)
+        ]
+        return sorted(found, key=lambda t: t.created_at, reverse=True)
+
+    def unfinished(self) -> list[TaskState]:
+        return [t for t in self._tasks.values() if not t.status.finished]
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def add(self, task: TaskState) -> None:
+        if not _TASK_ID_RE.fullmatch(task.task_id):
+            raise ValueError(f"bad task id {task.task_id!r}")
+        if task.task_id in self._tasks or task.task_id in self._unreadable:
+            raise ValueError(f"task {task.task_id} already exists")
+        self._tasks[task.task_id] = task
+        await self.checkpoint(task)
+
+    async def checkpoint(self, task: TaskState) -> None:
+        """Record `task`'s current state on disk; returns once the rename is durable.
+
+        The snapshot is taken on the event loop (consistent with what the runner holds), the
+        write happens in a thread so the loop never waits for the disk; the lock keeps writes
+        in order, so an older snapshot never replaces a newer one.
+        """
+        task.revision += 1
+        task.updated_at = now()
+        data = self._encode()
+        async with self._write_lock:
+            await asyncio.to_thread(write_bytes_atomic, self.path, data)
+
+    def checkpoint_sync(self, task: TaskState | None = None) -> None:
+        """Same as `checkpoint` for code without an event loop (CLI, shutdown)."""
+        if task is not None:
+            task.revision += 1
+            task.updated_at = now()
+        write_bytes_atomic(self.path, self._encode())
+
+    def _encode(self) -> bytes:
+        finished = sorted((t for t in self._tasks.values() if t.status.finished),
+                          key=lambda t: t.updated_at)
+        for old in finished[:-KEEP_FINISHED] if len(finished) > KEEP_FINISHED else []:
+            del self._tasks[old.task_id]
+        tasks: dict[str, Any] = dict(self._unreadable)
+        tasks.update({task_id: t.to_dict() for task_id, t in self._tasks.items()})
+        text = json.dumps({"version": STORE_VERSION, "tasks": tasks}, ensure_ascii=False,
+                          indent=1, default=str)
+        return (text + "\n").encode("utf-8")
+
+    async def set_status(self, task_id: str, status: TaskStatus, reason: str = "") -> bool:
+        """Set a task's status from outside the runner (workflow events); False if unchanged."""
+        task = self._tasks.get(task_id)
+        if task is None or task.status is status:
+            return False
+        task.status = status
+        if reason and status in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+            task.error = reason
+        await self.checkpoint(task)
+        return True
+
+    async def decide(self, task_id: str, node_id: str, choice: Choice | str,
+                     by: str = "") -> TaskState:
+        """Record the user's answer on a waiting node (checkpointed before anyone acts on it)."""
+        task = self.require(task_id)
+        if task.status.finished:
+            raise TaskDecisionError(f"task {task_id} is already {task.status.value}")
+        if node_id not in task.nodes:
+            raise TaskDecisionError(f"task {task_id} has no node {node_id}")
+        try:
+            choice = Choice(choice)
+        except ValueError:
+            raise TaskDecisionError(f"unknown choice {choice!r}") from None
+        state = task.nodes[node_id]
+        node = task.graph.node(node_id)
+        if state.status is NodeStatus.WAITING_APPROVAL and node.kind is NodeKind.APPROVAL:
+            allowed = {Choice.APPROVE, Choice.DENY}
+        elif state.status is NodeStatus.INTERRUPTED:
+            allowed = {Choice.RETRY, Choice.MARK_DONE, Choice.DENY}
+        else:
+            raise TaskDecisionError(f"node {node_id} of task {task_id} is {state.status.value}, "
+                                    f"nothing to decide")
+        if choice not in allowed:
+            names = ", ".join(sorted(c.value for c in allowed))
+            raise TaskDecisionError(f"node {node_id} takes one of: {names}")
+        state.choice = choice.value
+        state.decided_by = by
+        await self.checkpoint(task)
+        return task
+
+    # -- detail logs ---------------------------------------------------------------------
+
+    def detail_path(self, task_id: str) -> Path:
+        if not _TASK_ID_RE.fullmatch(task_id):
+            raise ValueError(f"bad task id {task_id!r}")
+        return self.details_dir / f"{task_id}.md"
+
+    def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> Path:
+        """Append one line of the task's human-readable story (one write, O_APPEND)."""
+        path = self.detail_path(task_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now() if at is None else at))
+        new = not path.exists()
+        task = self._tasks.get(task_id)
+        header = f"# Task {task_id}: {task.title if task else ''}\n\n" if new else ""
+        text = header + f"- {stamp} {line.strip()}\n"
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+        return path

@@ -1,0 +1,64 @@
+"""Small real executors and an event recorder for the task engine tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from soulflow.tasks import NodeExecutors, NodeOutcome, TaskEvent
+
+ToolFn = Callable[[dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
+AgentFn = Callable[[str, list[str], dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
+
+
+@dataclass
+class Toolbox:
+    """Named async tool functions; records every call with its params."""
+
+    tools: dict[str, ToolFn] = field(default_factory=dict)
+    idempotent: set[str] = field(default_factory=set)
+    agent: AgentFn | None = None
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    async def run_tool(self, name: str, params: dict[str, Any],
+                       abort: asyncio.Event) -> NodeOutcome:
+        self.calls.append((name, params))
+        return await self.tools[name](params, abort)
+
+    async def run_agent(self, goal: str, allowed: list[str], inputs: dict[str, Any],
+                        abort: asyncio.Event) -> NodeOutcome:
+        self.calls.append((f"agent:{goal}", inputs))
+        if self.agent is None:
+            return NodeOutcome.ok({"goal": goal, "inputs": inputs}, summary=f"did {goal}")
+        return await self.agent(goal, allowed, inputs, abort)
+
+    def executors(self) -> NodeExecutors:
+        return NodeExecutors(self.run_agent, self.run_tool, lambda n: n in self.idempotent)
+
+
+async def echo(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
+    """Returns its params as its output."""
+    return NodeOutcome.ok(dict(params), summary="echoed")
+
+
+@dataclass
+class Events:
+    """Collects the runner's events; `wait_for` polls a condition with a timeout."""
+
+    items: list[TaskEvent] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, event: TaskEvent) -> None:
+        self.items.append(event)
+        self.changed.set()
+
+    def phases(self, node_id: str | None = None) -> list[str]:
+        return [e.phase for e in self.items if node_id is None or e.node_id == node_id]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
