@@ -1,0 +1,106 @@
+"""WorkflowEventService: journal, dedupe across restarts, redaction, hub, TaskStore binding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from soulflow.events.hub import EventHub
+from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
+from soulflow.security.redact import Redactor
+from soulflow.tasks import (
+    NodeKind,
+    TaskEvent,
+    TaskGraph,
+    TaskNode,
+    TaskState,
+    TaskStatus,
+    TaskStore,
+    run_task_loop,
+)
+from tests.tasks.helpers import Toolbox, echo
+
+SECRET = "hunter2-super-secret-value"
+
+
+def service(tmp_path: Path, hub: EventHub | None = None) -> WorkflowEventService:
+    return WorkflowEventService(tmp_path / "runtime" / "events", workspace=tmp_path,
+                                redactor=Redactor([SECRET]), hub=hub)
+
+
+async def test_append_writes_every_field_and_publishes(tmp_path: Path) -> None:
+    hub = EventHub()
+    subscription = hub.subscribe()
+    events = service(tmp_path, hub)
+    record = await events.append(WorkflowEvent(
+        "progress", f"using {SECRET}", task_id="t-1", run_id="r-1", agent_id="writer",
+        payload={"api_key": "abc123", "note": SECRET}, provider="slack", channel="slack",
+        chat_id="C1", thread_id="17.2", source="agent", event_id="e-1"))
+    assert record is not None
+    [line] = (tmp_path / "runtime" / "events" / "events.jsonl").read_text().splitlines()
+    stored = json.loads(line)
+    assert set(stored) == {"event_id", "run_id", "task_id", "agent_id", "phase", "summary",
+                           "payload", "provider", "channel", "chat_id", "thread_id", "source",
+                           "detail_file", "at"}
+    assert SECRET not in line and "abc123" not in line
+    assert stored["summary"] == "using [REDACTED]"
+    live = await subscription.next(1)
+    assert live is not None and live.kind == "workflow" and live.data == stored
+    assert SECRET not in json.dumps(hub.recent())
+
+
+async def test_duplicates_are_dropped_even_after_a_restart(tmp_path: Path) -> None:
+    events = service(tmp_path)
+    assert await events.append(WorkflowEvent("done", "x", event_id="same")) is not None
+    assert await events.append(WorkflowEvent("done", "x", event_id="same")) is None
+    await events.close()
+    index = json.loads((tmp_path / "runtime/events/index.json").read_text())
+    assert index == {"version": 1, "ids": ["same"]}
+    again = service(tmp_path)
+    assert await again.append(WorkflowEvent("done", "x", event_id="same")) is None
+    # index.json lost (crash between the two writes): the journal's tail still knows the id
+    (tmp_path / "runtime/events/index.json").unlink()
+    third = service(tmp_path)
+    assert third.seen("same")
+    lines = (tmp_path / "runtime/events/events.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+
+
+def test_unknown_phase_is_refused() -> None:
+    with pytest.raises(ValueError, match="phase must be one of"):
+        WorkflowEvent("finished", "x")
+
+
+async def test_bound_store_gets_detail_log_and_status(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "runtime" / "tasks")
+    events = service(tmp_path)
+    events.bind_task_store(store)
+    graph = TaskGraph([TaskNode(id="a", kind=NodeKind.TOOL, tool="echo", params={"k": 1}),
+                       TaskNode(id="b", kind=NodeKind.TOOL, tool="echo", depends_on=["a"])])
+    task = TaskState("t-7", "Two steps", graph, provider="telegram", chat_id="99")
+    await store.add(task)
+    await run_task_loop(task, store, Toolbox({"echo": echo}).executors(),
+                        emit=events.emit_task_event)
+    records = events.recent(20, task_id="t-7")
+    assert [(r["phase"], r["agent_id"]) for r in records] == [
+        ("assign", "a"), ("done", "a"), ("assign", "b"), ("done", "b"), ("done", "")]
+    assert {r["detail_file"] for r in records} == {"runtime/tasks/details/t-7.md"}
+    assert records[0]["run_id"] == "t-7/a#1" and records[0]["source"] == "task_loop"
+    assert records[0]["provider"] == "telegram" and records[0]["chat_id"] == "99"
+    story = (tmp_path / "runtime/tasks/details/t-7.md").read_text()
+    assert story.startswith("# Task t-7: Two steps")
+    assert "**done** b:" in story and story.rstrip().endswith("task completed")
+
+    # an event from elsewhere (e.g. an operator) moves the task's status with it
+    await events.append(WorkflowEvent("done", "stopped by the operator", task_id="t-7",
+                                      payload={"status": "cancelled"}))
+    assert store.require("t-7").status is TaskStatus.CANCELLED
+    assert TaskStore(store.directory).require("t-7").status is TaskStatus.CANCELLED
+    # a replayed step (same task, node, step and attempt) is deduped: no second line
+    before = len(events.recent(100))
+    await events.emit_task_event(TaskEvent(task, "assign", "again", records[0]["event_id"], "a"))
+    assert len(events.recent(100)) == before
+    assert records[0]["event_id"] == "t-7:a:assign:1"
+    assert records[-1]["event_id"].startswith("t-7:task:completed:")
