@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,8 @@ async def handle(host: Host, request: JSON) -> Any:
 
 
 async def serve(platform: str, chats: int, limits: bool) -> None:
+    # A client that cancels a request mid-body is normal load here, not news for the bench.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     host: Host = HOSTS[platform](chats, limits)
     env = await host.start()
     print("READY " + json.dumps({"env": env}), flush=True)

@@ -60,7 +60,7 @@ def _drive(daemon: Daemon, hosts: list[FakeHostProcess], probe: DaemonProbe,
            journal: JournalCount, rng: random.Random, args: argparse.Namespace) -> None:
     print(f"soak: {args.duration:.0f} s, {args.rate:g} msg/s over "
           f"{', '.join(h.platform for h in hosts)}, seed {args.seed}")
-    print("  min  injected  answered  sent  dlq out/in  faults  rss MiB  conns  fds  tasks")
+    print("    min  injected  answered  sent  dlq out/in  faults  rss MiB  conns  fds  tasks")
     started = time.monotonic()
     next_report = started + args.report_every
     interval = 1.0 / args.rate
@@ -104,7 +104,7 @@ def _report(daemon: Daemon, probe: DaemonProbe, journal: JournalCount, injected:
     state = daemon.state()
     tasks = int(state.get("tasks", -1))
     dlq = dead_letters(daemon.workspace)
-    print(f"  {(now - started) / 60:3.0f}  {injected:8d}  {journal.answered:8d}  "
+    print(f"  {(now - started) / 60:5.1f}  {injected:8d}  {journal.answered:8d}  "
           f"{state['counters'].get('sent', 0):4d}  {dlq['outbound']:>4}/{dlq['inbound']:<4}  "
           f"{faults:6d}  {sample.rss_mib:7.1f}  {sample.connections:5d}  {sample.fds:3d}  "
           f"{tasks:5d}")
