@@ -108,3 +108,17 @@ async def test_dropped_connections_do_not_leak(fake: FakeTelegram, proxy: Droppi
     results = await asyncio.gather(*pending, return_exceptions=True)
     assert all(isinstance(r, SendError) for r in results), results
     await still_works(fake, channel, "drop")
+
+
+async def test_cancelled_long_polls_leave_polling_working(fake: FakeTelegram,
+                                                          channel: TelegramChannel) -> None:
+    """The long poll has a pool of one connection: a single leaked slot would stop all
+    reading. A restarted channel loop cancels its poll mid-flight, so do that a hundred
+    times."""
+    cancelled = await churn(lambda i: channel.read(), total=100, batch=1, max_turns=60)
+    assert cancelled > 50
+    fake.push_message(CHAT, "still listening", from_id=CHAT)
+    async with asyncio.timeout(10):
+        while not (batch := await channel.read()):
+            pass
+    assert [m.text for m in batch] == ["still listening"]
