@@ -295,9 +295,9 @@ class _TaskRun:
                                    "finished_at": state.finished_at}
         if skipped:
             payload["skipped"] = skipped
-        text = outcome.summary or outcome.error or state.status.value
-        await self._emit("done", f"{node_id} {state.status.value}: {text}", node_id,
-                         f"done:{state.attempts}", payload)
+        text = outcome.summary or outcome.error
+        summary = f"{node_id} {state.status.value}" + (f": {text}" if text else "")
+        await self._emit("done", summary, node_id, f"done:{state.attempts}", payload)
 
     # -- endings ---------------------------------------------------------------------------
 
