@@ -38,6 +38,7 @@ import yarl
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels import discord_format as fmt
+from soulflow.channels import discord_lenient
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.discord_feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
@@ -94,6 +95,7 @@ class DiscordChannel(ChannelAdapter):
         self._failures = 0
         self._ready_at = 0.0
         self._saved_urls: tuple[str, yarl.URL] | None = None
+        self._lenient_undo: Callable[[], None] | None = None
         self._cursors: dict[int, int] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._partial_sends: OrderedDict[str, list[str]] = OrderedDict()
@@ -136,8 +138,13 @@ class DiscordChannel(ChannelAdapter):
         route.BASE = self.api_url
         if self.gateway_url:
             socket.DEFAULT_GATEWAY = yarl.URL(self.gateway_url)
+        if self._lenient_undo is None:  # bytes that are not UTF-8 become U+FFFD, no crash
+            self._lenient_undo = discord_lenient.install()
 
     def _restore_urls(self) -> None:
+        undo, self._lenient_undo = self._lenient_undo, None
+        if undo is not None:
+            undo()
         if self._saved_urls is not None:
             discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = (
                 self._saved_urls)

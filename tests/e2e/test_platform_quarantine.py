@@ -119,9 +119,10 @@ def telegram(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
     yield from own_daemon("telegram", llm, tmp_path)
 
 
-@pytest.fixture
-def slack_polling(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
-    yield from own_daemon("slack-polling", llm, tmp_path)
+@pytest.fixture(params=["slack-polling", "discord"])
+def raw_bytes_platform(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
+                       tmp_path: Path) -> Iterator[Live]:
+    yield from own_daemon(request.param, llm, tmp_path)
 
 
 def own_daemon(name: str, llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
@@ -138,15 +139,17 @@ def own_daemon(name: str, llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Liv
             daemon.close()
 
 
-def test_slack_history_with_non_utf8_bytes_is_read_and_answered(slack_polling: Live) -> None:
-    """Polling mode reads `conversations.history` over REST: a body with a byte that is not
-    UTF-8 (0xE9) used to fail every poll, so the cursor never passed it."""
-    live = slack_polling
+def test_non_utf8_bytes_are_read_as_u_fffd_and_answered(raw_bytes_platform: Live) -> None:
+    """A body with a byte that is not UTF-8 (the fakes send 0xE9 for "\\udce9"): Slack's
+    history poll (REST) used to fail every time, so its cursor never passed it; Discord's
+    gateway frame dropped the connection and its REST catch-up failed, losing the message."""
+    live = raw_bytes_platform
     latin = live.driver.post("caf\udce9 au lait")
     live.echo(latin, "caf\ufffd au lait")
     after = live.driver.post("next one")
     live.echo(after, "next one")
     assert live.daemon.state()["queues"]["inbound_dlq"] == 0
+    assert "Discord connection failed" not in live.daemon.log()
 
 
 def test_telegram_non_utf8_bytes_and_unparsable_updates(telegram: Live) -> None:

@@ -31,6 +31,7 @@ from .discord_objects import (
     World,
     redact_for_intents,
 )
+from .loopback_base import encode_json
 
 HELLO, HEARTBEAT, IDENTIFY, PRESENCE, VOICE_STATE = 10, 1, 2, 3, 4
 RESUME, RECONNECT, REQUEST_MEMBERS, INVALID_SESSION, HEARTBEAT_ACK = 6, 7, 8, 9, 11
@@ -102,11 +103,11 @@ class GatewayConnection:
                 await self._write(item)
 
     async def _write(self, frame: JSON) -> None:
-        text = json.dumps(frame, separators=(",", ":"))
         if self._zlib is None:
-            await self.ws.send_str(text)
+            await self.ws.send_str(json.dumps(frame, separators=(",", ":")))
             return
-        chunk = self._zlib.compress(text.encode()) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
+        data = encode_json(frame)  # "\udce9" in a text goes out as the raw byte 0xE9
+        chunk = self._zlib.compress(data) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
         await self.ws.send_bytes(chunk)
 
 

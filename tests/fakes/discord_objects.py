@@ -20,6 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback_base import encode_json
+
 DISCORD_EPOCH_MS = 1_420_070_400_000
 MAX_CONTENT_LENGTH = 2000
 
@@ -444,7 +446,7 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
                   ) -> web.Response:
     """Exactly ``application/json`` (no charset) plus ``Via``, as discord.py requires."""
     all_headers = {"Content-Type": "application/json", "Via": "1.1 google", **(headers or {})}
-    return web.Response(body=json.dumps(data).encode(), status=status, headers=all_headers)
+    return web.Response(body=encode_json(data), status=status, headers=all_headers)
 
 
 def no_content() -> web.Response:
