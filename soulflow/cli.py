@@ -1,4 +1,4 @@
-"""The `soulflow` command: init, run, chat, status, dlq.
+"""The `soulflow` command: init, run, chat, status, dlq, cron, secret.
 
 User mistakes (bad config, missing workspace, port in use, daemon not running) end with one
 sentence on stderr and a non-zero exit code, never a traceback.
@@ -146,6 +146,15 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return run_dlq_command(_settings(args), args)
 
 
+def cmd_cron(args: argparse.Namespace) -> int:
+    from soulflow.cron_cli import CronCommandError, run_cron_command
+
+    try:
+        return run_cron_command(_settings(args), args)
+    except CronCommandError as exc:
+        raise UserError(str(exc)) from None
+
+
 # -- parser -------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")
     dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
     dlq.set_defaults(func=cmd_dlq)
+
+    from soulflow.cron_cli import add_cron_parser
+
+    add_cron_parser(sub, common).set_defaults(func=cmd_cron)
 
     secret = sub.add_parser("secret", parents=[common], help="manage the secret vault",
                             description="Secrets are stored encrypted in runtime/security/. "

@@ -54,10 +54,14 @@ from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.secret_command import make_secret_command
 from soulflow.config import ConfigError, Settings, id_list
-from soulflow.cron import CronService, CronStore, Job, cron_inbound_message
+from soulflow.cron import CronService, CronStore, Job, PayloadKind, cron_inbound_message
+from soulflow.cron.admin import ToolCronHandle
+from soulflow.cron.api import cron_routes
 from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
+from soulflow.ops.assembly import BackgroundServices
+from soulflow.providers.base import Provider
 from soulflow.providers.factory import build_providers, embedded_model, failover_order
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.scaffold import ensure_workspace
@@ -113,6 +117,8 @@ class Runtime:
             window = self.local_model.config.n_ctx * 3 // 4  # a quarter left for the answer
             max_context = min(max_context, window) if max_context else window
         self.threads: ThreadStore | None = None
+        self._model: Provider | None = None  # set by _build_loop: (redacting, failover chain)
+        self._chain: Provider | None = None
         self.context = ContextBuilder(settings.workspace, self.memory, self.decisions,
                                       self.sessions,
                                       history_messages=settings["AGENT_HISTORY_MESSAGES"],
@@ -166,13 +172,16 @@ class Runtime:
                                 self._fire_cron)
         self.manager.commands.register("cron", make_cron_command(self.cron))
         self.supervisor = Supervisor()
+        # heartbeat, system_event cron jobs, ops (watchdog, health reading, notices)
+        self.background = BackgroundServices(self, model=self._model, chain=self._chain)
         self.dashboard: DashboardService | None = None
         if settings.flag("DASHBOARD_ENABLED"):
             self.dashboard = DashboardService(
                 host=settings["DASHBOARD_HOST"], port=settings["DASHBOARD_PORT"],
                 token=settings["DASHBOARD_TOKEN"], hub=self.hub, state=self.state,
                 local=self.local, bus=self.bus, ready=lambda: self.ready,
-                allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]))
+                allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]),
+                routes=cron_routes(self.cron, self.channels.names))
         self.started_at = 0.0
         self.ready = False
 
@@ -185,7 +194,8 @@ class Runtime:
         if missing:
             raise ConfigError(f"PROVIDER_FALLBACKS names {', '.join(missing)}, which "
                               "is not configured (see docs/config.md for its settings)")
-        chain = RedactingProvider(self.providers.chain(order or None), self.redactor)
+        self._chain = self.providers.chain(order or None)
+        chain = self._model = RedactingProvider(self._chain, self.redactor)
         threshold = int(self.settings["MEMORY_CONSOLIDATION_THRESHOLD"])
         if threshold and not self._tiny_model:
             self.consolidator = Consolidator(
@@ -212,7 +222,7 @@ class Runtime:
             # a sub-run gets no spawn service: sub-agents cannot start sub-agents
             spawn=None if state.parent_run else partial(self._spawn_from_tool, dict(chat),
                                                         state.run_id),
-            schedule=self._cron_from_tool)
+            schedule=partial(self._cron_from_tool, dict(chat)))
         return ToolContext(workspace=self.settings.workspace, chat=ref, approved=approved,
                            vault=self.vault, services=services)
 
@@ -239,13 +249,19 @@ class Runtime:
         return await run_subagent(self.agent.loop, parent_chat=chat, task=task,
                                   max_turns=max_turns, parent_run=parent_run)
 
-    async def _cron_from_tool(self) -> CronService:
-        return self.cron
+    async def _cron_from_tool(self, chat: dict[str, Any]) -> ToolCronHandle:
+        """The scheduler for one run: another chat may be named only if an admin asked."""
+        requester = str(chat.get("requester_id", chat.get("sender_id")) or "")
+        admin = self.admins.is_admin(str(chat.get("provider", "")), requester)
+        return ToolCronHandle(self.cron, admin, self.channels.names())
 
     def _fire_cron(self, job: Job, scheduled: datetime) -> None:
         """A due cron job becomes an ordinary inbound message (journaled, deduplicated)."""
         if self.channels.get(job.chat.provider) is None:
             raise RuntimeError(f"channel {job.chat.provider!r} is not configured")
+        if job.kind is PayloadKind.SYSTEM_EVENT:  # quiet: posts only if not HEARTBEAT_OK
+            self.background.fire_event(job, scheduled)
+            return
         if not self.manager.inject(cron_inbound_message(job, scheduled)):
             log.info("cron job %s for %s was already delivered; not sending it again", job.id,
                      scheduled.isoformat())
@@ -274,6 +290,7 @@ class Runtime:
             if orphans:
                 log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
         self.manager.resume_pending()
+        self.background.cancel_interrupted()  # before resume_runs would answer them late
         self.manager.resume_runs()
         self.bus.start()
         for adapter in self.channels:
@@ -281,6 +298,7 @@ class Runtime:
                                   lambda a=adapter: self.manager.channel_loop(a))
         self.supervisor.spawn("journals:sync", self._sync_loop)
         self.supervisor.spawn("cron", self.cron.run)
+        self.background.start(self.supervisor)  # loops `heartbeat` and `ops`
         if self.dashboard is not None:
             await self.dashboard.start()
         self._write_daemon_info()
@@ -294,6 +312,7 @@ class Runtime:
         if self.dashboard is not None:
             await self.dashboard.stop()
         await self.supervisor.stop()
+        await self.background.close()
         await self.manager.stop(grace)
         if self.consolidator is not None:
             await self.consolidator.stop()
@@ -402,6 +421,7 @@ class Runtime:
             "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
             "cron": {"jobs": len(self.cron.store), "fired": self.cron.fired_count},
             "sandbox": self.sandbox.status().as_dict(),
+            **self.background.state(),  # "ops", "heartbeat"
         }
 
 

@@ -18,7 +18,7 @@ from soulflow.cron.service import (
     FireFn,
     cron_inbound_message,
 )
-from soulflow.cron.store import CronStore, Job, JobChat, JobState
+from soulflow.cron.store import CronStore, Job, JobChat, JobState, PayloadKind
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
@@ -28,6 +28,7 @@ __all__ = [
     "Job",
     "JobChat",
     "JobState",
+    "PayloadKind",
     "Schedule",
     "cron_inbound_message",
     "from_iso",

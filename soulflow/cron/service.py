@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from soulflow.bus.messages import InboundMessage
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
-from soulflow.cron.store import CronStore, Job, JobChat, JobState, new_job_id
+from soulflow.cron.store import CronStore, Job, JobChat, JobState, PayloadKind, new_job_id
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
@@ -83,7 +83,8 @@ class CronService:
 
     # -- facade for the tool (every change wakes the loop) --------------------------------
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str) -> Job:
+    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str,
+                kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
         """Validate and store a new job; ValueError with a sentence for the model if refused."""
         text, name = text.strip(), " ".join(name.split())[:MAX_NAME_CHARS]
         if not text:
@@ -101,7 +102,8 @@ class CronService:
                              + (" (that time is in the past)" if schedule.kind == "at" else ""))
         job = self.store.add(Job(
             id=new_job_id(), name=name or text[:40], schedule=schedule, chat=chat, text=text,
-            created_at=to_iso(now) or "", state=JobState(next_run_at=to_iso(first))))
+            created_at=to_iso(now) or "", state=JobState(next_run_at=to_iso(first)),
+            kind=PayloadKind.parse(kind)))
         self.wake()
         return job
 
@@ -129,6 +131,24 @@ class CronService:
             job = self.store.update_state(job_id, enabled=True, next_run_at=to_iso(upcoming))
         self.wake()
         return job
+
+    def now(self) -> datetime:
+        """The service's (injectable) clock."""
+        return self._clock()
+
+    async def run_now(self, job_id: str) -> Job:
+        """Fire a job once now (``soulflow cron run``), whether or not it is enabled; its
+        schedule is left as it was. KeyError if unknown."""
+        job = self.store.get(job_id)
+        if job is None:
+            raise KeyError(f"no cron job with id {job_id!r}")
+        now = self._clock().replace(microsecond=0)
+        status = await self._fire_one(job, now)
+        current = self.store.get(job_id)
+        if current is None:  # removed while it fired
+            return job
+        return self.store.update_state(job_id, last_run_at=to_iso(now), last_status=status,
+                                       runs=current.state.runs + 1)
 
     def wake(self) -> None:
         """Make the loop re-read the jobs now instead of after its current sleep."""

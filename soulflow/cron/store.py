@@ -4,7 +4,8 @@
 
     {"version": 1, "jobs": {"<id>": {"id", "name",
         "schedule": {"kind", "at" | "every_s" | "expr", "tz"},
-        "payload": {"chat": {"provider", "chat_id", "thread_id"}, "text"},
+        "payload": {"kind": "agent_turn" | "system_event",
+                    "chat": {"provider", "chat_id", "thread_id"}, "text"},
         "enabled", "created_at",
         "state": {"next_run_at", "last_run_at", "last_status", "runs"}}}}
 
@@ -12,6 +13,8 @@ Every change rewrites the whole file (temp file, fsync, rename), so a crash leav
 the new job list, never half of one. A file that cannot be read - invalid JSON, an unknown
 version, a job that does not validate - is moved aside (never deleted) and the jobs that are
 still valid are kept: losing one broken job must not silently drop all the others.
+
+A payload without ``kind`` (written before kinds existed) is an ``agent_turn``.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ import logging
 import uuid
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from soulflow.cron.schedule import Schedule, from_iso
 from soulflow.storage.atomic import quarantine, read_json, write_json_atomic
 
-__all__ = ["STORE_VERSION", "CronStore", "Job", "JobChat", "JobState", "new_job_id"]
+__all__ = ["STORE_VERSION", "CronStore", "Job", "JobChat", "JobState", "PayloadKind",
+           "new_job_id"]
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +43,33 @@ def new_job_id() -> str:
     return f"job_{uuid.uuid4().hex[:10]}"
 
 
+class PayloadKind(StrEnum):
+    """What a firing job does.
+
+    * ``agent_turn`` - its text arrives in its chat like a user's message and the agent's
+      answer is posted there (a reminder, a daily summary).
+    * ``system_event`` - the agent runs its text in the job's own quiet session and posts
+      only when the answer is not ``HEARTBEAT_OK`` (heartbeat-style checks).
+    """
+
+    AGENT_TURN = "agent_turn"
+    SYSTEM_EVENT = "system_event"
+
+    @classmethod
+    def parse(cls, value: object) -> PayloadKind:
+        if value is None:
+            return cls.AGENT_TURN
+        try:
+            return cls(str(value))
+        except ValueError:
+            raise ValueError(f"payload kind must be agent_turn or system_event, got {value!r}"
+                             ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class JobChat:
-    """Where a job's message appears: the chat (and thread) it was created in."""
+    """Where a job's message appears: the chat (and thread) it was created in, or the one
+    an operator (CLI) or an admin named."""
 
     provider: str
     chat_id: str
@@ -80,6 +109,7 @@ class Job:
     enabled: bool = True
     created_at: str = ""
     state: JobState = field(default_factory=JobState)
+    kind: PayloadKind = PayloadKind.AGENT_TURN
 
     @property
     def next_run(self) -> datetime | None:
@@ -90,7 +120,8 @@ class Job:
             "id": self.id,
             "name": self.name,
             "schedule": self.schedule.to_dict(),
-            "payload": {"chat": self.chat.to_dict(), "text": self.text},
+            "payload": {"kind": self.kind.value, "chat": self.chat.to_dict(),
+                        "text": self.text},
             "enabled": self.enabled,
             "created_at": self.created_at,
             "state": {f: getattr(self.state, f) for f in sorted(_STATE_FIELDS)},
@@ -118,6 +149,7 @@ class Job:
                     last_run_at=_time(state.get("last_run_at"), "last_run_at"),
                     last_status=_optional_text(state.get("last_status"), "last_status"),
                     runs=int(state.get("runs") or 0)),
+                kind=PayloadKind.parse(payload.get("kind")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"missing or malformed field {exc}") from None

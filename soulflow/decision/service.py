@@ -81,6 +81,29 @@ class DecisionService:
             self._save()
             return decision
 
+    def dedupe(self) -> int:
+        """Merge entries whose keys canonicalise alike (a hand-edited index, or one written
+        before keys were canonical): the higher priority wins, then the newer. Keys with no
+        letter or digit are dropped. Returns how many entries went; run on a schedule by ops."""
+        with self._lock:
+            merged: dict[str, Decision] = {}
+            for stored, decision in self._decisions.items():
+                try:
+                    key = canonical_key(stored)
+                except ValueError:
+                    continue
+                candidate = Decision(key, decision.value, decision.priority, decision.source,
+                                     decision.updated_at)
+                current = merged.get(key)
+                if current is None or (candidate.priority, candidate.updated_at) > \
+                        (current.priority, current.updated_at):
+                    merged[key] = candidate
+            removed = len(self._decisions) - len(merged)
+            if removed or list(merged) != list(self._decisions):
+                self._decisions = merged
+                self._save()
+            return removed
+
     def get(self, key: str) -> Decision | None:
         return self._decisions.get(canonical_key(key))
 

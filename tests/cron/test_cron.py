@@ -198,7 +198,8 @@ def test_store_persists_in_the_documented_format(tmp_path: Path) -> None:
     assert stored == {
         "id": job.id, "name": "check the plants",
         "schedule": {"kind": "every", "every_s": 60, "tz": "Europe/Berlin"},
-        "payload": {"chat": {"provider": "telegram", "chat_id": "42", "thread_id": None},
+        "payload": {"kind": "agent_turn",
+                    "chat": {"provider": "telegram", "chat_id": "42", "thread_id": None},
                     "text": "check the plants"},
         "enabled": True, "created_at": "2024-01-01T12:00:00+00:00",
         "state": {"last_run_at": None, "last_status": None,

@@ -4,7 +4,9 @@ A job's ``text`` comes back to the agent at the scheduled time as if the user ha
 this chat, through the normal inbound pipeline (see docs/cron.md). Adding a job needs no
 approval: the job can only ever talk to the agent in the chat it was made in, and whatever
 the agent then does goes through the usual approvals. The tool only sees and changes jobs of
-the current chat, so one chat can never list or cancel another chat's reminders.
+the current chat, so one chat can never list or cancel another chat's reminders. Only a run
+requested by an admin may name another chat for a new job (`chat`); the operator's
+`soulflow cron add --chat` always may.
 
 The tool reaches the scheduler through ``ctx.services.schedule``, an async callable the
 runtime provides that returns an object with the small `CronScheduler` interface (the
@@ -19,7 +21,7 @@ from typing import Any, Protocol
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.cron.schedule import MIN_EVERY_S, Schedule
 from soulflow.cron.service import MAX_JOBS_PER_CHAT, MAX_NAME_CHARS, MAX_TEXT_CHARS
-from soulflow.cron.store import Job, JobChat
+from soulflow.cron.store import Job, JobChat, PayloadKind
 
 __all__ = ["CronScheduler", "CronTool"]
 
@@ -27,7 +29,8 @@ __all__ = ["CronScheduler", "CronTool"]
 class CronScheduler(Protocol):
     """What the tool needs from the scheduler (implemented by `CronService`)."""
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str) -> Job: ...
+    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str,
+                kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job: ...
 
     def list_jobs(self, chat: JobChat | None = None) -> list[Job]: ...
 
@@ -76,6 +79,13 @@ class CronTool(Tool):
             "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS,
                      "description": "What you will receive when the job fires (add only)."},
             "job_id": {"type": "string", "minLength": 1},
+            "kind": {"type": "string", "enum": ["agent_turn", "system_event"],
+                     "description": "add only. agent_turn (default): your answer is posted in "
+                                    "the chat. system_event: a quiet check; your answer is "
+                                    "posted only when it is not HEARTBEAT_OK."},
+            "chat": {"type": "string",
+                     "description": "add only, admins only: provider:chat_id of another chat "
+                                    "to run the job in (default: this chat)."},
         },
         "required": ["action"],
         "additionalProperties": False,
@@ -119,12 +129,18 @@ def _add(scheduler: CronScheduler, chat: JobChat, params: Params) -> str:
         raise ToolError("a job's text must not start with '/': it is sent to you, the agent, "
                         "not run as a chat command")
     try:
+        if params.get("chat"):
+            other_chat = getattr(scheduler, "other_chat", None)
+            if other_chat is None:
+                raise ToolError("scheduling a job for another chat is not available here")
+            chat = other_chat(params["chat"])
         schedule = Schedule.from_dict(params["schedule"])
         job = scheduler.add_job(name=params.get("name", ""), schedule=schedule, chat=chat,
-                                text=text)
+                                text=text, kind=PayloadKind.parse(params.get("kind")))
     except ValueError as exc:
         raise ToolError(str(exc)) from None
-    return (f"scheduled cron job {job.id} ({job.name}): {job.schedule.describe()}; "
+    where = f" in {chat.key}" if params.get("chat") else ""
+    return (f"scheduled cron job {job.id} ({job.name}){where}: {job.schedule.describe()}; "
             f"next run {job.state.next_run_at}")
 
 

@@ -1,0 +1,147 @@
+"""`HeartbeatService`: every `HEARTBEAT_INTERVAL`, let the agent go through `HEARTBEAT.md`.
+
+Each tick reads the checklist from the workspace. When it holds nothing to act on (see
+`checklist.actionable_lines`) the tick ends without a model call. Otherwise the agent runs
+it as a quiet turn in the `heartbeat` session (see `turns.py`): bounded history, its own
+memory consolidation, and a message to the heartbeat chat only when the answer is not
+`HEARTBEAT_OK`. A heartbeat still waiting for an approval is not started again.
+
+The time of the last tick is kept in `runtime/heartbeat/state.json`, so a restart neither
+runs an extra heartbeat nor postpones the next one by a whole interval. Clock and sleep are
+injected (tests run without waiting); the loop runs under the daemon's Supervisor as
+`heartbeat` and stops by cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from soulflow.heartbeat.checklist import actionable_lines, heartbeat_prompt
+from soulflow.heartbeat.targets import ChatTarget
+from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner, TurnOutcome, TurnStatus
+from soulflow.storage.atomic import read_json, write_json_atomic
+
+__all__ = ["HEARTBEAT_SESSION", "HeartbeatService", "TickResult", "TickStatus"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SESSION = "heartbeat"
+CHECKLIST_FILE = "HEARTBEAT.md"
+FIRST_TICK_DELAY_S = 60.0  # after a first boot: let channels connect before the first check
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class TickStatus(StrEnum):
+    SKIPPED = "skipped"  # nothing to act on in HEARTBEAT.md (no model call)
+    MISSING = "missing"  # no HEARTBEAT.md
+    RAN = "ran"  # the agent ran; see `outcome`
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    status: TickStatus
+    at: float
+    outcome: TurnOutcome | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"status": self.status.value, "at": self.at}
+        if self.outcome is not None:
+            data["outcome"] = self.outcome.status.value
+            data["run_id"] = self.outcome.run_id
+        return data
+
+
+@dataclass(slots=True)
+class _State:
+    last_tick_at: float | None = None
+    last_status: str = ""
+    last_outcome: str = ""
+
+
+class HeartbeatService:
+    def __init__(self, workspace: Path, runtime_dir: Path, runner: QuietTurnRunner,
+                 target: ChatTarget, *, interval_s: float, clock: Clock = time.time,
+                 sleep: Sleep = asyncio.sleep) -> None:
+        self.workspace = workspace
+        self.runner = runner
+        self.target = target
+        self.interval_s = interval_s
+        self._clock = clock
+        self._sleep = sleep
+        self._state_path = runtime_dir / "heartbeat" / "state.json"
+        self._state = self._load()
+        self.ticks = 0
+        self.model_calls = 0  # ticks that ran the agent (the rest were skipped for free)
+        self.last: TickResult | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval_s > 0
+
+    async def run(self) -> None:
+        """Tick every interval, forever (the Supervisor's `heartbeat` loop)."""
+        if not self.enabled:
+            return
+        while True:
+            await self._sleep(self.seconds_until_next())
+            await self.tick()
+
+    def seconds_until_next(self) -> float:
+        last = self._state.last_tick_at
+        if last is None:
+            return min(FIRST_TICK_DELAY_S, self.interval_s)
+        return max(0.0, min(self.interval_s, last + self.interval_s - self._clock()))
+
+    async def tick(self) -> TickResult:
+        """One heartbeat: read the checklist, skip or run it, remember when."""
+        now = self._clock()
+        self.ticks += 1
+        path = self.workspace / CHECKLIST_FILE
+        try:
+            checklist = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            result = TickResult(TickStatus.MISSING, now)
+        except (OSError, UnicodeDecodeError) as exc:
+            log.error("heartbeat: cannot read %s (%s); skipping this tick", path, exc)
+            result = TickResult(TickStatus.MISSING, now)
+        else:
+            if not actionable_lines(checklist):
+                result = TickResult(TickStatus.SKIPPED, now)
+            else:
+                self.model_calls += 1
+                outcome = await self.runner.run(QuietTurn(
+                    session_key=HEARTBEAT_SESSION, target=self.target,
+                    text=heartbeat_prompt(checklist), turn_key=f"heartbeat-{int(now)}",
+                    label="heartbeat"))
+                if outcome.status is TurnStatus.NOTIFIED:
+                    log.info("heartbeat: sent a notice to %s", self.target.key)
+                result = TickResult(TickStatus.RAN, now, outcome)
+        self.last = result
+        self._state = _State(now, result.status.value,
+                             result.outcome.status.value if result.outcome else "")
+        write_json_atomic(self._state_path, asdict(self._state))
+        return result
+
+    def status(self) -> dict[str, object]:
+        """For /api/state: when it last ran, with what result, and where notices go."""
+        return {"enabled": self.enabled, "interval_s": self.interval_s,
+                "target": self.target.key, "ticks": self.ticks,
+                "model_calls": self.model_calls, "last_tick_at": self._state.last_tick_at,
+                "last_status": self._state.last_status,
+                "last_outcome": self._state.last_outcome}
+
+    def _load(self) -> _State:
+        data = read_json(self._state_path, None)
+        if not isinstance(data, dict):
+            return _State()
+        last = data.get("last_tick_at")
+        return _State(float(last) if isinstance(last, int | float) else None,
+                      str(data.get("last_status") or ""), str(data.get("last_outcome") or ""))

@@ -1,0 +1,148 @@
+"""Wiring of the heartbeat, `system_event` cron jobs and the ops service into a Runtime.
+
+Kept out of runtime.py (which only calls `build`, `cancel_interrupted`, `start`, `close`,
+`state` and `fire_event`) so the daemon's boot file stays about boot order.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
+from soulflow.agent.context import ContextBuilder
+from soulflow.cron.store import Job
+from soulflow.heartbeat.service import HeartbeatService
+from soulflow.heartbeat.targets import ChatTarget, notice_target
+from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner
+from soulflow.ops.notices import NoticeBoard
+from soulflow.ops.service import OpsPolicy, OpsProbes, OpsRuntimeService
+from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
+from soulflow.providers.base import Provider
+from soulflow.providers.failover import FailoverProvider
+from soulflow.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from soulflow.runtime import Runtime
+
+__all__ = ["BackgroundServices"]
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundServices:
+    """The quiet-turn runner, the heartbeat and ops of one Runtime."""
+
+    def __init__(self, runtime: Runtime, *, model: Provider | None,
+                 chain: Provider | None) -> None:
+        """`model`: what the agent talks to (redacting); `chain`: the failover chain under it,
+        read for provider status. Both None without a configured provider."""
+        settings = runtime.settings
+        setting = settings.__getitem__
+        self._runtime = runtime
+        self._provider = chain
+        channels = runtime.channels.names()
+        context = ContextBuilder(settings.workspace, runtime.memory, runtime.decisions,
+                                 runtime.sessions,
+                                 history_messages=int(setting("HEARTBEAT_HISTORY_MESSAGES")),
+                                 max_context_tokens=runtime.context.max_context_tokens)
+        self.consolidator: Consolidator | None = None
+        threshold = int(setting("HEARTBEAT_CONSOLIDATE_AFTER"))
+        if model is not None and threshold and runtime.consolidator is not None:
+            keep = max(1, min(int(setting("HEARTBEAT_HISTORY_MESSAGES")), threshold - 1))
+            self.consolidator = Consolidator(
+                runtime.sessions, runtime.memory, lambda: model,
+                ConsolidationPolicy(threshold_messages=threshold, keep_last=keep))
+        self.quiet = QuietTurnRunner(runtime.agent, context, self._publish,
+                                     consolidator=self.consolidator,
+                                     redact=runtime.redactor.redact)
+        self.heartbeat = HeartbeatService(
+            settings.workspace, settings.runtime_dir, self.quiet,
+            notice_target(setting, channels, explicit=setting("HEARTBEAT_CHAT"),
+                          fallback_chat_id="heartbeat"),
+            interval_s=float(setting("HEARTBEAT_INTERVAL")))
+        self.notice_chat = notice_target(setting, channels, fallback_chat_id="ops")
+        policy = OpsPolicy.from_settings(setting)
+        watch_log = WatchLog()
+        manager = runtime.manager
+        self.ops = OpsRuntimeService(
+            policy,
+            OpsProbes(loops=runtime.supervisor.status, queues=self._queues,
+                      providers=self._providers, extra={"heartbeat": self.heartbeat.status}),
+            health=manager.health,
+            runs=RunWatch(lambda: runtime.agent.loop, stuck_after_s=policy.run_stuck_after_s,
+                          stop_chat=manager.runs.stop, abort_run=self.quiet.abort,
+                          log_=watch_log),
+            channels=ChannelWatch(manager.health, runtime.channels.names,
+                                  stall_after_s=policy.channel_stall_after_s,
+                                  restart=self._restart_channel, log_=watch_log),
+            notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
+                                interval_s=policy.notice_interval_s),
+            watch_log=watch_log, decisions=runtime.decisions)
+
+    # -- lifecycle (called by Runtime) -----------------------------------------------------
+
+    def cancel_interrupted(self) -> None:
+        """Before unfinished runs resume: quiet turns a stop cut off are cancelled."""
+        cancelled = self.quiet.cancel_interrupted()
+        if cancelled:
+            log.info("cancelled %d heartbeat/system-event run(s) interrupted by the last stop",
+                     cancelled)
+
+    def start(self, supervisor: Supervisor) -> None:
+        if self.heartbeat.enabled:
+            supervisor.spawn("heartbeat", self.heartbeat.run)
+        supervisor.spawn("ops", self.ops.run)
+
+    async def close(self) -> None:
+        await self.quiet.close()
+        if self.consolidator is not None:
+            await self.consolidator.stop()
+
+    def state(self) -> dict[str, Any]:
+        return {"ops": self.ops.snapshot(), "heartbeat": self.heartbeat.status()}
+
+    def fire_event(self, job: Job, scheduled: datetime) -> None:
+        """A due `system_event` cron job: a quiet turn in the job's own session."""
+        self.quiet.submit(QuietTurn(
+            session_key=f"cron:{job.id}",
+            target=ChatTarget(job.chat.provider, job.chat.chat_id, job.chat.thread_id),
+            text=job.text, turn_key=f"cron-{job.id}-{int(scheduled.timestamp())}",
+            label=f"cron: {job.name}"))
+
+    # -- probes and actions ------------------------------------------------------------------
+
+    def _publish(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
+        self._runtime.manager.publish_to_chat(chat, text, metadata)
+
+    def _notify(self, text: str) -> None:
+        self._publish(self.notice_chat.to_chat(), text, {})
+
+    def _restart_channel(self, name: str, reason: str) -> bool:
+        adapter = self._runtime.channels.get(name)
+        if adapter is None:
+            return False
+        return self._runtime.supervisor.restart(f"channel:{name}", reason,
+                                                cleanup=adapter.stop)
+
+    def _queues(self) -> dict[str, int]:
+        runtime = self._runtime
+        bus = runtime.bus
+        return {"inbound_pending": bus.inbound.pending_count,
+                "inbound_queued": runtime.manager.queued,
+                "active_chats": runtime.manager.active_chats,
+                "active_runs": runtime.manager.runs.count(),
+                "outbox_pending": len(bus.outbox), "outbound_queued": bus.dispatcher.queued,
+                "dlq": len(bus.dlq)}
+
+    def _providers(self) -> dict[str, Any]:
+        runtime = self._runtime
+        rows = self._provider.status() if isinstance(self._provider, FailoverProvider) else []
+        local = runtime.local_model.status() if runtime.local_model is not None else None
+        down = [row["name"] for row in rows if row.get("down")]
+        if local is not None and local.get("state") in ("failed", "unhealthy"):
+            down.append(f"{runtime.providers.default_name or 'phi4_local'} (embedded model "
+                        f"{local.get('state')})")
+        return {"default": runtime.providers.default_name,
+                "configured": runtime.providers.names(), "failover": rows, "down": down}

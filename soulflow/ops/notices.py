@@ -1,0 +1,66 @@
+"""Problems that last, told to a person - once, then at most every `interval_s`.
+
+A problem is a key (`channel:slack`, `loop:cron`, `provider`) and a sentence. It is
+reported when it has lasted `after_s`, again only after `interval_s` if it is still there,
+and a short "resolved" follows when it goes away after having been reported. A flapping
+channel thus costs one message per interval, not one per tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["NoticeBoard", "Problem"]
+
+
+@dataclass(slots=True)
+class Problem:
+    key: str
+    message: str
+    since: float
+    notified_at: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"key": self.key, "message": self.message, "since": self.since,
+                "notified_at": self.notified_at}
+
+
+class NoticeBoard:
+    def __init__(self, send: Callable[[str], None], *, after_s: float,
+                 interval_s: float) -> None:
+        self._send = send
+        self.after_s = after_s
+        self.interval_s = interval_s
+        self.problems: dict[str, Problem] = {}
+        self.sent = 0
+
+    def update(self, current: Mapping[str, str], now: float) -> list[str]:
+        """Take this tick's problems (key -> sentence); returns the notices sent."""
+        sent: list[str] = []
+        for key in [k for k in self.problems if k not in current]:
+            gone = self.problems.pop(key)
+            if gone.notified_at is not None:
+                sent.append(self._notify(f"Resolved: {gone.message}"))
+        due: list[Problem] = []
+        for key, message in current.items():
+            problem = self.problems.get(key)
+            if problem is None:
+                problem = self.problems[key] = Problem(key, message, now)
+            problem.message = message
+            lasted = now - problem.since >= self.after_s
+            quiet = problem.notified_at is None or now - problem.notified_at >= self.interval_s
+            if lasted and quiet:
+                due.append(problem)
+        if due:
+            lines = [f"- {p.message} (for {(now - p.since) / 60:.0f} min)" for p in due]
+            sent.append(self._notify("SoulFlow ops: something stays broken\n" +
+                                     "\n".join(lines)))
+            for problem in due:
+                problem.notified_at = now
+        return sent
+
+    def _notify(self, text: str) -> str:
+        self._send(text)
+        self.sent += 1
+        return text

@@ -1,0 +1,76 @@
+"""A real agent stack for heartbeat tests: sessions, memory, context, the event-thread loop and
+an OpenAI-compatible provider pointed at the loopback fake model. What the runner posts is
+collected in `Stack.posted` (the chat side; the channel pipeline is tested elsewhere)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop
+from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.decision.service import DecisionService
+from soulflow.heartbeat.turns import QuietTurnRunner
+from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
+from soulflow.session.store import SessionStore
+
+
+@dataclass
+class Stack:
+    workspace: Path
+    sessions: SessionStore
+    memory: MemoryStore
+    agent: AgentDomain
+    runner: QuietTurnRunner
+    consolidator: Consolidator | None
+    provider: OpenAICompatibleProvider
+    posted: list[tuple[dict[str, Any], str, dict[str, Any]]] = field(default_factory=list)
+
+    async def close(self) -> None:
+        if self.consolidator is not None:
+            await self.consolidator.stop()
+        await self.runner.close()
+        await self.provider.aclose()
+        self.sessions.close()
+        if self.agent.loop is not None:
+            self.agent.loop.store.close()
+
+
+def build_stack(workspace: Path, base_url: str, *, history: int = 6,
+                consolidate_after: int = 0, tools: ToolRegistry | None = None) -> Stack:
+    workspace.mkdir(parents=True, exist_ok=True)
+    runtime = workspace / "runtime"
+    sessions = SessionStore(runtime / "sessions")
+    memory = MemoryStore(workspace / "memory")
+    decisions = DecisionService(runtime / "decisions" / "index.json")
+    provider = OpenAICompatibleProvider(OpenAICompatibleConfig(
+        name="phi4_local", base_url=base_url, model="fake-model", max_retries=0))
+    registry = tools or ToolRegistry()
+
+    def tool_context(state: Any, approved: bool) -> ToolContext:
+        chat = state.chat
+        return ToolContext(workspace, ChatRef(chat["provider"], chat["chat_id"]),
+                           approved=approved)
+
+    loop = AgentLoop(ThreadStore(runtime / "threads"), lambda: provider, registry,
+                     lambda: "You are the test agent.", tool_context)
+    context = ContextBuilder(workspace, memory, decisions, sessions, history_messages=20)
+    agent = AgentDomain(context, sessions, loop)
+    consolidator = None
+    if consolidate_after:
+        consolidator = Consolidator(sessions, memory, lambda: provider, ConsolidationPolicy(
+            threshold_messages=consolidate_after, keep_last=history))
+    quiet_context = ContextBuilder(workspace, memory, decisions, sessions,
+                                   history_messages=history)
+    posted: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
+    runner = QuietTurnRunner(agent, quiet_context,
+                             lambda chat, text, meta: posted.append((chat, text, meta)),
+                             consolidator=consolidator)
+    return Stack(workspace, sessions, memory, agent, runner, consolidator, provider, posted)
