@@ -76,7 +76,10 @@ class ChannelManager:
         self.health = HealthBoard(redact=redact)
         bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
         self.read_policy = read_policy or ReadPolicy()
-        self.quarantine = Quarantine(bus.inbound_dlq, bus.inbound.mark_seen)
+        self.quarantine = Quarantine(bus.inbound_dlq, bus.inbound.mark_seen, on_record=lambda e: (
+            self._on_event("inbound.quarantined", {
+                "provider": e.provider, "chat_id": e.chat_id, "message_id": e.message_id,
+                "stage": e.stage, "error": e.error})))
         self._screen = InboundScreen(bus.inbound, access, sealer, self.quarantine,
                                      on_reaction=self._on_reaction, refuse=self._refuse,
                                      apologise=self._apologise)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetters, IntakeStage
+from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetter, InboundDeadLetters, IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import scrub_surrogates
 
@@ -78,10 +78,11 @@ class Quarantine:
     here propagates, the channel loop restarts, and the message is read and recorded again.
     """
 
-    def __init__(self, letters: InboundDeadLetters,
-                 mark_seen: Callable[[list[str]], None]) -> None:
+    def __init__(self, letters: InboundDeadLetters, mark_seen: Callable[[list[str]], None], *,
+                 on_record: Callable[[InboundDeadLetter], None] | None = None) -> None:
         self.letters = letters
         self._mark_seen = mark_seen
+        self._on_record = on_record
         self.count = 0
 
     def record(self, message: InboundMessage, stage_name: IntakeStage | str,
@@ -91,12 +92,14 @@ class Quarantine:
         if not isinstance(raw, str):
             raw = json.dumps({k: v for k, v in message.to_dict().items() if k != "text"},
                              ensure_ascii=True, default=repr)
-        self.letters.add(provider=message.provider, chat_id=message.chat_id,
-                         message_id=message.message_id, sender_id=message.sender_id,
-                         stage=stage_name, error=error, content=message.text, raw=raw,
-                         key=key)
+        letter = self.letters.add(
+            provider=message.provider, chat_id=message.chat_id, message_id=message.message_id,
+            sender_id=message.sender_id, stage=stage_name, error=error, content=message.text,
+            raw=raw, key=key)
         self._mark_seen([key])
         self.count += 1
+        if self._on_record is not None:
+            self._on_record(letter)
         log.error("quarantined inbound %s at stage %s: %s (see `soulflow dlq list --inbound`)",
                   key, stage_name, safe_key(error)[:300])
         return key

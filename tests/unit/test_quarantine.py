@@ -137,3 +137,12 @@ async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> No
     assert await settle(adapter, 2) == [APOLOGY, "echo: two"]
     assert [e.stage for e in bus.inbound_dlq.entries()] == ["journal"]
     await asyncio.sleep(0)
+
+
+async def test_a_quarantine_is_announced_as_a_live_event(rig) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    events: list[tuple[str, dict[str, Any]]] = []
+    manager = build(sealer=BrokenSealer(), on_event=lambda kind, data: events.append((kind, data)))
+    manager.ingest(adapter, [msg(1, "boom")])
+    assert [(k, d["stage"], d["message_id"]) for k, d in events
+            if k == "inbound.quarantined"] == [("inbound.quarantined", "seal", "m1")]

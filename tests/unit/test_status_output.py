@@ -1,0 +1,34 @@
+"""`soulflow status` prints each channel's health and the latest quarantined messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from soulflow.cli import _print_channels
+
+
+def test_status_shows_failing_channels_and_the_quarantine(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    state = {
+        "queues": {"inbound_dlq": 2},
+        "channels": [
+            {"name": "local", "status": "connected", "consecutive_failures": 0,
+             "send_failures": 0, "restarts": 0, "last_error": ""},
+            {"name": "telegram", "status": "failing", "consecutive_failures": 4,
+             "send_failures": 1, "restarts": 2,
+             "last_error": "polling failed, cannot reach Telegram (HTTP 500)"},
+        ],
+        "inbound_dlq": [
+            {"provider": "telegram", "chat_id": "-100", "stage": "parse",
+             "error": "KeyError: 'date'"},
+            {"provider": "slack", "chat_id": "C1", "stage": "seal", "error": "OSError: full"},
+        ],
+    }
+    _print_channels(state)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["local", "connected"]
+    assert out[2].startswith("    telegram   failing, 4 failed read(s) in a row, "
+                             "1 failed send(s) in a row, restarted 2x; last error: polling")
+    assert "quarantined 2 inbound message(s)" in out[3]
+    assert out[4:] == ["    telegram:-100 at parse: KeyError: 'date'",
+                       "    slack:C1 at seal: OSError: full"]
