@@ -16,7 +16,7 @@ from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.access import AccessPolicy
 from soulflow.channels.normalize import normalize_inbound
-from soulflow.channels.poison import POISON_KIND, IntakeError, Quarantine, stage
+from soulflow.channels.poison import POISON_KIND, IntakeError, Quarantine, safe_key, stage
 from soulflow.security.inbound import InboundSealer
 
 Handler = Callable[[InboundMessage], None]
@@ -61,6 +61,8 @@ class InboundScreen:
     def take_in(self, message: InboundMessage) -> Verdict:
         """Decide one message's fate; raises `IntakeError` naming the step that failed."""
         if message.kind == POISON_KIND:
+            if self._journal.is_seen(safe_key(message.key)):
+                return Verdict.SKIP  # quarantined before the cursor moved, read again
             raise IntakeError(IntakeStage.PARSE, str(message.metadata.get("poison_error")))
         with stage(IntakeStage.NORMALISE):
             normalize_inbound(message)

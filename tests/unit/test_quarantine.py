@@ -103,6 +103,8 @@ async def test_poison_from_an_adapter_is_recorded_before_the_commit(rig) -> None
         "parse", "update-7", "ValueError: bad json")
     assert "not an object" in letter.raw
     assert adapter.committed == ["update-7", "m8"]
+    manager.ingest(adapter, [poison])  # read again (a crash before the commit): recorded once
+    assert len(bus.inbound_dlq) == 1
 
 
 async def test_a_command_that_crashes_is_quarantined_once_not_replayed(rig) -> None:  # noqa: F811
