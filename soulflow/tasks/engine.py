@@ -14,7 +14,13 @@ from collections.abc import Collection
 
 from soulflow.tasks.graph import validate_graph
 from soulflow.tasks.model import Choice, TaskGraph, TaskState, TaskStatus
-from soulflow.tasks.runner import DEFAULT_MAX_PARALLEL, EmitFn, NodeExecutors, run_task_loop
+from soulflow.tasks.runner import (
+    DEFAULT_MAX_PARALLEL,
+    EmitFn,
+    NodeExecutors,
+    cancel_idle_task,
+    run_task_loop,
+)
 from soulflow.tasks.store import TaskDecisionError, TaskStore, new_task_id
 
 log = logging.getLogger(__name__)
@@ -34,14 +40,12 @@ class TaskEngine:
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._aborts: dict[str, asyncio.Event] = {}
         self._wakes: dict[str, asyncio.Event] = {}
-        self._started = False
 
     async def start(self) -> list[str]:
         """Resume every task that was `running` at the last checkpoint; returns their ids.
 
         `waiting_approval` tasks keep waiting: they continue when someone decides.
         """
-        self._started = True
         resumed = [t.task_id for t in self.store.unfinished() if t.status is TaskStatus.RUNNING]
         for task_id in resumed:
             self._spawn(task_id)
@@ -49,7 +53,6 @@ class TaskEngine:
 
     async def stop(self) -> None:
         """Stop every loop without marking anything (resumed by the next `start`)."""
-        self._started = False
         loops = list(self._loops.values())
         for loop in loops:
             loop.cancel()
@@ -92,12 +95,11 @@ class TaskEngine:
         if abort is not None and loop is not None:
             abort.set()
             await asyncio.gather(loop, return_exceptions=True)
+            if by and task.status is TaskStatus.CANCELLED:
+                task.error = f"cancelled by {by}"
+                await self.store.checkpoint(task)
             return task
-        abort = asyncio.Event()
-        abort.set()
-        await run_task_loop(task, self.store, self.executors, emit=self.emit,
-                            max_parallel=self.max_parallel, abort=abort)
-        return task
+        return await cancel_idle_task(task, self.store, emit=self.emit, by=by)
 
     def running_ids(self) -> list[str]:
         return list(self._loops)
@@ -125,7 +127,7 @@ class TaskEngine:
         self._aborts.pop(task_id, None)
         self._wakes.pop(task_id, None)
         task = self.store.get(task_id)
-        if (self._started and not loop.cancelled() and task is not None
+        if (not loop.cancelled() and task is not None
                 and not task.status.finished
                 and any(s.choice is not None for s in task.nodes.values())):
             self._spawn(task_id)  # a decision arrived while the loop was finishing

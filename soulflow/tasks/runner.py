@@ -39,7 +39,7 @@ from soulflow.tasks.model import (
     TaskStatus,
     now,
 )
-from soulflow.tasks.store import TaskStore
+from soulflow.tasks.store import TaskDecisionError, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,33 @@ async def run_task_loop(task: TaskState, store: TaskStore, executors: NodeExecut
     run = _TaskRun(task, store, executors, emit, max_parallel, abort or asyncio.Event(),
                    wake or asyncio.Event())
     await run.run()
+    return task
+
+
+def mark_cancelled(task: TaskState, by: str = "") -> None:
+    """Every node that could still run becomes `cancelled`, and so does the task."""
+    for state in task.nodes.values():
+        if state.status in (NodeStatus.RUNNING, NodeStatus.PENDING,
+                            NodeStatus.WAITING_APPROVAL, NodeStatus.INTERRUPTED):
+            state.status, state.finished_at, state.choice = NodeStatus.CANCELLED, now(), None
+    task.status, task.waiting = TaskStatus.CANCELLED, []
+    task.error = f"cancelled by {by}" if by else ""
+
+
+async def cancel_idle_task(task: TaskState, store: TaskStore, *, emit: EmitFn | None = None,
+                           by: str = "") -> TaskState:
+    """Cancel a task no loop is driving (waiting for someone, or not resumed since a crash).
+
+    Needs no executors: nothing runs, so there is nothing to stop, only states to record.
+    """
+    if task.status.finished:
+        raise TaskDecisionError(f"task {task.task_id} is already {task.status.value}")
+    mark_cancelled(task, by)
+    await store.checkpoint(task)
+    if emit is not None:
+        summary = "task cancelled" + (f" by {by}" if by else "")
+        await emit(TaskEvent(task, "done", summary, f"{task.task_id}:task:cancelled", None,
+                             {"status": TaskStatus.CANCELLED.value, "by": by}))
     return task
 
 
@@ -342,11 +369,7 @@ class _TaskRun:
     async def _cancel_all(self) -> None:
         """User cancel: stop running nodes, mark everything unsettled cancelled."""
         await self._shutdown_children()
-        for state in self.task.nodes.values():
-            if state.status in (NodeStatus.RUNNING, NodeStatus.PENDING,
-                                NodeStatus.WAITING_APPROVAL, NodeStatus.INTERRUPTED):
-                state.status, state.finished_at = NodeStatus.CANCELLED, now()
-        self.task.status, self.task.error, self.task.waiting = TaskStatus.CANCELLED, "", []
+        mark_cancelled(self.task)
         await self._checkpoint()
         await self._emit("done", "task cancelled", None, "cancelled",
                          {"status": TaskStatus.CANCELLED.value})

@@ -120,12 +120,13 @@ class TaskStore:
 
         The snapshot is taken on the event loop (consistent with what the runner holds), the
         write happens in a thread so the loop never waits for the disk; the lock keeps writes
-        in order, so an older snapshot never replaces a newer one.
+        in order, so an older snapshot never replaces a newer one. A caller cancelled while
+        waiting still leaves the file whole (the write is atomic).
         """
         task.revision += 1
         task.updated_at = now()
-        data = self._encode()
         async with self._write_lock:
+            data = self._encode()  # under the lock: the newest state is what lands last
             await asyncio.to_thread(write_bytes_atomic, self.path, data)
 
     def checkpoint_sync(self, task: TaskState | None = None) -> None:
