@@ -1,0 +1,90 @@
+"""`soulflow run` as a subprocess: /task answers from the task store a previous run left behind,
+and cancelling writes a workflow event and the task's detail log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from soulflow.tasks import (
+    NodeKind,
+    NodeStatus,
+    TaskGraph,
+    TaskNode,
+    TaskState,
+    TaskStatus,
+    TaskStore,
+)
+from tests.e2e.harness import Daemon, base_env
+from tests.fakes.openai_api import FakeOpenAIThread
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with FakeOpenAIThread() as fake:
+        env = base_env(workspace, PROVIDER="phi4_local", PHI4_BASE_URL=fake.base_url,
+                       PHI4_MODEL="fake-model")
+        process = Daemon(workspace, env, tmp_path / "daemon.log")
+        yield process
+        process.close()
+
+
+def waiting_task() -> TaskState:
+    graph = TaskGraph([
+        TaskNode(id="draft", kind=NodeKind.TOOL, tool="read_file", params={"path": "x"}),
+        TaskNode(id="ok", kind=NodeKind.APPROVAL, prompt="Send the mail?", depends_on=["draft"]),
+        TaskNode(id="send", kind=NodeKind.TOOL, tool="message", depends_on=["ok"]),
+    ])
+    task = TaskState("t-wait", "Mail the vendors", graph, status=TaskStatus.WAITING_APPROVAL,
+                     provider="local", chat_id="test", requested_by="someone")
+    task.nodes["draft"].status = NodeStatus.COMPLETED
+    task.nodes["ok"].status = NodeStatus.WAITING_APPROVAL
+    task.waiting = [{"node_id": "ok", "reason": "approval", "prompt": "Send the mail?"}]
+    return task
+
+
+def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
+    tasks_dir = daemon.workspace / "runtime" / "tasks"
+    asyncio.run(TaskStore(tasks_dir).add(waiting_task()))
+    daemon.start()
+    assert daemon.state()["task_graphs"] == {"unfinished": 1, "problems": []}
+
+    listed = daemon.wait_reply(daemon.say("/task list"))["content"]
+    assert listed == ("Tasks in this chat:\n"
+                      "• t-wait waiting_approval: Mail the vendors (1/3 steps done)")
+    shown = daemon.wait_reply(daemon.say("/task show t-wait"))["content"]
+    assert "Waiting on ok (approval): Send the mail?" in shown
+    # the local operator is an admin: may cancel a task someone else asked for
+    cancelled = daemon.wait_reply(daemon.say("/task cancel t-wait"))["content"]
+    assert cancelled == "Task t-wait is cancelled."
+    assert daemon.state()["task_graphs"]["unfinished"] == 0
+    assert daemon.stop(signal.SIGTERM) == 0
+
+    assert TaskStore(tasks_dir).require("t-wait").status is TaskStatus.CANCELLED
+    events = daemon.workspace / "runtime" / "events" / "events.jsonl"
+    [event] = [json.loads(line) for line in events.read_text().splitlines()]
+    assert event["task_id"] == "t-wait" and event["phase"] == "done"
+    assert event["payload"]["status"] == "cancelled" and event["chat_id"] == "test"
+    assert event["detail_file"] == "runtime/tasks/details/t-wait.md"
+    story = (daemon.workspace / event["detail_file"]).read_text()
+    assert "**done**: task cancelled by" in story
+    assert json.loads((events.parent / "index.json").read_text())["ids"] == [event["event_id"]]
+
+
+def test_a_corrupt_task_store_is_reported_not_emptied(daemon: Daemon) -> None:
+    tasks_dir = daemon.workspace / "runtime" / "tasks"
+    tasks_dir.mkdir(parents=True)
+    (tasks_dir / "store.json").write_text('{"version": 1, "tasks": {"t-1": ')
+    daemon.start()
+    [problem] = daemon.state()["task_graphs"]["problems"]
+    assert "moved aside to store.json.corrupt-" in problem
+    [moved] = list(tasks_dir.glob("store.json.corrupt-*"))
+    assert moved.read_text() == '{"version": 1, "tasks": {"t-1": '
+    assert "task store: the task store was unreadable" in daemon.log()
