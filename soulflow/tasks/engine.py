@@ -44,9 +44,12 @@ class TaskEngine:
     async def start(self) -> list[str]:
         """Resume every task that was `running` at the last checkpoint; returns their ids.
 
-        `waiting_approval` tasks keep waiting: they continue when someone decides.
+        `waiting_approval` tasks keep waiting: they continue when someone decides, or now if
+        an answer was recorded just before the process died.
         """
-        resumed = [t.task_id for t in self.store.unfinished() if t.status is TaskStatus.RUNNING]
+        resumed = [t.task_id for t in self.store.unfinished()
+                   if t.status is TaskStatus.RUNNING
+                   or any(s.choice is not None for s in t.nodes.values())]
         for task_id in resumed:
             self._spawn(task_id)
         return resumed

@@ -129,3 +129,21 @@ async def test_stop_then_start_resumes_running_tasks_only(tmp_path: Path) -> Non
     await engine2.decide("t-gate", "ok", Choice.APPROVE)
     assert (await engine2.wait("t-gate")).status is TaskStatus.COMPLETED
     await engine2.stop()
+
+
+async def test_an_answer_recorded_before_a_crash_is_acted_on_at_boot(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path)
+    engine = TaskEngine(store, Toolbox({"echo": echo}).executors())
+    await engine.submit(TaskGraph([gate("ok"), tool("send", depends_on=["ok"])]), title="g",
+                        task_id="t-g")
+    await engine.wait("t-g")
+    await engine.stop()
+    await store.decide("t-g", "ok", Choice.APPROVE, by="fay")  # ...and the process dies here
+
+    store2 = TaskStore(tmp_path)
+    engine2 = TaskEngine(store2, Toolbox({"echo": echo}).executors())
+    assert await engine2.start() == ["t-g"]
+    task = await engine2.wait("t-g")
+    assert task.status is TaskStatus.COMPLETED
+    assert task.nodes["ok"].output == {"approved": True, "by": "fay"}
+    await engine2.stop()

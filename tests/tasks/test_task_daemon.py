@@ -8,7 +8,9 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from soulflow.tasks import (
@@ -50,6 +52,15 @@ def waiting_task() -> TaskState:
     return task
 
 
+def first_workflow_event(daemon: Daemon) -> dict[str, Any]:
+    with httpx.stream("GET", daemon.url + "/api/events", headers=daemon.headers,
+                      timeout=10) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and json.loads(line[6:])["kind"] == "workflow":
+                return json.loads(line[6:])
+    raise AssertionError("no workflow event on /api/events")
+
+
 def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
     tasks_dir = daemon.workspace / "runtime" / "tasks"
     asyncio.run(TaskStore(tasks_dir).add(waiting_task()))
@@ -65,6 +76,8 @@ def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
     cancelled = daemon.wait_reply(daemon.say("/task cancel t-wait"))["content"]
     assert cancelled == "Task t-wait is cancelled."
     assert daemon.state()["task_graphs"]["unfinished"] == 0
+    live = first_workflow_event(daemon)  # the dashboard's SSE stream replays recent events
+    assert live["data"]["task_id"] == "t-wait" and live["data"]["phase"] == "done"
     assert daemon.stop(signal.SIGTERM) == 0
 
     assert TaskStore(tasks_dir).require("t-wait").status is TaskStatus.CANCELLED
