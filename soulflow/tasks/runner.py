@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from soulflow.tasks.contracts import EmitFn, NodeExecutors, TaskEvent
 from soulflow.tasks.graph import propagate_skips, ready_nodes, resolve_inputs
 from soulflow.tasks.model import (
     Choice,
@@ -45,54 +44,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PARALLEL = 4
 
-
-class AgentRunFn(Protocol):
-    """Runs an agent for one node: its own goal, only the allowed tools, the injected inputs."""
-
-    def __call__(self, goal: str, allowed_tools: list[str], inputs: dict[str, Any],
-                 abort: asyncio.Event) -> Awaitable[NodeOutcome]: ...
-
-
-class ToolRunFn(Protocol):
-    """Calls one tool with the node's params (inputs merged over them)."""
-
-    def __call__(self, name: str, params: dict[str, Any],
-                 abort: asyncio.Event) -> Awaitable[NodeOutcome]: ...
-
-
-@dataclass(slots=True)
-class NodeExecutors:
-    """What the engine needs from the rest of the daemon, injected so it is testable alone."""
-
-    run_agent: AgentRunFn
-    run_tool: ToolRunFn
-    tool_is_idempotent: Callable[[str], bool] = field(default=lambda name: False)
-
-    def idempotent(self, node: TaskNode) -> bool:
-        if node.kind is NodeKind.TOOL:
-            return self.tool_is_idempotent(node.tool)
-        if node.kind is NodeKind.AGENT:
-            return all(self.tool_is_idempotent(t) for t in node.tools)
-        return True  # an approval gate does nothing by itself
-
-
-@dataclass(slots=True)
-class TaskEvent:
-    """A step of the task's story, handed to `emit` after the matching checkpoint.
-
-    `key` is unique per step and attempt, so a replayed step has the same event id (deduped).
-    Phases: assign, progress, blocked, approval, done.
-    """
-
-    task: TaskState
-    phase: str
-    summary: str
-    key: str
-    node_id: str | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
-EmitFn = Callable[[TaskEvent], Awaitable[None]]
+__all__ = [  # the contracts are re-exported: callers import the engine from one place
+    "EmitFn", "NodeExecutors", "TaskEvent", "cancel_idle_task", "mark_cancelled", "run_task_loop",
+]
 
 
 async def run_task_loop(task: TaskState, store: TaskStore, executors: NodeExecutors, *,
@@ -134,12 +88,18 @@ async def cancel_idle_task(task: TaskState, store: TaskStore, *, emit: EmitFn | 
     await store.checkpoint(task)
     if emit is not None:
         summary = "task cancelled" + (f" by {by}" if by else "")
-        await emit(TaskEvent(task, "done", summary, f"{task.task_id}:task:cancelled", None,
-                             {"status": TaskStatus.CANCELLED.value, "by": by}))
+        try:
+            await emit(TaskEvent(task, "done", summary, f"{task.task_id}:task:cancelled", None,
+                                 {"status": TaskStatus.CANCELLED.value, "by": by}))
+        except Exception:  # the cancel is recorded; a broken event sink is only logged
+            log.exception("workflow event for task %s failed", task.task_id)
     return task
 
 
 class _TaskRun:
+    """One pass of the loop over one task; all state changes happen on this coroutine (node
+    coroutines only compute outcomes), so the task object never sees two writers."""
+
     def __init__(self, task: TaskState, store: TaskStore, executors: NodeExecutors,
                  emit: EmitFn | None, max_parallel: int, abort: asyncio.Event,
                  wake: asyncio.Event) -> None:
@@ -159,7 +119,8 @@ class _TaskRun:
             return
         self.task.status = TaskStatus.RUNNING
         self.task.waiting = []
-        await self._recover()
+        if not self.abort.is_set():  # a cancel needs no recovery: nothing will run again
+            await self._recover()
         abort_wait = asyncio.ensure_future(self.abort.wait())
         wake_wait: asyncio.Future[Any] | None = None
         try:
