@@ -34,6 +34,7 @@ __all__ = [
     "CronService",
     "FireFn",
     "cron_inbound_message",
+    "occurrence_stamp",
 ]
 
 log = logging.getLogger(__name__)
@@ -52,13 +53,21 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def occurrence_stamp(scheduled: datetime) -> str:
+    """The part of a fired job's message id that names the occurrence: whole seconds for
+    scheduled times (as always), milliseconds for a manual `run` (two runs a second apart
+    are two occurrences; the same scheduled time fired twice is one)."""
+    stamp = scheduled.timestamp()
+    return str(int(stamp)) if stamp.is_integer() else f"{stamp:.3f}"
+
+
 def cron_inbound_message(job: Job, scheduled: datetime) -> InboundMessage:
     """The message a firing job injects into the normal inbound pipeline.
 
     The id depends only on the job and its scheduled time, so firing the same occurrence
     twice (crash before the state was saved) is dropped by the inbound journal's seen ids.
     """
-    stamp = int(scheduled.timestamp())
+    stamp = occurrence_stamp(scheduled)
     return InboundMessage(
         provider=job.chat.provider, chat_id=job.chat.chat_id, thread_id=job.chat.thread_id,
         message_id=f"cron-{job.id}-{stamp}", sender_id="cron", sender_name=f"cron: {job.name}",
@@ -142,7 +151,9 @@ class CronService:
         job = self.store.get(job_id)
         if job is None:
             raise KeyError(f"no cron job with id {job_id!r}")
-        now = self._clock().replace(microsecond=0)
+        now = self._clock()
+        if now.microsecond == 0:  # a manual run is never mistaken for a scheduled occurrence
+            now = now.replace(microsecond=1000)
         status = await self._fire_one(job, now)
         current = self.store.get(job_id)
         if current is None:  # removed while it fired

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
+from soulflow.cron.service import occurrence_stamp
 from soulflow.cron.store import Job
 from soulflow.heartbeat.service import HeartbeatService
 from soulflow.heartbeat.targets import ChatTarget, notice_target
@@ -108,7 +109,7 @@ class BackgroundServices:
         self.quiet.submit(QuietTurn(
             session_key=f"cron:{job.id}",
             target=ChatTarget(job.chat.provider, job.chat.chat_id, job.chat.thread_id),
-            text=job.text, turn_key=f"cron-{job.id}-{int(scheduled.timestamp())}",
+            text=job.text, turn_key=f"cron-{job.id}-{occurrence_stamp(scheduled)}",
             label=f"cron: {job.name}"))
 
     # -- probes and actions ------------------------------------------------------------------
