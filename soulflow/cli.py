@@ -106,6 +106,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "
               f"{local['rss_mb']} MB, restarts={local['restarts']})")
     _print_channels(state)
+    _print_background(state)
     print("  queues     " + ", ".join(f"{k}={v}" for k, v in queues.items()))
     print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
     print(f"  sessions   {len(state['sessions'])}")
@@ -132,6 +133,20 @@ def _print_channels(state: dict[str, Any]) -> None:
         for entry in (state.get("inbound_dlq") or [])[-3:]:
             print(f"    {entry['provider']}:{entry['chat_id']} at {entry['stage']}: "
                   f"{entry['error'][:100]}")
+
+
+def _print_background(state: dict[str, Any]) -> None:
+    """The heartbeat's schedule and last result; what ops finds broken and last did."""
+    heartbeat = state.get("heartbeat") or {}
+    if heartbeat.get("enabled"):
+        last = heartbeat.get("last_outcome") or heartbeat.get("last_status") or "not yet"
+        print(f"  heartbeat  every {heartbeat['interval_s']:g}s to {heartbeat['target']}, "
+              f"last: {last} ({heartbeat.get('model_calls', 0)} model call(s) since start)")
+    ops = state.get("ops") or {}
+    for problem in ops.get("problems") or []:
+        print(f"  problem    {problem['message'][:150]}")
+    for action in (ops.get("actions") or [])[-3:]:
+        print(f"  watchdog   {action['kind']} {action['target']}: {action['reason'][:120]}")
 
 
 def cmd_secret(args: argparse.Namespace) -> int:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE
+from soulflow.agent.tools.base import Tool, ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.heartbeat import (
     HEARTBEAT_SESSION,
     ChatTarget,
@@ -219,3 +222,49 @@ async def test_an_occurrence_runs_once_and_an_interrupted_turn_is_cancelled_at_b
     assert stack.agent.running_runs()  # left running in the journal
     assert stack.runner.cancel_interrupted() == 1  # what the next boot does first
     assert stack.agent.running_runs() == []
+
+
+class RestartService(Tool):
+    """A risky tool: the heartbeat may want it, an admin must approve it."""
+
+    name = "restart_service"
+    description = "restart a system service"
+    parameters = {"type": "object", "properties": {"name": {"type": "string"}},
+                  "required": ["name"]}
+
+    def __init__(self) -> None:
+        self.restarted: list[str] = []
+
+    def needs_approval(self, params: dict[str, Any], ctx: ToolContext) -> str | None:
+        return "it restarts a service"
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
+        self.restarted.append(params["name"])
+        return "restarted"
+
+
+async def test_a_heartbeat_waiting_for_approval_asks_the_chat_and_is_not_started_again(
+        tmp_path: Path, fake: FakeOpenAI) -> None:
+    tool = RestartService()
+    registry = ToolRegistry()
+    registry.register(tool)
+    stack = build_stack(tmp_path / "ws", fake.base_url, tools=registry)
+    try:
+        write_checklist(stack, "- [ ] If nginx is down, restart it.\n")
+        clock = Clock()
+        service = heartbeat(stack, clock)
+        fake.script_tool_call("restart_service", {"name": "nginx"})
+        result = await service.tick()
+        assert result.outcome is not None and result.outcome.status is TurnStatus.WAITING
+        [(chat, text, metadata)] = stack.posted
+        assert chat == TARGET.to_chat() and text.startswith("[heartbeat] Approval needed")
+        assert metadata["run_id"] == result.outcome.run_id and metadata["approval_id"]
+        # nobody in the chat asked for it: its requester is empty, so only an admin decides
+        assert stack.agent.chat_of_run(result.outcome.run_id)["requester_id"] == ""
+
+        clock.now += 1800
+        later = await service.tick()
+        assert later.outcome is not None and later.outcome.status is TurnStatus.BUSY
+        assert len(fake.requests) == 1 and tool.restarted == []
+    finally:
+        await stack.close()
