@@ -34,6 +34,10 @@ class TaskDecisionError(ValueError):
     """A decision that does not apply (unknown task or node, nothing waiting, wrong choice)."""
 
 
+def _encode_task(record: Any) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def new_task_id() -> str:
     return "t-" + secrets.token_hex(4)
 
@@ -47,7 +51,9 @@ class TaskStore:
         self.details_dir = directory / "details"
         self.problems: list[str] = []
         self._tasks: dict[str, TaskState] = {}
-        self._unreadable: dict[str, Any] = {}  # records we could not parse, written back as is
+        # each task's last checkpoint as compact JSON; records we could not parse stay here
+        # (written back as they were) without a TaskState
+        self._encoded: dict[str, str] = {}
         self._write_lock = asyncio.Lock()
         self._load()
 
@@ -72,10 +78,10 @@ class TaskStore:
                                  f"{moved.name} and tasks start empty")
             return
         for task_id, record in data["tasks"].items():
+            self._encoded[task_id] = _encode_task(record)
             try:
                 self._tasks[task_id] = TaskState.from_dict(record)
             except (KeyError, TypeError, ValueError) as exc:
-                self._unreadable[task_id] = record
                 self.problems.append(f"task {task_id} could not be read ({exc!r}); it is kept "
                                      f"in the store untouched")
                 log.error("task %s in %s could not be read: %r", task_id, self.path, exc)
@@ -110,7 +116,7 @@ class TaskStore:
     async def add(self, task: TaskState) -> None:
         if not _TASK_ID_RE.fullmatch(task.task_id):
             raise ValueError(f"bad task id {task.task_id!r}")
-        if task.task_id in self._tasks or task.task_id in self._unreadable:
+        if task.task_id in self._encoded:
             raise ValueError(f"task {task.task_id} already exists")
         self._tasks[task.task_id] = task
         await self.checkpoint(task)
@@ -118,34 +124,34 @@ class TaskStore:
     async def checkpoint(self, task: TaskState) -> None:
         """Record `task`'s current state on disk; returns once the rename is durable.
 
-        The snapshot is taken on the event loop (consistent with what the runner holds), the
-        write happens in a thread so the loop never waits for the disk; the lock keeps writes
-        in order, so an older snapshot never replaces a newer one. A caller cancelled while
-        waiting still leaves the file whole (the write is atomic).
+        Only this task is serialised on the event loop (a snapshot consistent with what the
+        runner holds); the file is assembled from every task's last snapshot and written in a
+        thread, so a store of hundreds of tasks costs the loop one task's encoding. The lock
+        keeps writes in order, so an older file never replaces a newer one; a caller cancelled
+        while waiting still leaves the file whole (the write is atomic).
         """
         task.revision += 1
         task.updated_at = now()
+        self._encoded[task.task_id] = _encode_task(task.to_dict())
+        self._prune()
         async with self._write_lock:
-            data = self._encode()  # under the lock: the newest state is what lands last
-            await asyncio.to_thread(write_bytes_atomic, self.path, data)
+            parts = list(self._encoded.items())  # under the lock: the newest lands last
+            await asyncio.to_thread(self._write, parts)
 
-    def checkpoint_sync(self, task: TaskState | None = None) -> None:
-        """Same as `checkpoint` for code without an event loop (CLI, shutdown)."""
-        if task is not None:
-            task.revision += 1
-            task.updated_at = now()
-        write_bytes_atomic(self.path, self._encode())
+    def _write(self, parts: list[tuple[str, str]]) -> None:
+        body = ",\n".join(f"{json.dumps(task_id)}: {text}" for task_id, text in parts)
+        text = f'{{"version": {STORE_VERSION}, "tasks": {{\n{body}\n}}}}\n'
+        write_bytes_atomic(self.path, text.encode("utf-8"))
 
-    def _encode(self) -> bytes:
-        finished = sorted((t for t in self._tasks.values() if t.status.finished),
-                          key=lambda t: t.updated_at)
-        for old in finished[:-KEEP_FINISHED] if len(finished) > KEEP_FINISHED else []:
+    def _prune(self) -> None:
+        """Forget the oldest finished tasks beyond KEEP_FINISHED (their detail logs stay)."""
+        finished = [t for t in self._tasks.values() if t.status.finished]
+        if len(finished) <= KEEP_FINISHED:
+            return
+        finished.sort(key=lambda t: t.updated_at)
+        for old in finished[:-KEEP_FINISHED]:
             del self._tasks[old.task_id]
-        tasks: dict[str, Any] = dict(self._unreadable)
-        tasks.update({task_id: t.to_dict() for task_id, t in self._tasks.items()})
-        text = json.dumps({"version": STORE_VERSION, "tasks": tasks}, ensure_ascii=False,
-                          indent=1, default=str)
-        return (text + "\n").encode("utf-8")
+            del self._encoded[old.task_id]
 
     async def set_status(self, task_id: str, status: TaskStatus, reason: str = "") -> bool:
         """Set a task's status from outside the runner (workflow events); False if unchanged."""
