@@ -116,20 +116,20 @@ def run_cron_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_jobs(jobs: list[dict[str, Any]]) -> None:
+    from soulflow.cron.schedule import Schedule
+
     if not jobs:
         print("No cron jobs.")
     for job in jobs:
         payload, state, schedule = job["payload"], job["state"], job["schedule"]
         chat = payload["chat"]
         when = state.get("next_run_at") if job["enabled"] else "disabled"
-        rule = {"every": f"every {schedule.get('every_s')}s",
-                "cron": f"cron '{schedule.get('expr')}'",
-                "at": f"at {schedule.get('at')}"}[schedule["kind"]]
+        rule = Schedule.from_dict(schedule).describe()
         last = ""
         if state.get("last_run_at"):
             last = f"  last {_short(state['last_run_at'])} ({state.get('last_status')})"
         print(f"{job['id']}  {payload.get('kind', 'agent_turn'):<12} "
-              f"{chat['provider']}:{chat['chat_id']}  {rule} ({schedule.get('tz')})  "
+              f"{chat['provider']}:{chat['chat_id']}  {rule}  "
               f"next {_short(when)}{last}  | {job['name']}")
 
 

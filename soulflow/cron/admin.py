@@ -31,7 +31,7 @@ class CronRequestError(ValueError):
 
 
 def job_chat(value: Any, channels: Collection[str]) -> JobChat:
-    """`provider:chat_id[:thread]`-free form or {provider, chat_id, thread_id}, checked
+    """A job's chat from `provider:chat_id` or {provider, chat_id, thread_id}, checked
     against the channels this workspace runs."""
     if isinstance(value, str):
         provider, sep, chat_id = value.strip().partition(":")
