@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.memory import MemoryStore, merge_facts, trim_to_cap
-from soulflow.providers.base import Provider
+from soulflow.contracts import Provider
 from soulflow.session.store import SessionStore
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from soulflow.agent.approvals import (
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 from soulflow.session.store import SessionStore
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.commands import CommandHandler
 from soulflow.cron.service import CronService
-from soulflow.cron.store import JobChat
 
 REPL_USAGE = "Usage: /repl <python code>, e.g. /repl sum(range(10))"
 RENDER_USAGE = "Usage: /render <mermaid source>, e.g. /render graph LR; A --> B"
@@ -56,7 +55,7 @@ async def render_command(command: Command, message: InboundMessage) -> str:
 def make_cron_command(cron: CronService) -> CommandHandler:
     async def handle(command: Command, message: InboundMessage) -> str:
         words = command.args.split()
-        chat = JobChat(message.provider, message.chat_id, message.thread_id)
+        chat = message.chat
         if not words or words[0] == "list":
             jobs = cron.list_jobs(chat)
             if not jobs:

@@ -18,7 +18,7 @@ from soulflow.cron.service import (
     FireFn,
     cron_inbound_message,
 )
-from soulflow.cron.store import CronStore, Job, JobChat, JobState, PayloadKind
+from soulflow.cron.store import CronStore, Job, JobState, PayloadKind
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
@@ -26,7 +26,6 @@ __all__ = [
     "CronStore",
     "FireFn",
     "Job",
-    "JobChat",
     "JobState",
     "PayloadKind",
     "Schedule",

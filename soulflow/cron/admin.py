@@ -12,9 +12,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow.contracts import ChatRef
 from soulflow.cron.schedule import Schedule, to_iso
 from soulflow.cron.service import CronService
-from soulflow.cron.store import Job, JobChat, PayloadKind
+from soulflow.cron.store import Job, PayloadKind
 
 __all__ = ["ACTIONS", "CronRequestError", "ToolCronHandle", "apply_action", "job_chat",
            "list_jobs"]
@@ -30,7 +31,7 @@ class CronRequestError(ValueError):
         self.status = status
 
 
-def job_chat(value: Any, channels: Collection[str]) -> JobChat:
+def job_chat(value: Any, channels: Collection[str]) -> ChatRef:
     """A job's chat from `provider:chat_id` or {provider, chat_id, thread_id}, checked
     against the channels this workspace runs."""
     if isinstance(value, str):
@@ -38,7 +39,7 @@ def job_chat(value: Any, channels: Collection[str]) -> JobChat:
         if not sep or not provider or not chat_id:
             raise CronRequestError(f"chat {value!r} must be provider:chat_id, e.g. "
                                    "telegram:-1001234567890 or local:ops")
-        chat = JobChat(provider.lower(), chat_id)
+        chat = ChatRef(provider.lower(), chat_id)
     elif isinstance(value, Mapping):
         provider, chat_id, thread = value.get("provider"), value.get("chat_id"), \
             value.get("thread_id")
@@ -46,7 +47,7 @@ def job_chat(value: Any, channels: Collection[str]) -> JobChat:
                 not (thread is None or isinstance(thread, str)):
             raise CronRequestError("chat needs string provider and chat_id (and an optional "
                                    "string thread_id)")
-        chat = JobChat(provider.lower(), chat_id, thread)
+        chat = ChatRef(provider.lower(), chat_id, thread)
     else:
         raise CronRequestError("a job needs chat: provider:chat_id")
     if chat.provider not in channels:
@@ -127,12 +128,12 @@ class ToolCronHandle:
     admin: bool
     channels: Collection[str]
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str,
+    def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
                 kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
         return self.service.add_job(name=name, schedule=schedule, chat=chat, text=text,
                                     kind=kind)
 
-    def list_jobs(self, chat: JobChat | None = None) -> list[Job]:
+    def list_jobs(self, chat: ChatRef | None = None) -> list[Job]:
         return self.service.list_jobs(chat)
 
     def remove_job(self, job_id: str) -> bool:
@@ -141,7 +142,7 @@ class ToolCronHandle:
     def set_enabled(self, job_id: str, enabled: bool) -> Job:
         return self.service.set_enabled(job_id, enabled)
 
-    def other_chat(self, value: str) -> JobChat:
+    def other_chat(self, value: str) -> ChatRef:
         """The chat `provider:chat_id` names, if this requester may target it."""
         if not self.admin:
             raise ValueError("only an admin may schedule a job for another chat; leave chat "

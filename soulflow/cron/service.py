@@ -24,9 +24,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import ChatRef, InboundMessage
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
-from soulflow.cron.store import CronStore, Job, JobChat, JobState, PayloadKind, new_job_id
+from soulflow.cron.store import CronStore, Job, JobState, PayloadKind, new_job_id
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
@@ -92,7 +92,7 @@ class CronService:
 
     # -- facade for the tool (every change wakes the loop) --------------------------------
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str,
+    def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
                 kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
         """Validate and store a new job; ValueError with a sentence for the model if refused."""
         text, name = text.strip(), " ".join(name.split())[:MAX_NAME_CHARS]
@@ -116,7 +116,7 @@ class CronService:
         self.wake()
         return job
 
-    def list_jobs(self, chat: JobChat | None = None) -> list[Job]:
+    def list_jobs(self, chat: ChatRef | None = None) -> list[Job]:
         return self.store.list(chat.key if chat is not None else None)
 
     def remove_job(self, job_id: str) -> bool:

@@ -27,10 +27,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from soulflow.contracts import ChatRef
 from soulflow.cron.schedule import Schedule, from_iso
 from soulflow.storage.atomic import quarantine, read_json, write_json_atomic
 
-__all__ = ["STORE_VERSION", "CronStore", "Job", "JobChat", "JobState", "PayloadKind",
+__all__ = ["STORE_VERSION", "CronStore", "Job", "JobState", "PayloadKind",
            "new_job_id"]
 
 log = logging.getLogger(__name__)
@@ -67,24 +68,6 @@ class PayloadKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class JobChat:
-    """Where a job's message appears: the chat (and thread) it was created in, or the one
-    an operator (CLI) or an admin named."""
-
-    provider: str
-    chat_id: str
-    thread_id: str | None = None
-
-    @property
-    def key(self) -> str:
-        """Same form as `InboundMessage.chat_key`; per-chat limits and listings use it."""
-        return f"{self.provider}:{self.chat_id}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "chat_id": self.chat_id, "thread_id": self.thread_id}
-
-
-@dataclass(frozen=True, slots=True)
 class JobState:
     """What the scheduler tracks; times are ISO 8601 UTC strings."""
 
@@ -104,7 +87,7 @@ class Job:
     id: str
     name: str
     schedule: Schedule
-    chat: JobChat
+    chat: ChatRef  # where its message appears: the place only (provider, chat, thread)
     text: str
     enabled: bool = True
     created_at: str = ""
@@ -120,7 +103,7 @@ class Job:
             "id": self.id,
             "name": self.name,
             "schedule": self.schedule.to_dict(),
-            "payload": {"kind": self.kind.value, "chat": self.chat.to_dict(),
+            "payload": {"kind": self.kind.value, "chat": self.chat.place_dict(),
                         "text": self.text},
             "enabled": self.enabled,
             "created_at": self.created_at,
@@ -139,7 +122,7 @@ class Job:
                 id=_text(data["id"], "id"),
                 name=_text(data.get("name", ""), "name", allow_empty=True),
                 schedule=Schedule.from_dict(data["schedule"]),
-                chat=JobChat(_text(chat["provider"], "provider"), _text(chat["chat_id"],
+                chat=ChatRef(_text(chat["provider"], "provider"), _text(chat["chat_id"],
                              "chat_id"), _optional_text(chat.get("thread_id"), "thread_id")),
                 text=_text(payload["text"], "text"),
                 enabled=bool(data.get("enabled", True)),

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback
-from soulflow.providers.toolcall_text import (
+from soulflow.agent.toolcall_text import (
     TextStreamFilter,
     parse_text_tool_calls,
     render_tool_instructions,
 )
+from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback
 
 # `-` makes codex read the prompt from stdin; a read-only sandbox because chat users, not the
 # operator, write these prompts; no git check because the daemon's cwd need not be a repo.

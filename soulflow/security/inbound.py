@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 from soulflow.security.seal import SealResult, inbound_secret_name, seal_inbound_sensitive_text
 from soulflow.security.syntax import is_valid_name, secret_reference
 from soulflow.security.vault import SecretVault, chat_scope

@@ -17,7 +17,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from soulflow.providers.base import Provider
+from soulflow.contracts import Provider
 from soulflow.tasks.graph import GraphValidationError, validate_graph
 from soulflow.tasks.model import NodeKind, TaskGraph
 

@@ -12,18 +12,18 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from soulflow.bus.inbound import InboundJournal
+from soulflow.contracts import ChatRef
 from soulflow.cron import (
     CronService,
     CronStore,
     Job,
-    JobChat,
     Schedule,
     cron_inbound_message,
     next_fire_time,
 )
 from soulflow.cron.store import JobState
 
-CHAT = JobChat("telegram", "42", None)
+CHAT = ChatRef("telegram", "42", None)
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)  # a Monday
 
 
@@ -184,7 +184,7 @@ def test_impossible_cron_never_fires() -> None:
 # ----------------------------------------------------------------- store
 
 
-def add_job(service: CronService, schedule: Schedule, *, chat: JobChat = CHAT,
+def add_job(service: CronService, schedule: Schedule, *, chat: ChatRef = CHAT,
             text: str = "check the plants") -> Job:
     return service.add_job(name="", schedule=schedule, chat=chat, text=text)
 
@@ -212,7 +212,7 @@ def test_store_persists_in_the_documented_format(tmp_path: Path) -> None:
 def test_store_operations(tmp_path: Path) -> None:
     store = CronStore(tmp_path / "cron-store.json")
     job = Job("job_a", "a", sched(kind="every", every_s=60), CHAT, "hi", created_at="1")
-    other = Job("job_b", "b", sched(kind="every", every_s=60), JobChat("slack", "C1"), "yo",
+    other = Job("job_b", "b", sched(kind="every", every_s=60), ChatRef("slack", "C1"), "yo",
                 created_at="2")
     store.add(job)
     store.add(other)
@@ -397,7 +397,7 @@ async def test_crash_between_fire_and_save_refires_the_same_message(tmp_path: Pa
 def test_cron_inbound_message(tmp_path: Path) -> None:
     service = make_service(tmp_path, Clock())
     job = service.add_job(name="standup", schedule=sched(kind="every", every_s=60),
-                          chat=JobChat("slack", "C1", "171.5"), text="Post the standup note.")
+                          chat=ChatRef("slack", "C1", "171.5"), text="Post the standup note.")
     message = cron_inbound_message(job, utc(2024, 1, 1, 12, 1))
     assert (message.provider, message.chat_id, message.thread_id) == ("slack", "C1", "171.5")
     assert message.message_id == f"cron-{job.id}-1704110460"
@@ -413,9 +413,9 @@ def test_per_chat_limit_and_text_checks(tmp_path: Path) -> None:
         add_job(service, sched(kind="every", every_s=60))
     with pytest.raises(ValueError, match="already has 3 cron jobs"):
         add_job(service, sched(kind="every", every_s=60))
-    add_job(service, sched(kind="every", every_s=60), chat=JobChat("slack", "C9"))
+    add_job(service, sched(kind="every", every_s=60), chat=ChatRef("slack", "C9"))
     with pytest.raises(ValueError, match="empty"):
-        add_job(service, sched(kind="every", every_s=60), chat=JobChat("x", "y"), text="  ")
+        add_job(service, sched(kind="every", every_s=60), chat=ChatRef("x", "y"), text="  ")
 
 
 def test_sleep_is_until_the_earliest_job_and_at_most_a_minute(tmp_path: Path) -> None:

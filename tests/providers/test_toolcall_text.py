@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from soulflow.providers.base import ToolCall
-from soulflow.providers.toolcall_text import (
+from soulflow.agent.toolcall_text import (
     TextStreamFilter,
     load_lenient_json,
     parse_text_tool_calls,
     render_tool_instructions,
 )
+from soulflow.providers.base import ToolCall
 
 KNOWN = {"get_weather", "search"}
 WEATHER = ToolCall("call_text_1", "get_weather", {"city": "Paris"})

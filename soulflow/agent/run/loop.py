@@ -20,10 +20,10 @@ from typing import Any
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.providers.base import Provider, ProviderError
-from soulflow.providers.toolcall_text import parse_text_tool_calls
+from soulflow.contracts import Provider, ProviderError
 
 log = logging.getLogger(__name__)
 

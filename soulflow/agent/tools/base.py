@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import ChatRef, OutboundMessage
 from soulflow.security.vault import SecretVault
 
 if TYPE_CHECKING:  # pragma: no cover - re-exported lazily below, see __getattr__
@@ -32,22 +32,15 @@ __all__ = [
     "ToolServices",
 ]
 
+# `ChatRef` (the chat a tool call belongs to: where replies, files and approvals go) is the one
+# chat type of `soulflow.contracts`, re-exported here for the tools.
+
 Params = dict[str, Any]
 ServiceFn = Callable[..., Awaitable[Any]]
 
 
 class ToolError(Exception):
     """A clear, user-facing failure: its message is shown to the model as-is (no traceback)."""
-
-
-@dataclass(slots=True)
-class ChatRef:
-    """The chat a tool call belongs to (where replies, files and approvals go)."""
-
-    provider: str
-    chat_id: str
-    thread_id: str | None = None
-    sender_id: str = ""
 
 
 # Human names used in "the ... service is not available here" errors.
@@ -124,6 +117,9 @@ class ToolResult:
 
 class Tool(abc.ABC):
     """Base class for a tool: subclasses set the class attributes and implement `run`.
+
+    It implements `soulflow.contracts.ToolSpec`, the view of a tool that layers below the
+    agent (task executors, the dashboard) may rely on.
 
     ``idempotent`` tools are safe to re-run after a crash (reads, fetches, pure computations);
     the runtime uses it to decide whether an interrupted call may be retried automatically.

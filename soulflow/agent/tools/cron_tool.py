@@ -19,9 +19,10 @@ import inspect
 from typing import Any, Protocol
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
+from soulflow.contracts import ChatRef
 from soulflow.cron.schedule import MIN_EVERY_S, Schedule
 from soulflow.cron.service import MAX_JOBS_PER_CHAT, MAX_NAME_CHARS, MAX_TEXT_CHARS
-from soulflow.cron.store import Job, JobChat, PayloadKind
+from soulflow.cron.store import Job, PayloadKind
 
 __all__ = ["CronScheduler", "CronTool"]
 
@@ -29,10 +30,10 @@ __all__ = ["CronScheduler", "CronTool"]
 class CronScheduler(Protocol):
     """What the tool needs from the scheduler (implemented by `CronService`)."""
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: JobChat, text: str,
+    def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
                 kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job: ...
 
-    def list_jobs(self, chat: JobChat | None = None) -> list[Job]: ...
+    def list_jobs(self, chat: ChatRef | None = None) -> list[Job]: ...
 
     def remove_job(self, job_id: str) -> bool: ...
 
@@ -94,7 +95,7 @@ class CronTool(Tool):
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
         scheduler = await _scheduler(ctx)
-        chat = JobChat(ctx.chat.provider, ctx.chat.chat_id, ctx.chat.thread_id)
+        chat = ctx.chat.where()
         action = params["action"]
         if action == "add":
             return _add(scheduler, chat, params)
@@ -120,7 +121,7 @@ async def _scheduler(ctx: ToolContext) -> CronScheduler:
     return scheduler  # type: ignore[no-any-return]
 
 
-def _add(scheduler: CronScheduler, chat: JobChat, params: Params) -> str:
+def _add(scheduler: CronScheduler, chat: ChatRef, params: Params) -> str:
     if "schedule" not in params or "text" not in params:
         raise ToolError("action=add needs both schedule and text")
     text = params["text"].strip()
@@ -156,7 +157,7 @@ def _list(jobs: list[Job]) -> str:
     return "\n".join(lines)
 
 
-def _own_job(scheduler: CronScheduler, chat: JobChat, params: Params) -> Job:
+def _own_job(scheduler: CronScheduler, chat: ChatRef, params: Params) -> Job:
     """The job named by job_id, if it belongs to this chat (others are invisible here)."""
     job_id = params.get("job_id")
     if not job_id:

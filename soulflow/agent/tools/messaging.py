@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from soulflow.agent.tools.base import ChatRef, Params, Tool, ToolContext
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage
 
 __all__ = ["UPLOAD_PROMPT", "MessageTool", "RequestFileTool"]
 

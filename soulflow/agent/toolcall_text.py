@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from soulflow.providers.base import ToolCall
+from soulflow.contracts import ToolCall
 
 ERROR_SNIPPET_CHARS = 160
 
