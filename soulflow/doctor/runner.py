@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from soulflow.doctor import files, platforms, remote, system
 from soulflow.doctor.model import Check, CheckResult, DoctorContext, Status, fail
-from soulflow.security.redact import Redactor
+from soulflow.security.redact import Redactor, secret_env_values
+from soulflow.settings_catalog import SETTINGS
 
 CHECKS: tuple[Check, ...] = (
     Check("workspace", files.check_workspace),
@@ -95,9 +96,20 @@ async def run_checks(ctx: DoctorContext,
                      checks: Sequence[Check] = CHECKS) -> DoctorReport:
     """All checks concurrently; results in the order of `checks`, redacted."""
     batches = await asyncio.gather(*(_run_one(check, ctx) for check in checks))
-    redactor = Redactor.for_settings(ctx.settings, ctx.environ) if ctx.settings else \
-        Redactor.from_environ(ctx.environ)
+    redactor = _redactor(ctx)
     results = tuple(CheckResult(r.name, r.status, redactor.redact(r.message),
                                 redactor.redact(r.fix))
                     for batch in batches for r in batch)
     return DoctorReport(results)
+
+
+def _redactor(ctx: DoctorContext) -> Redactor:
+    """The daemon's rule (secret settings, secret-looking variables of the environment and
+    `.env`) minus the settings the catalog declares public: SOULFLOW_MASTER_KEY_FILE names a
+    path the report must show, though its name says KEY."""
+    public = {s.name for s in SETTINGS if not s.secret}
+    known = secret_env_values({k: v for k, v in ctx.raw.items() if k not in public})
+    if ctx.settings is not None:
+        known += [str(ctx.settings[s.name]) for s in SETTINGS
+                  if s.secret and ctx.settings[s.name]]
+    return Redactor(known)

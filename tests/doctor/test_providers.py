@@ -1,0 +1,85 @@
+"""The provider check sends one tiny chat turn through the daemon's provider class, against
+the OpenAI fake: healthy, down (port closed), answering 401; a silent server hits the
+timeout instead of hanging the command."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from soulflow.doctor import Status, diagnose
+from tests.doctor.conftest import BASE_ENV, closed_port_url, line
+from tests.fakes.openai_api import FakeOpenAI
+
+KEY = "sk-or-v1-doctor-test-key-0123456789"
+
+
+@pytest.fixture
+async def openai() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def env_for(url: str) -> dict[str, str]:
+    return {**BASE_ENV, "OPENROUTER_API_KEY": KEY, "OPENROUTER_BASE_URL": url,
+            "OPENROUTER_MODEL": "test-model"}
+
+
+async def test_provider_healthy(workspace: Path, openai: FakeOpenAI) -> None:
+    openai.script_reply("OK")
+    report = await diagnose(workspace, env_for(openai.base_url), timeout_s=5)
+    status, message, _ = line(report, "provider openrouter")
+    assert status is Status.OK and message.startswith("test-model answered in ")
+    assert len(openai.requests) == 1  # one tiny request, no retries
+    assert report.exit_code == 0
+
+
+async def test_provider_refusing_the_key(workspace: Path, openai: FakeOpenAI) -> None:
+    openai.script_error(401, {"error": {"message": "Invalid API key", "code": 401}})
+    report = await diagnose(workspace, env_for(openai.base_url), timeout_s=5)
+    status, message, fix = line(report, "provider openrouter")
+    assert status is Status.FAIL and "HTTP 401" in message
+    assert fix == "set OPENROUTER_API_KEY to a valid key"
+    assert KEY not in report.as_text() and report.exit_code == 1
+
+
+async def test_provider_down(workspace: Path) -> None:
+    report = await diagnose(workspace, env_for(closed_port_url("/v1")), timeout_s=5)
+    status, message, fix = line(report, "provider openrouter")
+    assert status is Status.FAIL and message.startswith("cannot reach http://127.0.0.1:")
+    assert "OPENROUTER_BASE_URL" in fix and report.exit_code == 1
+
+
+async def test_a_silent_server_times_out_without_hanging(workspace: Path) -> None:
+    """A server that accepts connections and never answers: every network check that uses it
+    ends at its timeout and the report still comes back."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # keep the connection open, say nothing
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        env = {**env_for(f"http://127.0.0.1:{port}/v1"),
+               "TELEGRAM_BOT_TOKEN": "123:abc", "TELEGRAM_API_URL": f"http://127.0.0.1:{port}"}
+        started = time.monotonic()
+        report = await asyncio.wait_for(diagnose(workspace, env, timeout_s=0.5), 30)
+        assert time.monotonic() - started < 30
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    for name in ("provider openrouter", "channel telegram"):
+        assert line(report, name)[0] is Status.FAIL
+    assert line(report, "clock")[0] in (Status.WARN, Status.FAIL)
+    assert report.exit_code == 1
