@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow.logs import log_context
 from soulflow.providers.base import Provider, ProviderError, ProviderResult, StreamCallback
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ class FailoverProvider:
             provider = self.providers[index]
             watch = _StreamWatch(on_stream) if on_stream is not None else None
             try:
-                result = await provider.chat(messages, tools, on_stream=watch, abort=abort)
+                with log_context(provider=provider.name):
+                    result = await provider.chat(messages, tools, on_stream=watch, abort=abort)
             except ProviderError as exc:
                 if exc.kind not in FAILOVER_KINDS:
                     raise

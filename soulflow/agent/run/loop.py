@@ -24,6 +24,7 @@ from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.contracts import Provider, ProviderError
+from soulflow.logs import log_context
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,14 @@ class AgentLoop:
         return self._outcome(state)
 
     async def drive(self, run_id: str, abort: asyncio.Event | None = None) -> RunOutcome:
-        """Advance the run until it finishes or must wait."""
+        """Advance the run until it finishes or must wait; its log lines carry the run id and
+        the chat (soulflow/logs.py)."""
+        chat = self.store.state(run_id).chat
+        with log_context(run_id=run_id,
+                         chat=f"{chat.get('provider')}:{chat.get('chat_id')}" if chat else None):
+            return await self._drive(run_id, abort)
+
+    async def _drive(self, run_id: str, abort: asyncio.Event | None) -> RunOutcome:
         state = self.store.state(run_id)
         for _ in range(4 * (state.max_turns + 2) * 8):  # bounded, whatever a model does
             if state.status != ev.RUNNING:
@@ -140,8 +148,10 @@ class AgentLoop:
                           abort: asyncio.Event | None) -> RunState:
         messages = [{"role": "system", "content": self._system_prompt()}, *state.conversation]
         schemas = self.tools.schemas() + INTENT_SCHEMAS
+        provider = self._provider()
         try:
-            result = await self._provider().chat(messages, schemas, abort=abort)
+            with log_context(provider=getattr(provider, "name", None)):
+                result = await provider.chat(messages, schemas, abort=abort)
         except ProviderError as exc:
             if exc.kind == "aborted":
                 return self._finish(run_id, ev.CANCELLED, "Stopped.")
