@@ -34,6 +34,7 @@ def soak(platforms: tuple[str, ...], model_url: str, args: argparse.Namespace) -
     env: dict[str, str] = {}
     for host in hosts:
         env.update(host.env)
+    env.update(dict(item.split("=", 1) for item in args.env))
     daemon = Daemon(workspace, daemon_env(workspace, model_url, env, LOG_LEVEL=args.log_level),
                     Path(tmp.name) / "daemon.log")
     try:

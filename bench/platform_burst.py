@@ -44,7 +44,9 @@ PER_BOT_RATE = {"telegram": 30.0, "slack": float("inf"), "discord": float("inf")
 
 
 def pacing_floor_s(platform: str, replies: int, chats: int) -> float:
-    """The least time `replies` spread evenly over `chats` can take under the limits."""
+    """The least time `replies` spread evenly over `chats` can take under the limits (the
+    "floor" column: all messages answered one by one; "sent floor": the replies actually sent,
+    fewer when bursts are folded)."""
     per_chat = replies / max(chats, 1) / PER_CHAT_RATE[platform]
     return max(per_chat, replies / PER_BOT_RATE[platform])
 
@@ -65,6 +67,7 @@ class RunResult:
     best_effort: int
     elapsed_s: float
     floor_s: float
+    sent_floor_s: float
     cpu_ms_per_msg: float
     peak_rss_mib: float
     peak_fds: int
@@ -83,7 +86,7 @@ def run_once(platform: str, run: int, model_url: str, args: argparse.Namespace) 
     workspace = Path(tmp.name) / "ws"
     workspace.mkdir()
     daemon = Daemon(workspace, daemon_env(workspace, model_url, host.env,
-                                          LOG_LEVEL=args.log_level),
+                                          LOG_LEVEL=args.log_level, **extra_env(args)),
                     Path(tmp.name) / "daemon.log")
     try:
         daemon.start()
@@ -115,6 +118,7 @@ def run_once(platform: str, run: int, model_url: str, args: argparse.Namespace) 
         sum(n for m, n in stats["rate_limited"].items() if m not in sends),
         sum(stats["best_effort"].values()), elapsed,
         pacing_floor_s(platform, args.messages, args.chats),
+        pacing_floor_s(platform, stats["replies"], args.chats),
         1000 * cpu_s / max(args.messages, 1), probe.peak.rss_mib, probe.peak.fds,
         probe.peak.connections, outcome)
     if args.keep_logs:
@@ -122,6 +126,11 @@ def run_once(platform: str, run: int, model_url: str, args: argparse.Namespace) 
     else:
         tmp.cleanup()
     return result
+
+
+def extra_env(args: argparse.Namespace) -> dict[str, str]:
+    """`--env KEY=VALUE` settings for the daemon (e.g. CHANNEL_FOLD_MAX=1: no folding)."""
+    return dict(item.split("=", 1) for item in args.env)
 
 
 def _wait_drained(daemon: Daemon, host: FakeHostProcess, journal: JournalCount,
@@ -154,13 +163,14 @@ def _wait_drained(daemon: Daemon, host: FakeHostProcess, journal: JournalCount,
 
 
 COLUMNS = ("platform", "run", "answered", "replies", "dlq out/in", "429 reply/other",
-           "best-effort", "time s", "floor s", "cpu ms/msg", "rss MiB", "fds", "conns", "outcome")
+           "best-effort", "time s", "floor s", "sent floor s", "cpu ms/msg", "rss MiB", "fds",
+           "conns", "outcome")
 
 
 def row(r: RunResult) -> tuple[str, ...]:
     return (r.platform, str(r.run), f"{r.answered}/{r.injected}", str(r.replies),
             f"{r.dlq['outbound']}/{r.dlq['inbound']}", f"{r.reply_429s}/{r.other_429s}",
-            str(r.best_effort), f"{r.elapsed_s:.1f}", f"{r.floor_s:.0f}",
+            str(r.best_effort), f"{r.elapsed_s:.1f}", f"{r.floor_s:.0f}", f"{r.sent_floor_s:.1f}",
             f"{r.cpu_ms_per_msg:.2f}", f"{r.peak_rss_mib:.0f}", str(r.peak_fds),
             str(r.peak_connections), r.outcome)
 
@@ -183,7 +193,8 @@ def summarize(results: list[RunResult]) -> None:
               f"dead letters max {max(sum(r.dlq.values()) for r in runs)}; "
               f"429s on replies max {max(r.reply_429s for r in runs)}; "
               f"time median {statistics.median(times) if times else float('nan'):.1f} s "
-              f"(floor {runs[0].floor_s:.0f} s); "
+              f"(floor {runs[0].floor_s:.0f} s, for the replies sent "
+              f"{statistics.median(r.sent_floor_s for r in runs):.1f} s); "
               f"cpu median {statistics.median(r.cpu_ms_per_msg for r in runs):.2f} ms/msg; "
               f"peak RSS max {max(r.peak_rss_mib for r in runs):.0f} MiB; "
               f"replies median {statistics.median(r.replies for r in runs):.0f}; "
@@ -204,6 +215,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-limits", action="store_true",
                         help="fakes accept every send (measures the daemon without pacing)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="a daemon setting for every run (repeatable)")
     parser.add_argument("--keep-logs", action="store_true")
     parser.add_argument("--soak", action="store_true",
                         help="mixed platforms at --rate msg/s with /stops and faults")
