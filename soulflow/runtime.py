@@ -60,7 +60,6 @@ from soulflow.cron.api import cron_routes
 from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
-from soulflow.events.workflow import WorkflowEventService
 from soulflow.ops.assembly import BackgroundServices
 from soulflow.providers.base import Provider
 from soulflow.providers.factory import build_providers, embedded_model, failover_order
@@ -74,8 +73,7 @@ from soulflow.session.store import SessionStore
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor
-from soulflow.tasks.commands import idle_canceller, make_task_command
-from soulflow.tasks.store import TaskStore
+from soulflow.tasks.assembly import TaskServices
 
 log = logging.getLogger(__name__)
 
@@ -174,17 +172,11 @@ class Runtime:
         self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
                                 self._fire_cron)
         self.manager.commands.register("cron", make_cron_command(self.cron))
-        # task graphs: their store, workflow events (events.jsonl, dashboard SSE) and /task;
-        # nothing starts graphs from a chat yet, so /task cancel only records (docs/tasks.md)
-        self.tasks = TaskStore(runtime_dir / "tasks")
-        for problem in self.tasks.problems:
-            log.error("task store: %s", problem)
-        self.workflow = WorkflowEventService(runtime_dir / "events", workspace=settings.workspace,
-                                             redactor=self.redactor, hub=self.hub, fsync=fsync)
-        self.workflow.bind_task_store(self.tasks)
-        self.manager.commands.register("task", make_task_command(
-            self.tasks, idle_canceller(self.tasks, self.workflow.emit_task_event),
-            self.admins.is_admin))
+        # task graphs (docs/tasks.md): store, workflow events, engine, /task, the task tool,
+        # task answers and reactions in chats, /stop cancelling a chat's tasks
+        self.task_services = TaskServices(self)
+        self.tasks, self.workflow = self.task_services.store, self.task_services.workflow
+        self.task_engine = self.task_services.engine  # the dashboard's cancel goes through it
         self.supervisor = Supervisor()
         # heartbeat, system_event cron jobs, ops (watchdog, health reading, notices)
         self.background = BackgroundServices(self, model=self._model, chain=self._chain)
@@ -306,6 +298,7 @@ class Runtime:
         self.manager.resume_pending()
         self.background.cancel_interrupted()  # before resume_runs would answer them late
         self.manager.resume_runs()
+        await self.task_services.start()  # after the agent: task nodes are agent runs
         self.bus.start()
         for adapter in self.channels:
             self.supervisor.spawn(f"channel:{adapter.name}",
@@ -327,6 +320,7 @@ class Runtime:
             await self.dashboard.stop()
         await self.supervisor.stop()
         await self.background.close()
+        await self.task_services.stop()  # before the agent; nodes resume at the next start
         await self.manager.stop(grace)
         if self.consolidator is not None:
             await self.consolidator.stop()
@@ -337,7 +331,7 @@ class Runtime:
             except Exception:
                 log.exception("channel %s did not stop cleanly", adapter.name)
         await self.providers.aclose()
-        await self.workflow.close()
+        await self.task_services.close()
         if self.local_model is not None:
             await self.local_model.stop()
         self._compact()
@@ -435,8 +429,7 @@ class Runtime:
             "loops": self.supervisor.status(),
             "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
             "cron": {"jobs": len(self.cron.store), "fired": self.cron.fired_count},
-            "task_graphs": {"unfinished": len(self.tasks.unfinished()),
-                            "problems": self.tasks.problems},
+            "task_graphs": self.task_services.state(),
             "sandbox": self.sandbox.status().as_dict(),
             **self.background.state(),  # "ops", "heartbeat"
         }

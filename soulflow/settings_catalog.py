@@ -188,6 +188,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("AGENT_MAX_CONTEXT_TOKENS", _int_range(0, 10_000_000), "16000",
             "Estimated token budget of a run's prompt; the oldest history goes first (0: no "
             "limit).", "Agent"),
+    Setting("TASK_MAX_PARALLEL", _int_range(1, 32), "4",
+            "Steps of one task that run at the same time when nothing orders them.", "Agent"),
+    Setting("TASK_PROGRESS_INTERVAL_S", _float_range(0, 3600), "3",
+            "At most one progress update per task in this many seconds (prompts and the final "
+            "result are sent at once).", "Agent"),
     Setting("MEMORY_CONSOLIDATION_THRESHOLD", _int_range(0, 100_000), "60",
             "Messages in a session before older turns are summarised into memory/ (0: off).",
             "Agent"),

@@ -61,6 +61,12 @@ def _thread_context(message: InboundMessage) -> list[str] | None:
     return [str(item) for item in context] if isinstance(context, list) else None
 
 
+def _is_task_run(chat: dict[str, Any]) -> bool:
+    """A task step's run (soulflow/tasks/executors.py): the task engine drives it, with the
+    step's tool allow-list, and people answer it through the task, not as a chat's run."""
+    return bool(chat.get("task_id"))
+
+
 def chat_of(message: InboundMessage) -> dict[str, Any]:
     """Where a run answers, and who asked: `requester_id` binds its approvals to that person
     (empty for a cron job's message, which nobody in the chat sent)."""
@@ -118,10 +124,11 @@ class AgentDomain:
         if self.loop is None:
             return None
         waiting = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
-        runs = self.loop.store.find(chat_key=chat_key, statuses=waiting)
+        states = {run_id: self.loop.store.state(run_id)
+                  for run_id in self.loop.store.find(chat_key=chat_key, statuses=waiting)}
+        runs = [run_id for run_id, state in states.items() if not _is_task_run(state.chat)]
         if not runs:
             return None
-        states = {run_id: self.loop.store.state(run_id) for run_id in runs}
         if by is not None:
             for run_id in reversed(runs):
                 state = states[run_id]
@@ -175,9 +182,11 @@ class AgentDomain:
         return await self._drive(run_id, None)
 
     def running_runs(self) -> list[str]:
+        """Runs to resume at boot; a task step's run is resumed by the task engine instead."""
         if self.loop is None:
             return []
-        return self.loop.store.find(statuses=frozenset({ev.RUNNING}))
+        return [run_id for run_id in self.loop.store.find(statuses=frozenset({ev.RUNNING}))
+                if not _is_task_run(self.loop.store.state(run_id).chat)]
 
     def inbound_key_of(self, run_id: str) -> str | None:
         assert self.loop is not None

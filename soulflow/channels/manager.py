@@ -92,6 +92,10 @@ class ChannelManager:
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
         self._on_event = on_event or (lambda kind, data: None)
+        # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
+        # meant for a task (its plan review, a waiting step) is answered there; None: not one
+        self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None
+        self.task_reactions: Callable[[InboundMessage], Awaitable[str | None]] | None = None
         self.received_count = 0
         self.answered_count = 0
         self.failed_count = 0
@@ -231,7 +235,7 @@ class ChannelManager:
         if not self.access.is_allowed(message.provider, message.sender_id):
             return
         if message.reaction in STOP_REACTIONS:
-            stopped = self.runs.stop(message.chat_key)
+            stopped = self.commands.stop_runs(message.chat_key)  # runs and tasks, as /stop
             log.info("stop reaction in %s stopped %d run(s)", message.chat_key, stopped)
         decision = parse_reaction(message.reaction)
         approvals = self.agent.approvals
@@ -239,6 +243,8 @@ class ChannelManager:
             return
         entry = approvals.lookup(message.chat_key, message.target_message_id)
         if entry is None:
+            if self.task_reactions is not None:
+                self._executor.submit(message.chat_key, lambda: self._task_reaction(message))
             return
 
         async def decide() -> None:
@@ -255,6 +261,13 @@ class ChannelManager:
                                       self._reply_metadata(reply))
 
         self._executor.submit(message.chat_key, decide)
+
+    async def _task_reaction(self, message: InboundMessage) -> None:
+        assert self.task_reactions is not None
+        answer = await self.task_reactions(message)
+        if answer is not None:
+            self.publish_to_chat({"provider": message.provider, "chat_id": message.chat_id,
+                                  "thread_id": message.thread_id}, answer)
 
     def _refuse(self, message: InboundMessage) -> None:
         log.info("refused %s user %s (not on the allow-list)", message.provider,
@@ -276,6 +289,11 @@ class ChannelManager:
         if len(batch) == 1 and adapter is not None and not internal and \
                 (command := adapter.parse_command(first.text)) is not None:
             self._publish(first, await self.commands.handle(command, first))
+            self._complete(keys, "answered")
+            return
+        if len(batch) == 1 and not internal and self.task_replies is not None and \
+                (answer := await self.task_replies(first)) is not None:
+            self._publish(first, answer)
             self._complete(keys, "answered")
             return
         if len(batch) == 1 and not internal and await self._continue_open_run(first, adapter):

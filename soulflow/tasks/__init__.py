@@ -1,6 +1,7 @@
 """Task graphs: multi-step work that runs for minutes or hours, pauses for approval and survives
 restarts (model, validation, TaskStore, `run_task_loop`, TaskEngine, planner). See docs/tasks.md."""
 
+from soulflow.tasks.contracts import NodeCall
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.graph import GraphValidationError, execution_groups, validate_graph
 from soulflow.tasks.model import (
@@ -23,6 +24,7 @@ __all__ = [
     "Choice",
     "ConditionalEdge",
     "GraphValidationError",
+    "NodeCall",
     "NodeExecutors",
     "NodeKind",
     "NodeOutcome",

@@ -15,18 +15,34 @@ from typing import Any, Protocol
 from soulflow.tasks.model import NodeKind, NodeOutcome, TaskNode, TaskState
 
 
+@dataclass(frozen=True, slots=True)
+class NodeCall:
+    """Which task and node an executor call is for, so the daemon's executors can run it in
+    the task's chat (approvals bound to its requester, the chat's secret scope) and find the
+    agent run an earlier attempt of the same node left behind.
+
+    `approval` is the node's `NodeState.approval` when it runs again after waiting for a
+    person: what it waited for plus `decision` (`approve` / `deny`) and `by`.
+    """
+
+    task: TaskState
+    node: TaskNode
+    attempt: int
+    approval: dict[str, Any] | None = None
+
+
 class AgentRunFn(Protocol):
     """Runs an agent for one node: its own goal, only the allowed tools, the injected inputs."""
 
     def __call__(self, goal: str, allowed_tools: list[str], inputs: dict[str, Any],
-                 abort: asyncio.Event) -> Awaitable[NodeOutcome]: ...
+                 abort: asyncio.Event, *, call: NodeCall) -> Awaitable[NodeOutcome]: ...
 
 
 class ToolRunFn(Protocol):
     """Calls one tool with the node's params (inputs merged over them)."""
 
     def __call__(self, name: str, params: dict[str, Any],
-                 abort: asyncio.Event) -> Awaitable[NodeOutcome]: ...
+                 abort: asyncio.Event, *, call: NodeCall) -> Awaitable[NodeOutcome]: ...
 
 
 @dataclass(slots=True)

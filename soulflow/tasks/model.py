@@ -69,9 +69,13 @@ class NodeStatus(StrEnum):
 
 
 class OutcomeStatus(StrEnum):
+    """How a node's execution ended; `needs_approval`: a tool call inside the node needs a
+    person's yes first, so the node waits (`waiting_approval`) and runs again once decided."""
+
     COMPLETED = "completed"
     FAILED = "failed"
     MAX_TURNS_REACHED = "max_turns_reached"
+    NEEDS_APPROVAL = "needs_approval"
 
 
 class Choice(StrEnum):
@@ -245,10 +249,21 @@ class NodeOutcome:
     def failed(cls, error: str) -> NodeOutcome:
         return cls(OutcomeStatus.FAILED, error=error, summary=error)
 
+    @classmethod
+    def needs_approval(cls, reason: str, details: dict[str, Any] | None = None) -> NodeOutcome:
+        """The node must wait for a person: `reason` is shown to them; `details` (e.g. the
+        agent run and its approval id) come back to the executor in `NodeCall.approval`."""
+        return cls(OutcomeStatus.NEEDS_APPROVAL, output=details or {}, summary=reason)
+
 
 @dataclass(slots=True)
 class NodeState:
-    """The checkpointed state of one node; `choice` is the user's pending answer, if any."""
+    """The checkpointed state of one node; `choice` is the user's pending answer, if any.
+
+    `approval` is set while a tool or agent node waits for a person (what it waits for, from
+    `NodeOutcome.needs_approval`); the answer is added as `decision` and handed to the
+    executor when the node runs again.
+    """
 
     status: NodeStatus = NodeStatus.PENDING
     output: Any = None
@@ -260,6 +275,7 @@ class NodeState:
     finished_at: float | None = None
     choice: str | None = None
     decided_by: str = ""
+    approval: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
@@ -270,7 +286,7 @@ class NodeState:
     def from_dict(cls, data: dict[str, Any]) -> NodeState:
         state = cls(status=NodeStatus(data.get("status", "pending")))
         for name in ("output", "summary", "route", "error", "attempts", "started_at",
-                     "finished_at", "choice", "decided_by"):
+                     "finished_at", "choice", "decided_by", "approval"):
             if name in data:
                 setattr(state, name, data[name])
         return state

@@ -25,7 +25,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from soulflow.tasks.contracts import EmitFn, NodeExecutors, TaskEvent
+from soulflow.tasks.contracts import EmitFn, NodeCall, NodeExecutors, TaskEvent
 from soulflow.tasks.graph import propagate_skips, ready_nodes, resolve_inputs
 from soulflow.tasks.model import (
     Choice,
@@ -138,6 +138,8 @@ class _TaskRun:
                 done, _ = await asyncio.wait({*self.running, abort_wait, wake_wait},
                                              return_when=asyncio.FIRST_COMPLETED)
                 for child in [c for c in self.running if c in done]:
+                    if self.abort.is_set():
+                        break  # a step that ended because of the cancel is cancelled, not failed
                     await self._record(self.running.pop(child), child)
         except asyncio.CancelledError:
             await self._shutdown_children()
@@ -183,7 +185,17 @@ class _TaskRun:
             state.choice = None
             changed = True
             routed = any(edge.source == node.id for edge in self.task.graph.conditions)
-            if choice is Choice.APPROVE:
+            if node.kind is not NodeKind.APPROVAL and state.approval is not None \
+                    and choice in (Choice.APPROVE, Choice.DENY):
+                # a tool call inside the node waited: it runs again with the answer (a tool
+                # node's denial ends it; an agent is told and carries on without the call)
+                state.approval = {**state.approval, "decision": choice.value, "by": by}
+                if choice is Choice.DENY and node.kind is NodeKind.TOOL:
+                    state.status, state.finished_at = NodeStatus.FAILED, now()
+                    state.error = state.summary = f"denied by {by}"
+                else:
+                    state.status, state.error = NodeStatus.PENDING, ""
+            elif choice is Choice.APPROVE:
                 self._complete(state, {"approved": True, "by": by}, f"approved by {by}",
                                "approved")
             elif choice is Choice.RETRY:
@@ -242,13 +254,17 @@ class _TaskRun:
 
     async def _execute(self, node: TaskNode) -> NodeOutcome:
         inputs = resolve_inputs(self.task, node)
+        state = self.task.nodes[node.id]
+        call = NodeCall(self.task, node, state.attempts,
+                        dict(state.approval) if state.approval is not None else None)
         try:
             if node.kind is NodeKind.AGENT:
                 outcome = await self.executors.run_agent(node.goal, list(node.tools), inputs,
-                                                         self.abort)
+                                                         self.abort, call=call)
             else:
                 params = {**node.params, **inputs}
-                outcome = await self.executors.run_tool(node.tool, params, self.abort)
+                outcome = await self.executors.run_tool(node.tool, params, self.abort,
+                                                        call=call)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # an executor bug fails the node, never the whole engine
@@ -270,6 +286,15 @@ class _TaskRun:
         outcome = child.result()
         state.finished_at = now()
         state.summary, state.route, state.error = outcome.summary, outcome.route, outcome.error
+        state.approval = None
+        if outcome.status is OutcomeStatus.NEEDS_APPROVAL:
+            state.status, state.finished_at = NodeStatus.WAITING_APPROVAL, None
+            state.approval = {**(outcome.output or {}), "reason": outcome.summary}
+            await self._checkpoint()
+            await self._emit("blocked", f"{node_id} waits for approval: {outcome.summary}",
+                             node_id, f"needs-approval:{state.attempts}",
+                             {"prompt": outcome.summary, "reason": "approval"})
+            return
         if outcome.status is OutcomeStatus.COMPLETED:
             state.status, state.output = NodeStatus.COMPLETED, outcome.output
         elif outcome.status is OutcomeStatus.MAX_TURNS_REACHED:
@@ -307,7 +332,8 @@ class _TaskRun:
             task.waiting = [
                 {"node_id": n.id, "reason": "interrupted"
                  if task.nodes[n.id].status is NodeStatus.INTERRUPTED else "approval",
-                 "prompt": n.prompt or n.label()}
+                 "prompt": (task.nodes[n.id].approval or {}).get("reason")
+                 or n.prompt or n.label()}
                 for n in task.graph.nodes
                 if task.nodes[n.id].status in (NodeStatus.WAITING_APPROVAL,
                                                NodeStatus.INTERRUPTED)]

@@ -178,7 +178,8 @@ class TaskStore:
             raise TaskDecisionError(f"unknown choice {choice!r}") from None
         state = task.nodes[node_id]
         node = task.graph.node(node_id)
-        if state.status is NodeStatus.WAITING_APPROVAL and node.kind is NodeKind.APPROVAL:
+        if state.status is NodeStatus.WAITING_APPROVAL and (
+                node.kind is NodeKind.APPROVAL or state.approval is not None):
             allowed = {Choice.APPROVE, Choice.DENY}
         elif state.status is NodeStatus.INTERRUPTED:
             allowed = {Choice.RETRY, Choice.MARK_DONE, Choice.DENY}

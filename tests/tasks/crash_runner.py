@@ -21,6 +21,7 @@ from typing import Any
 
 from soulflow.events.workflow import WorkflowEventService
 from soulflow.tasks import (
+    NodeCall,
     NodeExecutors,
     NodeKind,
     NodeOutcome,
@@ -73,7 +74,7 @@ class Effects:
             return []
 
     async def run_tool(self, name: str, params: dict[str, Any],
-                       abort: asyncio.Event) -> NodeOutcome:
+                       abort: asyncio.Event, *, call: NodeCall) -> NodeOutcome:
         node = params["node"]
         if self.kill == f"before:{node}":
             die()
@@ -85,7 +86,7 @@ class Effects:
                                                         if k != "node"}})
 
     async def run_agent(self, goal: str, allowed: list[str], inputs: dict[str, Any],
-                        abort: asyncio.Event) -> NodeOutcome:
+                        abort: asyncio.Event, *, call: NodeCall) -> NodeOutcome:
         raise AssertionError("no agent nodes in this graph")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.tasks import NodeExecutors, NodeOutcome, TaskEvent
+from soulflow.tasks import NodeCall, NodeExecutors, NodeOutcome, TaskEvent
 
 ToolFn = Callable[[dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
 AgentFn = Callable[[str, list[str], dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
@@ -23,12 +23,12 @@ class Toolbox:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     async def run_tool(self, name: str, params: dict[str, Any],
-                       abort: asyncio.Event) -> NodeOutcome:
+                       abort: asyncio.Event, *, call: NodeCall) -> NodeOutcome:
         self.calls.append((name, params))
         return await self.tools[name](params, abort)
 
     async def run_agent(self, goal: str, allowed: list[str], inputs: dict[str, Any],
-                        abort: asyncio.Event) -> NodeOutcome:
+                        abort: asyncio.Event, *, call: NodeCall) -> NodeOutcome:
         self.calls.append((f"agent:{goal}", inputs))
         if self.agent is None:
             return NodeOutcome.ok({"goal": goal, "inputs": inputs}, summary=f"did {goal}")

@@ -56,7 +56,7 @@ def first_workflow_event(daemon: Daemon) -> dict[str, Any]:
     with httpx.stream("GET", daemon.url + "/api/events", headers=daemon.headers,
                       timeout=10) as response:
         for line in response.iter_lines():
-            if line.startswith("data: ") and json.loads(line[6:])["kind"] == "workflow":
+            if line.startswith("data: ") and json.loads(line[6:]).get("kind") == "workflow":
                 return json.loads(line[6:])
     raise AssertionError("no workflow event on /api/events")
 
@@ -65,7 +65,7 @@ def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
     tasks_dir = daemon.workspace / "runtime" / "tasks"
     asyncio.run(TaskStore(tasks_dir).add(waiting_task()))
     daemon.start()
-    assert daemon.state()["task_graphs"] == {"unfinished": 1, "problems": []}
+    assert daemon.state()["task_graphs"] == {"unfinished": 1, "problems": [], "running": 0}
 
     listed = daemon.wait_reply(daemon.say("/task list"))["content"]
     assert listed == ("Tasks in this chat:\n"

@@ -1,0 +1,154 @@
+"""Wiring of task graphs into a Runtime: store, workflow events, engine, executors, chat, tool.
+
+Kept out of runtime.py (which calls `TaskServices(runtime)`, `start`, `stop` and `state`) so the
+daemon's boot file stays about boot order. The engine starts after the agent (its nodes are
+agent runs) and stops before it; stopping leaves running nodes `running` in the checkpoint,
+and the next start resumes them (docs/tasks.md, "Checkpoints and restarts").
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from soulflow.agent.approvals import (
+    ApprovalMessages,
+    ApproverPolicy,
+    Decider,
+    parse_reaction,
+)
+from soulflow.agent.run.reducer import RunState
+from soulflow.agent.tools.base import ToolContext
+from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
+from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
+from soulflow.tasks.chat import TaskChat
+from soulflow.tasks.contracts import TaskEvent
+from soulflow.tasks.engine import TaskEngine
+from soulflow.tasks.executors import AgentParts, DaemonExecutors, is_task_run
+from soulflow.tasks.planner import Planner
+from soulflow.tasks.progress import TaskProgress
+from soulflow.tasks.proposals import ProposalStore
+from soulflow.tasks.store import TaskStore
+from soulflow.tasks.tool import TaskTool
+
+if TYPE_CHECKING:
+    from soulflow.runtime import Runtime
+
+__all__ = ["TaskServices", "is_task_run"]
+
+log = logging.getLogger(__name__)
+
+
+class TaskServices:
+    """Everything tasks need in one daemon (see the module docstring)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        settings = runtime.settings
+        runtime_dir = settings.runtime_dir
+        self._runtime = runtime
+        self.store = TaskStore(runtime_dir / "tasks")
+        for problem in self.store.problems:
+            log.error("task store: %s", problem)
+        self.workflow = WorkflowEventService(
+            runtime_dir / "events", workspace=settings.workspace, redactor=runtime.redactor,
+            hub=runtime.hub, fsync=settings["JOURNAL_FSYNC"])
+        self.workflow.bind_task_store(self.store)
+        agent: AgentParts | None = None
+        model = runtime._model
+        if runtime.threads is not None and model is not None:
+            agent = AgentParts(runtime.threads, lambda: model, runtime.context.system_prompt,
+                               runtime._tool_context, int(settings["AGENT_MAX_TURNS"]))
+        self.executors = DaemonExecutors(runtime.tools, self._tool_context, agent,
+                                         redactor=runtime.redactor)
+        self.progress = TaskProgress(self._publish,
+                                     interval_s=float(settings["TASK_PROGRESS_INTERVAL_S"]))
+        self.engine = TaskEngine(self.store, self.executors.executors(),
+                                 tool_names=self.executors.tool_names(), emit=self._emit,
+                                 max_parallel=int(settings["TASK_MAX_PARALLEL"]))
+        self.approvers = ApproverPolicy(runtime.admins.is_admin)
+        self.chat = TaskChat(self.engine, self.executors, self._planner,
+                             ProposalStore(runtime_dir / "tasks" / "proposals.json"),
+                             self.approvers, agent_waiting=self._agent_waiting)
+        # platform message ids of task prompts, so a reaction decides them (task id in the
+        # `run_id` slot, node id in the `approval_id` slot)
+        self.prompts = ApprovalMessages(runtime_dir / "tasks" / "prompt-messages.json")
+        runtime.tools.register(TaskTool(lambda: self.chat, self._publish_text))
+        manager = runtime.manager
+        manager.commands.register("task", self.chat.command)
+        manager.task_replies = self.chat.reply
+        manager.task_reactions = self.on_reaction
+        runs_stop = manager.commands.stop_runs
+        manager.commands.stop_runs = lambda key: runs_stop(key) + self.chat.stop_chat(key)
+        runtime.bus.dispatcher.sent_listeners.append(self._remember_prompt)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> list[str]:
+        resumed = await self.engine.start()
+        if resumed:
+            log.info("resumed %d task(s) from their checkpoints: %s", len(resumed),
+                     ", ".join(resumed))
+        return resumed
+
+    async def stop(self) -> None:
+        await self.engine.stop()
+        await self.chat.close()
+        await self.progress.close()
+
+    async def close(self) -> None:
+        await self.workflow.close()
+
+    def state(self) -> dict[str, Any]:
+        return {"unfinished": len(self.store.unfinished()), "problems": self.store.problems,
+                "running": len(self.engine.running_ids())}
+
+    # -- pieces --------------------------------------------------------------------------
+
+    def _planner(self) -> Planner | None:
+        model = self._runtime._model
+        if model is None:
+            return None
+        names = self.executors.tool_names()
+        descriptions = {n: getattr(self._runtime.tools.get(n), "description", "")
+                        for n in names}
+        return Planner(model, names, descriptions)
+
+    def _tool_context(self, chat: dict[str, Any], approved: bool) -> ToolContext:
+        """A tool node's context: the daemon's own, for the task's chat."""
+        state = RunState(run_id=f"task:{chat.get('task_id')}:{chat.get('node_id')}", chat=chat)
+        return self._runtime._tool_context(state, approved)
+
+    async def _emit(self, event: TaskEvent) -> None:
+        record = await self.workflow.append(WorkflowEvent.from_task_event(event))
+        if record is None:
+            return  # a replayed step: the chat has seen it
+        await self.progress.on_event(event)
+
+    def _publish(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
+        self._runtime.manager.publish_to_chat(chat, self._runtime.redactor.redact(text),
+                                              metadata)
+
+    def _publish_text(self, chat: dict[str, Any], text: str) -> None:
+        self._publish(chat, text, {})
+
+    def _agent_waiting(self, chat_key: str, decider: Decider) -> bool:
+        found = self._runtime.agent.open_run(chat_key, by=decider)
+        return found is not None and found[1] == "waiting_approval"
+
+    def _remember_prompt(self, message: OutboundMessage, result: SendResult) -> None:
+        task_id, node_id = message.metadata.get("task_id"), message.metadata.get("node_id")
+        if task_id and node_id and result.platform_message_ids:
+            self.prompts.remember(message.chat_key, result.platform_message_ids, str(task_id),
+                                  str(node_id))
+
+    async def on_reaction(self, message: InboundMessage) -> str | None:
+        """A reaction on a task prompt decides it (None: not a task prompt, or nothing to say)."""
+        decision = parse_reaction(message.reaction)
+        if decision is None or not message.target_message_id:
+            return None
+        entry = self.prompts.lookup(message.chat_key, message.target_message_id)
+        if entry is None:
+            return None
+        decider = Decider(message.provider, message.sender_id, message.sender_name)
+        return await self.chat.decide_reaction(entry["run_id"], entry["approval_id"], decision,
+                                               decider)
