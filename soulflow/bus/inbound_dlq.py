@@ -87,6 +87,25 @@ def _safe(text: str) -> str:
     return _SURROGATE.sub("\ufffd", str(text))
 
 
+def build_inbound_letter(*, at: float, redact: Callable[[str], str] | None, provider: str,
+                         chat_id: str, message_id: str, sender_id: str,
+                         stage: IntakeStage | str, error: str, content: str = "",
+                         raw: str = "", key: str = "") -> InboundDeadLetter:
+    """The entry to store, capped and redacted: shared by every inbound DLQ backend, so a
+    record in Redis is exactly as clean as one in the file."""
+
+    def clean(text: str, cap: int) -> str:
+        # redact the whole text first: cutting first could split a secret and hide it
+        text = strict_redact(_safe(text))
+        return (redact(text) if redact is not None else text)[:cap]
+
+    return InboundDeadLetter(
+        at=at, provider=_safe(provider)[:100], chat_id=_safe(chat_id)[:200],
+        message_id=_safe(message_id)[:200], sender_id=_safe(sender_id)[:200],
+        stage=str(stage), error=clean(error, ERROR_CAP), content=clean(content, CONTENT_CAP),
+        raw=clean(raw, RAW_CAP), key=_safe(key)[:400])
+
+
 class InboundDeadLetters:
     """Append-only record of quarantined inbound messages; list and purge for the operator."""
 
@@ -101,20 +120,13 @@ class InboundDeadLetters:
             stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
             key: str = "") -> InboundDeadLetter:
         """Record one message; raises if it cannot be written (the caller must not move on)."""
-        letter = InboundDeadLetter(
-            at=self._clock(), provider=_safe(provider)[:100], chat_id=_safe(chat_id)[:200],
-            message_id=_safe(message_id)[:200], sender_id=_safe(sender_id)[:200],
-            stage=str(stage), error=self._clean(error, ERROR_CAP),
-            content=self._clean(content, CONTENT_CAP), raw=self._clean(raw, RAW_CAP),
-            key=_safe(key)[:400])
+        letter = build_inbound_letter(
+            at=self._clock(), redact=self._redact, provider=provider, chat_id=chat_id,
+            message_id=message_id, sender_id=sender_id, stage=stage, error=error,
+            content=content, raw=raw, key=key)
         self._file.append(letter.to_dict())
         self._count += 1
         return letter
-
-    def _clean(self, text: str, cap: int) -> str:
-        # redact the whole text first: cutting first could split a secret and hide it
-        text = strict_redact(_safe(text))
-        return (self._redact(text) if self._redact is not None else text)[:cap]
 
     def entries(self) -> list[InboundDeadLetter]:
         letters = []

@@ -1,0 +1,194 @@
+"""The inbound journal on Redis: one stream per partition of chats, one consumer group.
+
+`accept` is one Lua script: `SET seen:<key> NX EX ttl` (the dedupe, with Redis's own expiry),
+`XADD` to the chat's partition stream, and a record in the `in:pending` hash (what is unfinished,
+for `pending()` and for finding the entry to acknowledge). Only the node holding a partition's
+lease reads its stream (`XREADGROUP … >`); when it acquires a partition it first takes over the
+entries a previous holder read and never acknowledged (`XAUTOCLAIM`, min idle 0: the expired lease
+already proves the old holder is gone). `complete` acknowledges and deletes the entry, fenced by
+the lease the message was claimed under.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from soulflow.backends.base import Completion
+from soulflow.backends.redis import scripts
+from soulflow.backends.redis.keys import GROUP, Keys, partition_of
+from soulflow.backends.redis.partitions import PartitionLeases
+from soulflow.bus.messages import InboundMessage
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimed:
+    part: int
+    entry_id: str
+    lease_value: str
+
+
+class RedisInbound:
+    def __init__(self, client: Redis, keys: Keys, partitions: PartitionLeases, *,
+                 seen_ttl_s: float = 7 * 24 * 3600,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._keys = keys
+        self._partitions = partitions
+        self._seen_ttl = max(1, int(seen_ttl_s))
+        self._clock = clock
+        self._accept = client.register_script(scripts.INBOUND_ACCEPT)
+        self._complete = client.register_script(scripts.INBOUND_COMPLETE)
+        self._claimed: dict[str, _Claimed] = {}
+        self._backlog: dict[int, deque[tuple[str, InboundMessage]]] = {}
+        partitions.busy = self._busy
+
+    def _busy(self, part: int) -> bool:
+        return bool(self._backlog.get(part)) or any(
+            c.part == part for c in self._claimed.values())
+
+    async def ensure_groups(self) -> None:
+        """Create every partition's stream and consumer group (idempotent)."""
+        for part in range(self._keys.partitions):
+            try:
+                await self._client.xgroup_create(self._keys.stream(part), GROUP, id="0",
+                                                 mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    async def accept(self, message: InboundMessage) -> bool:
+        part = partition_of(message.chat_key, self._keys.partitions)
+        entry = await self._accept(
+            keys=[self._keys.seen(message.key), self._keys.stream(part),
+                  self._keys.inbound_pending],
+            args=[message.key, repr(self._clock()), json.dumps(message.to_dict()),
+                  self._seen_ttl, part])
+        return entry is not None
+
+    async def is_seen(self, key: str) -> bool:
+        return bool(await self._client.exists(self._keys.seen(key)))
+
+    async def mark_seen(self, keys: list[str]) -> None:
+        if not keys:
+            return
+        now = repr(self._clock())
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.set(self._keys.seen(key), now, nx=True, ex=self._seen_ttl)
+            await pipe.execute()
+
+    async def complete(self, key: str, status: str, error: str | None = None) -> Completion:
+        claimed = self._claimed.pop(key, None)
+        if claimed is None:  # never handed to us: e.g. refused at intake, before any work
+            raw = await self._client.hget(self._keys.inbound_pending, key)
+            if raw is None:
+                return Completion.UNKNOWN
+            part_text, entry_id, _ = _text(raw).split("|", 2)
+            claimed = _Claimed(int(part_text), entry_id, "")
+        lease_key = (self._keys.lease(self._keys.partition_lease(claimed.part))
+                     if claimed.lease_value else self._keys.inbound_pending)
+        result = int(await self._complete(
+            keys=[self._keys.inbound_pending, self._keys.stream(claimed.part), lease_key],
+            args=[key, claimed.entry_id, claimed.lease_value, GROUP]))
+        return {1: Completion.DONE, 0: Completion.UNKNOWN}.get(result, Completion.FENCED)
+
+    async def claim(self, limit: int = 100) -> list[InboundMessage]:
+        node = self._partitions.node_id
+        for part in sorted(self._partitions.take_fresh()):
+            self._backlog[part] = deque(await self._reclaim(part, node))
+        out: list[InboundMessage] = []
+        readable: list[int] = []
+        for part in self._partitions.held():
+            backlog = self._backlog.get(part)
+            while backlog and len(out) < limit:
+                entry_id, message = backlog.popleft()
+                self._hand(part, entry_id, message, out)
+            if not backlog:
+                readable.append(part)
+        for part in list(self._backlog):
+            if not self._backlog[part] or self._partitions.lease(part) is None:
+                del self._backlog[part]  # drained, or lost: a new holder reclaims it
+        if readable and len(out) < limit:
+            streams = {self._keys.stream(p): ">" for p in readable}
+            replies = await self._client.xreadgroup(GROUP, node, streams, count=limit - len(out))
+            by_stream = {self._keys.stream(p): p for p in readable}
+            for stream, entries in replies or []:
+                part = by_stream[_text(stream)]
+                for entry_id, fields in entries:
+                    message = _decode(fields)
+                    if message is None:
+                        continue
+                    if len(out) < limit:
+                        self._hand(part, _text(entry_id), message, out)
+                    else:  # COUNT is per stream: the surplus is ours now, next in line
+                        self._backlog.setdefault(part, deque()).append(
+                            (_text(entry_id), message))
+        return out
+
+    def _hand(self, part: int, entry_id: str, message: InboundMessage,
+              out: list[InboundMessage]) -> None:
+        lease = self._partitions.lease(part)
+        if lease is None or message.key in self._claimed:
+            return
+        self._claimed[message.key] = _Claimed(part, entry_id, lease.value)
+        out.append(message)
+
+    async def _reclaim(self, part: int, node: str) -> list[tuple[str, InboundMessage]]:
+        """Every entry of the partition read but never acknowledged (by any consumer: the
+        dead holder, or this node in an earlier life), now ours, oldest first."""
+        stream, start = self._keys.stream(part), "0-0"
+        lease = self._partitions.lease(part)
+        found: list[tuple[str, InboundMessage]] = []
+        while True:
+            reply = await self._client.xautoclaim(stream, GROUP, node, min_idle_time=0,
+                                                  start_id=start, count=100)
+            start = _text(reply[0])
+            for entry_id, fields in reply[1]:
+                message = _decode(fields) if fields else None
+                if message is None:
+                    continue
+                in_hand = self._claimed.get(message.key)
+                if in_hand is None:
+                    found.append((_text(entry_id), message))
+                elif lease is not None:  # still running here from before: now under this lease
+                    self._claimed[message.key] = _Claimed(part, in_hand.entry_id, lease.value)
+            if start == "0-0":
+                break
+        found.sort(key=lambda item: _entry_order(item[0]))
+        return found
+
+    async def pending(self) -> list[InboundMessage]:
+        messages = []
+        for raw in (await self._client.hgetall(self._keys.inbound_pending)).values():
+            _, _, body = _text(raw).split("|", 2)
+            messages.append(InboundMessage.from_dict(json.loads(body)))
+        return sorted(messages, key=lambda m: m.received_at)
+
+    async def pending_count(self) -> int:
+        return int(await self._client.hlen(self._keys.inbound_pending))
+
+
+def _decode(fields: dict[bytes, bytes]) -> InboundMessage | None:
+    body = fields.get(b"m")
+    if body is None:
+        return None
+    try:
+        return InboundMessage.from_dict(json.loads(body))
+    except (TypeError, ValueError):
+        return None
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,119 @@
+"""The outbox on Redis: replies are sent by the node that holds their chat's partition.
+
+A message is stored once (`out:msg`, immutable json) with a small mutable state beside it
+(`out:state`: attempts, next try, in flight, last error) and its id in its partition's ordered
+set, so a new holder of the partition finds the replies a dead node had queued and sends them in
+the order they were queued. `answered:<inbound key>` (with the seen-id TTL) tells any node that a
+reply to an inbound message was already queued, so a message run again after a takeover is not
+answered twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from redis.asyncio import Redis
+
+from soulflow.backends.redis import scripts
+from soulflow.backends.redis.keys import Keys, partition_of
+from soulflow.backends.redis.partitions import PartitionLeases
+from soulflow.bus.messages import OutboundMessage
+from soulflow.bus.outbox import OutboxEntry
+
+
+def _state(attempts: int, next_at: float, in_flight: bool, error: str) -> str:
+    return f"{attempts}|{next_at!r}|{int(in_flight)}|{error[:500]}"
+
+
+def _entry(message_json: bytes | str, state: bytes | str | None) -> OutboxEntry:
+    entry = OutboxEntry(OutboundMessage.from_dict(json.loads(message_json)))
+    if state:
+        text = state.decode() if isinstance(state, bytes) else state
+        attempts, next_at, in_flight, error = text.split("|", 3)
+        entry.attempts, entry.next_at = int(attempts), float(next_at)
+        entry.in_flight, entry.last_error = in_flight == "1", error
+    return entry
+
+
+class RedisOutbox:
+    def __init__(self, client: Redis, keys: Keys, partitions: PartitionLeases, *,
+                 answered_ttl_s: float = 7 * 24 * 3600) -> None:
+        self._client = client
+        self._keys = keys
+        self._partitions = partitions
+        self._answered_ttl = max(1, int(answered_ttl_s))
+        self._put = client.register_script(scripts.OUTBOX_PUT)
+        self._set_state = client.register_script(scripts.OUTBOX_STATE)
+        self._remove = client.register_script(scripts.OUTBOX_REMOVE)
+
+    def _part(self, message: OutboundMessage) -> int:
+        return partition_of(message.chat_key, self._keys.partitions)
+
+    async def put(self, message: OutboundMessage) -> bool:
+        k = self._keys
+        answered = k.answered(message.inbound_key or "")
+        added = await self._put(
+            keys=[k.outbox_messages, k.outbox_state, k.outbox_order(self._part(message)),
+                  k.outbox_sequence, answered],
+            args=[message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
+                  "1" if message.inbound_key else "0"])
+        return bool(added)
+
+    async def has_answered(self, inbound_key: str) -> bool:
+        return bool(await self._client.exists(self._keys.answered(inbound_key)))
+
+    async def _update(self, message_id: str, state: str) -> None:
+        await self._set_state(keys=[self._keys.outbox_messages, self._keys.outbox_state],
+                              args=[message_id, state])
+
+    async def record_sending(self, message_id: str) -> None:
+        entry = await self.get(message_id)
+        if entry is not None:
+            await self._update(message_id, _state(entry.attempts, entry.next_at, True,
+                                                  entry.last_error))
+
+    async def record_attempt(self, message_id: str, attempts: int, next_at: float,
+                             error: str) -> None:
+        await self._update(message_id, _state(attempts, next_at, False, error))
+
+    async def _drop(self, message_id: str) -> None:
+        raw = await self._client.hget(self._keys.outbox_messages, message_id)
+        if raw is None:
+            return
+        part = self._part(OutboundMessage.from_dict(json.loads(raw)))
+        await self._remove(keys=[self._keys.outbox_messages, self._keys.outbox_state,
+                                 self._keys.outbox_order(part)], args=[message_id])
+
+    async def mark_sent(self, message_id: str, platform_ids: list[str] | None = None) -> None:
+        await self._drop(message_id)
+
+    async def mark_dead(self, message_id: str) -> None:
+        await self._drop(message_id)
+
+    async def get(self, message_id: str) -> OutboxEntry | None:
+        raw = await self._client.hget(self._keys.outbox_messages, message_id)
+        if raw is None:
+            return None
+        state = await self._client.hget(self._keys.outbox_state, message_id)
+        return _entry(raw, state)
+
+    async def _entries(self, ids: Iterable[bytes | str]) -> list[OutboxEntry]:
+        ids = list(ids)
+        if not ids:
+            return []
+        raws = await self._client.hmget(self._keys.outbox_messages, ids)
+        states = await self._client.hmget(self._keys.outbox_state, ids)
+        return [_entry(raw, state) for raw, state in zip(raws, states, strict=True)
+                if raw is not None]
+
+    async def pending(self) -> list[OutboxEntry]:
+        """The entries of the partitions this node holds, each partition in queue order."""
+        entries: list[OutboxEntry] = []
+        for part in self._partitions.held():
+            entries += await self._entries(
+                await self._client.zrange(self._keys.outbox_order(part), 0, -1))
+        return entries
+
+    async def count(self) -> int:
+        return int(await self._client.hlen(self._keys.outbox_messages))

@@ -1,0 +1,125 @@
+"""Which partitions of chats this node works on: one lease per partition, a fair share each.
+
+Chats are spread over `REDIS_PARTITIONS` partitions (CRC32 of `provider:chat_id`). A node works
+on a partition only while it holds the partition's lease, so a chat's messages are run by one
+node at a time, in order, and its replies are sent by that node. Every node beats in a sorted set
+of live nodes and aims for `ceil(partitions / live nodes)` leases: it takes free ones up to its
+share and gives back surplus ones that have no work in hand, so a node that joins gets work and
+a node that dies leaves its partitions to expire and be taken (then `XAUTOCLAIM` moves its
+unfinished entries to the new holder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from soulflow.backends.base import Lease
+from soulflow.backends.redis import scripts
+from soulflow.backends.redis.keys import Keys
+from soulflow.backends.redis.lease import RedisLeases
+
+log = logging.getLogger(__name__)
+
+
+class PartitionLeases:
+    def __init__(self, client: Redis, keys: Keys, leases: RedisLeases, node_id: str, *,
+                 ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._keys = keys
+        self._leases = leases
+        self.node_id = node_id
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._beat = client.register_script(scripts.NODES_BEAT)
+        self._held: dict[int, Lease] = {}
+        self._fresh: set[int] = set()  # acquired, unfinished entries not yet reclaimed
+        self.busy: Callable[[int], bool] = lambda part: False  # set by the inbound store
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        # the first partition this node tries: spreads nodes over the ring at startup
+        self._offset = sum(node_id.encode()) % keys.partitions
+
+    def lease(self, part: int) -> Lease | None:
+        """The lease of a partition while it is safe to act on, else None."""
+        lease = self._held.get(part)
+        return lease if lease is not None and lease.valid(self._clock()) else None
+
+    def held(self) -> list[int]:
+        now = self._clock()
+        return sorted(p for p, lease in self._held.items() if lease.valid(now))
+
+    def take_fresh(self) -> set[int]:
+        """Partitions acquired since the last call (their orphaned entries need reclaiming)."""
+        fresh = {p for p in self._fresh if self.lease(p) is not None}
+        self._fresh.clear()
+        return fresh
+
+    async def rebalance(self) -> None:
+        """One round: beat, renew what we hold, take our share, give back the surplus."""
+        live = int(await self._beat(keys=[self._keys.nodes],
+                                    args=[self.node_id, int(self.ttl_s * 1000)]))
+        share = math.ceil(self._keys.partitions / max(1, live))
+        for part, lease in list(self._held.items()):
+            renewed = await self._leases.renew(lease, self.ttl_s)
+            if renewed is None or not lease.valid(self._clock()):
+                log.warning("partition %d: lease lost (node %s)", part, self.node_id)
+                del self._held[part]
+                self._fresh.discard(part)
+            else:
+                self._held[part] = renewed
+        parts = self._keys.partitions
+        for step in range(parts):
+            if len(self._held) >= share:
+                break
+            part = (self._offset + step) % parts
+            if part in self._held:
+                continue
+            lease = await self._leases.acquire(Keys.partition_lease(part), self.node_id,
+                                               self.ttl_s)
+            if lease is not None:
+                self._held[part] = lease
+                self._fresh.add(part)
+        for part in sorted(self._held, reverse=True):
+            if len(self._held) <= share:
+                break
+            if not self.busy(part):
+                await self._leases.release(self._held.pop(part))
+                self._fresh.discard(part)
+
+    def start(self) -> None:
+        """Keep rebalancing every quarter TTL in a supervised task until `stop()`."""
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name=f"redis-partitions-{self.node_id}")
+
+    async def _run(self) -> None:
+        interval = self.ttl_s / 4
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self.rebalance(), timeout=interval * 2)
+            except (RedisError, OSError, TimeoutError) as exc:
+                log.warning("partition leases: Redis unreachable (%s); retrying", exc)
+            except Exception:
+                log.exception("partition leases: rebalance failed; retrying")
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        """Stop the loop and hand every partition back at once (a clean stop is no failover)."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        for lease in list(self._held.values()):
+            try:
+                await self._leases.release(lease)
+            except (RedisError, OSError):
+                pass  # they expire on their own
+        self._held.clear()

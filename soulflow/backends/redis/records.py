@@ -1,0 +1,131 @@
+"""Dead letters (outbound and inbound) and channel cursors on Redis.
+
+The DLQs are lists of json records, the same fields as the files in `runtime/dlq/`. Cursors are
+one hash per channel (account); an update can be fenced by the account's leader lease, so a
+reader that was deposed (it lost Redis, another node took over) cannot move the cursor back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from redis.asyncio import Redis
+
+from soulflow.backends.base import Lease
+from soulflow.backends.redis import scripts
+from soulflow.backends.redis.keys import Keys
+from soulflow.bus.dlq import DeadLetter
+from soulflow.bus.inbound_dlq import InboundDeadLetter, IntakeStage, build_inbound_letter
+from soulflow.bus.messages import OutboundMessage
+
+
+class RedisDeadLetters:
+    def __init__(self, client: Redis, keys: Keys, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._key = keys.dlq_outbound
+        self._clock = clock
+        self._purge = client.register_script(scripts.LIST_PURGE)
+
+    async def add(self, message: OutboundMessage, *, retry_count: int,
+                  error: str) -> DeadLetter:
+        letter = DeadLetter.from_outbound(message, retry_count=retry_count, error=error[:2000],
+                                          at=self._clock())
+        await self._client.rpush(self._key, json.dumps(letter.to_dict()))
+        return letter
+
+    async def _raw(self) -> list[tuple[bytes, DeadLetter]]:
+        found = []
+        for raw in await self._client.lrange(self._key, 0, -1):
+            try:
+                found.append((raw, DeadLetter(**json.loads(raw))))
+            except (TypeError, ValueError):
+                continue
+        return found
+
+    async def entries(self) -> list[DeadLetter]:
+        return [letter for _, letter in await self._raw()]
+
+    async def remove(self, message_ids: Iterable[str]) -> int:
+        """Drop entries by message id: `LREM` of the exact records, so a letter added by
+        another node meanwhile is never lost."""
+        doomed = set(message_ids)
+        removed = 0
+        for raw, letter in await self._raw():
+            if letter.message_id in doomed:
+                removed += int(await self._client.lrem(self._key, 1, raw))
+        return removed
+
+    async def purge(self) -> int:
+        return int(await self._purge(keys=[self._key]))
+
+    async def count(self) -> int:
+        return int(await self._client.llen(self._key))
+
+
+class RedisInboundDeadLetters:
+    def __init__(self, client: Redis, keys: Keys, *, redact: Callable[[str], str] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._key = keys.dlq_inbound
+        self._redact = redact
+        self._clock = clock
+        self._purge = client.register_script(scripts.LIST_PURGE)
+
+    async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
+                  stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
+                  key: str = "") -> InboundDeadLetter:
+        letter = build_inbound_letter(
+            at=self._clock(), redact=self._redact, provider=provider, chat_id=chat_id,
+            message_id=message_id, sender_id=sender_id, stage=stage, error=error,
+            content=content, raw=raw, key=key)
+        await self._client.rpush(self._key, json.dumps(letter.to_dict()))
+        return letter
+
+    @staticmethod
+    def _decode(raws: list[bytes]) -> list[InboundDeadLetter]:
+        letters = []
+        for raw in raws:
+            try:
+                letters.append(InboundDeadLetter.from_dict(json.loads(raw)))
+            except (TypeError, ValueError):
+                continue
+        return letters
+
+    async def entries(self) -> list[InboundDeadLetter]:
+        return self._decode(await self._client.lrange(self._key, 0, -1))
+
+    async def recent(self, limit: int = 20) -> list[InboundDeadLetter]:
+        if limit <= 0:
+            return []
+        return self._decode(await self._client.lrange(self._key, -limit, -1))
+
+    async def purge(self) -> int:
+        return int(await self._purge(keys=[self._key]))
+
+    async def count(self) -> int:
+        return int(await self._client.llen(self._key))
+
+
+class RedisCursors:
+    def __init__(self, client: Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+        self._update = client.register_script(scripts.CURSORS_UPDATE)
+
+    async def load(self, channel: str) -> dict[str, Any]:
+        raw = await self._client.hgetall(self._keys.cursors(channel))
+        return {(k.decode() if isinstance(k, bytes) else k): json.loads(v)
+                for k, v in raw.items()}
+
+    async def update(self, channel: str, values: dict[str, Any], *,
+                     lease: Lease | None = None) -> bool:
+        hash_key = self._keys.cursors(channel)
+        lease_key = self._keys.lease(lease.name) if lease is not None else hash_key
+        args: list[str] = [lease.value if lease is not None else ""]
+        for name, value in values.items():
+            args += [name, json.dumps(value)]
+        return bool(await self._update(keys=[hash_key, lease_key], args=args))

@@ -1,0 +1,60 @@
+"""Dead letters (outbound and inbound) and channel cursors, against every backend."""
+
+from __future__ import annotations
+
+from soulflow.bus.inbound_dlq import IntakeStage
+from tests.backends.conftest import Harness
+from tests.backends.helpers import outbound
+
+
+async def test_outbound_dead_letters_keep_the_whole_reply(harness: Harness) -> None:
+    backend = await harness.open()
+    first = outbound("a", "lost reply", inbound_key="telegram:a:1")
+    second = outbound("b", "another")
+    letter = await backend.dlq.add(first, retry_count=8, error="403 blocked by user")
+    await backend.dlq.add(second, retry_count=1, error="400 chat not found")
+    assert letter.metadata["inbound_key"] == "telegram:a:1"
+    backend = await harness.reopen(backend)
+    entries = await backend.dlq.entries()
+    assert [(e.message_id, e.content, e.retry_count, e.error) for e in entries] == [
+        (first.message_id, "lost reply", 8, "403 blocked by user"),
+        (second.message_id, "another", 1, "400 chat not found")]
+    assert entries[0].to_outbound().content == "lost reply"
+    assert await backend.dlq.count() == 2
+    assert await backend.dlq.remove([first.message_id, "out_none"]) == 1
+    assert [e.message_id for e in await backend.dlq.entries()] == [second.message_id]
+    assert await backend.dlq.purge() == 1
+    assert await backend.dlq.count() == 0
+
+
+async def test_inbound_dead_letters_are_redacted_and_listed_newest_last(
+        harness: Harness) -> None:
+    backend = await harness.open()
+    for n in range(3):
+        await backend.inbound_dlq.add(provider="telegram", chat_id="c1", message_id=str(n),
+                                      sender_id="u1", stage=IntakeStage.SEAL,
+                                      error="boom", content=f"#{n}", key=f"telegram:c1:{n}")
+    leaked = await backend.inbound_dlq.add(
+        provider="telegram", chat_id="c1", message_id="9", sender_id="u1",
+        stage=IntakeStage.PARSE, error="bad", content="/secret set API_KEY sk-live-123456789")
+    assert "sk-live-123456789" not in leaked.content
+    backend = await harness.reopen(backend)
+    assert await backend.inbound_dlq.count() == 4
+    entries = await backend.inbound_dlq.entries()
+    assert [e.message_id for e in entries] == ["0", "1", "2", "9"]
+    assert "sk-live-123456789" not in entries[-1].content
+    assert entries[0].stage == "seal" and entries[0].key == "telegram:c1:0"
+    assert [e.message_id for e in await backend.inbound_dlq.recent(2)] == ["2", "9"]
+    assert await backend.inbound_dlq.purge() == 4
+    assert await backend.inbound_dlq.entries() == []
+
+
+async def test_cursors_persist_per_channel(harness: Harness) -> None:
+    backend = await harness.open()
+    assert await backend.cursors.load("telegram") == {}
+    assert await backend.cursors.update("telegram", {"offset": 41, "primed": True})
+    assert await backend.cursors.update("telegram", {"offset": 42})
+    assert await backend.cursors.update("slack", {"ts": {"C1": "1700000000.000100"}})
+    backend = await harness.reopen(backend)
+    assert await backend.cursors.load("telegram") == {"offset": 42, "primed": True}
+    assert await backend.cursors.load("slack") == {"ts": {"C1": "1700000000.000100"}}
