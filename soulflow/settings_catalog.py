@@ -105,6 +105,30 @@ parse_duration_s.expected = ("a duration: seconds, or a number with s, m, h or d
                              "1h); 0 or off to turn it off")
 
 
+def parse_redis_url(raw: str) -> str:
+    """Empty (no Redis), or a redis://, rediss:// or unix:// URL."""
+    value = raw.strip()
+    if not value:
+        return ""
+    parsed = urlparse(value)
+    if parsed.scheme not in ("redis", "rediss", "unix") or not (parsed.netloc or parsed.path):
+        raise ValueError
+    return value
+
+
+parse_redis_url.expected = "a redis://, rediss:// or unix:// URL"  # type: ignore[attr-defined]
+
+
+def _node_id(raw: str) -> str:
+    value = raw.strip()
+    if any(c.isspace() or c == "|" for c in value) or len(value) > 200:
+        raise ValueError
+    return value
+
+
+_node_id.expected = "a name without spaces or vertical bars"  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
@@ -361,6 +385,28 @@ SETTINGS: tuple[Setting, ...] = (
             "header, e.g. a name for a non-loopback DASHBOARD_HOST or a reverse proxy. "
             "Loopback names and DASHBOARD_HOST itself always work; any other Host gets 403 "
             "(DNS rebinding protection).", "Dashboard"),
+    # scaling
+    Setting("SOULFLOW_BACKEND", _choice("file", "redis"), "file",
+            "Where the bus's state lives: file (runtime/ in the workspace; one daemon) or redis "
+            "(REDIS_URL; several daemons share one workload, see docs/scaling.md).", "Scaling"),
+    Setting("REDIS_URL", parse_redis_url, "",
+            "The Redis of SOULFLOW_BACKEND=redis: redis://[user:password@]host:6379/0, "
+            "rediss:// for TLS, or unix:///path/to/redis.sock. Unreachable at boot: the daemon "
+            "stops with the reason.", "Scaling", secret=True),
+    Setting("SOULFLOW_NODE_ID", _node_id, "",
+            "This daemon's name among the nodes sharing one Redis (empty: hostname and pid). "
+            "Unique per running daemon.", "Scaling"),
+    Setting("REDIS_KEY_PREFIX", _text, "soulflow:",
+            "Prefix of every key SoulFlow writes in Redis (several bots can share one Redis).",
+            "Scaling"),
+    Setting("REDIS_PARTITIONS", _int_range(1, 1024), "16",
+            "Chats are spread over this many partitions, each worked on by one node at a time "
+            "(same value on every node; more partitions than nodes spreads work evenly).",
+            "Scaling"),
+    Setting("REDIS_LEASE_TTL_S", _float_range(1, 300), "6",
+            "Lifetime of a node's leases (partitions, platform accounts). A dead node's work "
+            "moves to another node after at most this long; a node cut off from Redis stops "
+            "a third of it earlier.", "Scaling"),
     # logging
     Setting("LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
             "Log verbosity (logs go to stderr).", "Logging"),
