@@ -183,3 +183,50 @@ def test_a_tool_step_needing_approval_waits_for_the_requester(
     wait_text(daemon, "is done.")
     assert note.read_text() == "kept"
     assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_a_step_that_is_not_idempotent_waits_after_a_kill_and_retry_finishes_it(
+        daemon: Daemon, fake: FakeOpenAIThread) -> None:
+    fake.script_reply(plan(
+        "Draft", {"id": "draft", "kind": "agent", "goal": "Draft a note",
+                  "tools": ["write_file"]}))
+    fake.script_delay(60)
+    fake.script_reply("never sent")
+    daemon.start()
+    daemon.wait_reply(daemon.say("/task draft a note"))
+    daemon.wait_reply(daemon.say("approve"))  # the plan: write_file is not idempotent
+    fake.wait_for_requests(2, timeout=20)
+    daemon.kill()  # mid-step
+
+    fake.reset()
+    fake.script_reply("Drafted.")
+    daemon.start()
+    prompt = wait_text(daemon, "was interrupted by a restart")
+    assert "Reply retry" in prompt
+    assert fake.requests == []  # nothing re-ran behind the user's back
+    assert daemon.wait_reply(daemon.say("retry"))["content"].endswith("step draft retrying.")
+    assert wait_text(daemon, "is done.").endswith("Drafted.")
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_the_model_starts_a_task_with_the_task_tool(daemon: Daemon,
+                                                    fake: FakeOpenAIThread) -> None:
+    (daemon.workspace / "scratch").mkdir()
+    (daemon.workspace / "scratch" / "list.txt").write_text("one, two")
+    fake.script_tool_call("task", {"request": "read scratch/list.txt"})
+    fake.script_reply(plan("Read the list", {"id": "read", "kind": "tool", "tool": "read_file",
+                                             "params": {"path": "scratch/list.txt"}}))
+    fake.script_reply("I started a task for that.")
+    daemon.start()
+    answer = daemon.wait_reply(daemon.say("please read my list, step by step"))["content"]
+    assert answer == "I started a task for that."
+    assert wait_text(daemon, "Started task t-").endswith("/task cancel "
+                                                           f"{only_task(daemon).task_id} to "
+                                                           "stop it.")
+    assert wait_text(daemon, "is done.").endswith("one, two")
+    task = only_task(daemon)
+    assert task.requested_by and task.chat_id == "test"
+    planner_request = fake.requests[1].json
+    offered = planner_request["messages"][0]["content"].split("Available tools:")[1]
+    assert "\n- read_file:" in offered and "\n- task:" not in offered  # no tasks in tasks
+    assert daemon.stop(signal.SIGTERM) == 0

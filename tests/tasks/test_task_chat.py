@@ -1,0 +1,220 @@
+"""The chat side of tasks in one process: the plan review (approve, edit by reply, cancel), who
+may answer a waiting task (replies and reactions), and rate-limited progress.
+
+Real parts: the TaskEngine and TaskStore, DaemonExecutors over a ToolRegistry with the real file
+tools, the planner on the OpenAI-compatible provider against the loopback fake model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soulflow.agent.approvals import ApproverPolicy, Decider
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.files import ReadFileTool, WriteFileTool
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.bus.messages import InboundMessage, new_id
+from soulflow.channels.base import Command
+from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
+from soulflow.tasks import (
+    NodeKind,
+    TaskEngine,
+    TaskGraph,
+    TaskNode,
+    TaskState,
+    TaskStatus,
+    TaskStore,
+)
+from soulflow.tasks.chat import TaskChat
+from soulflow.tasks.contracts import TaskEvent
+from soulflow.tasks.executors import DaemonExecutors
+from soulflow.tasks.planner import Planner
+from soulflow.tasks.progress import TaskProgress
+from soulflow.tasks.proposals import ProposalStore
+from tests.fakes.openai_api import FakeOpenAI
+
+ADMIN = "carol"
+
+
+@dataclass
+class Rig:
+    chat: TaskChat
+    engine: TaskEngine
+    store: TaskStore
+    fake: FakeOpenAI
+    workspace: Path
+
+    def message(self, text: str, sender: str = "alice") -> InboundMessage:
+        return InboundMessage(provider="telegram", chat_id="c1", message_id=new_id("m"),
+                              sender_id=sender, sender_name=sender, text=text)
+
+    async def say(self, text: str, sender: str = "alice") -> str | None:
+        message = self.message(text, sender)
+        if text.startswith("/task "):
+            return await self.chat.command(Command("task", text[6:]), message)
+        return await self.chat.reply(message)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    tools = ToolRegistry()
+    for tool in (ReadFileTool(), WriteFileTool()):
+        tools.register(tool)
+
+    def context(chat: dict[str, Any], approved: bool) -> ToolContext:
+        return ToolContext(workspace=workspace, approved=approved,
+                           chat=ChatRef(chat["provider"], chat["chat_id"]))
+
+    executors = DaemonExecutors(tools, context, None)
+    store = TaskStore(tmp_path / "tasks")
+    engine = TaskEngine(store, executors.executors(), tool_names=executors.tool_names())
+    async with FakeOpenAI() as fake:
+        provider = OpenAICompatibleProvider(OpenAICompatibleConfig(
+            name="fake", base_url=fake.base_url, model="m", max_retries=0))
+        chat = TaskChat(engine, executors, lambda: Planner(provider, executors.tool_names()),
+                        ProposalStore(tmp_path / "tasks" / "proposals.json"),
+                        ApproverPolicy(lambda provider, user: user == ADMIN))
+        yield Rig(chat, engine, store, fake, workspace)
+        await engine.stop()
+        await chat.close()
+        await provider.aclose()
+
+
+WRITE = {"id": "w", "kind": "tool", "tool": "write_file",
+         "params": {"path": "scratch/a.txt", "content": "A"}}
+
+
+async def test_a_risky_plan_is_shown_edited_by_reply_and_started_on_approval(rig: Rig) -> None:
+    rig.fake.script_reply(json.dumps({"title": "Write A", "nodes": [WRITE]}))
+    shown = await rig.say("/task write A")
+    assert shown is not None and shown.startswith("Plan: Write A")
+    assert "w calls write_file, which changes things" in shown
+    assert rig.store.list() == []
+    # someone else's words are not an edit (they go on to the agent), their "ok" is refused
+    assert await rig.say("what a nice day", sender="bob") is None
+    assert await rig.say("ok", sender="bob") == \
+        "Only alice or an admin can decide this approval."
+    second = {"id": "w2", "kind": "tool", "tool": "write_file", "depends_on": ["w"],
+              "params": {"path": "scratch/b.txt", "content": "B"}}
+    rig.fake.script_reply(json.dumps({"title": "Write A and B", "nodes": [WRITE, second]}))
+    reshown = await rig.say("also write B")
+    assert reshown is not None and reshown.startswith("Plan: Write A and B")
+    edit = rig.fake.requests[-1].json["messages"][-1]["content"]
+    assert edit.startswith("write A") and '"scratch/a.txt"' in edit
+    assert edit.endswith("Change the plan as follows and answer with the whole new plan: "
+                         "also write B")
+    started = await rig.say("approve")
+    assert started is not None and started.startswith("Started task t-")
+    [task] = rig.store.list()
+    assert task.requested_by == "alice" and task.title == "Write A and B"
+    assert (await rig.engine.wait(task.task_id)).status is TaskStatus.COMPLETED
+    assert (rig.workspace / "scratch" / "b.txt").read_text() == "B"
+    assert await rig.say("approve") is None  # nothing left to approve
+
+
+async def test_a_plan_without_risky_steps_starts_at_once_and_cancel_drops_one(rig: Rig) -> None:
+    read = {"id": "r", "kind": "tool", "tool": "read_file", "params": {"path": "x.txt"}}
+    (rig.workspace / "x.txt").write_text("x")
+    rig.fake.script_reply(json.dumps({"title": "Read x", "nodes": [read]}))
+    started = await rig.say("/task read x")
+    assert started is not None and started.startswith("Started task t-")
+    rig.fake.script_reply(json.dumps({"title": "Write A", "nodes": [WRITE]}))
+    await rig.say("/task write A")
+    assert await rig.say("cancel") == 'OK, I dropped the plan "Write A".'
+    assert len(rig.store.list()) == 1
+
+
+async def gated_task(rig: Rig) -> str:
+    graph = TaskGraph([TaskNode(id="gate", kind=NodeKind.APPROVAL, prompt="Go on?"),
+                       TaskNode(id="w", kind=NodeKind.TOOL, tool="write_file",
+                                params={"path": "scratch/g.txt", "content": "g"},
+                                depends_on=["gate"])])
+    task = await rig.engine.submit(graph, title="Gated", provider="telegram", chat_id="c1",
+                                   requested_by="alice")
+    assert (await rig.engine.wait(task.task_id)).status is TaskStatus.WAITING_APPROVAL
+    return task.task_id
+
+
+async def test_another_users_ok_does_not_approve_a_gate(rig: Rig) -> None:
+    task_id = await gated_task(rig)
+    assert await rig.say("ok", sender="bob") == \
+        "Only alice or an admin can decide this approval."
+    assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
+    assert not (rig.workspace / "scratch" / "g.txt").exists()
+    answer = await rig.say(f"approve {task_id}", sender=ADMIN)  # an admin may
+    assert answer == f"Task {task_id}: step gate approved."
+    task = await rig.engine.wait(task_id)
+    assert task.status is TaskStatus.COMPLETED and task.nodes["gate"].decided_by == ADMIN
+    assert (rig.workspace / "scratch" / "g.txt").read_text() == "g"
+
+
+async def test_a_reaction_decides_only_for_the_requester_or_an_admin(rig: Rig) -> None:
+    task_id = await gated_task(rig)
+    bob = Decider("telegram", "bob")
+    assert await rig.chat.decide_reaction(task_id, "gate", "deny", bob) is None
+    assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
+    alice = Decider("telegram", "alice")
+    answer = await rig.chat.decide_reaction(task_id, "gate", "deny", alice)
+    assert answer == f"Task {task_id}: step gate denied."
+    assert (await rig.engine.wait(task_id)).status is TaskStatus.CANCELLED
+
+
+async def test_a_tool_step_needing_approval_waits_and_a_denial_cancels(rig: Rig) -> None:
+    graph = TaskGraph([TaskNode(id="w", kind=NodeKind.TOOL, tool="write_file",
+                                params={"path": "elsewhere/x.txt", "content": "x"})])
+    task = await rig.engine.submit(graph, title="Outside", provider="telegram", chat_id="c1",
+                                   requested_by="alice")
+    waiting = await rig.engine.wait(task.task_id)
+    assert waiting.status is TaskStatus.WAITING_APPROVAL
+    [entry] = waiting.waiting
+    assert entry["reason"] == "approval" and "elsewhere/x.txt" in entry["prompt"]
+    assert await rig.say("no") == f"Task {task.task_id}: step w denied."
+    done = await rig.engine.wait(task.task_id)
+    assert done.status is TaskStatus.CANCELLED and not (rig.workspace / "elsewhere").exists()
+
+
+async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:
+    task_id = await gated_task(rig)
+    assert rig.chat.stop_chat("telegram:c1") == 1
+    await rig.chat.close()  # the cancels it started
+    assert rig.store.require(task_id).status is TaskStatus.CANCELLED
+
+
+async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+    # the clock stands still: every update falls in the first one's interval and is folded
+    # into one delayed update (sent after `interval_s` of real time)
+    progress = TaskProgress(lambda chat, text, meta: sent.append((text, meta)),
+                            interval_s=0.05, clock=lambda: 100.0)
+    graph = TaskGraph([TaskNode(id=n, kind=NodeKind.TOOL, tool="read_file") for n in "abc"]
+                      + [TaskNode(id="gate", kind=NodeKind.APPROVAL, prompt="Fine?")])
+    state = TaskState("t-00000001", "Three reads", graph, provider="telegram", chat_id="c1")
+    for node in "abc":
+        await progress.on_event(TaskEvent(state, "assign", "", f"k-{node}", node))
+    assert len(sent) == 1 and sent[0][0].startswith("⏳ Task t-00000001 (Three reads)")
+    await progress.on_event(TaskEvent(state, "blocked", "", "k-g", "gate",
+                                      {"reason": "approval", "prompt": "Fine?"}))
+    assert sent[-1][1] == {"task_id": "t-00000001", "node_id": "gate"}
+    assert "waits for approval at step gate: Fine?" in sent[-1][0]
+    await asyncio.wait_for(_until(lambda: len(sent) == 3), 5)  # the folded update, once
+    assert sent[2][0].startswith("⏳ Task t-00000001")
+    state.status = TaskStatus.COMPLETED
+    state.result = {"c": "all read"}
+    await progress.on_event(TaskEvent(state, "done", "", "k-done", None,
+                                      {"status": "completed"}))
+    assert sent[-1][0] == "✅ Task t-00000001 (Three reads) is done.\n\nall read"
+    await progress.close()
+
+
+async def _until(predicate: Any) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
