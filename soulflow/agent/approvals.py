@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soulflow.storage.atomic import read_json, write_json_atomic
+from soulflow.storage.atomic import read_json
+from soulflow.storage.background import BackgroundJsonFile
 
 APPROVE, DENY, DEFER, CANCEL, CLARIFY = "approve", "deny", "defer", "cancel", "clarify"
 
@@ -124,10 +125,15 @@ def refusal_text(requester: Requester) -> str:
 
 
 class ApprovalMessages:
-    """Which platform messages announced which approval (so a reaction can decide it)."""
+    """Which platform messages announced which approval (so a reaction can decide it).
+
+    Remembered right after the prompt is sent, on the event loop: the file is written by a
+    writer thread (a crash before it lands only means a reaction to that prompt is not
+    recognised; a text reply still decides the approval)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._file = BackgroundJsonFile(path)
         self._lock = threading.Lock()
         data = read_json(path, {})
         self._map: dict[str, dict[str, str]] = data if isinstance(data, dict) else {}
@@ -142,7 +148,7 @@ class ApprovalMessages:
             for platform_id in platform_ids:
                 self._map[self._key(chat_key, platform_id)] = {"run_id": run_id,
                                                                "approval_id": approval_id}
-            write_json_atomic(self.path, self._map)
+            self._file.save(dict(self._map))
 
     def lookup(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
         return self._map.get(self._key(chat_key, platform_id))
@@ -152,4 +158,8 @@ class ApprovalMessages:
             kept = {k: v for k, v in self._map.items() if v.get("run_id") != run_id}
             if len(kept) != len(self._map):
                 self._map = kept
-                write_json_atomic(self.path, self._map)
+                self._file.save(dict(kept))
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until the map is on disk (shutdown, tests)."""
+        return self._file.flush(timeout)

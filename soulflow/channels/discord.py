@@ -130,6 +130,7 @@ class DiscordChannel(ChannelAdapter):
         await self._feedback.close()
         self._supervisor = None
         self._restore_urls()
+        await asyncio.to_thread(self._state.flush)  # cursors on disk before we say stopped
 
     def _redirect(self) -> None:
         route, socket = discord.http.Route, discord.gateway.DiscordWebSocket

@@ -214,6 +214,7 @@ class SlackChannel(ChannelAdapter):
         if feedback is not None:
             await feedback.close()
         self._web = self._feedback_web = None
+        await asyncio.to_thread(self._state.flush)  # cursors on disk before we say stopped
 
     def _api(self) -> AsyncWebClient:
         if self._web is None:

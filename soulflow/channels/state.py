@@ -2,7 +2,9 @@
 
 Adapters keep the position they have read up to here (Telegram's update offset, Slack's
 last `ts` per channel, ...). It is written atomically, and only from `commit()`, which the
-manager calls after the messages are journaled: a crash replays, never skips.
+manager calls after the messages are journaled: a crash replays, never skips. The write (two
+fsyncs) happens in a writer thread, not on the event loop that commits every batch; an
+adapter's `stop()` flushes it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from soulflow.storage.atomic import read_json, write_json_atomic
+from soulflow.storage.atomic import read_json
+from soulflow.storage.background import BackgroundJsonFile
 
 
 class ChannelState:
@@ -20,6 +23,7 @@ class ChannelState:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._file = BackgroundJsonFile(path)
         data = read_json(path, {})
         self._data: dict[str, Any] = data if isinstance(data, dict) else {}
 
@@ -31,13 +35,17 @@ class ChannelState:
         self.update({key: value})
 
     def update(self, values: dict[str, Any]) -> None:
-        """Set and persist several values in one atomic write."""
+        """Set several values and hand them to the writer thread in one atomic write."""
         with self._lock:
             changed = {k: v for k, v in values.items() if self._data.get(k) != v}
             if not changed:
                 return
             self._data.update(changed)
-            write_json_atomic(self.path, self._data)
+            self._file.save(dict(self._data))
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self._data)
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until the last update is on disk (adapter stop, tests)."""
+        return self._file.flush(timeout)

@@ -147,6 +147,7 @@ class TelegramChannel(ChannelAdapter):
             await bot.shutdown()
         if request is not None:
             await request.shutdown()
+        await asyncio.to_thread(self.state.flush)  # the offset on disk before we say stopped
 
     def _require_bot(self) -> Bot:
         if self._bot is None:

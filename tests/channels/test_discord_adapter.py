@@ -421,6 +421,7 @@ async def test_restart_fetches_what_was_missed_but_not_what_was_handled(
     assert [m.text for m in received if m.chat_id == str(general(fake))] == ["missed 1",
                                                                              "missed 2"]
     second.commit(received)
+    await second.stop()  # the cursor file is written off the loop; stop() flushes it
     cursor = ChannelState(state_path).get(f"last:{general(fake)}")
     assert cursor == by_text["missed 2"].message_id
 

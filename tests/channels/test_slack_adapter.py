@@ -43,13 +43,18 @@ def state_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def make(fake: FakeSlack, state_path: Path) -> AsyncIterator[Factory]:
-    """Start adapters against the fake (each on a fresh ChannelState of the same file)."""
+    """Start adapters against the fake (each on a fresh ChannelState of the same file, read
+    after the earlier adapters' cursor writes have landed: a restart)."""
     started: list[SlackChannel] = []
+    states: list[ChannelState] = []
 
     async def factory(*, socket: bool = True, start: bool = True, **kwargs: Any) -> SlackChannel:
+        for earlier in states:
+            earlier.flush()
+        states.append(ChannelState(state_path))
         options: dict[str, Any] = {
             "bot_token": BOT_TOKEN, "api_url": fake.base_url, "poll_interval_s": 0.02,
-            "state": ChannelState(state_path), "socket_ping_interval_s": 0.2,
+            "state": states[-1], "socket_ping_interval_s": 0.2,
             "app_token": APP_TOKEN if socket else None,
             "default_channel": None if socket else GENERAL}
         adapter = SlackChannel(**{**options, **kwargs})
@@ -136,6 +141,7 @@ async def test_polling_cursor_moves_only_on_commit(make: Factory, fake: FakeSlac
     replay = await second.read()
     assert [(m.text, m.priming) for m in replay] == [("uncommitted", False)]
     second.commit(replay)
+    await second.stop()  # the cursor file is written off the loop; stop() flushes it
     assert ChannelState(state_path).get(f"cursor:{GENERAL}") == replay[0].message_id
     third = await make(socket=False)
     assert await third.read() == []

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from soulflow.storage.atomic import read_json, write_json_atomic
+from soulflow.storage.background import BackgroundJsonFile
 from soulflow.storage.jsonl import JsonlFile
 from soulflow.storage.lock import WorkspaceLock, WorkspaceLocked
 
@@ -159,3 +160,24 @@ def test_workspace_lock_refuses_a_second_holder(tmp_path: Path) -> None:
     assert not second.is_locked_by_other()
     with second:
         assert second.held
+
+
+def test_background_json_file_reports_a_failed_write_and_refuses_after_close(
+        tmp_path: Path) -> None:
+    """A write that fails (here: the parent is a file) is logged and remembered, never raised
+    into the event loop; the next value is tried again; a closed file takes no more values."""
+    blocker = tmp_path / "blocked"
+    blocker.write_text("not a directory")
+    broken = BackgroundJsonFile(blocker / "state.json")
+    broken.save({"a": 1})
+    assert broken.flush(10)
+    assert isinstance(broken.last_error, OSError)
+
+    good = BackgroundJsonFile(tmp_path / "state.json")
+    for value in range(50):
+        good.save({"value": value})
+    assert good.close(10)
+    assert good.last_error is None
+    assert read_json(tmp_path / "state.json", None) == {"value": 49}
+    with pytest.raises(RuntimeError):
+        good.save({"value": 50})
