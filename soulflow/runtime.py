@@ -30,6 +30,7 @@ from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.run.timing import TimedThreadStore
 from soulflow.agent.tools import CodeSandbox, build_default_registry
 from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError, ToolServices
 from soulflow.agent.tools.cron_tool import CronTool
@@ -40,6 +41,7 @@ from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_s
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
+from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.access import AdminPolicy
 from soulflow.channels.capability_commands import (
     make_cron_command,
@@ -74,6 +76,7 @@ from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor
 from soulflow.tasks.assembly import TaskServices
+from soulflow.telemetry import RUN_BUCKETS_S, Histogram
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,10 @@ class Runtime:
         self._uninstall_log_redaction: Callable[[], None] = lambda: None  # set by start()
         self.admins = AdminPolicy.from_settings(settings)
         self.hub = EventHub(redact=self.redactor.redact_obj)
+        # messages per channel (totals, per-minute chart) and run durations, for the
+        # dashboard and /metrics; the bus and the manager publish through _publish_event
+        self.traffic = TrafficCounters()
+        self.run_durations = Histogram(RUN_BUCKETS_S)
         self.vault = open_vault(settings)  # the key where SOULFLOW_MASTER_KEY_FILE says
         self.bus = MessageBus(
             runtime_dir, fsync=fsync, outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
@@ -103,7 +110,7 @@ class Runtime:
                 base_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"),
                 max_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_MAX_MS"),
                 inline_delay_s=min(0.2, settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"))),
-            on_event=self.hub.publish, redact=self.redactor.redact)
+            on_event=self._publish_event, redact=self.redactor.redact)
         self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
         self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
                                      redact=self.redactor.redact)
@@ -157,7 +164,7 @@ class Runtime:
             grouping_max=settings["CHANNEL_GROUPING_MAX"],
             max_inbound_chars=settings["MAX_INBOUND_CHARS"],
             sealer=InboundSealer(self.vault, self.admins.is_admin),
-            on_event=self.hub.publish, fold_max=settings["CHANNEL_FOLD_MAX"],
+            on_event=self._publish_event, fold_max=settings["CHANNEL_FOLD_MAX"],
             read_policy=ReadPolicy(
                 stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
                 restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
@@ -166,6 +173,7 @@ class Runtime:
                 typing_refresh_s=float(settings["CHANNEL_TYPING_REFRESH_S"]),
                 read_ack_interval_s=float(settings["CHANNEL_READ_ACK_INTERVAL_S"]),
                 read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]))
+        self.bus.dispatcher.outcome_listeners.append(self.traffic.send_outcome)
         self.manager.commands.register("secret", make_secret_command(self.vault, self.admins))
         self.manager.commands.register("repl", make_repl_command(self.sandbox))
         self.manager.commands.register("render", render_command)
@@ -187,7 +195,7 @@ class Runtime:
                 token=settings["DASHBOARD_TOKEN"], hub=self.hub, state=self.state,
                 local=self.local, bus=self.bus, ready=lambda: self.ready,
                 allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]),
-                routes=cron_routes(self.cron, self.channels.names))
+                routes=cron_routes(self.cron, self.channels.names), runtime=self)
         self.started_at = 0.0
         self.ready = False
 
@@ -208,10 +216,17 @@ class Runtime:
                 self.sessions, self.memory, lambda: chain,
                 ConsolidationPolicy(threshold_messages=threshold,
                                     keep_last=int(self.settings["MEMORY_CONSOLIDATION_KEEP_LAST"])))
-        self.threads = ThreadStore(runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"],
-                                   redact=self.redactor.redact_strings)
+        self.threads = TimedThreadStore(
+            runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"],
+            redact=self.redactor.redact_strings,
+            on_finished=lambda status, seconds, sub: self.run_durations.observe(seconds))
         return AgentLoop(self.threads, lambda: chain, self.tools, self.context.system_prompt,
                          self._tool_context, max_turns=self.settings["AGENT_MAX_TURNS"])
+
+    def _publish_event(self, kind: str, data: dict[str, Any]) -> None:
+        """The live-event sink of the bus and the channels: counted, then published."""
+        self.traffic.observe(kind, data)
+        self.hub.publish(kind, data)
 
     def _after_turn(self, session_key: str) -> None:
         """After each recorded answer: fold old turns into memory/ in the background."""

@@ -195,6 +195,12 @@ class OutboundDispatcher:
         self.outbox.record_attempt(message.message_id, rounds, self._clock() + delay, str(error))
         log.warning("send of %s to %s failed (%s); retry %d in %.1fs", message.message_id,
                     message.chat_key, error, rounds, delay)
+        # counted per reason in /metrics, shown on the dashboard's event stream
+        self._on_event("outbound.retry", {
+            "message_id": message.message_id, "provider": message.provider,
+            "chat_id": message.chat_id, "attempt": rounds, "delay_s": round(delay, 2),
+            "reason": "rate_limited" if error.retry_after is not None else "transient",
+            "error": str(error)[:300]})
         return False
 
     def _tell_outcome(self, provider: str, error: str | None) -> None:

@@ -72,13 +72,15 @@ class HostName:
         return name if self.port is None else f"{name}:{self.port}"
 
 
-#: the only paths served to anyone: the static page and the liveness probe hold no data
-OPEN_PATHS = frozenset({"/", "/healthz"})
+#: the page's own files under /static/ (a fixed list: the server opens no path it is sent)
+STATIC_ASSETS = ("app.css", "app.js", "api.js", "chart.js", "events.js", "render.js")
+#: the only paths served to anyone: the page, its files and the liveness probe hold no data
+OPEN_PATHS = frozenset({"/", "/healthz", *(f"/static/{name}" for name in STATIC_ASSETS)})
 
 
 def is_guarded(path: str) -> bool:
-    """Every path but the page and /healthz: the API, a /metrics endpoint if one is added,
-    and any route added later, without anyone having to remember this rule."""
+    """Every path but the page, its files and /healthz: the API, /metrics, and any route
+    added later, without anyone having to remember this rule."""
     return path not in OPEN_PATHS
 
 

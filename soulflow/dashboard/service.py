@@ -1,8 +1,11 @@
 """The dashboard and the daemon's HTTP API (aiohttp).
 
-Endpoints: `/healthz`, `/api/state`, `/api/events` (SSE), `/api/chat…` (the local channel),
-`/api/dlq…` and `/api/cron…` (operator actions; cron's come from soulflow/cron/api.py),
-`/` (the page). Every request but `/` and `/healthz` (no data there) passes, in order: the
+Endpoints: `/healthz`, `/api/state`, `/api/events` (SSE, `Last-Event-ID` replay),
+`/api/chat…` (the local channel), `/api/dlq…`, `/api/cron…` (cron's come from
+soulflow/cron/api.py), `/api/approvals/decide`, `/api/runs/cancel`, `/api/tasks/cancel`
+(operator actions, actions.py), `/metrics` (Prometheus text, metrics.py), `/` and
+`/static/<asset>` (the page). Every request but the page, its assets and `/healthz` (no data
+there) passes, in order: the
 Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the token when DASHBOARD_TOKEN is set
 (401), and for POST/PUT/PATCH/DELETE a JSON-object body sent as `application/json`
 (415/400). New routes are covered without opting in. Binding beyond loopback without a
@@ -16,22 +19,29 @@ import asyncio
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local import InvalidChatId, LocalChannel
+from soulflow.dashboard.actions import ActionError, ConsoleActions, Operator
+from soulflow.dashboard.console import Console
 from soulflow.dashboard.guard import (
     SAFE_METHODS,
+    STATIC_ASSETS,
     Refused,
     RequestPolicy,
     decode_json_object,
     is_guarded,
 )
+from soulflow.dashboard.metrics import CONTENT_TYPE, render_metrics
 from soulflow.events.hub import EventHub
+
+if TYPE_CHECKING:
+    from soulflow.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +58,19 @@ def _json_error(status: int, message: str) -> web.Response:
     return web.json_response({"ok": False, "error": message}, status=status)
 
 
+#: the page loads scripts and styles from its own origin only: a chat message that slipped
+#: into markup could still not run (the page inserts all data as text anyway)
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+ASSET_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+ActionHandler = Callable[[dict[str, Any], Operator], Coroutine[Any, Any, dict[str, Any]]]
+
+
 async def _hardening_headers(request: web.Request, response: web.StreamResponse) -> None:
     """No sniffing, no framing (clickjacking), no referrer leaking a `#token=` URL's page."""
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("X-Frame-Options", "DENY")
-    response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
+    response.headers.setdefault("Content-Security-Policy", PAGE_CSP)
     response.headers.setdefault("Referrer-Policy", "no-referrer")
 
 
@@ -60,7 +78,7 @@ class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
                  state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
                  ready: Callable[[], bool], allowed_hosts: Iterable[str] = (),
-                 routes: Iterable[web.RouteDef] = ()) -> None:
+                 routes: Iterable[web.RouteDef] = (), runtime: Runtime | None = None) -> None:
         self.host = host
         self.policy = RequestPolicy.build(host, allowed_hosts)
         self.port = port
@@ -71,6 +89,11 @@ class DashboardService:
         self._bus = bus
         self._ready = ready
         self._routes = list(routes)  # other services' endpoints (cron), under the same guard
+        # the operator's console (state sections, actions, /metrics) needs the whole daemon
+        self._runtime = runtime
+        self._console = Console(runtime, runtime.redactor.redact_obj) \
+            if runtime is not None else None
+        self._actions = ConsoleActions(runtime, hub.publish) if runtime is not None else None
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
 
@@ -78,10 +101,19 @@ class DashboardService:
 
     def build_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES,
-                              middlewares=[self._guard, self._auth, self._json_body])
+                              middlewares=[self._guard, self._auth, self._json_body,
+                                           self._audit])
         app.on_response_prepare.append(_hardening_headers)
+        console: list[web.RouteDef] = []
+        if self._actions is not None:
+            actions = self._actions
+            console = [web.get("/metrics", self._metrics),
+                       web.post("/api/approvals/decide", self._action(actions.decide)),
+                       web.post("/api/runs/cancel", self._action(actions.cancel_run)),
+                       web.post("/api/tasks/cancel", self._action(actions.cancel_task))]
         app.add_routes([
             web.get("/", self._page),
+            *[web.get(f"/static/{name}", self._asset) for name in STATIC_ASSETS],
             web.get("/healthz", self._healthz),
             web.get("/api/state", self._api_state),
             web.get("/api/events", self._api_events),
@@ -90,6 +122,7 @@ class DashboardService:
             web.get("/api/dlq", self._api_dlq_list),
             web.post("/api/dlq/replay", self._api_dlq_replay),
             web.post("/api/dlq/purge", self._api_dlq_purge),
+            *console,
             *self._routes,
         ])
         return app
@@ -132,10 +165,76 @@ class DashboardService:
                                         "'Authorization: Bearer <DASHBOARD_TOKEN>'")
         return await handler(request)
 
+    @web.middleware
+    async def _audit(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                     ) -> web.StreamResponse:
+        """Every accepted action is logged with who did it, and answered with the new state
+        (`state`), so the page shows the result without asking again."""
+        response = await handler(request)
+        if request.method in SAFE_METHODS or not is_guarded(request.path):
+            return response
+        operator = self._operator(request)
+        log.info("dashboard %s %s by the %s from %s: %s", request.method, request.path,
+                 operator.who, operator.remote, response.status)
+        if response.status < 400 and request.path.startswith(("/api/dlq/", "/api/cron/")):
+            body = await self._body(request)  # kept by aiohttp: read once already
+            target = body.get("id") or ", ".join(map(str, body.get("ids") or [])) or "all"
+            self._hub.publish("operator.action", {
+                "action": request.path.removeprefix("/api/").replace("/", "."),
+                "target": str(target)[:200], "by": operator.who})
+        if request.path == "/api/chat" or response.status >= 400 or \
+                not isinstance(response, web.Response) or response.content_type != \
+                "application/json" or response.body is None:
+            return response
+        try:
+            answer = json.loads(bytes(response.body))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return response
+        if not isinstance(answer, dict):
+            return response
+        return web.json_response({**answer, "state": self._full_state()},
+                                 status=response.status)
+
+    def _operator(self, request: web.Request) -> Operator:
+        return Operator.of(request, bool(self._token))
+
+    def _action(self, handler: ActionHandler) -> Callable[[web.Request],
+                                                         Awaitable[web.Response]]:
+        async def route(request: web.Request) -> web.Response:
+            try:
+                answer = await handler(await self._body(request), self._operator(request))
+            except ActionError as exc:
+                return _json_error(exc.status, str(exc))
+            return web.json_response(answer)
+        return route
+
+    def _full_state(self) -> dict[str, Any]:
+        state = self._state()
+        if self._console is not None:
+            state.update(self._console.snapshot())
+        return state
+
     async def _page(self, request: web.Request) -> web.Response:
         html = resources.files("soulflow.dashboard").joinpath("static/index.html").read_text(
             encoding="utf-8")
         return web.Response(text=html, content_type="text/html")
+
+    async def _asset(self, request: web.Request) -> web.Response:
+        """One of the page's own files (a fixed list: no path from the request is opened)."""
+        name = request.path.rsplit("/", 1)[-1]
+        if name not in STATIC_ASSETS:
+            raise web.HTTPNotFound()
+        text = resources.files("soulflow.dashboard").joinpath(f"static/{name}").read_text(
+            encoding="utf-8")
+        suffix = name[name.rfind("."):]
+        return web.Response(text=text, content_type=ASSET_TYPES.get(suffix, "text/plain"),
+                            headers={"Cache-Control": "no-cache"})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        assert self._runtime is not None
+        text = render_metrics(self._runtime, sse_clients=self._hub.subscriber_count)
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _healthz(self, request: web.Request) -> web.Response:
         ready = self._ready()
@@ -143,18 +242,27 @@ class DashboardService:
                                  status=200 if ready else 503)
 
     async def _api_state(self, request: web.Request) -> web.Response:
-        return web.json_response(self._state())
+        return web.json_response(self._full_state())
 
     async def _api_events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
-        subscription = self._hub.subscribe()
+        subscription = self._hub.subscribe()  # before the replay: nothing falls in between
         try:
-            for past in self._hub.recent(limit=20):
+            replay = self._hub.replay_after(request.headers.get("Last-Event-ID"))
+            # tell the browser to come back after 2 s when the connection drops
+            hello = {"stream": self._hub.stream, "gap": replay.gap}
+            await response.write(f"retry: 2000\nevent: hello\ndata: {json.dumps(hello)}\n\n"
+                                 .encode())
+            sent = 0
+            for past in replay.events:
                 await response.write(self._sse(past))
+                sent = max(sent, int(past["id"]))
             while True:
                 event = await subscription.next(SSE_KEEPALIVE_S)
+                if event is not None and event.id <= sent:
+                    continue  # already sent in the replay
                 payload = b": keepalive\n\n" if event is None else \
                     self._sse(self._hub.export(event))
                 await response.write(payload)
@@ -164,10 +272,10 @@ class DashboardService:
             subscription.close()
         return response
 
-    @staticmethod
-    def _sse(event: dict[str, Any]) -> bytes:
+    def _sse(self, event: dict[str, Any]) -> bytes:
         data = json.dumps(event, ensure_ascii=False)
-        return f"id: {event['id']}\nevent: {event['kind']}\ndata: {data}\n\n".encode()
+        return (f"id: {self._hub.event_id(event)}\nevent: {event['kind']}\n"
+                f"data: {data}\n\n").encode()
 
     # -- local chat ----------------------------------------------------------------------
 
@@ -210,6 +318,8 @@ class DashboardService:
                 messages = self._local.messages(chat_id, after)
         except InvalidChatId as exc:
             return _json_error(400, str(exc))
+        if self._runtime is not None:  # a credential typed in the chat is not shown back
+            messages = self._runtime.redactor.redact_obj(messages)
         return web.json_response({"ok": True, "chat_id": chat_id, "messages": messages})
 
     # -- DLQ -----------------------------------------------------------------------------
@@ -229,7 +339,15 @@ class DashboardService:
         return web.json_response({"ok": True, "replayed": self._bus.replay_dlq(ids)})
 
     async def _api_dlq_purge(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "purged": self._bus.dlq.purge()})
+        """All outbound dead letters, the given ids, or (`inbound: true`) the inbound ones."""
+        body = await self._body(request)
+        ids = body.get("ids")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+            return _json_error(400, "'ids' must be a list of message ids")
+        if body.get("inbound") is True:
+            return web.json_response({"ok": True, "purged": self._bus.inbound_dlq.purge()})
+        purged = self._bus.dlq.purge() if ids is None else self._bus.dlq.remove(ids)
+        return web.json_response({"ok": True, "purged": purged})
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -251,6 +369,8 @@ class DashboardService:
         log.info("dashboard on http://%s:%s/", self.host, self.bound_port)
 
     async def stop(self) -> None:
+        if self._actions is not None:
+            await self._actions.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

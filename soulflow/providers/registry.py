@@ -10,6 +10,7 @@ import logging
 
 from soulflow.providers.base import Provider, ProviderError
 from soulflow.providers.failover import FailoverProvider
+from soulflow.providers.stats import MeasuredProvider, ProviderStatsBook
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +21,8 @@ class ProviderRegistry:
     def __init__(self) -> None:
         self._providers: dict[str, Provider] = {}
         self._default: str | None = None
+        # latency and errors per provider, fed by the chain's wrappers (dashboard, /metrics)
+        self.stats = ProviderStatsBook()
 
     def register(self, provider: Provider) -> None:
         """Add a provider; a duplicate name is a configuration mistake, so it is refused."""
@@ -75,9 +78,10 @@ class ProviderRegistry:
             self.get(name)
             if name not in names:
                 names.append(name)
-        if len(names) == 1:
-            return self.get(default)
-        return FailoverProvider([self.get(name) for name in names], cooldown_s=cooldown_s)
+        measured = [MeasuredProvider(self.get(name), self.stats) for name in names]
+        if len(measured) == 1:
+            return measured[0]
+        return FailoverProvider(measured, cooldown_s=cooldown_s)
 
     async def aclose(self) -> None:
         """Close every provider; one failing to close must not leak the others' connections."""

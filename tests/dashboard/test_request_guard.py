@@ -20,7 +20,7 @@ import pytest
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.local import LocalChannel
-from soulflow.dashboard.guard import is_guarded
+from soulflow.dashboard.guard import STATIC_ASSETS, is_guarded
 from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub
 
@@ -135,11 +135,12 @@ async def test_every_route_refuses_a_rebinding_host(rig: Rig) -> None:
     rig.nothing_happened()
 
 
-async def test_only_the_page_and_healthz_are_open(rig: Rig) -> None:
+async def test_only_the_page_its_files_and_healthz_are_open(rig: Rig) -> None:
     served = {route.resource.canonical for route in rig.service.build_app().router.routes()
               if route.resource is not None}
-    assert {path for path in served if not is_guarded(path)} == {"/", "/healthz"}
-    for path in ("/", "/healthz"):
+    page_files = {f"/static/{name}" for name in STATIC_ASSETS}
+    assert {path for path in served if not is_guarded(path)} == {"/", "/healthz", *page_files}
+    for path in ("/", "/healthz", *page_files):
         assert (await rig.http.get(path, headers={"Host": "evil.example"})).status_code == 200
 
 
@@ -185,8 +186,11 @@ async def test_html_form_posts_are_refused_and_change_nothing(rig: Rig) -> None:
 
 async def test_the_same_origin_page_and_the_cli_are_served(rig: Rig) -> None:
     page = await rig.http.get("/")
-    assert page.status_code == 200 and "application/json" in page.text
-    assert "code sandbox: ${s.sandbox.mode}" in page.text  # which wall code runs behind
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    api_js = (await rig.http.get("/static/api.js")).text
+    assert '"Content-Type": "application/json"' in api_js  # the page's writes are JSON
+    app_js = (await rig.http.get("/static/app.js")).text
+    assert "sandbox: ${s.sandbox.mode}" in app_js  # which wall code runs behind
     assert page.headers["X-Frame-Options"] == "DENY"
     browser = {"Origin": rig.own_origin, "Sec-Fetch-Site": "same-origin"}
     assert (await rig.http.get("/api/state", headers={"Sec-Fetch-Site": "same-origin"})

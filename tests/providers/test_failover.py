@@ -14,6 +14,7 @@ from soulflow.providers.base import ProviderError, ProviderResult, StreamCallbac
 from soulflow.providers.failover import FailoverProvider
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.providers.registry import ProviderRegistry
+from soulflow.providers.stats import MeasuredProvider
 from tests.fakes.openai_api import FakeOpenAI
 
 MESSAGES = [{"role": "user", "content": "hi there"}]
@@ -232,9 +233,10 @@ def registry_of(*names: str, default: str | None = None) -> ProviderRegistry:
     return registry
 
 
-def test_chain_of_one_is_the_provider_itself() -> None:
+def test_chain_of_one_is_the_provider_itself_measured() -> None:
     registry = registry_of("only")
-    assert registry.chain() is registry.get("only")
+    chain = registry.chain()
+    assert isinstance(chain, MeasuredProvider) and chain.inner is registry.get("only")
 
 
 def test_chain_starts_with_the_default() -> None:
@@ -242,10 +244,10 @@ def test_chain_starts_with_the_default() -> None:
     chain = registry.chain()
     assert isinstance(chain, FailoverProvider)
     assert chain.name == "failover(b,a,c)"
-    assert chain.providers[0] is registry.get("b")
+    assert [p.inner for p in chain.providers] == [registry.get(n) for n in ("b", "a", "c")]
     assert registry.chain(["c"]).name == "failover(b,c)"
     assert registry.chain(["c", "b", "a"]).name == "failover(b,c,a)"
-    assert registry.chain([]) is registry.get("b")
+    assert registry.chain([]).inner is registry.get("b")
 
 
 def test_chain_errors() -> None:
