@@ -1,4 +1,4 @@
-"""The `soulflow` command: init, run, chat, status, dlq, cron, secret.
+"""The `soulflow` command: init, run, chat, status, doctor, dlq, cron, secret.
 
 User mistakes (bad config, missing workspace, port in use, daemon not running) end with one
 sentence on stderr and a non-zero exit code, never a traceback.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -40,17 +39,12 @@ def _settings(args: argparse.Namespace, *, must_exist: bool = True) -> Settings:
     return load_settings(workspace)
 
 
-def setup_logging(level: str) -> None:
-    """Log to stderr through a redacting filter (secret-looking env values, token shapes)."""
-    from soulflow.security.redact import RedactingFilter, Redactor
+def setup_logging(level: str, fmt: str | None = None) -> None:
+    """Log to stderr through a redacting filter (secret-looking env values, token shapes), as
+    text lines or JSON lines (`fmt`, else $LOG_FORMAT): see soulflow/logs.py."""
+    from soulflow.logs import configure_logging, resolve_format
 
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    redacting = RedactingFilter(Redactor.from_environ())
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(redacting)
-    for chatty in ("httpx", "httpcore"):  # one INFO line per model request is noise
-        logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
+    configure_logging(level, resolve_format(fmt))
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -73,7 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from soulflow.runtime import create_runtime
 
     settings = _settings(args)
-    setup_logging(settings["LOG_LEVEL"])
+    setup_logging(settings["LOG_LEVEL"], getattr(args, "log_format", None)
+                  or settings["LOG_FORMAT"])
     runtime = create_runtime(settings)
     asyncio.run(runtime.run_until_signal())
     return 0
@@ -149,6 +144,12 @@ def _print_background(state: dict[str, Any]) -> None:
         print(f"  watchdog   {action['kind']} {action['target']}: {action['reason'][:120]}")
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from soulflow.doctor_cli import run_doctor_command
+
+    return run_doctor_command(_workspace_from(args), args)
+
+
 def cmd_secret(args: argparse.Namespace) -> int:
     from soulflow.secret_cli import run_secret_command
 
@@ -174,14 +175,19 @@ def cmd_cron(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     workspace_help = "workspace directory (default: $SOULFLOW_WORKSPACE or the current directory)"
+    log_format_help = "log lines as text or JSON (default: LOG_FORMAT, else text)"
     # on subcommands the option must not default to None: that would erase a --workspace
     # given before the command name
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", metavar="DIR", default=argparse.SUPPRESS,
                         help=workspace_help)
+    common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS,
+                        help=log_format_help)
     parser = argparse.ArgumentParser(
         prog="soulflow", description="SoulFlow: a self-hosted chat-agent daemon.")
     parser.add_argument("--workspace", metavar="DIR", default=None, help=workspace_help)
+    parser.add_argument("--log-format", choices=("text", "json"), default=None,
+                        help=log_format_help)
     parser.add_argument("--version", action="version", version=f"soulflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -224,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
     dlq.set_defaults(func=cmd_dlq)
 
+    from soulflow.doctor_cli import add_doctor_parser
+
+    add_doctor_parser(sub, common).set_defaults(func=cmd_doctor)
+
     from soulflow.cron_cli import add_cron_parser
 
     add_cron_parser(sub, common).set_defaults(func=cmd_cron)
@@ -257,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     from soulflow.security.errors import SecurityError
     from soulflow.storage.lock import WorkspaceLocked
 
+    if args.log_format or os.environ.get("LOG_FORMAT"):  # `run` reconfigures with its level
+        setup_logging("warning", args.log_format)
     try:
         return func(args)
     except (UserError, ConfigError, WorkspaceLocked, DashboardError, DaemonNotRunning,

@@ -410,6 +410,10 @@ SETTINGS: tuple[Setting, ...] = (
     # logging
     Setting("LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
             "Log verbosity (logs go to stderr).", "Logging"),
+    Setting("LOG_FORMAT", _choice("text", "json"), "text",
+            "text: human-readable lines; json: one JSON object per line (at, level, logger, "
+            "msg, and chat, run_id, provider when known). `--log-format` overrides it.",
+            "Logging"),
 )
 
 
@@ -438,18 +442,24 @@ def config_reference_markdown() -> str:
         "naming the variable and the expected form. `soulflow init` writes `.env.example` with",
         "every setting below.",
         "",
-        "This file is generated from `soulflow/settings_catalog.py`:",
+        "This file is generated from `soulflow/settings_catalog.py` (examples: "
+        "`soulflow/settings_examples.py`):",
         "`python -c 'from soulflow.config import config_reference_markdown as m; "
         "print(m(), end=\"\")' > docs/config.md`.",
     ]
+    from soulflow.settings_examples import EXAMPLES
+
     group = None
     for setting in SETTINGS:
         if setting.group != group:
             group = setting.group
-            lines += ["", f"## {group}", "", "| name | default | accepted values | meaning |",
-                      "|---|---|---|---|"]
+            lines += ["", f"## {group}", "",
+                      "| name | default | example | accepted values | meaning |",
+                      "|---|---|---|---|---|"]
         expected = getattr(setting.parse, "expected", "text")
         default = f"`{setting.default}`" if setting.default else "(empty)"
+        example = f"`{EXAMPLES[setting.name]}`" if setting.name in EXAMPLES else "-"
         secret = " Treated as a secret: never shown in errors." if setting.secret else ""
-        lines.append(f"| `{setting.name}` | {default} | {expected} | {setting.help}{secret} |")
+        lines.append(f"| `{setting.name}` | {default} | {example} | {expected} | "
+                     f"{setting.help}{secret} |")
     return "\n".join(lines) + "\n"

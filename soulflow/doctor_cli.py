@@ -1,4 +1,8 @@
-"""The `soulflow doctor` subcommand: its options and how the report is printed."""
+"""The `soulflow doctor` subcommand: its options and how the report is printed.
+
+Outside the `soulflow.doctor` package so that building the CLI's parser (every command does)
+does not import the checks and the SDKs they use.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import argparse
 import asyncio
 import os
 from pathlib import Path
-
-from soulflow.doctor import diagnose
 
 
 def add_doctor_parser(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
@@ -28,6 +30,8 @@ def add_doctor_parser(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
 
 
 def run_doctor_command(workspace: Path, args: argparse.Namespace) -> int:
+    from soulflow.doctor import diagnose
+
     report = asyncio.run(diagnose(workspace, os.environ, timeout_s=max(0.5, args.timeout),
                                   deep=args.deep))
     print(report.as_json() if args.json else report.as_text())
