@@ -103,7 +103,8 @@ class LeaderElection:
         if self._task is not None:
             await self._task
             self._task = None
-        lease, self._lease = self._lease, None
+        lease = self._lease
+        self._set(None)
         if lease is not None:
             try:
                 await asyncio.wait_for(self._leases.release(lease), timeout=self.ttl_s / 4)

@@ -98,18 +98,20 @@ class PartitionLeases:
         self._task = asyncio.create_task(self._run(), name=f"redis-partitions-{self.node_id}")
 
     async def _run(self) -> None:
+        """`start()` follows a first `rebalance()`, so each round waits first."""
         interval = self.ttl_s / 4
-        while not self._stopping.is_set():
+        while True:
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+                return
+            except TimeoutError:
+                pass
             try:
                 await asyncio.wait_for(self.rebalance(), timeout=interval * 2)
             except (RedisError, OSError, TimeoutError) as exc:
                 log.warning("partition leases: Redis unreachable (%s); retrying", exc)
             except Exception:
                 log.exception("partition leases: rebalance failed; retrying")
-            try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
-            except TimeoutError:
-                pass
 
     async def stop(self) -> None:
         """Stop the loop and hand every partition back at once (a clean stop is no failover)."""

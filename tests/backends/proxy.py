@@ -1,0 +1,59 @@
+"""A TCP proxy that can be cut: what a node cut off from Redis by the network looks like.
+
+`blackhole()` keeps every connection open but forwards nothing and answers nothing (packets
+dropped on the floor, the worst case: the client only learns from its own timeouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class CuttableProxy:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._open = asyncio.Event()
+        self._open.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def blackhole(self) -> None:
+        self._open.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        pumps = [asyncio.create_task(self._pump(reader, up_writer), name="proxy-up"),
+                 asyncio.create_task(self._pump(up_reader, writer), name="proxy-down")]
+        self._tasks.update(pumps)
+        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for pump in pumps:
+            pump.cancel()
+        for w in (writer, up_writer):
+            w.close()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return
+            await self._open.wait()  # cut: hold everything, forever
+            writer.write(data)
+            await writer.drain()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=2)

@@ -1,0 +1,128 @@
+"""Several nodes on one Redis: partitions shared out, work run once and in order per chat,
+a killed node's unfinished work taken over, a deposed node fenced out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from soulflow.backends.base import Completion
+from soulflow.backends.redis.backend import RedisBackend
+from tests.backends.conftest import Harness
+from tests.backends.helpers import eventually, inbound
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _redis(backend: object) -> RedisBackend:
+    assert isinstance(backend, RedisBackend)
+    return backend
+
+
+async def test_nodes_share_the_partitions_fairly(redis_harness: Harness) -> None:
+    a = _redis(await redis_harness.open("node-a", lease_ttl_s=1.0, partitions=6))
+    assert a.partitions.held() == list(range(6))  # alone: everything
+    b = _redis(await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=6))
+    c = _redis(await redis_harness.open("node-c", lease_ttl_s=1.0, partitions=6))
+
+    async def balanced() -> bool:
+        held = [set(n.partitions.held()) for n in (a, b, c)]
+        return [len(h) for h in held] == [2, 2, 2] and set().union(*held) == set(range(6))
+
+    await eventually(balanced, what="six partitions shared 2/2/2")
+    await redis_harness.close(c)  # a clean stop hands its partitions over
+
+    async def rebalanced() -> bool:
+        held = [set(n.partitions.held()) for n in (a, b)]
+        return [len(h) for h in held] == [3, 3] and set().union(*held) == set(range(6))
+
+    await eventually(rebalanced, what="the stopped node's partitions taken over")
+
+
+async def test_a_flood_is_run_once_and_in_order_per_chat(redis_harness: Harness) -> None:
+    nodes = [_redis(await redis_harness.open(f"node-{n}", lease_ttl_s=1.0, partitions=8))
+             for n in range(3)]
+    chats, per_chat = 12, 10
+    done: dict[str, list[int]] = defaultdict(list)
+    runs: dict[str, int] = defaultdict(int)
+    stop = asyncio.Event()
+
+    async def work(node: RedisBackend) -> None:
+        while not stop.is_set():
+            for message in await node.inbound.claim(limit=5):
+                runs[message.key] += 1
+                if await node.inbound.complete(message.key, "answered") is Completion.DONE:
+                    done[message.chat_id].append(int(message.message_id))
+            await asyncio.sleep(0.01)
+
+    workers = [asyncio.create_task(work(node), name=f"worker-{node.node_id}") for node in nodes]
+    for n in range(per_chat):  # accepted through whichever node read it
+        for chat in range(chats):
+            assert await nodes[(n + chat) % 3].inbound.accept(inbound(f"chat{chat}", n))
+
+    async def all_done() -> bool:
+        return sum(len(v) for v in done.values()) == chats * per_chat
+
+    try:
+        await eventually(all_done, timeout_s=30, what="every message completed")
+    finally:
+        stop.set()
+        await asyncio.gather(*workers)
+    assert set(runs.values()) == {1}
+    for chat in range(chats):
+        assert done[f"chat{chat}"] == list(range(per_chat))
+    assert await nodes[0].inbound.pending_count() == 0
+
+
+async def test_a_killed_nodes_work_is_taken_over_in_order(redis_harness: Harness) -> None:
+    args = [redis_harness.redis_url, redis_harness.prefix, "doomed", "4", "1.0", "6", "3"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.backends.node_process", *args, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+        assert line.decode().strip() == "claimed 18"
+        survivor = _redis(await redis_harness.open("survivor", lease_ttl_s=1.0))
+        assert survivor.partitions.held() == []  # the doomed node still holds them all
+        assert await survivor.inbound.claim() == []
+        process.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(process.wait(), timeout=10)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    taken: list[str] = []
+
+    async def everything_taken() -> bool:
+        taken.extend(m.key for m in await survivor.inbound.claim())
+        return len(taken) == 18
+
+    await eventually(everything_taken, what="the dead node's entries reclaimed")
+    for chat in range(6):
+        assert [k for k in taken if k.startswith(f"telegram:chat{chat}:")] == \
+            [f"telegram:chat{chat}:{n}" for n in range(3)]
+    replies = await survivor.outbox.pending()
+    assert sorted(e.message.chat_id for e in replies) == [f"chat{n}" for n in range(6)]
+    for key in taken:
+        assert await survivor.inbound.complete(key, "answered") is Completion.DONE
+    assert await survivor.inbound.pending_count() == 0
+
+
+async def test_a_deposed_node_cannot_complete_what_it_claimed(redis_harness: Harness) -> None:
+    old = _redis(await redis_harness.open("old", lease_ttl_s=30, partitions=1))
+    message = inbound("c1", 1)
+    await old.inbound.accept(message)
+    assert [m.key for m in await old.inbound.claim()] == [message.key]
+    # the old node's lease runs out (it was cut off, say) and a new node takes the partition
+    await old.client.delete(old.keys.lease(old.keys.partition_lease(0)))
+    new = _redis(await redis_harness.open("new", lease_ttl_s=30, partitions=1))
+    assert new.partitions.held() == [0]
+    assert [m.key for m in await new.inbound.claim()] == [message.key]
+    assert await old.inbound.complete(message.key, "answered") is Completion.FENCED
+    assert await new.inbound.complete(message.key, "answered") is Completion.DONE
+    assert await new.inbound.pending_count() == 0
