@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from soulflow.storage.append import append_text
 from soulflow.storage.atomic import write_bytes_atomic
 
 LONG_TERM_FILE = "MEMORY.md"
@@ -67,11 +68,8 @@ class MemoryStore:
 
     def append_daily(self, text: str, day: dt.date | None = None) -> None:
         """Add a paragraph to the day's note (creates it with a heading)."""
-        path = self.daily_path(day)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        header = "" if path.exists() else f"# {(day or self._today()).isoformat()}\n\n"
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"{header}{text.rstrip()}\n\n")
+        append_text(self.daily_path(day), f"{text.rstrip()}\n\n",
+                    header=f"# {(day or self._today()).isoformat()}\n\n")
 
     def append_long_term(self, text: str) -> None:
         current = self.read_long_term()

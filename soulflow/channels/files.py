@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from soulflow.storage.atomic import write_bytes_atomic
+
 MAX_FILENAME = 100
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -28,12 +30,6 @@ def safe_filename(name: str, prefix: str = "") -> str:
 
 
 def write_file_atomically(target: Path, data: bytes) -> None:
-    """Write via a temporary name so a crash never leaves a truncated file under `target`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.part")
-    try:
-        partial.write_bytes(data)
-        partial.replace(target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    """Write via storage's atomic writer (temp file, fsync, rename): a crash never leaves a
+    truncated attachment under `target`. Blocking: adapters call it in a worker thread."""
+    write_bytes_atomic(target, data)

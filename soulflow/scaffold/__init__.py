@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from soulflow.config import env_example
+from soulflow.storage.atomic import create_exclusive, write_text_atomic
 
 DEFAULT_FILES = ("templates/AGENTS.md", "templates/USER.md", "memory/MEMORY.md",
                  "HEARTBEAT.md")
@@ -22,11 +23,13 @@ def ensure_workspace(workspace: Path, *, with_env_example: bool = False) -> list
     package = resources.files("soulflow.scaffold")
     for relative in DEFAULT_FILES:
         target = workspace / relative
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(package.joinpath(relative).read_text(encoding="utf-8"),
-                              encoding="utf-8")
-            created.append(target)
+        if target.exists():
+            continue
+        try:  # never overwrites, even a file the user creates at the same moment
+            create_exclusive(target, package.joinpath(relative).read_bytes(), mode=0o644)
+        except FileExistsError:
+            continue
+        created.append(target)
     for relative in RUNTIME_DIRS:
         directory = workspace / relative
         if not directory.is_dir():
@@ -34,6 +37,6 @@ def ensure_workspace(workspace: Path, *, with_env_example: bool = False) -> list
             created.append(directory)
     if with_env_example:
         example = workspace / ".env.example"
-        example.write_text(env_example(), encoding="utf-8")
+        write_text_atomic(example, env_example())
         created.append(example)
     return created

@@ -2,13 +2,13 @@
 
 The key is the only thing standing between ``secrets.json`` and plaintext, so it is refused -
 not repaired - when its permissions are loose: silently chmod-ing would hide the fact that it
-may already have been read. Creation goes through a temp file and ``os.link`` so a crash never
-leaves a half-written key and two processes racing to create one cannot overwrite each other.
+may already have been read. Creation goes through storage's `create_exclusive` (a 0600 temp
+file hard-linked into place), so a crash never leaves a half-written key and two processes
+racing to create one cannot overwrite each other.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import stat
@@ -16,22 +16,12 @@ from pathlib import Path
 
 from soulflow.security.crypto import KEY_SIZE
 from soulflow.security.errors import InvalidKeyError, KeyPermissionError
+from soulflow.storage.atomic import create_exclusive
 
 log = logging.getLogger(__name__)
 
 _POSIX = os.name == "posix"
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename/link/unlink inside ``path`` durable (no-op where unsupported)."""
-    if not _POSIX:
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -91,26 +81,4 @@ def write_key(path: Path, key: bytes) -> None:
     """
     if len(key) != KEY_SIZE:
         raise InvalidKeyError(f"refusing to write a {len(key)}-byte key; expected {KEY_SIZE}.")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW, 0o600)
-    try:
-        try:
-            if _POSIX:
-                os.fchmod(fd, 0o600)  # in case of an odd umask/ACL default
-            os.write(fd, key)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise
-        except OSError:
-            # Filesystems without hard links: fall back to a rename, still never clobbering.
-            if path.exists():
-                raise FileExistsError(path) from None
-            os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    fsync_dir(path.parent)
+    create_exclusive(path, key, mode=0o600)

@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
@@ -47,15 +46,16 @@ from soulflow.security.errors import (
     UnsupportedVaultVersion,
     VaultCorruptError,
 )
-from soulflow.security.keyfile import ensure_private_dir, fsync_dir, read_key, write_key
+from soulflow.security.keyfile import ensure_private_dir, read_key, write_key
 from soulflow.security.vault_records import (
     SecretInfo,
     StoredSecret,
     chat_scope,
     entry_json,
     now_iso,
-    write_json_atomic,
+    write_secrets_file,
 )
+from soulflow.storage.atomic import fsync_dir, quarantine_name, replace_durably
 
 __all__ = ["SecretInfo", "SecretVault", "StoredSecret", "chat_scope"]
 
@@ -300,8 +300,7 @@ class SecretVault:
             pass  # another process created it first; use theirs
 
     def _commit_pending_key(self) -> None:
-        os.replace(self.pending_key_path, self.key_path)
-        fsync_dir(self.dir)
+        replace_durably(self.pending_key_path, self.key_path)
 
     def _recover_interrupted_rotation(self) -> None:
         """Finish or discard a rotation a crash left half-done (see `rotate_key`)."""
@@ -373,18 +372,12 @@ class SecretVault:
             "version": FORMAT_VERSION,
             "secrets": {n: entry_json(e) for n, e in sorted(entries.items())},
         }
-        write_json_atomic(self.secrets_path, data)
+        write_secrets_file(self.secrets_path, data)
 
     def _quarantine(self, reason: str) -> NoReturn:
         """Move an unreadable ``secrets.json`` aside and raise; never treat it as empty."""
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        target = self.secrets_path.with_name(f"{SECRETS_FILE}.corrupt-{stamp}")
-        n = 1
-        while target.exists():
-            target = self.secrets_path.with_name(f"{SECRETS_FILE}.corrupt-{stamp}-{n}")
-            n += 1
-        os.replace(self.secrets_path, target)
-        fsync_dir(self.dir)
+        target = quarantine_name(self.secrets_path)
+        replace_durably(self.secrets_path, target)
         log.warning(
             "vault file %s is unreadable (%s); moved it to %s", self.secrets_path, reason, target
         )

@@ -3,15 +3,12 @@ module holds only the vault's behaviour. See `soulflow.security.vault` for the f
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from soulflow.security.keyfile import fsync_dir
+from soulflow.storage.atomic import write_json_atomic
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,26 +42,10 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
-
-    Temp file in the same directory (same filesystem, so the rename is atomic), fsync the
-    data before the rename and the directory after it so the rename survives power loss.
-    """
-    payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+def write_secrets_file(path: Path, data: Any) -> None:
+    """Replace ``secrets.json`` atomically with mode 0600 (storage's one atomic writer); keys
+    sorted and ASCII-only, as the file has always been written."""
+    write_json_atomic(path, data, indent=2, mode=0o600, sort_keys=True, ensure_ascii=True)
 
 
 def entry_json(entry: StoredSecret) -> dict[str, str]:

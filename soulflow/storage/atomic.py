@@ -1,13 +1,16 @@
-"""Atomic JSON files: a reader never sees half a file, and a corrupt file is never lost.
+"""Atomic files: a reader never sees half a file, and a corrupt file is never lost.
 
-Writers replace the whole file (temp file, fsync, rename, fsync of the directory), so after a
-crash the file holds either the old or the new content. Readers that find a file they cannot
-parse move it aside and say so in the log, because silently starting from empty state would
-destroy the user's data a second time.
+This is the one atomic writer of the code base (JSON stores, the vault, the key file, memory,
+attachments, the workspace scaffold). Writers replace the whole file (temp file, fsync,
+rename, fsync of the directory), so after a crash the file holds either the old or the new
+content; `create_exclusive` creates a file that must never be overwritten (the vault key).
+Readers that find a file they cannot parse move it aside and say so in the log, because
+silently starting from empty state would destroy the user's data a second time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -53,21 +56,72 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
-def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2, mode: int = 0o644) -> None:
+def write_text_atomic(path: Path, text: str, *, mode: int = 0o644) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
+
+
+def write_json_atomic(path: Path, data: Any, *, indent: int | None = 2, mode: int = 0o644,
+                      sort_keys: bool = False, ensure_ascii: bool = False) -> None:
     """Serialise `data` as JSON and replace `path` atomically."""
-    text = json.dumps(data, ensure_ascii=False, indent=indent, sort_keys=False)
+    text = json.dumps(data, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
     write_bytes_atomic(path, (text + "\n").encode("utf-8"), mode=mode)
 
 
-def quarantine(path: Path, reason: str) -> Path:
-    """Move a file we cannot read aside (never delete it) and log where it went."""
+def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Durably create `path` holding `data`; never overwrite: `FileExistsError` if it exists.
+
+    The temp file is created with `mode` (no window with wider permissions) and hard-linked
+    into place, so a crash never leaves a half-written file and two processes racing to create
+    it cannot overwrite each other. Filesystems without hard links fall back to a rename after
+    an existence check.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask or an ACL default may have narrowed or widened it
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:
+            if path.exists():
+                raise FileExistsError(path) from None
+            os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+
+
+def replace_durably(source: Path, target: Path) -> None:
+    """Rename `source` over `target` and make the rename survive a power loss."""
+    os.replace(source, target)
+    fsync_dir(target.parent)
+
+
+def quarantine_name(path: Path) -> Path:
+    """A free `<name>.corrupt-<stamp>[-n]` beside `path`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target = path.with_name(f"{path.name}.corrupt-{stamp}")
     counter = 1
     while target.exists():
         target = path.with_name(f"{path.name}.corrupt-{stamp}-{counter}")
         counter += 1
-    os.replace(path, target)
+    return target
+
+
+def quarantine(path: Path, reason: str) -> Path:
+    """Move a file we cannot read aside (never delete it) and log where it went."""
+    target = quarantine_name(path)
+    replace_durably(path, target)
     log.error("%s is unreadable (%s); moved it aside to %s and continuing without it",
               path, reason, target)
     return target

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from soulflow.storage.append import append_text
 from soulflow.storage.atomic import quarantine, write_bytes_atomic
 from soulflow.tasks.model import Choice, NodeKind, NodeStatus, TaskState, TaskStatus, now
 
@@ -204,12 +205,8 @@ class TaskStore:
     def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> Path:
         """Append one line of the task's human-readable story (one write, O_APPEND)."""
         path = self.detail_path(task_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now() if at is None else at))
-        new = not path.exists()
         task = self._tasks.get(task_id)
-        header = f"# Task {task_id}: {task.title if task else ''}\n\n" if new else ""
-        text = header + f"- {stamp} {line.strip()}\n"
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(text)
+        append_text(path, f"- {stamp} {line.strip()}\n",
+                    header=f"# Task {task_id}: {task.title if task else ''}\n\n")
         return path

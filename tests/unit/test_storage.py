@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.storage.atomic import read_json, write_json_atomic
+from soulflow.storage.append import append_text
+from soulflow.storage.atomic import create_exclusive, read_json, write_json_atomic
 from soulflow.storage.background import BackgroundJsonFile
 from soulflow.storage.jsonl import JsonlFile
 from soulflow.storage.lock import WorkspaceLock, WorkspaceLocked
@@ -181,3 +182,21 @@ def test_background_json_file_reports_a_failed_write_and_refuses_after_close(
     assert read_json(tmp_path / "state.json", None) == {"value": 49}
     with pytest.raises(RuntimeError):
         good.save({"value": 50})
+
+
+def test_create_exclusive_never_overwrites_and_sets_the_mode(tmp_path: Path) -> None:
+    """The vault key's writer: created 0600 in one step, and a second creation is refused."""
+    target = tmp_path / "security" / "master.key"
+    create_exclusive(target, b"k" * 32, mode=0o600)
+    assert target.read_bytes() == b"k" * 32 and (target.stat().st_mode & 0o777) == 0o600
+    with pytest.raises(FileExistsError):
+        create_exclusive(target, b"x" * 32)
+    assert target.read_bytes() == b"k" * 32
+    assert [p.name for p in target.parent.iterdir()] == ["master.key"]  # no temp left
+
+
+def test_append_text_writes_the_header_once(tmp_path: Path) -> None:
+    note = tmp_path / "memory" / "2026-01-01.md"
+    append_text(note, "first\n\n", header="# 2026-01-01\n\n")
+    append_text(note, "second\n\n", header="# 2026-01-01\n\n", fsync=True)
+    assert note.read_text() == "# 2026-01-01\n\nfirst\n\nsecond\n\n"
