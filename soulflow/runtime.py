@@ -38,6 +38,7 @@ from soulflow.agent.tools.diagram_tool import DiagramRenderTool
 from soulflow.agent.tools.messaging import UPLOAD_PROMPT, MessageTool, RequestFileTool
 from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_subagent
+from soulflow.backends.factory import BackendConfig, refuse_unwired_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.retry import RetryPolicy
@@ -298,6 +299,7 @@ class Runtime:
     async def start(self) -> None:
         self.started_at = time.time()
         self._uninstall_log_redaction = install_log_redaction(self.redactor)
+        await refuse_unwired_backend(BackendConfig.from_settings(self.settings))
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model
             try:

@@ -65,3 +65,24 @@ async def open_backend(config: BackendConfig, runtime_dir: Path, *,
         await client.aclose()
         raise
     return backend
+
+
+async def refuse_unwired_backend(config: BackendConfig) -> None:
+    """Boot guard for the daemon while only the stores run on Redis: with
+    SOULFLOW_BACKEND=redis, a bad or unreachable REDIS_URL is reported as such, and a working
+    one is refused too, because the channels and the agent still use the files (a daemon that
+    quietly ran on files would look highly available and not be). docs/scaling.md says what
+    exists today."""
+    if config.kind is BackendKind.FILE:
+        return
+    if not config.redis_url:
+        raise BackendUnavailable("SOULFLOW_BACKEND=redis needs REDIS_URL "
+                                 "(e.g. redis://localhost:6379/0)")
+    from soulflow.backends.redis.backend import connect, shown_url
+
+    client = await connect(config.redis_url)
+    await client.aclose()
+    raise BackendUnavailable(
+        f"SOULFLOW_BACKEND=redis: Redis at {shown_url(config.redis_url)} answers, but this "
+        "version of the daemon does not run on it yet (see docs/scaling.md); set "
+        "SOULFLOW_BACKEND=file")

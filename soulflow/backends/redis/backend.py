@@ -50,7 +50,7 @@ async def connect(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float =
                                  f"REDIS_URL ({exc})") from None
     except (RedisError, OSError, TimeoutError) as exc:
         await client.aclose()
-        reason = str(exc) or type(exc).__name__
+        reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
         raise BackendUnavailable(f"Redis at {shown_url(url)} (REDIS_URL) is unreachable: "
                                  f"{reason}") from None
     return client
