@@ -11,7 +11,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
+from soulflow.bus.messages import (
+    Attachment,
+    InboundMessage,
+    OutboundMessage,
+    SendError,
+    SendResult,
+)
 
 #: Connections each platform client keeps for best-effort calls (typing, read-acks), apart
 #: from the pool replies use, so feedback can never take a connection a reply needs.
@@ -81,6 +87,14 @@ class ChannelAdapter(abc.ABC):
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:  # noqa: B027
         """React to a message where the platform supports it (best effort, see `set_typing`)."""
+
+    #: `edit` changes a message the bot sent, in place (a task's status message uses it)
+    can_edit: bool = False
+
+    async def edit(self, chat_id: str, message_id: str, text: str) -> None:
+        """Replace the text of a message the bot sent (best effort, like `add_reaction`:
+        the feedback client, no retries; `SendError` on failure)."""
+        raise SendError(f"the {self.name} channel cannot edit messages", permanent=True)
 
     async def download(self, attachment: Attachment, directory: Path) -> Path:
         raise OSError(f"the {self.name} channel does not deliver files")

@@ -399,6 +399,13 @@ class DiscordChannel(ChannelAdapter):
         self._connected()
         await self._feedback.react(chat_id, message_id, emoji)
 
+    can_edit = True
+
+    async def edit(self, chat_id: str, message_id: str, text: str) -> None:
+        """Edit the bot's message on the feedback client (best effort, like reactions)."""
+        self._connected()
+        await self._feedback.edit(chat_id, message_id, text[:self.limits.max_text])
+
     # -- files ---------------------------------------------------------------------------
 
     async def download(self, attachment: Attachment, directory: Path) -> Path:

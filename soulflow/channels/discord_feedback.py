@@ -14,6 +14,7 @@ import asyncio
 
 import aiohttp
 import discord.http
+from discord.http import handle_message_parameters
 from discord.message import convert_emoji_reaction
 
 from soulflow.bus.messages import SendError
@@ -61,6 +62,20 @@ class DiscordFeedbackClient:
             raise SendError(f"{chat_id[:80]!r} is not a Discord channel id", permanent=True)
         try:
             await http.send_typing(int(chat_id))
+        except fmt.SEND_FAILURES as exc:
+            raise fmt.send_error(exc) from exc
+
+    async def edit(self, chat_id: str, message_id: str, text: str) -> None:
+        """PATCH the bot's own message (mentions disabled, as for every send)."""
+        http = self._client()
+        target = fmt.reply_target(message_id)
+        if target is None or not chat_id.isdigit():
+            raise SendError(f"{chat_id[:40]!r}/{message_id[:40]!r} is not a Discord message",
+                            permanent=True)
+        try:
+            with handle_message_parameters(content=text,
+                                           allowed_mentions=fmt.ALLOWED_MENTIONS) as params:
+                await http.edit_message(int(chat_id), target, params=params)
         except fmt.SEND_FAILURES as exc:
             raise fmt.send_error(exc) from exc
 

@@ -385,6 +385,20 @@ class SlackChannel(ChannelAdapter):
         except NETWORK_ERRORS as exc:
             raise SendError(f"network error talking to Slack: {exc}") from None
 
+    can_edit = True
+
+    async def edit(self, chat_id: str, message_id: str, text: str) -> None:
+        """chat.update on the feedback client (best effort, like reactions)."""
+        if self._feedback_web is None:
+            raise SendError("the Slack channel is not started")
+        try:
+            await self._feedback_web.chat_update(channel=chat_id, ts=message_id,
+                                                 text=markdown_to_mrkdwn(text))
+        except SlackApiError as exc:
+            raise api_send_error(exc) from None
+        except NETWORK_ERRORS as exc:
+            raise SendError(f"network error talking to Slack: {exc}") from None
+
     # -- files ---------------------------------------------------------------------------
 
     async def download(self, attachment: Attachment, directory: Path) -> Path:

@@ -322,6 +322,18 @@ class TelegramChannel(ChannelAdapter):
         await self._call(self._require_feedback_bot().set_message_reaction(
             chat_ref(chat_id), target, [ReactionTypeEmoji(emoji)]))  # type: ignore[arg-type]
 
+    can_edit = True
+
+    async def edit(self, chat_id: str, message_id: str, text: str) -> None:
+        """editMessageText (plain text) on the feedback bot (best effort, like reactions)."""
+        target = int_or_none(message_id)
+        if target is None:
+            raise SendError(f"Cannot edit {message_id!r}: it is not a Telegram message id.",
+                            permanent=True)
+        await self._call(self._require_feedback_bot().edit_message_text(
+            scrub_surrogates(text)[:self.limits.max_text], chat_id=chat_ref(chat_id),
+            message_id=target))
+
     async def _call(self, call: Awaitable[T]) -> T:
         try:
             return await call

@@ -26,7 +26,7 @@ from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import AgentParts, DaemonExecutors, is_task_run
 from soulflow.tasks.planner import Planner
-from soulflow.tasks.progress import TaskProgress
+from soulflow.tasks.progress import STATUS_KEY, TaskProgress
 from soulflow.tasks.proposals import ProposalStore
 from soulflow.tasks.store import TaskStore
 from soulflow.tasks.tool import TaskTool
@@ -60,7 +60,7 @@ class TaskServices:
                                runtime._tool_context, int(settings["AGENT_MAX_TURNS"]))
         self.executors = DaemonExecutors(runtime.tools, self._tool_context, agent,
                                          redactor=runtime.redactor)
-        self.progress = TaskProgress(self._publish,
+        self.progress = TaskProgress(self._publish, editor=runtime.channels.get,
                                      interval_s=float(settings["TASK_PROGRESS_INTERVAL_S"]))
         self.engine = TaskEngine(self.store, self.executors.executors(),
                                  tool_names=self.executors.tool_names(), emit=self._emit,
@@ -136,6 +136,8 @@ class TaskServices:
         return found is not None and found[1] == "waiting_approval"
 
     def _remember_prompt(self, message: OutboundMessage, result: SendResult) -> None:
+        if status_of := message.metadata.get(STATUS_KEY):
+            self.progress.status_sent(str(status_of), result.platform_message_ids)
         task_id, node_id = message.metadata.get("task_id"), message.metadata.get("node_id")
         if task_id and node_id and result.platform_message_ids:
             self.prompts.remember(message.chat_key, result.platform_message_ids, str(task_id),

@@ -1,11 +1,16 @@
-"""Progress of running tasks in their chat: short updates, approval prompts and the final result.
+"""Progress of running tasks in their chat: a status message, approval prompts, the final result.
 
-Updates are rate-limited per task (at most one per `interval_s`; what happens in between is
-folded into the next one, sent by a delayed flush) so a graph of many quick steps does not
-flood the chat. Prompts for a person (a gate, a tool call needing approval, a step interrupted
-by a restart) and the final result are sent at once. Everything goes through the outbox (the
-`publish` callback), so it is journaled and retried like any reply; a failure to publish is
-logged and never touches the task.
+Where the platform can edit a sent message (`ChannelAdapter.can_edit`: Slack chat.update,
+Telegram editMessageText, Discord message edit) a task has ONE status message: the first update
+is posted through the outbox, and later ones edit it in place (the adapter's best-effort
+client; a failed edit is logged and the next update tries again). Elsewhere (the local chat)
+each update is a short message. Either way updates are rate-limited per task (at most one per
+`interval_s`; what happens in between is folded into the next one, sent by a delayed flush, a
+named asyncio task per task) so a graph of many quick steps does not flood the chat. Prompts for
+a person (a gate, a tool call needing approval, a step interrupted by a restart) and the final
+result are posted at once, as ordinary replies through the outbox (journaled and retried); a
+failure to publish is logged and never touches the task. The status message's id lives in
+memory: after a restart the next update posts a new status message.
 
 Messages announcing a prompt carry `task_id` and `node_id` in their metadata: the daemon
 remembers the platform message ids they got, so a reaction on them decides the prompt.
@@ -20,15 +25,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from soulflow.channels.base import ChannelAdapter
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.model import NodeStatus, TaskState, TaskStatus
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 3.0
+MIN_QUEUED_WAIT_S = 0.2  # between looks at a status message still in the outbox
+MAX_QUEUED_WAITS = 20  # then it is taken as lost and the next update posts a new one
 RESULT_CHARS = 3000
 
 PublishFn = Callable[[dict[str, Any], str, dict[str, Any]], None]  # (chat, text, metadata)
+EditorFn = Callable[[str], ChannelAdapter | None]  # provider -> its adapter, if it can edit
+STATUS_KEY = "task_status"  # metadata of a status message: the task id
 
 
 def chat_of_task(task: TaskState) -> dict[str, Any]:
@@ -39,13 +49,17 @@ class TaskProgress:
     """Turns task events into chat messages (see the module docstring)."""
 
     def __init__(self, publish: PublishFn, *, interval_s: float = DEFAULT_INTERVAL_S,
+                 editor: EditorFn | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.publish = publish
         self.interval_s = interval_s
+        self.editor = editor or (lambda provider: None)
         self.clock = clock
         self._last_sent: dict[str, float] = {}
         self._pending: dict[str, str] = {}
         self._flushers: dict[str, asyncio.Task[None]] = {}
+        # task id -> the status message's platform id; None while its first send is queued
+        self._status: dict[str, str | None] = {}
 
     async def on_event(self, event: TaskEvent) -> None:
         task = event.task
@@ -54,6 +68,7 @@ class TaskProgress:
         if event.node_id is None:
             if event.phase == "done" and task.status.finished:
                 self._drop_pending(task.task_id)
+                self._status.pop(task.task_id, None)
                 self._send(task, final_text(task))
             return
         reason = event.payload.get("reason")
@@ -62,6 +77,11 @@ class TaskProgress:
                        {"task_id": task.task_id, "node_id": event.node_id})
         elif event.phase in ("assign", "done"):
             self._update(task, status_text(task, event))
+
+    def status_sent(self, task_id: str, platform_ids: list[str]) -> None:
+        """The outbox delivered a task's status message: later updates edit it."""
+        if task_id in self._status and platform_ids:
+            self._status[task_id] = platform_ids[0]
 
     async def close(self) -> None:
         """Cancel delayed flushes (their updates are superseded by the next start's)."""
@@ -75,24 +95,46 @@ class TaskProgress:
     # -- rate limiting ---------------------------------------------------------------------
 
     def _update(self, task: TaskState, text: str) -> None:
-        last = self._last_sent.get(task.task_id)
-        now = self.clock()
-        if last is None or now - last >= self.interval_s:
+        """Keep the newest text; one flusher per task sends it when the interval allows."""
+        self._pending[task.task_id] = text
+        if task.task_id in self._flushers:
+            return
+        flusher = asyncio.create_task(self._flush(task), name=f"task-progress-{task.task_id}")
+        self._flushers[task.task_id] = flusher
+        flusher.add_done_callback(lambda _: self._flushers.pop(task.task_id, None))
+
+    async def _flush(self, task: TaskState) -> None:
+        task_id = task.task_id
+        queued_waits = 0
+        while task_id in self._pending and not task.status.finished:
+            last = self._last_sent.get(task_id)
+            wait = 0.0 if last is None else self.interval_s - (self.clock() - last)
+            await asyncio.sleep(max(0.0, wait))
+            if self._status.get(task_id, "") is None:  # the status message is still queued
+                queued_waits += 1
+                if queued_waits > MAX_QUEUED_WAITS:  # never delivered: post a new one
+                    self._status.pop(task_id, None)
+                await asyncio.sleep(max(self.interval_s, MIN_QUEUED_WAIT_S))
+                continue
+            text = self._pending.pop(task_id, None)
+            if text is not None and not task.status.finished:
+                await self._deliver(task, text)
+
+    async def _deliver(self, task: TaskState, text: str) -> None:
+        adapter = self.editor(task.provider)
+        message_id = self._status.get(task.task_id)
+        if adapter is None or not adapter.can_edit:
             self._send(task, text)
             return
-        self._pending[task.task_id] = text
-        if task.task_id not in self._flushers:
-            delay = self.interval_s - (now - last)
-            flusher = asyncio.create_task(self._flush_later(task, delay),
-                                          name=f"task-progress-{task.task_id}")
-            self._flushers[task.task_id] = flusher
-            flusher.add_done_callback(lambda _: self._flushers.pop(task.task_id, None))
-
-    async def _flush_later(self, task: TaskState, delay: float) -> None:
-        await asyncio.sleep(delay)
-        text = self._pending.pop(task.task_id, None)
-        if text is not None and not task.status.finished:
-            self._send(task, text)
+        if message_id is None:
+            self._status[task.task_id] = None
+            self._send(task, text, {STATUS_KEY: task.task_id})
+            return
+        self._last_sent[task.task_id] = self.clock()
+        try:
+            await adapter.edit(task.chat_id, message_id, text)
+        except Exception as exc:  # best effort: the next update tries again
+            log.info("could not edit the status message of task %s: %s", task.task_id, exc)
 
     def _drop_pending(self, task_id: str) -> None:
         self._pending.pop(task_id, None)

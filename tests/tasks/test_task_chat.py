@@ -25,6 +25,7 @@ from soulflow.channels.base import Command
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.tasks import (
     NodeKind,
+    NodeStatus,
     TaskEngine,
     TaskGraph,
     TaskNode,
@@ -191,27 +192,34 @@ async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:
 
 async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
-    # the clock stands still: every update falls in the first one's interval and is folded
-    # into one delayed update (sent after `interval_s` of real time)
+    # the clock stands still: after the first update every one falls in its interval and
+    # waits for a delayed flush (`interval_s` of real time), which sends only the newest
     progress = TaskProgress(lambda chat, text, meta: sent.append((text, meta)),
                             interval_s=0.05, clock=lambda: 100.0)
     graph = TaskGraph([TaskNode(id=n, kind=NodeKind.TOOL, tool="read_file") for n in "abc"]
                       + [TaskNode(id="gate", kind=NodeKind.APPROVAL, prompt="Fine?")])
-    state = TaskState("t-00000001", "Three reads", graph, provider="telegram", chat_id="c1")
-    for node in "abc":
+    state = TaskState("t-00000001", "Three reads", graph, provider="local", chat_id="c1")
+    for node in "abc":  # three steps start at once: one update says so
+        state.nodes[node].status = NodeStatus.RUNNING
         await progress.on_event(TaskEvent(state, "assign", "", f"k-{node}", node))
-    assert len(sent) == 1 and sent[0][0].startswith("⏳ Task t-00000001 (Three reads)")
+    await asyncio.wait_for(_until(lambda: len(sent) == 1), 5)
+    assert sent[0][0] == ("⏳ Task t-00000001 (Three reads): 0/4 steps done; running: "
+                          "read_file, read_file, read_file")
     await progress.on_event(TaskEvent(state, "blocked", "", "k-g", "gate",
                                       {"reason": "approval", "prompt": "Fine?"}))
-    assert sent[-1][1] == {"task_id": "t-00000001", "node_id": "gate"}
-    assert "waits for approval at step gate: Fine?" in sent[-1][0]
-    await asyncio.wait_for(_until(lambda: len(sent) == 3), 5)  # the folded update, once
-    assert sent[2][0].startswith("⏳ Task t-00000001")
+    assert len(sent) == 2 and sent[1][1] == {"task_id": "t-00000001", "node_id": "gate"}
+    assert "waits for approval at step gate: Fine?" in sent[1][0]
+    for node in "abc":
+        state.nodes[node].status = NodeStatus.COMPLETED
+        await progress.on_event(TaskEvent(state, "done", "", f"d-{node}", node))
+    await asyncio.wait_for(_until(lambda: len(sent) == 3), 5)
+    assert sent[2][0] == "⏳ Task t-00000001 (Three reads): 3/4 steps done"
     state.status = TaskStatus.COMPLETED
     state.result = {"c": "all read"}
     await progress.on_event(TaskEvent(state, "done", "", "k-done", None,
                                       {"status": "completed"}))
     assert sent[-1][0] == "✅ Task t-00000001 (Three reads) is done.\n\nall read"
+    assert len(sent) == 4
     await progress.close()
 
 
