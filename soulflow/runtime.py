@@ -433,6 +433,7 @@ class Runtime:
             "counters": {
                 "received": self.manager.received_count,
                 "answered": self.manager.answered_count,
+                "max_turns": self.manager.max_turns_count,  # best-effort answers, apart
                 "failed": self.manager.failed_count,
                 "sent": bus.dispatcher.sent_count,
                 "dead_lettered": bus.dispatcher.dead_count,

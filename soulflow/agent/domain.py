@@ -23,7 +23,7 @@ from soulflow.agent.approvals import (
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
-from soulflow.contracts import InboundMessage
+from soulflow.contracts import InboundMessage, ReplyStatus
 from soulflow.session.store import SessionStore
 
 log = logging.getLogger(__name__)
@@ -35,15 +35,17 @@ NOT_CONFIGURED_REPLY = (
     "pip install 'soulflow[local]' (see docs/local-model.md)."
 )
 
-_STATUS_OF_RUN = {ev.COMPLETED: "answered", ev.MAX_TURNS_REACHED: "answered",
-                  ev.WAITING_APPROVAL: "waiting_approval", ev.WAITING_USER: "waiting_user",
-                  ev.CANCELLED: "cancelled", ev.FAILED: "failed"}
+# a run that stopped at its turn limit still posts its best answer, but is counted apart
+_STATUS_OF_RUN = {ev.COMPLETED: ReplyStatus.ANSWERED, ev.MAX_TURNS_REACHED: ReplyStatus.MAX_TURNS,
+                  ev.WAITING_APPROVAL: ReplyStatus.WAITING_APPROVAL,
+                  ev.WAITING_USER: ReplyStatus.WAITING_USER, ev.CANCELLED: ReplyStatus.CANCELLED,
+                  ev.FAILED: ReplyStatus.FAILED}
 
 
 @dataclass(slots=True)
 class AgentReply:
     content: str
-    status: str  # answered | waiting_approval | waiting_user | cancelled | failed | refused
+    status: ReplyStatus
     error: str | None = None
     run_id: str | None = None
     approval_id: str | None = None
@@ -105,7 +107,7 @@ class AgentDomain:
         self._record_user_turn(key, message, text)
         if self.loop is None:
             return self._finish_turn(key, message.key, AgentReply(NOT_CONFIGURED_REPLY,
-                                                                  "answered"))
+                                                                  ReplyStatus.ANSWERED))
         existing = self.loop.store.find(inbound_key=message.key)
         run_id = existing[0] if existing else self.loop.begin(
             chat=chat_of(message), text=text,
@@ -159,13 +161,13 @@ class AgentDomain:
             log.info("approval %s of %s: %s (%s:%s) may not decide it (requester %s:%s)",
                      approval["approval_id"], run_id, by.name or "?", by.provider, by.user_id,
                      requester.provider, requester.user_id or "-")
-            return AgentReply(refusal_text(requester), "refused", run_id=run_id,
+            return AgentReply(refusal_text(requester), ReplyStatus.REFUSED, run_id=run_id,
                               approval_id=approval["approval_id"])
         self.loop.decide(run_id, approval["approval_id"], decision, by.user_id,
                          by_provider=by.provider)
         if decision == "defer":
             return AgentReply("OK, the request stays pending; decide whenever you are ready.",
-                              "waiting_approval", run_id=run_id,
+                              ReplyStatus.WAITING_APPROVAL, run_id=run_id,
                               approval_id=approval["approval_id"])
         return await self._drive(run_id, abort)
 
@@ -203,7 +205,7 @@ class AgentDomain:
         outcome: RunOutcome = await self.loop.drive(run_id, abort)
         state = self.loop.store.state(run_id)
         text = self._redact(outcome.text) if self._redact is not None else outcome.text
-        reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, "answered"),
+        reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, ReplyStatus.ANSWERED),
                            error=state.error if outcome.status == ev.FAILED else None,
                            run_id=run_id, approval_id=outcome.approval_id)
         if outcome.status in ev.FINISHED and self.approvals is not None:

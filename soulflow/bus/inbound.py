@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage, ReplyStatus
 from soulflow.storage.jsonl import JsonlFile
 
 log = logging.getLogger(__name__)
@@ -102,11 +102,13 @@ class InboundJournal:
         for key in fresh:
             self._remember(key, now)
 
-    def complete(self, key: str, status: str, error: str | None = None) -> None:
-        """Mark a message answered (`answered`), refused/ignored, or `failed` with a reason."""
+    def complete(self, key: str, status: ReplyStatus, error: str | None = None) -> None:
+        """Mark a message done with how its turn ended (answered, max_turns, refused, ignored,
+        failed with a reason, ...); the journal keeps the status's plain word."""
         if key not in self._pending:
             return
-        record: dict[str, Any] = {"op": "done", "key": key, "status": status, "at": self._clock()}
+        record: dict[str, Any] = {"op": "done", "key": key, "status": str(status),
+                                  "at": self._clock()}
         if error:
             record["error"] = error[:500]
         self._file.append(record)

@@ -37,6 +37,7 @@ from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
 from soulflow.channels.runs import ActiveRuns
+from soulflow.contracts import ReplyStatus
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (
     inspect_secret_references_for_orchestration,
@@ -98,6 +99,7 @@ class ChannelManager:
         self.task_reactions: Callable[[InboundMessage], Awaitable[str | None]] | None = None
         self.received_count = 0
         self.answered_count = 0
+        self.max_turns_count = 0
         self.failed_count = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -174,7 +176,7 @@ class ChannelManager:
         reply): quarantine it, finish it as failed, tell the sender."""
         for message in batch:
             self.quarantine.record(message, IntakeStage.PROCESS, error)
-        self._complete([m.key for m in batch], "failed", error)
+        self._complete([m.key for m in batch], ReplyStatus.FAILED, error)
         self.failed_count += 1
         self._apologise(batch[-1])
 
@@ -208,7 +210,7 @@ class ChannelManager:
         if command is None or command.name not in STOP_NAMES:
             return False
         self._publish(message, self.commands.stop(message.chat_key))
-        self._complete([message.key], "answered")
+        self._complete([message.key], ReplyStatus.ANSWERED)
         return True
 
     def _submit(self, batch: list[InboundMessage]) -> None:
@@ -256,7 +258,7 @@ class ChannelManager:
                                             approval_id=entry["approval_id"])
             # a reaction by someone who may not decide is ignored: answering each one would
             # let anyone make the bot post at will (a reply "ok" is answered, once per message)
-            if reply is not None and reply.status != "refused":
+            if reply is not None and reply.status is not ReplyStatus.REFUSED:
                 self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
                                       self._reply_metadata(reply))
 
@@ -282,41 +284,43 @@ class ChannelManager:
         batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
         if any(self.bus.outbox.has_answered(k) for k in keys):  # crashed after replying
-            self._complete(keys, "answered")
+            self._complete(keys, ReplyStatus.ANSWERED)
             return
         adapter = self.registry.get(first.provider)
         internal = first.metadata.get("origin") == "cron"  # never a command, answer or decision
         if len(batch) == 1 and adapter is not None and not internal and \
                 (command := adapter.parse_command(first.text)) is not None:
             self._publish(first, await self.commands.handle(command, first))
-            self._complete(keys, "answered")
+            self._complete(keys, ReplyStatus.ANSWERED)
             return
         if len(batch) == 1 and not internal and self.task_replies is not None and \
                 (answer := await self.task_replies(first)) is not None:
             self._publish(first, answer)
-            self._complete(keys, "answered")
+            self._complete(keys, ReplyStatus.ANSWERED)
             return
         if len(batch) == 1 and not internal and await self._continue_open_run(first, adapter):
-            self._complete(keys, "answered")
+            self._complete(keys, ReplyStatus.ANSWERED)
             return
         text = await self._input_text(batch, adapter, attributed=turn.folded)
         if not text.strip():
             self._publish(first, EMPTY_MESSAGE_REPLY)
-            self._complete(keys, "ignored", "empty message")
+            self._complete(keys, ReplyStatus.IGNORED, "empty message")
             return
         if self.sealer is not None:
             report = inspect_secret_references_for_orchestration(
                 text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
                 self._publish(first, secret_resolution_required_message(report))
-                self._complete(keys, "failed", "secret_resolution_required")
+                self._complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
                 return
         reply = await self._run_agent(batch, adapter, text)
         self._publish(batch[-1], reply.content, inbound_key=first.key,
                       metadata=self._reply_metadata(reply))
         self._complete(keys, reply.status, reply.error)
-        if reply.status == "failed":
+        if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
+        elif reply.status is ReplyStatus.MAX_TURNS:
+            self.max_turns_count += 1  # answered with a best effort: counted on its own
         else:
             self.answered_count += 1
 
@@ -357,7 +361,7 @@ class ChannelManager:
 
     @staticmethod
     def _reply_metadata(reply: AgentReply) -> dict[str, Any]:
-        if reply.approval_id and reply.status == "waiting_approval":
+        if reply.approval_id and reply.status is ReplyStatus.WAITING_APPROVAL:
             return {"approval_id": reply.approval_id, "run_id": reply.run_id}
         return {}
 
@@ -396,14 +400,14 @@ class ChannelManager:
         except Exception as exc:  # a bug must still end in a recorded failure, not silence
             log.exception("answering %s failed", first.key)
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
-                               "the error is in the daemon's log.", "failed",
+                               "the error is in the daemon's log.", ReplyStatus.FAILED,
                                f"{type(exc).__name__}: {exc}")
         note = first.metadata.get("truncation_note")
         if note:
             reply.content = f"{note}\n\n{reply.content}"
         return reply
 
-    def _complete(self, keys: list[str], status: str, error: str | None = None) -> None:
+    def _complete(self, keys: list[str], status: ReplyStatus, error: str | None = None) -> None:
         for key in keys:
             self.bus.inbound.complete(key, status, error)
 

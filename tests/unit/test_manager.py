@@ -21,8 +21,9 @@ from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.contracts import ReplyStatus
 from soulflow.decision.service import DecisionService
-from soulflow.providers.base import ProviderError, ProviderResult
+from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from soulflow.session.store import SessionStore
 
 
@@ -66,6 +67,7 @@ class EchoModel:
         self.gate: asyncio.Event | None = None
         self.inputs: list[str] = []
         self.reply: str | None = None
+        self.calls: list[ToolCall] = []  # tool calls to make on every turn (never finishing)
 
     async def chat(self, messages: list[dict[str, Any]], tools: Any = None, *,
                    on_stream: Any = None, abort: asyncio.Event | None = None) -> ProviderResult:
@@ -77,6 +79,8 @@ class EchoModel:
                                return_when=asyncio.FIRST_COMPLETED)
             if abort is not None and abort.is_set():
                 raise ProviderError("aborted", "stopped")
+        if self.calls:
+            return ProviderResult(content="still working", tool_calls=list(self.calls))
         return ProviderResult(content=self.reply or f"echo: {messages[-1]['content']}")
 
     async def aclose(self) -> None:
@@ -144,6 +148,21 @@ async def test_unknown_user_gets_one_polite_refusal_per_cooldown(rig) -> None:
     manager.ingest(adapter, [msg(3, sender_id="mallory")])
     await asyncio.sleep(0.01)
     assert len(adapter.sent) == 1
+
+
+async def test_a_run_stopped_by_max_turns_is_counted_apart_from_answers(rig) -> None:
+    """The best-effort reply is posted, but the turn counts (and is journaled) as max_turns."""
+    build, adapter, model, bus = rig
+    model.calls = [ToolCall("c1", "no_such_tool", {})]
+    manager = build()
+    manager.ingest(adapter, [msg(1, "loop forever")])
+    await settle(adapter, 1)
+    async with asyncio.timeout(5):
+        while not manager.max_turns_count:
+            await asyncio.sleep(0.001)
+    assert (manager.answered_count, manager.failed_count) == (0, 0)
+    done = [r for r in bus.inbound._file.iter_records() if r.get("op") == "done"]
+    assert [r["status"] for r in done] == [ReplyStatus.MAX_TURNS] == ["max_turns"]
 
 
 async def test_star_allows_everyone(rig) -> None:
