@@ -122,6 +122,8 @@ class TaskServices:
         record = await self.workflow.append(WorkflowEvent.from_task_event(event))
         if record is None:
             return  # a replayed step: the chat has seen it
+        if event.node_id is None and event.task.status.finished:
+            self.prompts.forget_run(event.task.task_id)  # its prompts take no answer now
         await self.progress.on_event(event)
 
     def _publish(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
