@@ -38,6 +38,7 @@ from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
 from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ReplyStatus
+from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (
     inspect_secret_references_for_orchestration,
@@ -224,7 +225,8 @@ class ChannelManager:
         if turn is None:
             return  # an earlier turn folded this job's batch in
         try:
-            await self._process(turn)
+            with log_context(chat=chat_key):  # every log line of this turn names its chat
+                await self._process(turn)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

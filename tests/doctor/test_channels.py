@@ -8,7 +8,7 @@ from pathlib import Path
 from soulflow.doctor import Status, diagnose
 from tests.doctor.conftest import BASE_ENV, closed_port_url, line
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
 
 SLACK_ENV = {**BASE_ENV, "SLACK_APP_TOKEN": "", "SLACK_DEFAULT_CHANNEL": "C0GENERAL1"}
@@ -40,6 +40,23 @@ async def test_slack_healthy_down_and_refused(workspace: Path) -> None:
     status, message, fix = line(report, "channel slack")
     assert status is Status.FAIL and message.startswith("cannot reach Slack at")
     assert "SLACK_API_URL" in fix and report.exit_code == 1
+
+
+async def test_slack_app_token_for_socket_mode(workspace: Path) -> None:
+    fake = FakeSlack()
+    await fake.start()
+    try:
+        env = {**BASE_ENV, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_APP_TOKEN": APP_TOKEN,
+               "SLACK_API_URL": fake.base_url}
+        report = await diagnose(workspace, env, timeout_s=5)
+        assert line(report, "channel slack socket")[0] is Status.OK
+        wrong = {**env, "SLACK_APP_TOKEN": "xapp-1-A0WRONG-0000000000-wrongwrongwrong"}
+        report = await diagnose(workspace, wrong, timeout_s=5)
+        status, message, fix = line(report, "channel slack socket")
+        assert status is Status.FAIL and "invalid_auth" in message
+        assert "SLACK_APP_TOKEN" in fix and report.exit_code == 1
+    finally:
+        await fake.stop()
 
 
 async def test_telegram_healthy_down_and_refused(workspace: Path) -> None:
