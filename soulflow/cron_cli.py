@@ -127,7 +127,10 @@ def _print_jobs(jobs: list[dict[str, Any]]) -> None:
         rule = Schedule.from_dict(schedule).describe()
         last = ""
         if state.get("last_run_at"):
-            last = f"  last {_short(state['last_run_at'])} ({state.get('last_status')})"
+            result = state.get("last_status") or ""
+            if state.get("last_error"):
+                result = f"{result}: {state['last_error']}"
+            last = f"  last {_short(state['last_run_at'])} ({result})"
         print(f"{job['id']}  {payload.get('kind', 'agent_turn'):<12} "
               f"{chat['provider']}:{chat['chat_id']}  {rule}  "
               f"next {_short(when)}{last}  | {job['name']}")

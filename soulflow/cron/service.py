@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from soulflow.contracts import ChatRef, InboundMessage
+from soulflow.contracts import ChatRef, CronRunStatus, InboundMessage
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
 from soulflow.cron.store import CronStore, Job, JobState, PayloadKind, new_job_id
 
@@ -154,12 +154,12 @@ class CronService:
         now = self._clock()
         if now.microsecond == 0:  # a manual run is never mistaken for a scheduled occurrence
             now = now.replace(microsecond=1000)
-        status = await self._fire_one(job, now)
+        status, error = await self._fire_one(job, now)
         current = self.store.get(job_id)
         if current is None:  # removed while it fired
             return job
         return self.store.update_state(job_id, last_run_at=to_iso(now), last_status=status,
-                                       runs=current.state.runs + 1)
+                                       last_error=error, runs=current.state.runs + 1)
 
     def wake(self) -> None:
         """Make the loop re-read the jobs now instead of after its current sleep."""
@@ -204,7 +204,7 @@ class CronService:
             if (now - scheduled).total_seconds() > self.max_sleep_s:
                 log.info("cron job %s (%s) missed %s while the daemon was down; firing it "
                          "once now", job.id, job.name, to_iso(scheduled))
-            status = await self._fire_one(job, scheduled)
+            status, error = await self._fire_one(job, scheduled)
             fired.append((job, scheduled))
             current = self.store.get(job.id)  # the tool may have changed it while it fired
             if current is None:
@@ -213,7 +213,8 @@ class CronService:
                         if current.enabled else None)
             self.store.update_state(
                 job.id, enabled=upcoming is not None, next_run_at=to_iso(upcoming),
-                last_run_at=to_iso(now), last_status=status, runs=current.state.runs + 1)
+                last_run_at=to_iso(now), last_status=status, last_error=error,
+                runs=current.state.runs + 1)
         return fired
 
     def seconds_until_next(self) -> float:
@@ -226,16 +227,17 @@ class CronService:
 
     # -- internals -----------------------------------------------------------------------
 
-    async def _fire_one(self, job: Job, scheduled: datetime) -> str:
+    async def _fire_one(self, job: Job, scheduled: datetime
+                        ) -> tuple[CronRunStatus, str | None]:
         try:
             result = self._fire(job, scheduled)
             if inspect.isawaitable(result):
                 await result
         except Exception as exc:  # one broken job must not stop the others
             log.exception("cron job %s (%s) could not fire", job.id, job.name)
-            return f"error: {type(exc).__name__}: {exc}"[:300]
+            return CronRunStatus.ERROR, f"{type(exc).__name__}: {exc}"[:300]
         self.fired_count += 1
-        return "ok"
+        return CronRunStatus.OK, None
 
     def _safe_next(self, job: Job, after: datetime, *, anchor: datetime) -> datetime | None:
         """The job's next time; None (the job gets disabled) if the schedule cannot be used."""

@@ -7,7 +7,7 @@
         "payload": {"kind": "agent_turn" | "system_event",
                     "chat": {"provider", "chat_id", "thread_id"}, "text"},
         "enabled", "created_at",
-        "state": {"next_run_at", "last_run_at", "last_status", "runs"}}}}
+        "state": {"next_run_at", "last_run_at", "last_status" (ok|error), "last_error", "runs"}}}}
 
 Every change rewrites the whole file (temp file, fsync, rename), so a crash leaves the old or
 the new job list, never half of one. A file that cannot be read - invalid JSON, an unknown
@@ -27,7 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ChatRef, CronRunStatus
 from soulflow.cron.schedule import Schedule, from_iso
 from soulflow.storage.atomic import quarantine, read_json, write_json_atomic
 
@@ -73,8 +73,30 @@ class JobState:
 
     next_run_at: str | None = None
     last_run_at: str | None = None
-    last_status: str | None = None
+    last_status: CronRunStatus | None = None
+    last_error: str | None = None  # what went wrong, when last_status is ERROR
     runs: int = 0
+
+    @property
+    def last_result(self) -> str:
+        """`ok`, or `error: <what>`, as listings show it."""
+        if self.last_status is CronRunStatus.ERROR and self.last_error:
+            return f"error: {self.last_error}"
+        return str(self.last_status or "")
+
+
+def _last_result(state: dict[str, Any]) -> tuple[CronRunStatus | None, str | None]:
+    """The stored status; files written before the enum hold `"error: <what>"` in one string."""
+    status = _optional_text(state.get("last_status"), "last_status")
+    error = _optional_text(state.get("last_error"), "last_error")
+    if status is None:
+        return None, None
+    word, _, rest = status.partition(":")
+    try:
+        parsed = CronRunStatus(word.strip())
+    except ValueError:
+        raise ValueError(f"last_status must be ok or error, got {status!r}") from None
+    return parsed, error or (rest.strip() or None if parsed is CronRunStatus.ERROR else None)
 
 
 _STATE_FIELDS = frozenset(f.name for f in fields(JobState))
@@ -130,7 +152,7 @@ class Job:
                 state=JobState(
                     next_run_at=_time(state.get("next_run_at"), "next_run_at"),
                     last_run_at=_time(state.get("last_run_at"), "last_run_at"),
-                    last_status=_optional_text(state.get("last_status"), "last_status"),
+                    last_status=_last_result(state)[0], last_error=_last_result(state)[1],
                     runs=int(state.get("runs") or 0)),
                 kind=PayloadKind.parse(payload.get("kind")),
             )

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from soulflow.bus.inbound import InboundJournal
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ChatRef, CronRunStatus
 from soulflow.cron import (
     CronService,
     CronStore,
@@ -202,7 +202,7 @@ def test_store_persists_in_the_documented_format(tmp_path: Path) -> None:
                     "chat": {"provider": "telegram", "chat_id": "42", "thread_id": None},
                     "text": "check the plants"},
         "enabled": True, "created_at": "2024-01-01T12:00:00+00:00",
-        "state": {"last_run_at": None, "last_status": None,
+        "state": {"last_error": None, "last_run_at": None, "last_status": None,
                   "next_run_at": "2024-01-01T12:01:00+00:00", "runs": 0},
     }
     reloaded = CronStore(service.store.path)
@@ -221,8 +221,9 @@ def test_store_operations(tmp_path: Path) -> None:
     assert [j.id for j in store.list()] == ["job_a", "job_b"]
     assert [j.id for j in store.list("slack:C1")] == ["job_b"]
     assert not store.enable("job_a", False).enabled
-    updated = store.update_state("job_a", runs=3, last_status="ok")
-    assert updated.state == JobState(runs=3, last_status="ok")
+    updated = store.update_state("job_a", runs=3, last_status=CronRunStatus.OK)
+    assert updated.state == JobState(runs=3, last_status=CronRunStatus.OK)
+    assert CronStore(store.path).get("job_a").state.last_status is CronRunStatus.OK  # type: ignore[union-attr]
     with pytest.raises(TypeError, match="unknown job state field"):
         store.update_state("job_a", colour="red")
     with pytest.raises(KeyError):
@@ -351,7 +352,9 @@ async def test_a_failing_fire_is_recorded_and_the_others_still_fire(tmp_path: Pa
     await service.run_due()
     assert [c[0] for c in fired.calls] == [good.id]
     state = service.store.get(bad.id).state  # type: ignore[union-attr]
-    assert state.last_status == "error: RuntimeError: journal full"
+    assert (state.last_status, state.last_error) == (CronRunStatus.ERROR,
+                                                     "RuntimeError: journal full")
+    assert state.last_result == "error: RuntimeError: journal full"
     assert state.next_run_at == "2024-01-01T12:02:00+00:00"
 
 
@@ -484,3 +487,15 @@ async def test_run_loop_wakes_up_when_jobs_change(tmp_path: Path) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_a_status_stored_before_the_enum_still_loads(tmp_path: Path) -> None:
+    """Stores written by earlier versions hold "error: <what>" in last_status."""
+    store = CronStore(tmp_path / "cron-store.json")
+    store.add(Job("job_a", "a", sched(kind="every", every_s=60), CHAT, "hi", created_at="1"))
+    raw = json.loads(store.path.read_text())
+    raw["jobs"]["job_a"]["state"].update(last_status="error: OSError: disk full")
+    del raw["jobs"]["job_a"]["state"]["last_error"]
+    store.path.write_text(json.dumps(raw))
+    state = CronStore(store.path).get("job_a").state  # type: ignore[union-attr]
+    assert (state.last_status, state.last_error) == (CronRunStatus.ERROR, "OSError: disk full")

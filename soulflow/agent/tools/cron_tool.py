@@ -151,7 +151,7 @@ def _list(jobs: list[Job]) -> str:
     lines = [f"{len(jobs)} cron job(s) in this chat:"]
     for job in jobs:
         when = f"next run {job.state.next_run_at}" if job.enabled else "disabled"
-        last = (f"; last run {job.state.last_run_at} ({job.state.last_status})"
+        last = (f"; last run {job.state.last_run_at} ({job.state.last_result})"
                 if job.state.last_run_at else "")
         lines.append(f"- {job.id} | {job.name} | {job.schedule.describe()} | {when}{last}")
     return "\n".join(lines)
