@@ -118,7 +118,7 @@ class Console:
                          "kind": job.kind.value, "text": _short(job.text, 200),
                          "next_run_at": job.state.next_run_at,
                          "last_run_at": job.state.last_run_at,
-                         "last_status": job.state.last_status, "runs": job.state.runs})
+                         "last_status": job.state.last_result, "runs": job.state.runs})
         return rows
 
     def _decisions(self) -> list[dict[str, Any]]:
