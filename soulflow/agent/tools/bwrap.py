@@ -95,6 +95,9 @@ class Limits:
         })  # fmt: skip
 
 
+_PROBE_LIMITS = Limits(cpu_s=5, memory_mb=256, max_pids=16, file_size_mb=1, open_files=64)
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxSpec:
     """What one call may see. Paths are host paths, bound at the same path inside, except
@@ -183,7 +186,9 @@ def _visible_roots(spec: SandboxSpec) -> list[Path]:
 
 
 def _system_mounts() -> list[str]:
-    args: list[str] = []
+    # The private /tmp comes first: binds listed after it land on top of it, so an interpreter
+    # or venv that lives under /tmp (a CI checkout, say) stays visible inside.
+    args: list[str] = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for directory in SYSTEM_DIRS:
         args += ["--ro-bind", directory, directory]
     for link in SYSTEM_LINKS:
@@ -197,7 +202,6 @@ def _system_mounts() -> list[str]:
     for name in ETC_FILES:
         if Path(name).exists():
             args += ["--ro-bind", name, name]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     return args
 
 
@@ -238,7 +242,8 @@ class BwrapDetector:
         with tempfile.TemporaryDirectory(prefix="soulflow-probe-") as scratch:
             spec = SandboxSpec(cwd=SCRATCH, scratch=Path(scratch), env={"PATH": "/usr/bin:/bin"})
             try:
-                probe = _run(bwrap_argv(features, spec, ["true"]))
+                # through the limits launcher, so the interpreter must be visible inside too
+                probe = _run(bwrap_argv(features, spec, limited(["/bin/true"], _PROBE_LIMITS)))
             except (OSError, subprocess.SubprocessError) as exc:
                 return _unavailable(f"bwrap could not start ({exc}); {ENABLE_HINT}"), None
         if probe.returncode != 0:
