@@ -12,6 +12,7 @@ from pathlib import Path
 
 from soulflow.backends.base import Completion
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.keys import GROUP, partition_of
 from tests.backends.conftest import Harness
 from tests.backends.helpers import eventually, inbound
 
@@ -126,3 +127,31 @@ async def test_a_deposed_node_cannot_complete_what_it_claimed(redis_harness: Har
     assert await old.inbound.complete(message.key, "answered") is Completion.FENCED
     assert await new.inbound.complete(message.key, "answered") is Completion.DONE
     assert await new.inbound.pending_count() == 0
+
+
+async def test_a_partition_with_work_in_hand_is_not_given_away(redis_harness: Harness) -> None:
+    a = _redis(await redis_harness.open("node-a", lease_ttl_s=1.0, partitions=4))
+    chat = next(f"c{n}" for n in range(100)
+                if partition_of(f"telegram:c{n}", 4) == 3)  # the first a node gives away
+    message = inbound(chat, 1)
+    await a.inbound.accept(message)
+    assert [m.key for m in await a.inbound.claim()] == [message.key]
+    b = _redis(await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=4))
+
+    async def shared() -> bool:
+        return len(a.partitions.held()) == 2 and len(b.partitions.held()) == 2
+
+    await eventually(shared, what="the partitions shared 2/2")
+    assert 3 in a.partitions.held()  # busy: kept while its message runs
+    assert await a.inbound.complete(message.key, "answered") is Completion.DONE
+
+
+async def test_an_entry_that_is_not_a_message_is_acknowledged_and_skipped(
+        redis_harness: Harness) -> None:
+    node = _redis(await redis_harness.open("node-a", partitions=1))
+    await node.client.xadd(node.keys.stream(0), {"junk": "1"})
+    good = inbound("c1", 1)
+    await node.inbound.accept(good)
+    assert [m.key for m in await node.inbound.claim()] == [good.key]
+    summary = await node.client.xpending(node.keys.stream(0), GROUP)
+    assert summary["pending"] == 1  # only the good one, in hand

@@ -76,6 +76,7 @@ class RedisBackend:
         self.inbound = RedisInbound(client, self.keys, self.partitions, seen_ttl_s=seen_ttl_s,
                                     clock=clock)
         self.outbox = RedisOutbox(client, self.keys, self.partitions, answered_ttl_s=seen_ttl_s)
+        self.partitions.busy = lambda part: self.inbound.busy(part) or self.outbox.busy(part)
         self.dlq = RedisDeadLetters(client, self.keys, clock=clock)
         self.inbound_dlq = RedisInboundDeadLetters(client, self.keys, redact=redact, clock=clock)
         self.cursors = RedisCursors(client, self.keys)

@@ -47,9 +47,9 @@ class RedisInbound:
         self._complete = client.register_script(scripts.INBOUND_COMPLETE)
         self._claimed: dict[str, _Claimed] = {}
         self._backlog: dict[int, deque[tuple[str, InboundMessage]]] = {}
-        partitions.busy = self._busy
 
-    def _busy(self, part: int) -> bool:
+    def busy(self, part: int) -> bool:
+        """Work of this partition in this node's hands (claimed, or read and queued)."""
         return bool(self._backlog.get(part)) or any(
             c.part == part for c in self._claimed.values())
 
@@ -123,7 +123,8 @@ class RedisInbound:
                 part = by_stream[_text(stream)]
                 for entry_id, fields in entries:
                     message = _decode(fields)
-                    if message is None:
+                    if message is None:  # not ours to run: acknowledge so it never returns
+                        await self._client.xack(stream, GROUP, entry_id)
                         continue
                     if len(out) < limit:
                         self._hand(part, _text(entry_id), message, out)

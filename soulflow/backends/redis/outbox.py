@@ -46,6 +46,11 @@ class RedisOutbox:
         self._put = client.register_script(scripts.OUTBOX_PUT)
         self._set_state = client.register_script(scripts.OUTBOX_STATE)
         self._remove = client.register_script(scripts.OUTBOX_REMOVE)
+        self._sending: dict[str, int] = {}  # message id → partition, while a send runs here
+
+    def busy(self, part: int) -> bool:
+        """A send of this partition is under way here (its partition must not move now)."""
+        return part in self._sending.values()
 
     def _part(self, message: OutboundMessage) -> int:
         return partition_of(message.chat_key, self._keys.partitions)
@@ -70,14 +75,17 @@ class RedisOutbox:
     async def record_sending(self, message_id: str) -> None:
         entry = await self.get(message_id)
         if entry is not None:
+            self._sending[message_id] = self._part(entry.message)
             await self._update(message_id, _state(entry.attempts, entry.next_at, True,
                                                   entry.last_error))
 
     async def record_attempt(self, message_id: str, attempts: int, next_at: float,
                              error: str) -> None:
+        self._sending.pop(message_id, None)
         await self._update(message_id, _state(attempts, next_at, False, error))
 
     async def _drop(self, message_id: str) -> None:
+        self._sending.pop(message_id, None)
         raw = await self._client.hget(self._keys.outbox_messages, message_id)
         if raw is None:
             return
