@@ -179,7 +179,9 @@ class DashboardService:
                  operator.who, operator.remote, response.status)
         if response.status < 400 and request.path.startswith(("/api/dlq/", "/api/cron/")):
             body = await self._body(request)  # kept by aiohttp: read once already
-            target = body.get("id") or ", ".join(map(str, body.get("ids") or [])) or "all"
+            target = body.get("id") or body.get("name") or \
+                ", ".join(map(str, body.get("ids") or [])) or \
+                ("all" if request.path.endswith("/purge") else "")
             self._hub.publish("operator.action", {
                 "action": request.path.removeprefix("/api/").replace("/", "."),
                 "target": str(target)[:200], "by": operator.who})

@@ -65,7 +65,7 @@ function renderChannels(s) {
       c.consecutive_failures ? `${c.consecutive_failures} failed reads in a row` : "",
       c.send_failures ? `${c.send_failures} failed sends in a row` : "",
       c.restarts ? `restarted ${c.restarts}×` : "",
-      c.last_error ? `last error: ${c.last_error}` : "",
+      c.last_error ? `last error ${ago(c.last_error_at)}: ${c.last_error}` : "",
     ] });
   }), "No channel is configured.");
 }
@@ -106,7 +106,7 @@ function renderDlq(s) {
   const dlq = s.dlq || { outbound: [], inbound: [] };
   fill($("dlq-out"), dlq.outbound.map(e => item({
     cls: "dead-letter",
-    title: `To ${e.provider}:${e.chat_id}, ${ago(e.at)} after ${e.retry_count} tries`,
+    title: `To ${e.provider}:${e.chat_id}, ${ago(e.at)}${e.retry_count ? ` after ${e.retry_count} tries` : ""}`,
     sub: [`error: ${e.error}`], code: e.content,
     actions: [
       button("Replay", "replay", () => act("/api/dlq/replay", { ids: [e.message_id] }), { id: e.message_id }),
@@ -118,6 +118,8 @@ function renderDlq(s) {
   })), "No quarantined message.");
 }
 
+const secs = s => s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(1)} s`;
+
 function renderProviders(s) {
   fill($("providers"), (s.providers || []).map(p => {
     const lat = p.latency || {};
@@ -126,7 +128,7 @@ function renderProviders(s) {
       el("span", "pill " + (p.healthy ? "ok" : "bad"), p.healthy ? "healthy" : "failing"));
     return item({ title, sub: [
       `${p.calls} calls · ${p.error_count} errors${p.in_flight ? " · " + p.in_flight + " in flight" : ""}`,
-      lat.samples ? `latency of the last ${lat.samples}: median ${lat.p50_s} s, p95 ${lat.p95_s} s, last ${lat.last_s} s` : "no call yet",
+      lat.samples ? `latency of the last ${lat.samples} calls: median ${secs(lat.p50_s)}, p95 ${secs(lat.p95_s)}, last ${secs(lat.last_s)}` : "no call yet",
       p.last_error ? `last error ${ago(p.last_error_at)}: ${p.last_error}` : "",
     ] });
   }), "No model provider is configured: set PROVIDER in the workspace's .env (docs/config.md).");
@@ -150,7 +152,11 @@ function renderDecisions(s) {
   }), "No workflow event yet: task graphs report their steps here.");
 }
 
+let lastTraffic = null;
+window.addEventListener("resize", () => { if (lastTraffic) drawChart($("chart"), lastTraffic); });
+
 function render(s) {
+  lastTraffic = s.traffic;
   renderSummary(s); renderApprovals(s); renderChannels(s); renderRuns(s); renderCron(s);
   renderDlq(s); renderProviders(s); renderQueues(s); renderDecisions(s);
   drawChart($("chart"), s.traffic);
@@ -182,6 +188,7 @@ function addEvent(ev) {
 function addChat(entry) {
   if (entry.seq <= chatAfter) return;
   const log = $("chat-log");
+  log.querySelector(".empty")?.remove();
   const row = el("div", "msg " + entry.role);
   row.append(el("span", "", entry.content));
   log.append(row);
@@ -221,6 +228,7 @@ followEvents({
   hello: () => scheduleRefresh(0),  // (re)connected: the state may have changed meanwhile
   event: ev => { addEvent(ev); scheduleRefresh(); },
 });
+$("chat-log").append(el("div", "empty", "Nothing said here yet. Write below: the agent answers as it would on any channel."));
 refresh();
 setInterval(() => { refreshTimes(); scheduleRefresh(0); }, 5000);
 api(`/api/chat/${CHAT_ID}/messages?after=-1`).then(b => b.messages.forEach(addChat)).catch(() => {}).finally(pollChat);

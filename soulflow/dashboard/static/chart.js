@@ -13,7 +13,8 @@ function svg(tag, attrs = {}) {
 // traffic: {start, minutes, channels: {name: {in: [..], out: [..]}}}
 export function drawChart(container, traffic) {
   const names = Object.keys((traffic && traffic.channels) || {});
-  const W = 600, H = 150, L = 28, B = 18, T = 8;
+  // drawn at the container's own width, so the labels keep their size on a phone
+  const W = Math.max(280, Math.round(container.clientWidth || 600)), H = 150, L = 28, B = 18, T = 8;
   const minutes = (traffic && traffic.minutes) || 60;
   const totals = names.map(n => traffic.channels[n].in.map((v, i) => v + traffic.channels[n].out[i]));
   const peak = Math.max(1, ...totals.flat());
