@@ -1,8 +1,8 @@
 """The Discord channel: discord.py's gateway client for events, its REST client for sends.
 
-Redirection. discord.py has no per-client base URL, so `start()` sets the class attributes
-`discord.http.Route.BASE` and `discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY` process-wide
-from `api_url` / `gateway_url` and `stop()` restores them: one daemon runs one Discord bot.
+Redirection. discord.py keeps its URLs on classes; the adapter changes none of them: its
+clients get their own `RoutedHTTPClient` (`discord_http.py`), which sends REST calls to
+`api_url`, connects the gateway to `gateway_url` and reads bytes that are not UTF-8 as U+FFFD.
 
 Staying connected. discord.py reconnects and resumes by itself after network drops, but a
 malformed event crashes its parser and ends `Client.connect()`. A supervisor task logs that,
@@ -34,11 +34,9 @@ import discord
 import discord.abc
 import discord.gateway
 import discord.http
-import yarl
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels import discord_format as fmt
-from soulflow.channels import discord_lenient
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.discord_feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
@@ -87,15 +85,13 @@ class DiscordChannel(ChannelAdapter):
                                 "max_ratelimit_timeout": max_ratelimit_timeout}
         self._queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self._client: fmt.EventClient | None = None
-        self._feedback = DiscordFeedbackClient()
+        self._feedback = DiscordFeedbackClient(self.api_url)
         self._supervisor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._ready = asyncio.Event()
         self._closing = False
         self._failures = 0
         self._ready_at = 0.0
-        self._saved_urls: tuple[str, yarl.URL] | None = None
-        self._lenient_undo: Callable[[], None] | None = None
         self._cursors: dict[int, int] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._partial_sends: OrderedDict[str, list[str]] = OrderedDict()
@@ -108,7 +104,6 @@ class DiscordChannel(ChannelAdapter):
         if self._supervisor is not None:
             return
         self._closing, self._failures, self._ready = False, 0, asyncio.Event()
-        self._redirect()
         self._load_cursors()
         try:
             self._client = await self._login()
@@ -129,31 +124,12 @@ class DiscordChannel(ChannelAdapter):
         await self._discard_client()  # a login racing the cancellation
         await self._feedback.close()
         self._supervisor = None
-        self._restore_urls()
         await asyncio.to_thread(self._state.flush)  # cursors on disk before we say stopped
-
-    def _redirect(self) -> None:
-        route, socket = discord.http.Route, discord.gateway.DiscordWebSocket
-        if self._saved_urls is None:
-            self._saved_urls = (route.BASE, socket.DEFAULT_GATEWAY)
-        route.BASE = self.api_url
-        if self.gateway_url:
-            socket.DEFAULT_GATEWAY = yarl.URL(self.gateway_url)
-        if self._lenient_undo is None:  # bytes that are not UTF-8 become U+FFFD, no crash
-            self._lenient_undo = discord_lenient.install()
-
-    def _restore_urls(self) -> None:
-        undo, self._lenient_undo = self._lenient_undo, None
-        if undo is not None:
-            undo()
-        if self._saved_urls is not None:
-            discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = (
-                self._saved_urls)
-            self._saved_urls = None
 
     async def _login(self) -> fmt.EventClient:
         events = fmt.ClientEvents(self._on_ready, self._on_message, self._on_reaction)
-        client = fmt.EventClient(events, fast_identify=self.fast_identify, **self._client_options)
+        client = fmt.EventClient(events, api_url=self.api_url, gateway_url=self.gateway_url,
+                                 fast_identify=self.fast_identify, **self._client_options)
         try:
             await client.login(self._token)
         except BaseException as exc:

@@ -20,6 +20,7 @@ from discord.message import convert_emoji_reaction
 from soulflow.bus.messages import SendError
 from soulflow.channels import discord_format as fmt
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
+from soulflow.channels.discord_http import RoutedHTTPClient
 
 #: Longest rate-limit wait a feedback call sits out inside discord.py (ChannelFeedback's
 #: default call timeout); anything longer comes back as a cool-down.
@@ -29,12 +30,14 @@ RATE_LIMIT_PATIENCE_S = 5.0
 class DiscordFeedbackClient:
     """Typing and reactions through a dedicated, logged-in `discord.http.HTTPClient`."""
 
-    def __init__(self) -> None:
+    def __init__(self, api_url: str) -> None:
+        self.api_url = api_url
         self._http: discord.http.HTTPClient | None = None
 
     async def start(self, token: str) -> None:
-        http = discord.http.HTTPClient(asyncio.get_running_loop(),
-                                       aiohttp.TCPConnector(limit=BEST_EFFORT_CONNECTIONS))
+        http = RoutedHTTPClient(asyncio.get_running_loop(),
+                                aiohttp.TCPConnector(limit=BEST_EFFORT_CONNECTIONS),
+                                api_url=self.api_url)
         # A 429 asking for more than this is raised (RateLimited: the chat cools down for
         # its retry_after) instead of slept through. The constructor floors the value at
         # 30 s, a reply's patience; feedback's is its call timeout, so it is set here.

@@ -18,6 +18,7 @@ import discord
 import discord.abc
 
 from soulflow.bus.messages import Attachment, InboundMessage, SendError
+from soulflow.channels.discord_http import route_client
 from soulflow.channels.files import safe_filename
 from soulflow.channels.files import write_file_atomically as write_file  # noqa: F401
 from soulflow.channels.rendering import RenderedPart
@@ -61,9 +62,12 @@ class ClientEvents:
 class EventClient(discord.Client):
     """A discord.Client that forwards READY, messages and added reactions to callbacks."""
 
-    def __init__(self, events: ClientEvents, *, fast_identify: bool = False,
+    def __init__(self, events: ClientEvents, *, api_url: str, gateway_url: str | None = None,
+                 fast_identify: bool = False, max_ratelimit_timeout: float | None = None,
                  **options: Any) -> None:
         super().__init__(intents=intents(), **options)
+        route_client(self, api_url=api_url, gateway_url=gateway_url,
+                     max_ratelimit_timeout=max_ratelimit_timeout)
         self._events = events
         self._fast_identify = fast_identify
 

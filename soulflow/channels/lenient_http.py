@@ -16,6 +16,12 @@ import aiohttp
 
 
 class LenientResponse(aiohttp.ClientResponse):
+    """JSON and text bodies with U+FFFD for bytes that are not UTF-8 (Slack reads `.json()`,
+    discord.py reads `.text(encoding="utf-8")`)."""
+
+    async def text(self, encoding: str | None = None, errors: str = "replace") -> str:
+        return await super().text(encoding=encoding, errors=errors)
+
     async def json(self, *, encoding: str | None = None, loads: Any = json.loads,
                    content_type: str | None = "application/json") -> Any:
         try:

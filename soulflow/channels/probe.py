@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -99,13 +98,15 @@ async def probe_telegram(token: str, api_url: str, timeout_s: float) -> TokenPro
 
 async def probe_discord(token: str, api_url: str, timeout_s: float) -> TokenProbe:
     import discord
-    import discord.http
 
-    http = discord.http.HTTPClient(asyncio.get_running_loop(), aiohttp.TCPConnector(limit=1),
-                                   max_ratelimit_timeout=timeout_s)
+    from soulflow.channels.discord_http import RoutedHTTPClient
+
+    # its own base URL, as the Discord channel's clients have: discord.py's class-level
+    # `Route.BASE` is never changed, so a running adapter in this process is not affected
+    http = RoutedHTTPClient(asyncio.get_running_loop(), aiohttp.TCPConnector(limit=1),
+                            api_url=api_url, max_ratelimit_timeout=timeout_s)
     try:
-        with _discord_base(api_url.rstrip("/")):
-            me = await http.static_login(token)
+        me = await http.static_login(token)
     except discord.LoginFailure:
         return TokenProbe(ProbeOutcome.REFUSED, "401 Unauthorized")
     except discord.HTTPException as exc:
@@ -115,17 +116,3 @@ async def probe_discord(token: str, api_url: str, timeout_s: float) -> TokenProb
     finally:
         await http.close()
     return TokenProbe(ProbeOutcome.OK, str(me.get("username", "?")))
-
-
-@contextlib.contextmanager
-def _discord_base(url: str) -> Iterator[None]:
-    """discord.py keeps its REST base URL on a class (`Route.BASE`); set it for this call only,
-    as the Discord channel does for its session."""
-    import discord.http
-
-    saved = discord.http.Route.BASE
-    discord.http.Route.BASE = url
-    try:
-        yield
-    finally:
-        discord.http.Route.BASE = saved

@@ -112,24 +112,36 @@ async def test_missing_message_content_intent_is_explained(state_path: Path) -> 
             await adapter.start()
 
 
-async def test_start_redirects_discord_py_and_stop_restores(
-        fake: FakeDiscord, state_path: Path) -> None:
+async def test_two_adapters_with_their_own_urls_share_one_process(
+        fake: FakeDiscord, tmp_path: Path) -> None:
+    """No process-wide patching: discord.py's class-level URLs stay at their defaults while
+    two adapters, each pointed at its own Discord, receive and send side by side."""
     base = discord.http.Route.BASE
     gateway = discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
-    adapter = make_adapter(fake, state_path)
-    await adapter.start()
-    try:
-        assert fake.api_url == discord.http.Route.BASE
-        assert str(discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY) == fake.gateway_url
-        assert fake.identifies[0]["intents"] == (1 | 1 << 9 | 1 << 10 | 1 << 12 | 1 << 13
-                                                 | 1 << 15)
-    finally:
-        await adapter.stop()
-    assert base == discord.http.Route.BASE
-    assert gateway == discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
-
-
-# -- inbound -----------------------------------------------------------------------------
+    async with FakeDiscord(heartbeat_interval_ms=HEARTBEAT_MS) as other:
+        first = make_adapter(fake, tmp_path / "first.json")
+        second = make_adapter(other, tmp_path / "second.json")
+        await first.start()
+        await second.start()
+        try:
+            assert (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+                    ) == (base, gateway)
+            assert len(fake.identifies) == len(other.identifies) == 1
+            assert fake.identifies[0]["intents"] == (1 | 1 << 9 | 1 << 10 | 1 << 12 | 1 << 13
+                                                     | 1 << 15)
+            fake.push_message(general(fake), "to the first", alice(fake))
+            other.push_message(general(other), "to the second", alice(other))
+            assert [m.text for m in await receive(first)] == ["to the first"]
+            assert [m.text for m in await receive(second)] == ["to the second"]
+            await second.send(OutboundMessage("discord", str(general(other)), "from two"))
+            await first.send(OutboundMessage("discord", str(general(fake)), "from one"))
+            assert [m.content for m in fake.sent_messages] == ["from one"]
+            assert [m.content for m in other.sent_messages] == ["from two"]
+        finally:
+            await first.stop()
+            await second.stop()
+    assert (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY) == (
+        base, gateway)
 
 
 async def test_guild_mention_is_stripped_and_flagged(fake: FakeDiscord,
