@@ -41,10 +41,11 @@ def _settings(args: argparse.Namespace, *, must_exist: bool = True) -> Settings:
 
 def setup_logging(level: str, fmt: str | None = None) -> None:
     """Log to stderr through a redacting filter (secret-looking env values, token shapes), as
-    text lines or JSON lines (`fmt`, else $LOG_FORMAT): see soulflow/logs.py."""
+    text lines or JSON lines (`fmt`; else the format already chosen by --log-format, else
+    $LOG_FORMAT): see soulflow/logs.py."""
     from soulflow.logs import configure_logging, resolve_format
 
-    configure_logging(level, resolve_format(fmt))
+    configure_logging(level, resolve_format(fmt) if fmt else None)
 
 
 # -- commands -----------------------------------------------------------------------------

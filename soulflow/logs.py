@@ -122,13 +122,20 @@ def resolve_format(explicit: str | None = None, setting: str | None = None) -> L
         return LogFormat.TEXT
 
 
-def configure_logging(level: str = "info", fmt: str | LogFormat = LogFormat.TEXT, *,
+def configure_logging(level: str = "info", fmt: str | LogFormat | None = LogFormat.TEXT, *,
                       stream: TextIO | None = None,
                       redactor: Redactor | None = None) -> logging.Handler:
     """Log to `stream` (stderr) in `fmt` at `level`, through the context and redaction
-    filters; replaces the handler a previous call installed. Returns the handler."""
+    filters; replaces the handler a previous call installed (`fmt` None: keep its format, so
+    a command's `--log-format` survives a later call that only changes the level; without
+    one, `resolve_format()`). Returns the handler."""
     root = logging.getLogger()
-    for old in [h for h in root.handlers if isinstance(h, SoulflowHandler)]:
+    previous = [h for h in root.handlers if isinstance(h, SoulflowHandler)]
+    if fmt is None:
+        kept = previous[-1].formatter if previous else None
+        fmt = LogFormat.JSON if isinstance(kept, JsonFormatter) else \
+            LogFormat.TEXT if kept is not None else resolve_format()
+    for old in previous:
         root.removeHandler(old)
         old.close()
     handler = SoulflowHandler(stream if stream is not None else sys.stderr)

@@ -124,3 +124,15 @@ async def test_a_run_stamps_its_lines(stream: io.StringIO, tmp_path: Path) -> No
     [called] = [e for e in json_lines(stream) if e["msg"] == "model called"]
     assert called["run_id"] == run_id and called["chat"] == "slack:C9"
     assert called["provider"] == "openrouter"
+
+
+def test_a_later_call_without_a_format_keeps_the_chosen_one(
+        stream: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`soulflow --log-format json chat` sets JSON first; the chat client's own setup only
+    lowers the level and must not switch back to text."""
+    monkeypatch.delenv("LOG_FORMAT", raising=False)
+    configure_logging("info", "json", stream=stream, redactor=Redactor())
+    handler = configure_logging("warning", None, stream=stream, redactor=Redactor())
+    logging.getLogger("soulflow.x").warning("still json")
+    assert json_lines(stream)[-1]["msg"] == "still json"
+    assert handler.level == logging.NOTSET and logging.getLogger().level == logging.WARNING
