@@ -42,6 +42,7 @@ from soulflow.channels.discord_feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import RenderedPart, render_reply
 from soulflow.channels.state import ChannelState
+from soulflow.storage.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -388,5 +389,5 @@ class DiscordChannel(ChannelAdapter):
         """Fetch an attachment from Discord's CDN into `directory`, refusing oversized files."""
         data = await fmt.fetch_attachment(attachment, self.max_download_bytes)
         target = directory / fmt.download_filename(attachment)
-        await asyncio.to_thread(fmt.write_file, target, data)
+        await asyncio.to_thread(write_bytes_atomic, target, data)
         return target

@@ -20,7 +20,6 @@ import discord.abc
 from soulflow.bus.messages import Attachment, InboundMessage, SendError
 from soulflow.channels.discord_http import route_client
 from soulflow.channels.files import safe_filename
-from soulflow.channels.files import write_file_atomically as write_file  # noqa: F401
 from soulflow.channels.rendering import RenderedPart
 
 PROVIDER = "discord"

@@ -1,11 +1,9 @@
-"""Files that arrive from chats: safe local names and writes that never leave half a file."""
+"""Files that arrive from chats: safe local names (the bytes are written by storage's atomic
+writer, `write_bytes_atomic`, in a worker thread)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
-from soulflow.storage.atomic import write_bytes_atomic
 
 MAX_FILENAME = 100
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -27,9 +25,3 @@ def safe_filename(name: str, prefix: str = "") -> str:
     if len(cleaned) > room and dot and stem and len(ext) < 16:
         cleaned = stem[: room - len(ext) - 1] + "." + ext
     return (head + cleaned)[:MAX_FILENAME]
-
-
-def write_file_atomically(target: Path, data: bytes) -> None:
-    """Write via storage's atomic writer (temp file, fsync, rename): a crash never leaves a
-    truncated attachment under `target`. Blocking: adapters call it in a worker thread."""
-    write_bytes_atomic(target, data)

@@ -18,7 +18,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
-from soulflow.channels.files import write_file_atomically
 from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import split_text
@@ -42,6 +41,7 @@ from soulflow.channels.slack_socket import (
     envelope_event,
 )
 from soulflow.channels.state import ChannelState
+from soulflow.storage.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -417,5 +417,5 @@ class SlackChannel(ChannelAdapter):
         data = await fetch_file(self._session, url, token=self.bot_token, label=label,
                                 mime_type=attachment.mime_type, limit=limit)
         target = directory / safe_filename(label, attachment.file_id or "")
-        await asyncio.to_thread(write_file_atomically, target, data)
+        await asyncio.to_thread(write_bytes_atomic, target, data)
         return target

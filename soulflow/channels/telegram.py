@@ -23,7 +23,6 @@ from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, Teleg
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
-from soulflow.channels.files import write_file_atomically
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
@@ -38,6 +37,7 @@ from soulflow.channels.telegram_format import (
     split_for_telegram,
 )
 from soulflow.channels.telegram_http import AiohttpRequest, retry_seconds, send_error
+from soulflow.storage.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +366,7 @@ class TelegramChannel(ChannelAdapter):
         self._check_size(attachment.name, len(data))
         tag = hashlib.sha256(attachment.file_id.encode()).hexdigest()[:12]
         target = directory / safe_filename(attachment.name, tag)
-        await asyncio.to_thread(write_file_atomically, target, data)
+        await asyncio.to_thread(write_bytes_atomic, target, data)
         return target
 
     def _check_size(self, name: str, size: int | None) -> None:
