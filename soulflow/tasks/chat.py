@@ -40,7 +40,7 @@ from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors
 from soulflow.tasks.graph import GraphValidationError
-from soulflow.tasks.model import Choice, NodeKind, TaskGraph, TaskState
+from soulflow.tasks.model import Choice, NodeKind, NodeStatus, TaskGraph, TaskState
 from soulflow.tasks.planner import Plan, PlanError, Planner
 from soulflow.tasks.proposals import Proposal, ProposalStore
 from soulflow.tasks.store import TaskDecisionError
@@ -196,9 +196,10 @@ class TaskChat:
         requester = Requester(task.provider, task.requested_by)
         if not self.approvers.may_decide(requester, decider):
             return refusal_text(requester)
-        if not task.waiting:
+        steps = waiting_steps(task)
+        if not steps:
             return f"Task {task.task_id} is not waiting for anything."
-        waiting = task.waiting[0]
+        waiting = steps[0]
         node_id, reason = str(waiting["node_id"]), str(waiting.get("reason"))
         if decision == CLARIFY:
             return f"Task {task.task_id} waits at step {node_id}: {waiting.get('prompt', '')}"
@@ -224,7 +225,7 @@ class TaskChat:
         the bot post)."""
         task = self.store.get(task_id)
         if task is None or task.status.finished or not any(
-                w["node_id"] == node_id for w in task.waiting):
+                w["node_id"] == node_id for w in waiting_steps(task)):
             return None
         if not self.approvers.may_decide(Requester(task.provider, task.requested_by), decider):
             return None
@@ -265,10 +266,10 @@ class TaskChat:
             task = self.store.get(task_id)
             here = task is not None and task.provider == message.provider \
                 and task.chat_id == message.chat_id
-            return task if here and task is not None and task.waiting else None
+            return task if here and task is not None and waiting_steps(task) else None
         waiting = [t for t in self.store.list(provider=message.provider,
                                               chat_id=message.chat_id)
-                   if t.waiting and not t.status.finished]
+                   if waiting_steps(t)]
         return waiting[0] if waiting else None
 
     # -- cancelling ----------------------------------------------------------------------
@@ -308,6 +309,22 @@ class TaskChat:
         """Let cancels started by /stop finish (they only record states)."""
         if self._cancels:
             await asyncio.gather(*list(self._cancels), return_exceptions=True)
+
+
+def waiting_steps(task: TaskState) -> list[dict[str, Any]]:
+    """What the task waits on, read from its steps: the prompt is posted as soon as a step
+    starts waiting, a moment before the task's own `waiting` list is checkpointed."""
+    if task.status.finished:
+        return []
+    steps = []
+    for node in task.graph.nodes:
+        state = task.nodes[node.id]
+        if state.status in (NodeStatus.WAITING_APPROVAL, NodeStatus.INTERRUPTED) \
+                and state.choice is None:
+            reason = "interrupted" if state.status is NodeStatus.INTERRUPTED else "approval"
+            prompt = (state.approval or {}).get("reason") or node.prompt or node.label()
+            steps.append({"node_id": node.id, "reason": reason, "prompt": prompt})
+    return steps
 
 
 def _task_decision(text: str) -> str | None:

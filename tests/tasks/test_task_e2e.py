@@ -117,7 +117,8 @@ def test_kill_at_a_boundary_and_mid_step_then_approve_after_restart(
 
     daemon.kill()  # at a step boundary: write done, the gate waiting
     daemon.start()
-    assert only_task(daemon).status is TaskStatus.WAITING_APPROVAL
+    wait_for(lambda: only_task(daemon).status is TaskStatus.WAITING_APPROVAL,
+             what="the task waiting again after the restart")
     fake.script_delay(60)  # the report step's model call hangs: we kill it mid-step
     fake.script_reply("never sent")
     requests = len(fake.requests)
@@ -177,7 +178,7 @@ def test_a_tool_step_needing_approval_waits_for_the_requester(
     assert "write_file" in prompt and "notes/n.txt" in prompt
     note = daemon.workspace / "notes" / "n.txt"
     assert not note.exists()
-    assert only_task(daemon).status is TaskStatus.WAITING_APPROVAL
+    assert only_task(daemon).nodes["note"].status.value == "waiting_approval"
     decided = daemon.wait_reply(daemon.say("approve"))["content"]
     assert decided.endswith("step note approved.")
     wait_text(daemon, "is done.")
