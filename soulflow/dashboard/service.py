@@ -19,6 +19,7 @@ import asyncio
 import hmac
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -254,7 +255,8 @@ class DashboardService:
         try:
             replay = self._hub.replay_after(request.headers.get("Last-Event-ID"))
             # tell the browser to come back after 2 s when the connection drops
-            hello = {"stream": self._hub.stream, "gap": replay.gap}
+            hello = {"kind": "hello", "at": time.time(),
+                     "data": {"stream": self._hub.stream, "gap": replay.gap}}
             await response.write(f"retry: 2000\nevent: hello\ndata: {json.dumps(hello)}\n\n"
                                  .encode())
             sent = 0

@@ -136,7 +136,7 @@ def test_events_replay_after_last_event_id(make_daemon) -> None:
         return any(f.get("event") == "outbound.sent" for f in frames)
 
     first = _read_events(daemon, {}, has_reply)
-    assert first[0]["event"] == "hello" and first[0]["data"]["gap"] is False
+    assert first[0]["event"] == "hello" and first[0]["data"]["data"]["gap"] is False
     last_id = [f for f in first if "id" in f][-1]["id"]
     daemon.wait_reply(daemon.say("second"))
     again = _read_events(daemon, {"Last-Event-ID": last_id}, has_reply)
@@ -146,7 +146,7 @@ def test_events_replay_after_last_event_id(make_daemon) -> None:
     assert not any("first" in json.dumps(f["data"]) for f in replayed)
     # an id from another process (the daemon restarted): the whole ring, flagged as a gap
     stale = _read_events(daemon, {"Last-Event-ID": "0000.5"}, has_reply)
-    assert stale[0]["data"]["gap"] is True
+    assert stale[0]["data"]["data"]["gap"] is True
 
 
 @pytest.mark.timeout(90)
