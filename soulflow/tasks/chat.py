@@ -73,8 +73,11 @@ class Asker:
         return cls(message.provider, message.chat_id, message.thread_id, message.sender_id)
 
 
-def plan_risks(graph: TaskGraph, executors: DaemonExecutors) -> list[str]:
-    """Why a plan must be shown before it runs (empty: it may start at once)."""
+def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
+               chat: dict[str, Any] | None = None) -> list[str]:
+    """Why a plan must be shown before it runs (empty: it may start at once): a gate, a tool
+    step that changes things or whose call (as planned) needs approval, an agent step allowed
+    a tool that changes things."""
     risks: list[str] = []
     tools = executors.tools
     for node in graph.nodes:
@@ -84,11 +87,25 @@ def plan_risks(graph: TaskGraph, executors: DaemonExecutors) -> list[str]:
             tool = tools.get(node.tool)
             if tool is None or not tool.idempotent:
                 risks.append(f"{node.id} calls {node.tool}, which changes things")
+            elif chat is not None and (reason := _approval_reason(executors, node, chat)):
+                risks.append(f"{node.id} calls {node.tool}, which needs approval ({reason})")
         else:
             unsafe = [t for t in node.tools if not executors.tool_is_idempotent(t)]
             if unsafe:
                 risks.append(f"{node.id} may use {', '.join(sorted(unsafe))}")
     return risks
+
+
+def _approval_reason(executors: DaemonExecutors, node: Any, chat: dict[str, Any]) -> str | None:
+    """The tool's own approval rule on the planned params (inputs injected later are unknown:
+    the step still asks then, if it has to)."""
+    tool = executors.tools.get(node.tool)
+    if tool is None:
+        return None
+    try:
+        return tool.needs_approval(dict(node.params), executors.tool_context(chat, False))
+    except Exception as exc:  # params the tool rejects: the step will fail visibly; show it
+        return f"its params look wrong: {exc}"
 
 
 def plan_text(title: str, graph: TaskGraph, risks: list[str]) -> str:
@@ -143,10 +160,13 @@ class TaskChat:
             plan = await planner.plan(request)
         except PlanError as exc:
             return "I could not make a valid plan:\n" + "\n".join(f"- {p}" for p in exc.problems)
+        self.proposals.pop(asker.chat_key)  # a new request replaces a plan under review
         return await self._offer(asker, request, plan, edits=[])
 
     async def _offer(self, asker: Asker, request: str, plan: Plan, edits: list[str]) -> str:
-        risks = plan_risks(plan.graph, self.executors)
+        risks = plan_risks(plan.graph, self.executors, {
+            "provider": asker.provider, "chat_id": asker.chat_id, "thread_id": asker.thread_id,
+            "sender_id": asker.user_id, "requester_id": asker.user_id})
         if not risks and not edits:
             return await self._submit(asker, plan.title, plan.graph)
         self.proposals.put(asker.chat_key, Proposal(

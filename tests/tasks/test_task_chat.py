@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from soulflow.agent.approvals import ApproverPolicy, Decider
-from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.base import ChatRef, Tool, ToolContext
 from soulflow.agent.tools.files import ReadFileTool, WriteFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.bus.messages import InboundMessage, new_id
@@ -44,6 +44,21 @@ from tests.fakes.openai_api import FakeOpenAI
 ADMIN = "carol"
 
 
+class LookTool(Tool):
+    """Reads only (idempotent), but asks first when it looks outside the workspace."""
+
+    name = "look"
+    description = "look at a place"
+    parameters = {"type": "object", "properties": {"where": {"type": "string"}}}
+    idempotent = True
+
+    def needs_approval(self, params: dict[str, Any], ctx: ToolContext) -> str | None:
+        return "it looks outside" if params.get("where") == "outside" else None
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
+        return f"saw {params.get('where')}"
+
+
 @dataclass
 class Rig:
     chat: TaskChat
@@ -68,7 +83,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     tools = ToolRegistry()
-    for tool in (ReadFileTool(), WriteFileTool()):
+    for tool in (ReadFileTool(), WriteFileTool(), LookTool()):
         tools.register(tool)
 
     def context(chat: dict[str, Any], approved: bool) -> ToolContext:
@@ -226,3 +241,15 @@ async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
 async def _until(predicate: Any) -> None:
     while not predicate():
         await asyncio.sleep(0.01)
+
+
+async def test_an_idempotent_tool_step_whose_call_needs_approval_is_shown_first(rig: Rig) -> None:
+    look = {"id": "l", "kind": "tool", "tool": "look", "params": {"where": "outside"}}
+    rig.fake.script_reply(json.dumps({"title": "Look outside", "nodes": [look]}))
+    shown = await rig.say("/task look outside")
+    assert shown is not None and "l calls look, which needs approval (it looks outside)" in shown
+    rig.fake.script_reply(json.dumps({"title": "Look inside", "nodes": [
+        {**look, "params": {"where": "inside"}}]}))
+    started = await rig.say("/task look inside")  # replaces the plan under review
+    assert started is not None and started.startswith("Started task t-")
+    assert await rig.say("approve") is None  # the plan that was under review is gone
