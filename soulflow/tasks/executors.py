@@ -38,6 +38,9 @@ from soulflow.tasks.model import NodeOutcome, OutcomeStatus, TaskState
 log = logging.getLogger(__name__)
 
 TASK_TOOL = "task"  # the tool that starts tasks: never available inside one
+#: tools a task never uses: `task` (no tasks in tasks) and `spawn` (a sub-agent runs with every
+#: tool, which would escape a step's allow-list; the graph itself runs steps in parallel)
+EXCLUDED_TOOLS = (TASK_TOOL, "spawn")
 NO_USER_ANSWER = ("Nobody can answer questions during this step of the task. Use your best "
                   "judgment with the goal and inputs you have, and finish with your result.")
 MAX_AUTO_ANSWERS = 2
@@ -83,7 +86,7 @@ class DaemonExecutors:
 
     def __init__(self, tools: ToolRegistry, tool_context: ChatToolContext,
                  agent: AgentParts | None, *, redactor: Redactor | None = None,
-                 excluded: Collection[str] = (TASK_TOOL,)) -> None:
+                 excluded: Collection[str] = EXCLUDED_TOOLS) -> None:
         self.tools = tools
         self.tool_context = tool_context
         self.agent = agent

@@ -230,4 +230,5 @@ def test_the_model_starts_a_task_with_the_task_tool(daemon: Daemon,
     planner_request = fake.requests[1].json
     offered = planner_request["messages"][0]["content"].split("Available tools:")[1]
     assert "\n- read_file:" in offered and "\n- task:" not in offered  # no tasks in tasks
+    assert "\n- spawn:" not in offered  # a sub-agent would escape a step's allow-list
     assert daemon.stop(signal.SIGTERM) == 0
