@@ -232,3 +232,32 @@ def test_the_model_starts_a_task_with_the_task_tool(daemon: Daemon,
     assert "\n- read_file:" in offered and "\n- task:" not in offered  # no tasks in tasks
     assert "\n- spawn:" not in offered  # a sub-agent would escape a step's allow-list
     assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_a_call_needing_approval_inside_an_agent_step_survives_a_restart(
+        daemon: Daemon, fake: FakeOpenAIThread) -> None:
+    fake.script_reply(plan(
+        "Save a note", {"id": "save", "kind": "agent", "goal": "Save the note",
+                        "tools": ["write_file"]}))
+    fake.script_tool_call("write_file", {"path": "notes/saved.txt", "content": "kept"})
+    daemon.start()
+    daemon.wait_reply(daemon.say("/task save a note"))
+    daemon.wait_reply(daemon.say("approve"))  # the plan
+    prompt = wait_text(daemon, "waits for approval at step save")
+    assert "`write_file`" in prompt and "notes/saved.txt" in prompt
+    wait_for(lambda: only_task(daemon).status is TaskStatus.WAITING_APPROVAL,
+             what="the task waiting")
+    daemon.kill()
+
+    fake.reset()
+    fake.script_reply("Saved the note.")
+    daemon.start()
+    saved = daemon.workspace / "notes" / "saved.txt"
+    assert not saved.exists()
+    assert daemon.wait_reply(daemon.say("approve"))["content"].endswith("step save approved.")
+    assert wait_text(daemon, "is done.").endswith("Saved the note.")
+    assert saved.read_text() == "kept"
+    # the same run went on: the model saw the approved call's result, not a fresh request
+    last = fake.requests[-1].json["messages"]
+    assert last[-1]["role"] == "tool" and "notes/saved.txt" in last[-1]["content"]
+    assert daemon.stop(signal.SIGTERM) == 0
