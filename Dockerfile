@@ -30,7 +30,7 @@ COPY pyproject.toml README.md ./
 COPY soulflow ./soulflow
 # install the package, then the renderer's pinned npm packages next to the installed copy
 RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
-    && npm ci --omit=dev --no-audit --no-fund --prefix "$(python -c \
+    && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --prefix "$(python -c \
        'import soulflow.agent.diagram.render as r; print(r.PACKAGE_DIR)')" \
     && npm cache clean --force
 
