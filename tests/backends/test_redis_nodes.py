@@ -155,3 +155,32 @@ async def test_an_entry_that_is_not_a_message_is_acknowledged_and_skipped(
     assert [m.key for m in await node.inbound.claim()] == [good.key]
     summary = await node.client.xpending(node.keys.stream(0), GROUP)
     assert summary["pending"] == 1  # only the good one, in hand
+
+
+async def test_an_entry_left_in_another_consumers_hands_is_swept_up(
+        redis_harness: Harness) -> None:
+    node = _redis(await redis_harness.open("node-a", lease_ttl_s=1.0, partitions=1))
+    assert await node.inbound.claim() == []  # the takeover's reclaim is done
+    message = inbound("c1", 1)
+    await node.inbound.accept(message)
+    # a deposed holder's read that reached Redis late: the entry sits in its hands
+    await node.client.xreadgroup(GROUP, "late-reader", {node.keys.stream(0): ">"})
+    assert await node.inbound.claim() == []
+    found: list[str] = []
+
+    async def swept() -> bool:
+        found.extend(m.key for m in await node.inbound.claim())
+        return bool(found)
+
+    await eventually(swept, what="the orphaned entry to be swept up")
+    assert found == [message.key]
+    assert await node.inbound.complete(message.key, "answered") is Completion.DONE
+
+
+async def test_streams_lost_with_redis_are_recreated(redis_harness: Harness) -> None:
+    node = _redis(await redis_harness.open("node-a", partitions=2))
+    await node.client.delete(node.keys.stream(0), node.keys.stream(1))  # Redis came back empty
+    assert await node.inbound.claim() == []
+    message = inbound("c1", 1)
+    assert await node.inbound.accept(message)
+    assert [m.key for m in await node.inbound.claim()] == [message.key]

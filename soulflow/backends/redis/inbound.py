@@ -47,6 +47,7 @@ class RedisInbound:
         self._complete = client.register_script(scripts.INBOUND_COMPLETE)
         self._claimed: dict[str, _Claimed] = {}
         self._backlog: dict[int, deque[tuple[str, InboundMessage]]] = {}
+        self._swept_at: dict[int, float] = {}  # monotonic time of each partition's last sweep
 
     def busy(self, part: int) -> bool:
         """Work of this partition in this node's hands (claimed, or read and queued)."""
@@ -100,9 +101,21 @@ class RedisInbound:
         return {1: Completion.DONE, 0: Completion.UNKNOWN}.get(result, Completion.FENCED)
 
     async def claim(self, limit: int = 100) -> list[InboundMessage]:
+        try:
+            return await self._claim(limit)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.ensure_groups()  # Redis came back empty (no persistence)
+            return []
+
+    async def _claim(self, limit: int) -> list[InboundMessage]:
         node = self._partitions.node_id
-        for part in sorted(self._partitions.take_fresh()):
-            self._backlog[part] = deque(await self._reclaim(part, node))
+        for part in self._partitions.fresh():
+            self._backlog[part] = deque(await self._reclaim(part, node, min_idle_ms=0))
+            self._partitions.reclaimed(part)
+            self._swept_at[part] = time.monotonic()
+        await self._sweep(node)
         out: list[InboundMessage] = []
         readable: list[int] = []
         for part in self._partitions.held():
@@ -141,14 +154,34 @@ class RedisInbound:
         self._claimed[message.key] = _Claimed(part, entry_id, lease.value)
         out.append(message)
 
-    async def _reclaim(self, part: int, node: str) -> list[tuple[str, InboundMessage]]:
-        """Every entry of the partition read but never acknowledged (by any consumer: the
-        dead holder, or this node in an earlier life), now ours, oldest first."""
+    async def _sweep(self, node: str) -> None:
+        """Once a TTL per held partition: take entries idle for a TTL in any consumer's hands.
+        Only a read that reached Redis after its sender's lease had passed (a network delay
+        over a third of a TTL) leaves such an orphan; without the sweep it would wait for the
+        partition's next move."""
+        ttl = self._partitions.ttl_s
+        now = time.monotonic()
+        for part in self._partitions.held():
+            if now - self._swept_at.setdefault(part, now) < ttl:
+                continue
+            self._swept_at[part] = now
+            queued = {m.key for _, m in self._backlog.get(part, ())}
+            orphans = [(entry_id, m) for entry_id, m in
+                       await self._reclaim(part, node, min_idle_ms=int(ttl * 1000))
+                       if m.key not in queued]
+            if orphans:
+                self._backlog.setdefault(part, deque()).extend(orphans)
+
+    async def _reclaim(self, part: int, node: str, *,
+                       min_idle_ms: int) -> list[tuple[str, InboundMessage]]:
+        """Every entry of the partition read but not acknowledged for `min_idle_ms` (by any
+        consumer: a dead holder, or this node in an earlier life), now ours, oldest first."""
         stream, start = self._keys.stream(part), "0-0"
         lease = self._partitions.lease(part)
         found: list[tuple[str, InboundMessage]] = []
         while True:
-            reply = await self._client.xautoclaim(stream, GROUP, node, min_idle_time=0,
+            reply = await self._client.xautoclaim(stream, GROUP, node,
+                                                  min_idle_time=min_idle_ms,
                                                   start_id=start, count=100)
             start = _text(reply[0])
             for entry_id, fields in reply[1]:

@@ -54,11 +54,12 @@ class PartitionLeases:
         now = self._clock()
         return sorted(p for p, lease in self._held.items() if lease.valid(now))
 
-    def take_fresh(self) -> set[int]:
-        """Partitions acquired since the last call (their orphaned entries need reclaiming)."""
-        fresh = {p for p in self._fresh if self.lease(p) is not None}
-        self._fresh.clear()
-        return fresh
+    def fresh(self) -> list[int]:
+        """Partitions acquired whose orphaned entries were not reclaimed yet."""
+        return sorted(p for p in self._fresh if self.lease(p) is not None)
+
+    def reclaimed(self, part: int) -> None:
+        self._fresh.discard(part)
 
     async def rebalance(self) -> None:
         """One round: beat, renew what we hold, take our share, give back the surplus."""
