@@ -42,7 +42,7 @@ class FileInbound:
 
     async def complete(self, key: str, status: str, error: str | None = None) -> Completion:
         self._handed.discard(key)
-        if key not in {m.key for m in self.journal.pending()}:
+        if not self.journal.is_pending(key):
             return Completion.UNKNOWN
         self.journal.complete(key, status, error)
         return Completion.DONE

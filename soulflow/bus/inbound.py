@@ -115,6 +115,10 @@ class InboundJournal:
         del self._pending[key]
         self._records_since_compaction += 1
 
+    def is_pending(self, key: str) -> bool:
+        """Accepted and not completed yet."""
+        return key in self._pending
+
     def pending(self) -> list[InboundMessage]:
         """Unfinished messages in the order they arrived."""
         return sorted(self._pending.values(), key=lambda m: m.received_at)
