@@ -134,8 +134,8 @@ class TaskServices:
         self._publish(chat, text, {})
 
     def _agent_waiting(self, chat_key: str, decider: Decider) -> bool:
-        found = self._runtime.agent.open_run(chat_key, by=decider)
-        return found is not None and found[1] == "waiting_approval"
+        """A chat run waits for an approval or for an answer: a bare "yes" is for it."""
+        return self._runtime.agent.open_run(chat_key, by=decider) is not None
 
     def _remember_prompt(self, message: OutboundMessage, result: SendResult) -> None:
         if status_of := message.metadata.get(STATUS_KEY):

@@ -10,8 +10,8 @@ once.
 
 Answers to a waiting task follow the rules of run approvals (`ApproverPolicy`): only the person
 who asked for the task, an admin or the local operator decide; anyone else is told so and
-nothing changes. A chat where an agent run waits for an approval keeps that priority unless the
-message names the task (`approve t-1a2b3c4d`).
+nothing changes. A chat where an agent run waits for an approval or an answer keeps that
+priority unless the message names the task (`approve t-1a2b3c4d`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _RETRY = frozenset({"retry", "again", "다시", "재시도"})
 _MARK_DONE = frozenset({"mark done", "mark_done", "done", "완료"})
 
 PlannerFactory = Callable[[], Planner | None]
-AgentWaiting = Callable[[str, Decider], bool]  # (chat_key, decider) -> a run waits for them
+AgentWaiting = Callable[[str, Decider], bool]  # (chat_key, decider) -> a chat run waits
 
 
 @dataclass(frozen=True, slots=True)
