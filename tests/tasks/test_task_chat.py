@@ -253,3 +253,11 @@ async def test_an_idempotent_tool_step_whose_call_needs_approval_is_shown_first(
     started = await rig.say("/task look inside")  # replaces the plan under review
     assert started is not None and started.startswith("Started task t-")
     assert await rig.say("approve") is None  # the plan that was under review is gone
+
+
+async def test_a_waiting_chat_run_keeps_bare_answers_naming_the_task_reaches_it(rig: Rig) -> None:
+    task_id = await gated_task(rig)
+    rig.chat.agent_waiting = lambda chat_key, decider: True  # a run asked alice something
+    assert await rig.say("yes") is None  # goes on to the run
+    assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
+    assert await rig.say(f"yes {task_id}") == f"Task {task_id}: step gate approved."
