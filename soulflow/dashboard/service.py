@@ -64,6 +64,10 @@ def _json_error(status: int, message: str) -> web.Response:
 PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
             "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 ASSET_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+#: actions whose answer always carries the new state; the DLQ and cron routes (also used
+#: by the CLI) add it when the caller sends this header, as the page does
+CONSOLE_ACTIONS = frozenset({"/api/approvals/decide", "/api/runs/cancel", "/api/tasks/cancel"})
+STATE_HEADER = "X-SoulFlow-State"
 ActionHandler = Callable[[dict[str, Any], Operator], Coroutine[Any, Any, dict[str, Any]]]
 
 
@@ -170,8 +174,8 @@ class DashboardService:
     async def _audit(self, request: web.Request,
                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                      ) -> web.StreamResponse:
-        """Every accepted action is logged with who did it, and answered with the new state
-        (`state`), so the page shows the result without asking again."""
+        """Every action is logged with who did it; a successful one is answered with the new
+        state (`state`, see CONSOLE_ACTIONS), so the page shows the result without asking."""
         response = await handler(request)
         if request.method in SAFE_METHODS or not is_guarded(request.path):
             return response
@@ -186,7 +190,9 @@ class DashboardService:
             self._hub.publish("operator.action", {
                 "action": request.path.removeprefix("/api/").replace("/", "."),
                 "target": str(target)[:200], "by": operator.who})
-        if request.path == "/api/chat" or response.status >= 400 or \
+        wants_state = request.path in CONSOLE_ACTIONS or \
+            request.headers.get(STATE_HEADER) == "1"  # the CLI's answers stay as they were
+        if not wants_state or response.status >= 400 or \
                 not isinstance(response, web.Response) or response.content_type != \
                 "application/json" or response.body is None:
             return response

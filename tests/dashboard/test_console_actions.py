@@ -23,7 +23,8 @@ def texts(daemon: Daemon, chat_id: str) -> list[str]:
 
 
 def post(daemon: Daemon, path: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
-    response = daemon.api("POST", path, json=body)
+    """As the page posts: asking for the new state in the answer."""
+    response = daemon.api("POST", path, json=body, headers={"X-SoulFlow-State": "1"})
     assert response.status_code == status, response.text
     return response.json()
 
@@ -120,6 +121,8 @@ def test_cron_job_paused_resumed_and_run(make_daemon) -> None:
     wait_for(lambda: "echo: time for standup" in texts(daemon, "crew"), what="the job's turn")
     log = daemon.log()
     assert "dashboard POST /api/cron/disable by the token holder from 127.0.0.1: 200" in log
+    # the CLI's answers (no header) stay as they were: no state added
+    assert "state" not in daemon.api("POST", "/api/cron/enable", json={"id": job_id}).json()
 
 
 def test_cancel_a_waiting_task_graph(make_daemon) -> None:

@@ -16,7 +16,8 @@ export async function api(path, options = {}) {
 }
 
 export function post(path, body) {
-  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  // X-SoulFlow-State: answer with the daemon's new state, so the page redraws at once
+  return api(path, { method: "POST", headers: { "Content-Type": "application/json", "X-SoulFlow-State": "1" }, body: JSON.stringify(body) });
 }
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));

@@ -167,7 +167,7 @@ async function refresh() {
   catch (err) { $("problems").replaceChildren(); problem(`Cannot read the daemon's state: ${err.message}`); }
 }
 
-function scheduleRefresh(ms = 200) {
+function scheduleRefresh(ms = 500) {  // at most two state reads a second, however busy
   if (refreshTimer) return;
   refreshTimer = setTimeout(() => { refreshTimer = null; refresh(); }, ms);
 }
