@@ -23,6 +23,7 @@ from aiohttp import web
 
 from soulflow.agent.approvals import LOCAL_PROVIDER, Decider
 from soulflow.agent.run import events as ev
+from soulflow.tasks.chat import waiting_steps
 from soulflow.tasks.commands import idle_canceller
 from soulflow.tasks.store import TaskDecisionError
 
@@ -85,10 +86,12 @@ class ConsoleActions:
     # -- approvals -----------------------------------------------------------------------
 
     async def decide(self, body: dict[str, Any], operator: Operator) -> dict[str, Any]:
-        run_id = _text(body, "run_id")
         decision = DECISIONS.get(str(body.get("decision")))
         if decision is None:
             raise ActionError(400, "'decision' must be 'approve' or 'deny'")
+        if "task_id" in body:
+            return await self._decide_task(_text(body, "task_id"), decision, operator)
+        run_id = _text(body, "run_id")
         approval_id = _text(body, "approval_id", required=False) or None
         agent = self._runtime.agent
         if agent.loop is None:
@@ -107,6 +110,22 @@ class ConsoleActions:
                       tool=approval.get("tool", ""))
         return {"ok": True, "run_id": run_id, "approval_id": approval["approval_id"],
                 "decision": decision}
+
+    async def _decide_task(self, task_id: str, decision: str,
+                           operator: Operator) -> dict[str, Any]:
+        """A task graph's waiting step, decided as in its chat; the chat hears the outcome."""
+        runtime = self._runtime
+        task = runtime.tasks.get(task_id)
+        if task is None:
+            raise ActionError(404, f"there is no task {task_id}")
+        steps = waiting_steps(task)
+        if not steps:
+            raise ActionError(409, f"task {task_id} is not waiting for anything")
+        text = await runtime.task_services.chat.decide(task, decision, operator.decider())
+        runtime.manager.publish_to_chat({"provider": task.provider, "chat_id": task.chat_id,
+                                         "thread_id": task.thread_id}, text)
+        self.announce(operator, decision, f"task {task_id} step {steps[0]['node_id']}")
+        return {"ok": True, "task_id": task_id, "decision": decision, "outcome": text}
 
     async def _continue(self, run_id: str, approval_id: str, decision: str, operator: Operator,
                         chat: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
+from soulflow.tasks.chat import waiting_steps
 
 if TYPE_CHECKING:
     from soulflow.runtime import Runtime
@@ -42,6 +43,7 @@ class Console:
     def snapshot(self) -> dict[str, Any]:
         """The sections the page shows beyond the runtime's summary, redacted."""
         runs, approvals = self._runs()
+        approvals += self._task_approvals()
         return self.redact({
             "runs": runs,
             "approvals": approvals,
@@ -83,7 +85,7 @@ class Console:
                               if e.type == ev.APPROVAL_REQUESTED
                               and e.data.get("approval_id") == approval["approval_id"]), None)
                 approvals.append({
-                    "run_id": run_id, "approval_id": approval["approval_id"],
+                    "kind": "run", "run_id": run_id, "approval_id": approval["approval_id"],
                     "tool": approval.get("tool", ""), "reason": approval.get("reason", ""),
                     "arguments": _short(approval.get("arguments", {}), ARGUMENTS_CAP),
                     "requester": chat.get("sender_name") or chat.get("requester_id") or
@@ -91,6 +93,25 @@ class Console:
                     "chat_id": chat.get("chat_id"), "since": asked,
                     "deferred": approval.get("decision") == "defer"})
         return runs, approvals
+
+    def _task_approvals(self) -> list[dict[str, Any]]:
+        """Task graphs waiting at a step (the first one: a decision applies to it)."""
+        rows = []
+        for task in self.runtime.tasks.unfinished():
+            steps = waiting_steps(task)
+            if not steps:
+                continue
+            step = steps[0]
+            interrupted = step.get("reason") == "interrupted"
+            rows.append({
+                "kind": "task", "task_id": task.task_id, "node_id": step["node_id"],
+                "tool": f"task {task.title or task.task_id}, step {step['node_id']}",
+                "reason": ("interrupted by a restart; approve runs it again"
+                           if interrupted else _short(step.get("prompt", ""), 300)),
+                "arguments": "", "requester": task.requested_by or "a scheduled job",
+                "provider": task.provider, "chat_id": task.chat_id,
+                "since": task.updated_at, "deferred": False})
+        return rows
 
     # -- tasks, cron, decisions ----------------------------------------------------------
 

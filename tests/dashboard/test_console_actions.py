@@ -125,18 +125,40 @@ def test_cron_job_paused_resumed_and_run(make_daemon) -> None:
     assert "state" not in daemon.api("POST", "/api/cron/enable", json={"id": job_id}).json()
 
 
-def test_cancel_a_waiting_task_graph(make_daemon) -> None:
-    daemon = make_daemon()
+def waiting_task(task_id: str) -> TaskState:
     graph = TaskGraph([
         TaskNode(id="draft", kind=NodeKind.TOOL, tool="read_file", params={"path": "x"}),
         TaskNode(id="ok", kind=NodeKind.APPROVAL, prompt="Send the mail?", depends_on=["draft"]),
     ])
-    task = TaskState("t-wait", "Mail the vendors", graph, status=TaskStatus.WAITING_APPROVAL,
+    task = TaskState(task_id, "Mail the vendors", graph, status=TaskStatus.WAITING_APPROVAL,
                      provider="local", chat_id="ops", requested_by="someone")
     task.nodes["draft"].status = NodeStatus.COMPLETED
     task.nodes["ok"].status = NodeStatus.WAITING_APPROVAL
     task.waiting = [{"node_id": "ok", "reason": "approval", "prompt": "Send the mail?"}]
-    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(task))
+    return task
+
+
+def test_approve_a_waiting_task_step(make_daemon) -> None:
+    daemon = make_daemon()
+    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(waiting_task("t-go")))
+    daemon.start()
+    [approval] = daemon.state()["approvals"]
+    assert approval["kind"] == "task" and approval["task_id"] == "t-go"
+    assert approval["reason"] == "Send the mail?" and approval["requester"] == "someone"
+    answer = post(daemon, "/api/approvals/decide", {"task_id": "t-go", "decision": "approve"})
+    assert answer["outcome"] == "Task t-go: step ok approved."
+    wait_for(lambda: daemon.state()["task_list"][0]["status"] == "completed",
+             what="the task finished after the approval")
+    assert "Task t-go: step ok approved." in texts(daemon, "ops")
+    post(daemon, "/api/approvals/decide", {"task_id": "t-go", "decision": "approve"},
+         status=409)
+    post(daemon, "/api/approvals/decide", {"task_id": "t-nope", "decision": "deny"},
+         status=404)
+
+
+def test_cancel_a_waiting_task_graph(make_daemon) -> None:
+    daemon = make_daemon()
+    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(waiting_task("t-wait")))
     daemon.start()
     [shown] = daemon.state()["task_list"]
     assert shown["current"] == ["ok"] and shown["waiting"] == ["Send the mail?"]

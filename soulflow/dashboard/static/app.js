@@ -41,16 +41,20 @@ function renderSummary(s) {
 }
 
 function renderApprovals(s) {
-  fill($("approvals"), (s.approvals || []).map(a => item({
-    cls: "approval",
-    title: `${a.tool} — ${a.reason}`,
-    sub: [`asked by ${a.requester} in ${a.provider}:${a.chat_id}, ${ago(a.since)}${a.deferred ? " (deferred)" : ""}`],
-    code: a.arguments,
-    actions: [
-      button("Approve", "approve", () => act("/api/approvals/decide", { run_id: a.run_id, approval_id: a.approval_id, decision: "approve" }), { run: a.run_id }),
-      button("Deny", "deny danger", () => act("/api/approvals/decide", { run_id: a.run_id, approval_id: a.approval_id, decision: "deny" }), { run: a.run_id }),
-    ],
-  })), "Nothing waits for a decision. Risky tool calls show up here for you to approve or deny.");
+  fill($("approvals"), (s.approvals || []).map(a => {
+    const target = a.kind === "task" ? { task_id: a.task_id } : { run_id: a.run_id, approval_id: a.approval_id };
+    const decide = decision => () => act("/api/approvals/decide", { ...target, decision });
+    return item({
+      cls: "approval",
+      title: `${a.tool} — ${a.reason}`,
+      sub: [`asked by ${a.requester} in ${a.provider}:${a.chat_id}, ${ago(a.since)}${a.deferred ? " (deferred)" : ""}`],
+      code: a.arguments || null,
+      actions: [
+        button("Approve", "approve", decide("approve"), { id: a.task_id || a.run_id }),
+        button("Deny", "deny danger", decide("deny"), { id: a.task_id || a.run_id }),
+      ],
+    });
+  }), "Nothing waits for a decision. Risky tool calls and task steps show up here for you to approve or deny.");
 }
 
 function renderChannels(s) {
