@@ -22,7 +22,7 @@ HELP_LINES = {
     "render": "/render <mermaid>: draw a diagram",
     "secret": "/secret list | set NAME | rm NAME: manage stored secrets (values never shown)",
     "cron": "/cron list | rm ID: this chat's scheduled jobs (ask me in words to add one)",
-    "task": "/task list | show ID | cancel ID: this chat's multi-step tasks",
+    "task": "/task REQUEST (plan and run a multi-step task) | list | show ID | cancel ID",
     "repl": "/repl <python>: run Python in a sandbox",
 }
 
