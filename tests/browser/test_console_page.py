@@ -95,8 +95,9 @@ def test_page_loads_clean_and_shows_a_message_live(browser, make_daemon) -> None
     assert browser.find_elements(By.CSS_SELECTOR, "#events img") == []  # text, not markup
     assert any(t.startswith("↓") and "wrote in local:elsewhere" in t
                for t in event_texts(browser))
-    until(browser, lambda d: "2 in / 2 out" in d.find_element(By.ID, "channels").text
-          or "in / " in d.find_element(By.ID, "channels").text, what="the channel's counts")
+    until(browser, lambda d: "2 in / 2 out this hour" in d.find_element(By.ID, "channels").text,
+          what="the channel's counts, from the state re-read after the events")
+    assert "2 calls" in browser.find_element(By.ID, "providers").text
     assert browser.find_elements(By.CSS_SELECTOR, "#chart svg polyline")
     assert console_errors(browser) == []
     screenshot(browser, "console-chat", 1280)

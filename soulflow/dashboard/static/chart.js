@@ -17,7 +17,8 @@ export function drawChart(container, traffic) {
   const W = Math.max(280, Math.round(container.clientWidth || 600)), H = 150, L = 28, B = 18, T = 8;
   const minutes = (traffic && traffic.minutes) || 60;
   const totals = names.map(n => traffic.channels[n].in.map((v, i) => v + traffic.channels[n].out[i]));
-  const peak = Math.max(1, ...totals.flat());
+  const highest = Math.max(0, ...totals.flat());
+  const peak = Math.max(2, Math.ceil(highest / 2) * 2);  // even: the middle line is a whole number
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "messages per minute per channel, last hour" });
   const x = i => L + (W - L - 4) * (i / (minutes - 1));
   const y = v => T + (H - T - B) * (1 - v / peak);
