@@ -1,10 +1,10 @@
 """Leader failover on Redis: SIGKILL the node holding an account's lease, time the takeover.
 
 Two node processes run `LeaderElection` for one lease on a private redis-server. Each round
-kills the leader with SIGKILL and measures the time until the other announces leadership
-(CLOCK_MONOTONIC is system-wide on Linux, so the two processes' stamps compare); the killed
-node is restarted as the new follower. This is the lease alone: a daemon's first reply after a
-takeover adds its first poll and the answer.
+kills the leader with SIGKILL at a random moment and measures the time until the other
+announces leadership (CLOCK_MONOTONIC is system-wide on Linux, so the two processes' stamps
+compare); the killed node is restarted as the new follower. This is the lease alone: a
+daemon's first reply after a takeover adds its first poll and the answer.
 
     python bench/leader_failover.py [--kills 20] [--ttl 6]
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import signal
 import sys
 import tempfile
@@ -82,6 +83,8 @@ async def main(kills: int, ttl_s: float) -> None:
             leader, follower = nodes
             takeovers: list[float] = []
             for _ in range(kills):
+                # at a random point of the renewal cycle, not in step with the last takeover
+                await asyncio.sleep(random.uniform(0, ttl_s))
                 killed_at = await leader.kill()
                 took_at = await follower.leadership(ttl_s * 3)
                 takeovers.append(took_at - killed_at)
