@@ -7,6 +7,7 @@ job, and keep watching across a daemon restart. Screenshots land in tests/artifa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -15,12 +16,15 @@ import pytest
 from tests.browser.conftest import ARTIFACTS, TOKEN
 from tests.e2e.harness import Daemon, wait_for
 
-pytest.importorskip("selenium")  # the fixture says why (or fails under CI)
-
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+try:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # under CI a missing selenium is a failure (the import error stands)
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip("selenium is not installed (pip install -e '.[dev]')", allow_module_level=True)
 
 SEVERE = "SEVERE"
 
