@@ -120,6 +120,9 @@ function renderDlq(s) {
   fill($("dlq-in"), dlq.inbound.map(e => item({
     title: `From ${e.provider}:${e.chat_id}, ${ago(e.at)} (${e.stage})`, sub: [`error: ${e.error}`], code: e.content,
   })), "No quarantined message.");
+  if (dlq.inbound.length) {  // kept for reading only: nothing to replay, so purge them all at once
+    $("dlq-in").append(item({ title: "", actions: [button("Purge all quarantined", "purge-inbound danger", () => act("/api/dlq/purge", { inbound: true }))] }));
+  }
 }
 
 const secs = s => s < 1 ? `${Math.round(s * 1000)} ms` : `${s.toFixed(1)} s`;
