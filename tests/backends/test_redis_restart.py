@@ -11,7 +11,10 @@ import pytest
 from redis.asyncio import Redis
 
 from soulflow.backends.base import Completion
+from soulflow.backends.leader import LeaderElection
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.keys import Keys
+from soulflow.backends.redis.lease import RedisLeases
 from tests.backends.helpers import eventually, inbound
 from tests.backends.redis_server import RedisServer
 
@@ -59,3 +62,26 @@ async def test_nothing_is_lost_across_a_redis_restart(durable_redis: RedisServer
             assert await node.inbound.is_seen(message.key)
     finally:
         await node.close()
+
+
+async def test_a_leader_steps_down_while_redis_is_away_and_leads_again(
+        durable_redis: RedisServer) -> None:
+    client = Redis.from_url(durable_redis.url, socket_timeout=1)
+    election = LeaderElection(RedisLeases(client, Keys("restart-leader:", 1)),
+                              "account:telegram", "n1", ttl_s=1.5)
+    election.start()
+    try:
+        async def leads() -> bool:
+            return election.is_leader
+
+        async def follows() -> bool:
+            return not election.is_leader
+
+        await eventually(leads, what="leadership")
+        durable_redis.stop()
+        await eventually(follows, what="stepping down while Redis is away")
+        durable_redis.start()
+        await eventually(leads, timeout_s=20, what="leadership again after the restart")
+    finally:
+        await election.stop()
+        await client.aclose()
