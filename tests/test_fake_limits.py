@@ -24,6 +24,7 @@ from tests.fakes.discord_api import FakeDiscord, redirect_discord_py
 from tests.fakes.rate_limits import TELEGRAM_LIMITS, Limiter, PlatformLimits, Rate
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.running import running
 
 CHAT = 4242
 
@@ -31,11 +32,8 @@ CHAT = 4242
 @pytest.fixture
 async def telegram() -> AsyncIterator[FakeTelegram]:
     server = FakeTelegram()
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 def tg_bot(fake: FakeTelegram) -> Bot:

@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack, FakeSlackThread
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
+from tests.running import running
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GENERAL = "C0GENERAL1"
@@ -38,11 +39,8 @@ Listener = Callable[[Any, SocketModeRequest], Awaitable[None]]
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSlack]:
     server = FakeSlack()
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

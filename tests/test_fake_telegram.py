@@ -32,6 +32,7 @@ from telegram.error import (
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram, FakeTelegramThread
+from tests.running import running
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 USER_ID = 4242
@@ -58,11 +59,8 @@ def make_bot(url: str, token: str = DEFAULT_TOKEN) -> Bot:
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
     server = FakeTelegram()
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

@@ -116,16 +116,14 @@ async def test_two_adapters_with_their_own_urls_share_one_process(
         fake: FakeDiscord, tmp_path: Path) -> None:
     """No process-wide patching: discord.py's class-level URLs stay at their defaults while
     two adapters, each pointed at its own Discord, receive and send side by side."""
-    base = discord.http.Route.BASE
-    gateway = discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    before = discord_py_urls()
     async with FakeDiscord(heartbeat_interval_ms=HEARTBEAT_MS) as other:
         first = make_adapter(fake, tmp_path / "first.json")
         second = make_adapter(other, tmp_path / "second.json")
         await first.start()
         await second.start()
         try:
-            assert (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
-                    ) == (base, gateway)
+            assert discord_py_urls() == before
             assert len(fake.identifies) == len(other.identifies) == 1
             assert fake.identifies[0]["intents"] == (1 | 1 << 9 | 1 << 10 | 1 << 12 | 1 << 13
                                                      | 1 << 15)
@@ -140,8 +138,12 @@ async def test_two_adapters_with_their_own_urls_share_one_process(
         finally:
             await first.stop()
             await second.stop()
-    assert (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY) == (
-        base, gateway)
+    assert discord_py_urls() == before
+
+
+def discord_py_urls() -> tuple[str, object]:
+    """discord.py's class-level URLs, which no adapter may change."""
+    return discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
 
 
 async def test_guild_mention_is_stripped_and_flagged(fake: FakeDiscord,

@@ -21,6 +21,7 @@ from soulflow.channels.state import ChannelState
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.discord_api import API_PREFIX, FakeDiscord
+from tests.running import running
 
 SLOW_S = 0.05
 UNLIMITED = (100_000, 1.0)  # these tests are about connections, not pacing
@@ -36,11 +37,8 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 @pytest.fixture
 async def proxy(fake: FakeDiscord) -> AsyncIterator[DroppingProxy]:
     link = DroppingProxy(int(fake.base_url.rsplit(":", 1)[1]))
-    await link.start()
-    try:
+    async with running(link):
         yield link
-    finally:
-        await link.stop()
 
 
 @pytest.fixture
@@ -50,11 +48,8 @@ async def channel(fake: FakeDiscord, proxy: DroppingProxy,
                              api_url=f"{proxy.url}{API_PREFIX}", gateway_url=fake.gateway_url,
                              guild_ready_timeout=0.05, fast_identify=True, ready_timeout=5.0,
                              reconnect_delay_s=0.05, send_interval_s=0.0)
-    await adapter.start()
-    try:
+    async with running(adapter):
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 def general(fake: FakeDiscord) -> str:

@@ -18,6 +18,7 @@ from soulflow.channels.slack_format import markdown_to_mrkdwn, safe_filename, sl
 from soulflow.channels.state import ChannelState
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
+from tests.running import running
 
 GENERAL = "C0GENERAL1"
 HUMAN = "U0HUMAN001"
@@ -29,11 +30,8 @@ Factory = Callable[..., Awaitable[SlackChannel]]
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSlack]:
     server = FakeSlack()
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from tests.channels.feedback_rig import manager_rig, until
 from tests.fakes.rate_limits import SLACK_LIMITS
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_USER_ID
+from tests.running import running
 
 GENERAL = "C0GENERAL1"
 BURST = 50
@@ -26,11 +27,8 @@ BURST = 50
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSlack]:
     server = FakeSlack(limits=SLACK_LIMITS.relaxed())
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

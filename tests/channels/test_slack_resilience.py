@@ -20,6 +20,7 @@ from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.rate_limits import SLACK_LIMITS
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.running import running
 
 GENERAL = "C0GENERAL1"
 SLOW_S = 0.05
@@ -28,21 +29,15 @@ SLOW_S = 0.05
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSlack]:
     server = FakeSlack(limits=SLACK_LIMITS.relaxed())
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
 async def proxy(fake: FakeSlack) -> AsyncIterator[DroppingProxy]:
     link = DroppingProxy(fake.port)
-    await link.start()
-    try:
+    async with running(link):
         yield link
-    finally:
-        await link.stop()
 
 
 @pytest.fixture
@@ -50,11 +45,8 @@ async def channel(proxy: DroppingProxy, tmp_path: Path) -> AsyncIterator[SlackCh
     adapter = SlackChannel(bot_token=BOT_TOKEN, state=ChannelState(tmp_path / "slack.json"),
                            api_url=f"{proxy.url}/api/", default_channel=GENERAL,
                            feedback_timeout_s=0.5)
-    await adapter.start()
-    try:
+    async with running(adapter):
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 def out(text: str) -> OutboundMessage:

@@ -31,6 +31,7 @@ from soulflow.channels.telegram_format import (
 )
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
 from tests.fakes.telegram_markup import parse_markup
+from tests.running import running
 
 USER = 4242
 GROUP = -1001234567890
@@ -40,11 +41,8 @@ BOT_NAME = "soulflow_test_bot"
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
     server = FakeTelegram()
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -62,19 +60,16 @@ def make_channel(url: str, state: ChannelState, **kwargs: object) -> TelegramCha
 
 
 @asynccontextmanager
-async def running(fake: FakeTelegram, state: ChannelState,
-                  **kwargs: object) -> AsyncIterator[TelegramChannel]:
+async def channel_on(fake: FakeTelegram, state: ChannelState,
+                     **kwargs: object) -> AsyncIterator[TelegramChannel]:
     adapter = make_channel(fake.url, state, **kwargs)
-    await adapter.start()
-    try:
+    async with running(adapter):
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 @pytest.fixture
 async def channel(fake: FakeTelegram, state: ChannelState) -> AsyncIterator[TelegramChannel]:
-    async with running(fake, state) as adapter:
+    async with channel_on(fake, state) as adapter:
         yield adapter
 
 
@@ -122,7 +117,7 @@ async def test_start_reports_an_unreachable_api(state: ChannelState) -> None:
 async def test_start_learns_identity_and_deletes_the_webhook(fake: FakeTelegram,
                                                              state: ChannelState) -> None:
     fake.webhook_url = "https://example.invalid/hook"
-    async with running(fake, state) as adapter:
+    async with channel_on(fake, state) as adapter:
         assert (adapter.bot_id, adapter.bot_username) == (fake.bot_id, BOT_NAME)
         assert fake.webhook_url == "" and fake.calls("deleteWebhook")
         assert adapter.limits.max_text == 4096 and adapter.send_interval_s == 1.0
@@ -133,7 +128,7 @@ async def test_first_batch_ever_is_priming(fake: FakeTelegram, tmp_path: Path) -
     state = ChannelState(tmp_path / "fresh.json")
     fake.push_message(USER, "old one")
     fake.push_message(USER, "old two")
-    async with running(fake, state) as adapter:
+    async with channel_on(fake, state) as adapter:
         history = await adapter.read()
         assert [(m.text, m.priming) for m in history] == [("old one", True), ("old two", True)]
         assert fake.calls("getUpdates")[-1].params["timeout"] == 0  # backlog only, no wait
@@ -142,7 +137,7 @@ async def test_first_batch_ever_is_priming(fake: FakeTelegram, tmp_path: Path) -
         live = await read_some(adapter)
         assert [(m.text, m.priming) for m in live] == [("new", False)]
         adapter.commit(live)
-    async with running(fake, state) as again:
+    async with channel_on(fake, state) as again:
         fake.push_message(USER, "after restart")
         assert [m.priming for m in await read_some(again)] == [False]
 
@@ -161,7 +156,7 @@ async def test_offset_moves_only_on_commit(fake: FakeTelegram, state: ChannelSta
     await adapter.stop()
     assert state.get("offset") == first["update_id"] + 1
 
-    async with running(fake, ChannelState(state.path)) as successor:
+    async with channel_on(fake, ChannelState(state.path)) as successor:
         assert [m.text for m in await read_some(successor)] == ["two"]
 
 
@@ -289,7 +284,7 @@ async def test_attachments_and_download(fake: FakeTelegram, channel: TelegramCha
 
 async def test_download_refuses_oversize_files(fake: FakeTelegram, state: ChannelState,
                                                tmp_path: Path) -> None:
-    async with running(fake, state, max_download_bytes=10) as adapter:
+    async with channel_on(fake, state, max_download_bytes=10) as adapter:
         fake.add_file("big", b"y" * 50, filename="big.bin")
         inbox = tmp_path / "inbox"
         declared = Attachment(name="big.bin", file_id="big", size=50)
@@ -411,7 +406,7 @@ async def test_read_returns_promptly_on_stop(fake: FakeTelegram, state: ChannelS
 
 async def test_network_errors_back_off_and_recover(fake: FakeTelegram, state: ChannelState,
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    async with running(fake, state, poll_timeout_s=5, retry_delay_s=0.1) as adapter:
+    async with channel_on(fake, state, poll_timeout_s=5, retry_delay_s=0.1) as adapter:
         reading = asyncio.create_task(adapter.read())
         await fake.wait_for(lambda: fake.pending_polls == 1, timeout=2)
         fake.drop_long_polls()

@@ -17,6 +17,7 @@ from soulflow.channels.telegram import TelegramChannel
 from tests.channels.feedback_rig import manager_rig, until
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.running import running
 
 USER = 4242
 BURST = 50
@@ -25,11 +26,8 @@ BURST = 50
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
     server = FakeTelegram(limits=TELEGRAM_LIMITS.relaxed())  # pacing is not under test here
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -38,11 +36,8 @@ async def channel(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[TelegramC
     state.set("offset", 1)
     adapter = TelegramChannel(token=DEFAULT_TOKEN, state=state, api_url=fake.url,
                               poll_timeout_s=1, retry_delay_s=0.05, send_interval_s=0.0)
-    await adapter.start()
-    try:
+    async with running(adapter):
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 def times(fake: FakeTelegram, method: str) -> list[float]:

@@ -21,6 +21,7 @@ from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.running import running
 
 CHAT = 4242
 SLOW_S = 0.05  # every churned call is answered this late, so most are cancelled mid-flight
@@ -40,11 +41,8 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 @pytest.fixture
 async def proxy(fake: FakeTelegram) -> AsyncIterator[DroppingProxy]:
     link = DroppingProxy(fake.port)
-    await link.start()
-    try:
+    async with running(link):
         yield link
-    finally:
-        await link.stop()
 
 
 @pytest.fixture
@@ -53,11 +51,8 @@ async def channel(proxy: DroppingProxy, tmp_path: Path) -> AsyncIterator[Telegra
     state.set("offset", 1)
     adapter = TelegramChannel(token=DEFAULT_TOKEN, state=state, api_url=proxy.url,
                               poll_timeout_s=1, retry_delay_s=0.05, feedback_timeout_s=0.5)
-    await adapter.start()
-    try:
+    async with running(adapter):
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 def out(text: str) -> OutboundMessage:

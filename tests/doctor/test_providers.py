@@ -14,6 +14,7 @@ import pytest
 from soulflow.doctor import Status, diagnose
 from tests.doctor.conftest import BASE_ENV, closed_port_url, line
 from tests.fakes.openai_api import FakeOpenAI
+from tests.running import running
 
 KEY = "sk-or-v1-doctor-test-key-0123456789"
 
@@ -21,11 +22,8 @@ KEY = "sk-or-v1-doctor-test-key-0123456789"
 @pytest.fixture
 async def openai() -> AsyncIterator[FakeOpenAI]:
     server = FakeOpenAI()
-    await server.start()
-    try:
+    async with running(server):
         yield server
-    finally:
-        await server.stop()
 
 
 def env_for(url: str) -> dict[str, str]:

@@ -1,0 +1,30 @@
+"""`running(x)`: start a fake server, proxy or adapter for the length of an `async with`.
+
+Fixtures start something, yield it and stop it even when the test fails; written out that
+is six lines in every fixture of every file, so they share this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
+
+
+class Startable(Protocol):
+    async def start(self) -> Any: ...
+
+    async def stop(self) -> Any: ...
+
+
+S = TypeVar("S", bound=Startable)
+
+
+@asynccontextmanager
+async def running(service: S) -> AsyncIterator[S]:
+    """`await service.start()`, yield it, and `await service.stop()` on the way out."""
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
