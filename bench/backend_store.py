@@ -45,7 +45,7 @@ async def work(backend: Backend, stop: asyncio.Event) -> int:
     """Run claimed messages until `stop` and nothing is left in hand; returns how many."""
     done = 0
     while True:
-        claimed = await backend.inbound.claim(limit=50)
+        claimed = await backend.inbound.claim(limit=50, wait_s=0.05)
         for m in claimed:
             reply = OutboundMessage(provider=m.provider, chat_id=m.chat_id, content="ok",
                                     inbound_key=m.key)
@@ -53,10 +53,8 @@ async def work(backend: Backend, stop: asyncio.Event) -> int:
             await backend.outbox.mark_sent(reply.message_id, ["1"])
             await backend.inbound.complete(m.key, "answered")
             done += 1
-        if not claimed:
-            if stop.is_set():
-                return done
-            await asyncio.sleep(0.01)  # the daemon would block in XREADGROUP instead
+        if not claimed and stop.is_set():
+            return done
 
 
 async def produce(backend: Backend, messages: int, chats: int) -> None:

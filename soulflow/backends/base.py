@@ -96,8 +96,10 @@ class InboundStore(Protocol):
     async def complete(self, key: str, status: str, error: str | None = None) -> Completion:
         """Mark a message answered, refused/ignored, or failed; it is never handed out again."""
 
-    async def claim(self, limit: int = 100) -> list[InboundMessage]:
-        """Messages this node should run now, each handed out once; per chat in accept order."""
+    async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
+        """Messages this node should run now, each handed out once; per chat in accept order.
+        With `wait_s`, when there is nothing yet, wait up to that long for a message to arrive
+        (keep it under the Redis socket timeout, half a lease TTL)."""
 
     async def pending(self) -> list[InboundMessage]:
         """Every unfinished message (all nodes'), oldest first."""

@@ -8,6 +8,7 @@ time) for code that runs on either backend, and cost nothing.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,9 +31,13 @@ class FileInbound:
     def __init__(self, journal: InboundJournal) -> None:
         self.journal = journal
         self._handed: set[str] = set()
+        self._arrived = asyncio.Event()
 
     async def accept(self, message: InboundMessage) -> bool:
-        return self.journal.accept(message)
+        accepted = self.journal.accept(message)
+        if accepted:
+            self._arrived.set()
+        return accepted
 
     async def is_seen(self, key: str) -> bool:
         return self.journal.is_seen(key)
@@ -47,8 +52,15 @@ class FileInbound:
         self.journal.complete(key, status, error)
         return Completion.DONE
 
-    async def claim(self, limit: int = 100) -> list[InboundMessage]:
+    async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
+        self._arrived.clear()
         fresh = [m for m in self.journal.pending() if m.key not in self._handed][:limit]
+        if not fresh and wait_s > 0:
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout=wait_s)
+            except TimeoutError:
+                return []
+            fresh = [m for m in self.journal.pending() if m.key not in self._handed][:limit]
         self._handed.update(m.key for m in fresh)
         return fresh
 

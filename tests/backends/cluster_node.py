@@ -81,7 +81,7 @@ class ClusterNode:
         """Run claimed messages one at a time, then send this node's replies in order."""
         inbound, outbox = self.backend.inbound, self.backend.outbox
         while True:
-            claimed = await inbound.claim(limit=20)
+            claimed = await inbound.claim(limit=20, wait_s=0.1)
             for message in claimed:
                 if not await outbox.has_answered(message.key):
                     await outbox.put(OutboundMessage(
@@ -99,8 +99,6 @@ class ClusterNode:
                                                 0.0, str(exc))
                     break  # keep the chat's order: retry this one first
                 await outbox.mark_sent(entry.message.message_id)
-            if not claimed and not entries:
-                await asyncio.sleep(0.02)
 
 
 async def main(url: str, prefix: str, node_id: str, telegram: str, token: str,

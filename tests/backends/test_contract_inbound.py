@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from soulflow.backends.base import Completion
 from tests.backends.conftest import Harness
 from tests.backends.helpers import inbound
@@ -93,3 +95,15 @@ async def test_messages_round_trip_whole(harness: Harness) -> None:
     await backend.inbound.accept(message)
     [claimed] = await backend.inbound.claim()
     assert claimed.to_dict() == message.to_dict()
+
+
+async def test_claim_can_wait_for_the_next_message(harness: Harness) -> None:
+    backend = await harness.open()
+    assert await backend.inbound.claim() == []  # a takeover's reclaim, if any, is done
+    message = inbound("c1", 1)
+    waiting = asyncio.create_task(backend.inbound.claim(wait_s=2.0), name="waiting-claim")
+    await asyncio.sleep(0)  # let the claim start waiting
+    assert not waiting.done()
+    assert await backend.inbound.accept(message)
+    assert [m.key for m in await asyncio.wait_for(waiting, timeout=10)] == [message.key]
+    assert await backend.inbound.claim(wait_s=0.05) == []  # nothing more: returns empty

@@ -11,6 +11,7 @@ the lease the message was claimed under.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -100,16 +101,16 @@ class RedisInbound:
             args=[key, claimed.entry_id, claimed.lease_value, GROUP]))
         return {1: Completion.DONE, 0: Completion.UNKNOWN}.get(result, Completion.FENCED)
 
-    async def claim(self, limit: int = 100) -> list[InboundMessage]:
+    async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
         try:
-            return await self._claim(limit)
+            return await self._claim(limit, wait_s)
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups()  # Redis came back empty (no persistence)
             return []
 
-    async def _claim(self, limit: int) -> list[InboundMessage]:
+    async def _claim(self, limit: int, wait_s: float) -> list[InboundMessage]:
         node = self._partitions.node_id
         for part in self._partitions.fresh():
             self._backlog[part] = deque(await self._reclaim(part, node, min_idle_ms=0))
@@ -128,9 +129,14 @@ class RedisInbound:
         for part in list(self._backlog):
             if not self._backlog[part] or self._partitions.lease(part) is None:
                 del self._backlog[part]  # drained, or lost: a new holder reclaims it
+        if not readable and not out and wait_s > 0:
+            await asyncio.sleep(wait_s)  # no partition to read yet: the caller retries after
+            return out
         if readable and len(out) < limit:
             streams = {self._keys.stream(p): ">" for p in readable}
-            replies = await self._client.xreadgroup(GROUP, node, streams, count=limit - len(out))
+            block = int(wait_s * 1000) if wait_s > 0 and not out else None
+            replies = await self._client.xreadgroup(GROUP, node, streams, count=limit - len(out),
+                                                    block=block)
             by_stream = {self._keys.stream(p): p for p in readable}
             for stream, entries in replies or []:
                 part = by_stream[_text(stream)]
