@@ -62,9 +62,9 @@ class EmbeddedTransport:
     """Runs the daemon in this process and talks to its local channel directly."""
 
     def __init__(self, settings: Settings, chat_id: str) -> None:
-        from soulflow.runtime import create_runtime
+        from soulflow.app import create_app
 
-        self._runtime = create_runtime(settings)
+        self._runtime = create_app(settings)
         self._chat_id = chat_id
 
     async def start(self) -> None:

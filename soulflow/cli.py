@@ -65,12 +65,12 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from soulflow.runtime import create_runtime
+    from soulflow.app import create_app
 
     settings = _settings(args)
     setup_logging(settings["LOG_LEVEL"], getattr(args, "log_format", None)
                   or settings["LOG_FORMAT"])
-    runtime = create_runtime(settings)
+    runtime = create_app(settings)
     asyncio.run(runtime.run_until_signal())
     return 0
 

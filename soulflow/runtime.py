@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from soulflow import __version__
 from soulflow.agent.approvals import ApprovalMessages, ApproverPolicy
@@ -59,8 +59,6 @@ from soulflow.channels.secret_command import make_secret_command
 from soulflow.config import ConfigError, Settings, id_list
 from soulflow.cron import CronService, CronStore, Job, PayloadKind, cron_inbound_message
 from soulflow.cron.admin import ToolCronHandle
-from soulflow.cron.api import cron_routes
-from soulflow.dashboard.service import DashboardService
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
@@ -189,14 +187,9 @@ class Runtime:
         self.supervisor = Supervisor()
         # heartbeat, system_event cron jobs, ops (watchdog, health reading, notices)
         self.background = BackgroundServices(self, model=self._model, chain=self._chain)
-        self.dashboard: DashboardService | None = None
-        if settings.flag("DASHBOARD_ENABLED"):
-            self.dashboard = DashboardService(
-                host=settings["DASHBOARD_HOST"], port=settings["DASHBOARD_PORT"],
-                token=settings["DASHBOARD_TOKEN"], hub=self.hub, state=self.state,
-                local=self.local, bus=self.bus, ready=lambda: self.ready,
-                allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]),
-                routes=cron_routes(self.cron, self.channels.names), runtime=self)
+        # the HTTP front end (the dashboard) is built around the runtime by soulflow.app, so
+        # the runtime never imports the layer above it; started last, stopped first
+        self.dashboard: FrontEnd | None = None
         self.started_at = 0.0
         self.ready = False
 
@@ -451,6 +444,18 @@ class Runtime:
             "sandbox": self.sandbox.status().as_dict(),
             **self.background.state(),  # "ops", "heartbeat"
         }
+
+
+class FrontEnd(Protocol):
+    """What the runtime needs from its HTTP front end: start, stop, and where it listens (the
+    daemon info file tells the CLI the URL)."""
+
+    host: str
+    bound_port: int | None
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def create_runtime(settings: Settings) -> Runtime:

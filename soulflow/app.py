@@ -1,0 +1,32 @@
+"""The daemon as the programs run it: a runtime with its dashboard.
+
+The dashboard depends on the runtime (its state, hub, bus, local channel, cron admin), never
+the other way round, so the entry points build it here, around a runtime that knows it only
+as a `FrontEnd`. `soulflow run` and the embedded `soulflow chat` use `create_app`; tests and
+benches that want no HTTP server use `create_runtime`.
+"""
+
+from __future__ import annotations
+
+from soulflow.config import Settings, id_list
+from soulflow.cron.api import cron_routes
+from soulflow.dashboard.service import DashboardService
+from soulflow.runtime import Runtime, create_runtime
+
+
+def build_dashboard(runtime: Runtime) -> DashboardService:
+    settings = runtime.settings
+    return DashboardService(
+        host=settings["DASHBOARD_HOST"], port=settings["DASHBOARD_PORT"],
+        token=settings["DASHBOARD_TOKEN"], hub=runtime.hub, state=runtime.state,
+        local=runtime.local, bus=runtime.bus, ready=lambda: runtime.ready,
+        allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]),
+        routes=cron_routes(runtime.cron, runtime.channels.names), runtime=runtime)
+
+
+def create_app(settings: Settings) -> Runtime:
+    """`create_runtime` plus the dashboard when `DASHBOARD_ENABLED`."""
+    runtime = create_runtime(settings)
+    if settings.flag("DASHBOARD_ENABLED"):
+        runtime.dashboard = build_dashboard(runtime)
+    return runtime

@@ -1,0 +1,202 @@
+"""The import graph follows the design: dependencies point down the layer table, and only the
+channel adapters import a platform SDK.
+
+Layers, lowest first. A module may import its own package and any layer below its own (a
+decimal orders two packages inside one layer); the entry points of layer 8 may also import each
+other. The most specific prefix in LAYERS decides a module's layer.
+
+| layer | modules |
+|---|---|
+| 0 contracts | `contracts` (shared records, protocols; imports nothing of soulflow), the version |
+| 1 foundation | `storage`, `settings_*`, `supervisor`, `telemetry` < `config` < `scaffold` |
+| 2 stores | `security`, `session`, `decision`, `cron`, `tasks` (model, graph, store, engine) |
+| 3 observability | `events` (publishes task-store changes, so above `tasks`), `logs` (redacts) |
+| 4 domain | `agent`, `bus` (peers: they never import each other) |
+| 5 edges | `channels`, `providers`, `backends` |
+| 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
+|   | `tasks.{assembly,chat,executors,progress,proposals,tool}` |
+| 7 runtime | `runtime` (builds and starts everything) |
+| 8 entry points | `app` (runtime + dashboard), `cli`, `client`, `chat_client`, `*_cli`, |
+|   | `doctor`, `dashboard`, `__main__` |
+
+Imports under `if TYPE_CHECKING:` are annotations only (no import-time edge) and are not
+counted; imports inside functions are. The same table is in docs/development.md.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "soulflow"
+
+LAYERS: dict[str, float] = {
+    **dict.fromkeys(["soulflow", "soulflow.contracts"], 0),  # the package holds __version__
+    **dict.fromkeys(["soulflow.storage", "soulflow.settings_examples",
+                     "soulflow.supervisor", "soulflow.telemetry"], 1),
+    "soulflow.settings_catalog": 1.05,  # its reference shows the examples
+    "soulflow.config": 1.1,  # reads the settings catalog
+    "soulflow.scaffold": 1.2,  # writes the workspace's default files from the config
+    **dict.fromkeys(["soulflow.security", "soulflow.session", "soulflow.decision",
+                     "soulflow.cron", "soulflow.tasks"], 2),
+    **dict.fromkeys(["soulflow.events", "soulflow.logs"], 3),
+    **dict.fromkeys(["soulflow.agent", "soulflow.bus"], 4),
+    **dict.fromkeys(["soulflow.channels", "soulflow.providers", "soulflow.backends"], 5),
+    **dict.fromkeys(["soulflow.heartbeat",
+                     *(f"soulflow.tasks.{name}" for name in
+                       ("assembly", "chat", "executors", "progress", "proposals", "tool"))], 6),
+    "soulflow.ops": 6.1,  # watches the heartbeat and the other services
+    "soulflow.runtime": 7,
+    # entry points: programs around a runtime, free to use each other
+    **dict.fromkeys(["soulflow.__main__", "soulflow.app", "soulflow.cli", "soulflow.client",
+                     "soulflow.chat_client", "soulflow.cron_cli", "soulflow.dlq_cli",
+                     "soulflow.secret_cli", "soulflow.doctor", "soulflow.doctor_cli",
+                     "soulflow.dashboard"], 8),
+}
+
+PLATFORM_SDKS = ("slack_sdk", "slack_bolt", "telegram", "discord")
+SDK_HOMES = ("soulflow.channels",)
+# aiohttp's client is an ordinary HTTP library; its web *server* serves the dashboard only
+# (cron/api.py holds the /api/cron routes the dashboard mounts)
+WEB_SERVER_HOMES = ("soulflow.channels", "soulflow.dashboard", "soulflow.cron.api")
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+ENTRY_POINTS = 8
+
+
+def layer_of(module: str) -> float:
+    """The layer of the most specific prefix; a module missing from the table is an error, so
+    a new top-level package has to be placed deliberately."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in LAYERS and (end > 1 or len(parts) == 1):
+            return LAYERS[prefix]
+    raise AssertionError(f"{module} has no layer: add it to LAYERS in {__file__}")
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports_of(path: Path, root: Path = PACKAGE) -> list[Edge]:
+    """Every module `path` imports, `from a import b` counted as both `a` and `a.b` (b may be a
+    submodule, whose layer is the one that matters)."""
+    source = module_name(path, root)
+    tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+    annotations_only = _type_checking_lines(tree)
+    package = source if path.name == "__init__.py" else source.rpartition(".")[0]
+    edges: list[Edge] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in annotations_only:
+            continue
+        if isinstance(node, ast.Import):
+            edges.extend(Edge(source, alias.name, node.lineno) for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        edges.append(Edge(source, base, node.lineno))
+        edges.extend(Edge(source, f"{base}.{alias.name}", node.lineno) for alias in node.names
+                     if not base.startswith("soulflow") or _is_module(root, base, alias.name))
+    return edges
+
+
+def _is_module(root: Path, package: str, name: str) -> bool:
+    """`from soulflow.x import y`: y is a submodule (its own layer) or just a name in x."""
+    folder = root.parent.joinpath(*package.split("."), name)
+    return folder.is_dir() or folder.with_suffix(".py").is_file()
+
+
+def all_edges(root: Path = PACKAGE) -> list[Edge]:
+    return [edge for path in sorted(root.rglob("*.py")) for edge in imports_of(path, root)]
+
+
+def _within(module: str, homes: tuple[str, ...]) -> bool:
+    return any(module == home or module.startswith(home + ".") for home in homes)
+
+
+def layer_violations(edges: list[Edge]) -> list[str]:
+    wrong = []
+    for edge in edges:
+        if edge.target != "soulflow" and not edge.target.startswith("soulflow."):
+            continue
+        source, target = layer_of(edge.source), layer_of(edge.target)
+        same_package = edge.source.split(".")[:2] == edge.target.split(".")[:2]
+        peers = target == source and (same_package or source == ENTRY_POINTS)
+        if target > source or (target == source and not peers):
+            wrong.append(f"{edge.source}:{edge.line} (layer {source}) imports {edge.target} "
+                         f"(layer {target})")
+    return sorted(set(wrong))
+
+
+def sdk_violations(edges: list[Edge]) -> list[str]:
+    wrong = []
+    for edge in edges:
+        if edge.target.split(".")[0] in PLATFORM_SDKS and not _within(edge.source, SDK_HOMES):
+            wrong.append(f"{edge.source}:{edge.line} imports {edge.target}")
+        if _within(edge.target, ("aiohttp.web",)) and \
+                not _within(edge.source, WEB_SERVER_HOMES):
+            wrong.append(f"{edge.source}:{edge.line} imports the aiohttp web server")
+    return sorted(set(wrong))
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        layer_of(module_name(path))
+
+
+def test_imports_point_down_the_layers() -> None:
+    wrong = layer_violations(all_edges())
+    assert not wrong, "imports against the layer table:\n" + "\n".join(wrong)
+
+
+def test_platform_sdks_only_in_channels() -> None:
+    wrong = sdk_violations(all_edges())
+    assert not wrong, "platform SDKs outside soulflow/channels/:\n" + "\n".join(wrong)
+
+
+def test_the_checker_finds_wrong_way_imports(tmp_path: Path) -> None:
+    """The rules themselves, on a small tree: a store importing the bus, an agent module
+    importing a provider or an SDK, and the dashboard's server outside the dashboard are found;
+    annotation-only imports, own-package imports and downward ones are not."""
+    root = tmp_path / "soulflow"
+    files = {
+        "cron/service.py": "from soulflow.bus.messages import InboundMessage\n"
+                           "from soulflow.contracts import ChatRef\nfrom . import store\n",
+        "cron/store.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                         "    from soulflow.runtime import Runtime\n",
+        "agent/loop.py": "import discord\n\ndef f():\n    from soulflow.providers import cli\n",
+        "agent/web.py": "import aiohttp\nfrom aiohttp import web\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    edges = all_edges(root)
+    assert _places(layer_violations(edges)) == ["soulflow.agent.loop:4", "soulflow.cron.service:1"]
+    assert _places(sdk_violations(edges)) == ["soulflow.agent.loop:1", "soulflow.agent.web:2"]
+
+
+def _places(violations: list[str]) -> list[str]:
+    return sorted({line.split(" ")[0] for line in violations})
