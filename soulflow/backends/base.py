@@ -114,7 +114,10 @@ class OutboxStore(Protocol):
     async def has_answered(self, inbound_key: str) -> bool:
         """True if a reply to this inbound message was already queued (perhaps sent)."""
 
-    async def record_sending(self, message_id: str) -> None: ...
+    async def record_sending(self, message_id: str) -> bool:
+        """Note that a send starts (if the node dies before reporting back, the platform may
+        have the message). False: do not send it, here and now: the entry is gone, or its
+        chat's partition is no longer this node's (a `pending()` list can go stale)."""
 
     async def record_attempt(self, message_id: str, attempts: int, next_at: float,
                              error: str) -> None: ...

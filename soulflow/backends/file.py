@@ -81,8 +81,11 @@ class FileOutbox:
     async def has_answered(self, inbound_key: str) -> bool:
         return self.outbox.has_answered(inbound_key)
 
-    async def record_sending(self, message_id: str) -> None:
+    async def record_sending(self, message_id: str) -> bool:
+        if self.outbox.get(message_id) is None:
+            return False
         self.outbox.record_sending(message_id)
+        return True
 
     async def record_attempt(self, message_id: str, attempts: int, next_at: float,
                              error: str) -> None:

@@ -90,7 +90,8 @@ class ClusterNode:
                 await inbound.complete(message.key, "answered")
             entries = await outbox.pending()
             for entry in entries:
-                await outbox.record_sending(entry.message.message_id)
+                if not await outbox.record_sending(entry.message.message_id):
+                    continue  # its partition moved: the new holder sends it
                 try:
                     await self.call("sendMessage", {"chat_id": entry.message.chat_id,
                                                     "text": entry.message.content})

@@ -42,7 +42,8 @@ async def test_attempts_and_sending_marks_are_kept(harness: Harness) -> None:
     assert entry is not None
     assert (entry.attempts, entry.next_at, entry.last_error, entry.in_flight) == \
         (2, 1795000000.25, "429 slow down", False)
-    await backend.outbox.record_sending(reply.message_id)
+    assert await backend.outbox.record_sending(reply.message_id)
+    assert not await backend.outbox.record_sending("out_unknown")
     backend = await harness.reopen(backend)
     entry = await backend.outbox.get(reply.message_id)
     assert entry is not None and entry.in_flight and entry.attempts == 2

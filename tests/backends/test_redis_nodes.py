@@ -14,7 +14,7 @@ from soulflow.backends.base import Completion
 from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.keys import GROUP, partition_of
 from tests.backends.conftest import Harness
-from tests.backends.helpers import eventually, inbound
+from tests.backends.helpers import eventually, inbound, outbound
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -184,3 +184,16 @@ async def test_streams_lost_with_redis_are_recreated(redis_harness: Harness) -> 
     message = inbound("c1", 1)
     assert await node.inbound.accept(message)
     assert [m.key for m in await node.inbound.claim()] == [message.key]
+
+
+async def test_a_reply_whose_partition_moved_is_not_sent_from_a_stale_list(
+        redis_harness: Harness) -> None:
+    node = _redis(await redis_harness.open("node-a", partitions=1))
+    reply = outbound("c1", "hello")
+    await node.outbox.put(reply)
+    [entry] = await node.outbox.pending()
+    await node.partitions.stop()  # the partition goes to another node meanwhile
+    assert not await node.outbox.record_sending(entry.message.message_id)
+    other = _redis(await redis_harness.open("node-b", partitions=1))
+    assert [e.message.message_id for e in await other.outbox.pending()] == [reply.message_id]
+    assert await other.outbox.record_sending(reply.message_id)

@@ -72,12 +72,17 @@ class RedisOutbox:
         await self._set_state(keys=[self._keys.outbox_messages, self._keys.outbox_state],
                               args=[message_id, state])
 
-    async def record_sending(self, message_id: str) -> None:
+    async def record_sending(self, message_id: str) -> bool:
         entry = await self.get(message_id)
-        if entry is not None:
-            self._sending[message_id] = self._part(entry.message)
-            await self._update(message_id, _state(entry.attempts, entry.next_at, True,
-                                                  entry.last_error))
+        if entry is None:
+            return False
+        part = self._part(entry.message)
+        if self._partitions.lease(part) is None:
+            return False  # moved to another node since pending() was read
+        self._sending[message_id] = part  # busy from here: the partition stays until sent
+        await self._update(message_id, _state(entry.attempts, entry.next_at, True,
+                                              entry.last_error))
+        return True
 
     async def record_attempt(self, message_id: str, attempts: int, next_at: float,
                              error: str) -> None:
