@@ -79,7 +79,9 @@ class ChatRef:
 
     `requester_id` binds a run's approvals to that person (empty when nobody in the chat asked:
     a cron job, a heartbeat); `session_key` is the session a run's turns are recorded in;
-    `origin` marks runs started by a background service (recovery and the ops watchdog use it).
+    `origin` marks runs started by a background service (recovery and the ops watchdog use it);
+    `task_id`/`node_id` mark a task step's run. A run records it with `to_dict()` in its first
+    event and reads it back with `from_dict()`.
     """
 
     provider: str
@@ -90,6 +92,8 @@ class ChatRef:
     requester_id: str = ""
     session_key: str = ""
     origin: str = ""
+    task_id: str = ""  # a task step's run (soulflow/tasks): the task engine drives it
+    node_id: str = ""
 
     @property
     def key(self) -> str:
@@ -120,7 +124,9 @@ class ChatRef:
                    sender_name=str(data.get("sender_name") or ""),
                    requester_id=str(requester or ""),
                    session_key=str(data.get("session_key") or ""),
-                   origin=str(data.get("origin") or ""))
+                   origin=str(data.get("origin") or ""),
+                   task_id=str(data.get("task_id") or ""),
+                   node_id=str(data.get("node_id") or ""))
 
 
 _CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))

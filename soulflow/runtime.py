@@ -32,7 +32,7 @@ from soulflow.agent.run.reducer import RunState
 from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.run.timing import TimedThreadStore
 from soulflow.agent.tools import CodeSandbox, build_default_registry
-from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError, ToolServices
+from soulflow.agent.tools.base import ToolContext, ToolError, ToolServices
 from soulflow.agent.tools.cron_tool import CronTool
 from soulflow.agent.tools.diagram_tool import DiagramRenderTool
 from soulflow.agent.tools.messaging import UPLOAD_PROMPT, MessageTool, RequestFileTool
@@ -57,6 +57,7 @@ from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.secret_command import make_secret_command
 from soulflow.config import ConfigError, Settings, id_list
+from soulflow.contracts import ChatRef
 from soulflow.cron import CronService, CronStore, Job, PayloadKind, cron_inbound_message
 from soulflow.cron.admin import ToolCronHandle
 from soulflow.decision.service import DecisionService
@@ -229,15 +230,14 @@ class Runtime:
 
     def _tool_context(self, state: RunState, approved: bool) -> ToolContext:
         chat = state.chat
-        ref = ChatRef(str(chat.get("provider", "")), str(chat.get("chat_id", "")),
-                      chat.get("thread_id"), str(chat.get("sender_id", "")))
+        ref = ChatRef(chat.provider, chat.chat_id, chat.thread_id, chat.sender_id)
         services = ToolServices(
             send_message=self._send_from_tool,
-            request_file=partial(self._request_file_from_tool, dict(chat)),
+            request_file=partial(self._request_file_from_tool, chat),
             # a sub-run gets no spawn service: sub-agents cannot start sub-agents
-            spawn=None if state.parent_run else partial(self._spawn_from_tool, dict(chat),
+            spawn=None if state.parent_run else partial(self._spawn_from_tool, chat,
                                                         state.run_id),
-            schedule=partial(self._cron_from_tool, dict(chat)))
+            schedule=partial(self._cron_from_tool, chat))
         return ToolContext(workspace=self.settings.workspace, chat=ref, approved=approved,
                            vault=self.vault, services=services)
 
@@ -245,29 +245,27 @@ class Runtime:
         if self.channels.get(message.provider) is None:
             raise ToolError(f"there is no {message.provider!r} channel in this daemon "
                             f"(configured: {', '.join(self.channels.names())})")
-        chat = {"provider": message.provider, "chat_id": message.chat_id,
-                "thread_id": message.thread_id}
+        chat = ChatRef(message.provider, message.chat_id, message.thread_id)
         self.manager.publish_to_chat(chat, self.redactor.redact(message.content),
                                      message.metadata,
                                      reply_to=message.reply_to)  # split per platform limits
 
-    async def _request_file_from_tool(self, chat: dict[str, Any], description: str) -> None:
+    async def _request_file_from_tool(self, chat: ChatRef, description: str) -> None:
         """Fallback path of request_file (used only if the loop does not intercept it)."""
         self.bus.publish_outbound(OutboundMessage(
-            provider=str(chat.get("provider")), chat_id=str(chat.get("chat_id")),
-            thread_id=chat.get("thread_id"), content=f"{description}\n\n{UPLOAD_PROMPT}"))
+            provider=chat.provider, chat_id=chat.chat_id, thread_id=chat.thread_id,
+            content=f"{description}\n\n{UPLOAD_PROMPT}"))
 
-    async def _spawn_from_tool(self, chat: dict[str, Any], parent_run: str, task: str,
+    async def _spawn_from_tool(self, chat: ChatRef, parent_run: str, task: str,
                                max_turns: int) -> str:
         if self.agent.loop is None:  # tools only run inside a loop; kept for type safety
             raise ToolError("no model provider is configured")
         return await run_subagent(self.agent.loop, parent_chat=chat, task=task,
                                   max_turns=max_turns, parent_run=parent_run)
 
-    async def _cron_from_tool(self, chat: dict[str, Any]) -> ToolCronHandle:
+    async def _cron_from_tool(self, chat: ChatRef) -> ToolCronHandle:
         """The scheduler for one run: another chat may be named only if an admin asked."""
-        requester = str(chat.get("requester_id", chat.get("sender_id")) or "")
-        admin = self.admins.is_admin(str(chat.get("provider", "")), requester)
+        admin = self.admins.is_admin(chat.provider, chat.requester_id)
         return ToolCronHandle(self.cron, admin, self.channels.names())
 
     def _fire_cron(self, job: Job, scheduled: datetime) -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from soulflow.contracts import ChatRef
 from soulflow.storage.atomic import read_json
 from soulflow.storage.background import BackgroundJsonFile
 
@@ -95,12 +95,10 @@ class Requester:
     name: str = ""
 
     @classmethod
-    def of_run(cls, chat: Mapping[str, Any]) -> Requester:
-        """From the run's recorded chat; runs recorded before `requester_id` existed carry
-        only `sender_id`, which is the same person."""
-        user_id = chat.get("requester_id", chat.get("sender_id"))
-        return cls(str(chat.get("provider") or ""), str(user_id or ""),
-                   str(chat.get("sender_name") or ""))
+    def of_run(cls, chat: ChatRef) -> Requester:
+        """From the run's recorded chat (`ChatRef.from_dict` already gives a run recorded
+        before `requester_id` existed its sender, the same person)."""
+        return cls(chat.provider, chat.requester_id, chat.sender_name)
 
     @property
     def label(self) -> str:

@@ -23,7 +23,7 @@ from soulflow.agent.approvals import (
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
-from soulflow.contracts import InboundMessage, ReplyStatus
+from soulflow.contracts import ChatRef, InboundMessage, ReplyStatus
 from soulflow.session.store import SessionStore
 
 log = logging.getLogger(__name__)
@@ -63,20 +63,19 @@ def _thread_context(message: InboundMessage) -> list[str] | None:
     return [str(item) for item in context] if isinstance(context, list) else None
 
 
-def _is_task_run(chat: dict[str, Any]) -> bool:
+def _is_task_run(chat: ChatRef) -> bool:
     """A task step's run (soulflow/tasks/executors.py): the task engine drives it, with the
     step's tool allow-list, and people answer it through the task, not as a chat's run."""
-    return bool(chat.get("task_id"))
+    return bool(chat.task_id)
 
 
-def chat_of(message: InboundMessage) -> dict[str, Any]:
+def chat_of(message: InboundMessage) -> ChatRef:
     """Where a run answers, and who asked: `requester_id` binds its approvals to that person
     (empty for a cron job's message, which nobody in the chat sent)."""
     requester = "" if message.metadata.get("origin") == "cron" else message.sender_id
-    return {"provider": message.provider, "chat_id": message.chat_id,
-            "thread_id": message.thread_id, "sender_id": message.sender_id,
-            "sender_name": message.sender_name, "requester_id": requester,
-            "session_key": session_key_for(message)}
+    return ChatRef(message.provider, message.chat_id, message.thread_id,
+                   sender_id=message.sender_id, sender_name=message.sender_name,
+                   requester_id=requester, session_key=session_key_for(message))
 
 
 class AgentDomain:
@@ -142,7 +141,7 @@ class AgentDomain:
     def pending_approval_text(self, run_id: str) -> str:
         assert self.loop is not None
         state = self.loop.store.state(run_id)
-        return approval_text(state.open_approval() or {}, str(state.chat.get("provider", "")))
+        return approval_text(state.open_approval() or {}, state.chat.provider)
 
     async def decide(self, run_id: str, decision: str, *, by: Decider,
                      approval_id: str | None = None,
@@ -194,7 +193,7 @@ class AgentDomain:
         assert self.loop is not None
         return self.loop.store.state(run_id).inbound_key
 
-    def chat_of_run(self, run_id: str) -> dict[str, Any]:
+    def chat_of_run(self, run_id: str) -> ChatRef:
         assert self.loop is not None
         return self.loop.store.state(run_id).chat
 
@@ -210,7 +209,7 @@ class AgentDomain:
                            run_id=run_id, approval_id=outcome.approval_id)
         if outcome.status in ev.FINISHED and self.approvals is not None:
             self.approvals.forget_run(run_id)
-        session_key = state.chat.get("session_key")
+        session_key = state.chat.session_key
         if session_key and outcome.status in ev.FINISHED:
             self._finish_turn(session_key, state.inbound_key, reply)
         return reply

@@ -37,7 +37,7 @@ from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
 from soulflow.channels.runs import ActiveRuns
-from soulflow.contracts import ReplyStatus
+from soulflow.contracts import ChatRef, ReplyStatus
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (
@@ -270,8 +270,7 @@ class ChannelManager:
         assert self.task_reactions is not None
         answer = await self.task_reactions(message)
         if answer is not None:
-            self.publish_to_chat({"provider": message.provider, "chat_id": message.chat_id,
-                                  "thread_id": message.thread_id}, answer)
+            self.publish_to_chat(message.chat, answer)
 
     def _refuse(self, message: InboundMessage) -> None:
         log.info("refused %s user %s (not on the allow-list)", message.provider,
@@ -375,9 +374,9 @@ class ChannelManager:
             if self.agent.inbound_key_of(run_id) in pending:
                 continue  # resume_pending() answers it through its inbound message
             chat = self.agent.chat_of_run(run_id)
-            chat_key = f"{chat.get('provider')}:{chat.get('chat_id')}"
+            chat_key = chat.key
 
-            async def job(run_id: str = run_id, chat: dict[str, Any] = chat) -> None:
+            async def job(run_id: str = run_id, chat: ChatRef = chat) -> None:
                 reply = await self.agent.resume(run_id)
                 self.publish_to_chat(chat, reply.content, self._reply_metadata(reply))
 
@@ -417,16 +416,14 @@ class ChannelManager:
                  inbound_key: str | None = "", metadata: dict[str, Any] | None = None) -> None:
         """Queue a reply to `message`."""
         self.publish_to_chat(
-            {"provider": message.provider, "chat_id": message.chat_id,
-             "thread_id": message.thread_id}, content, metadata,
-            reply_to=message.message_id,
+            message.chat, content, metadata, reply_to=message.message_id,
             inbound_key=message.key if inbound_key == "" else inbound_key)
 
-    def publish_to_chat(self, chat: dict[str, Any], content: str,
+    def publish_to_chat(self, chat: ChatRef, content: str,
                          metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
                          inbound_key: str | None = None) -> None:
         """Queue a message, split or turned into a file as the platform needs, in order."""
-        provider, chat_id = str(chat.get("provider")), str(chat.get("chat_id"))
+        provider, chat_id = chat.provider, chat.chat_id
         adapter = self.registry.get(provider)
         parts = render_reply(content, adapter.limits) if adapter is not None else []
         for part in parts or [None]:
@@ -436,6 +433,6 @@ class ChannelManager:
             self.bus.publish_outbound(OutboundMessage(
                 provider=provider, chat_id=chat_id,
                 content=part.text if part is not None else content, reply_to=reply_to,
-                thread_id=chat.get("thread_id"), inbound_key=inbound_key, metadata=extra))
+                thread_id=chat.thread_id, inbound_key=inbound_key, metadata=extra))
         self._on_event("agent.reply", {"provider": provider, "chat_id": chat_id,
                                        "reply_to": reply_to, "text": content[:500]})

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from soulflow.agent.approvals import LOCAL_PROVIDER, Decider
 from soulflow.agent.run import events as ev
+from soulflow.contracts import ChatRef
 from soulflow.tasks.chat import waiting_steps
 from soulflow.tasks.commands import idle_canceller
 from soulflow.tasks.store import TaskDecisionError
@@ -122,15 +123,15 @@ class ConsoleActions:
         if not steps:
             raise ActionError(409, f"task {task_id} is not waiting for anything")
         text = await runtime.task_services.chat.decide(task, decision, operator.decider())
-        runtime.manager.publish_to_chat({"provider": task.provider, "chat_id": task.chat_id,
-                                         "thread_id": task.thread_id}, text)
+        runtime.manager.publish_to_chat(ChatRef(task.provider, task.chat_id, task.thread_id),
+                                        text)
         self.announce(operator, decision, f"task {task_id} step {steps[0]['node_id']}")
         return {"ok": True, "task_id": task_id, "decision": decision, "outcome": text}
 
     async def _continue(self, run_id: str, approval_id: str, decision: str, operator: Operator,
-                        chat: dict[str, Any]) -> None:
+                        chat: ChatRef) -> None:
         runtime = self._runtime
-        chat_key = f"{chat.get('provider')}:{chat.get('chat_id')}"
+        chat_key = chat.key
         with runtime.manager.runs.track(chat_key) as abort:  # /stop in the chat still works
             reply = await runtime.agent.decide(run_id, decision, by=operator.decider(),
                                                approval_id=approval_id, abort=abort)
@@ -161,8 +162,7 @@ class ConsoleActions:
             self._runtime.manager.publish_to_chat(chat, outcome.text)
             how = "cancelled"
         else:  # running: abort it in its chat, as /stop does; the run says "Stopped."
-            stopped = self._runtime.manager.runs.stop(f"{chat.get('provider')}:"
-                                                      f"{chat.get('chat_id')}")
+            stopped = self._runtime.manager.runs.stop(chat.key)
             if not stopped:
                 raise ActionError(409, f"run {run_id} is resuming and cannot be stopped "
                                        "this instant; try again in a moment")

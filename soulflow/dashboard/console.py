@@ -76,8 +76,8 @@ class Console:
                 "run_id": run_id, "status": state.status, "step": _step(state),
                 "turns": state.turns, "max_turns": state.max_turns, "started_at": started,
                 "updated_at": events[-1].at if events else None,
-                "provider": chat.get("provider"), "chat_id": chat.get("chat_id"),
-                "requester": chat.get("sender_name") or chat.get("requester_id") or "",
+                "provider": chat.provider, "chat_id": chat.chat_id,
+                "requester": chat.sender_name or chat.requester_id or "",
                 "sub_agent": state.parent_run is not None})
             approval = state.open_approval() if state.status == ev.WAITING_APPROVAL else None
             if approval is not None:
@@ -88,9 +88,9 @@ class Console:
                     "kind": "run", "run_id": run_id, "approval_id": approval["approval_id"],
                     "tool": approval.get("tool", ""), "reason": approval.get("reason", ""),
                     "arguments": _short(approval.get("arguments", {}), ARGUMENTS_CAP),
-                    "requester": chat.get("sender_name") or chat.get("requester_id") or
-                    "a scheduled job", "provider": chat.get("provider"),
-                    "chat_id": chat.get("chat_id"), "since": asked,
+                    "requester": chat.sender_name or chat.requester_id or
+                    "a scheduled job", "provider": chat.provider,
+                    "chat_id": chat.chat_id, "since": asked,
                     "deferred": approval.get("decision") == "defer"})
         return runs, approvals
 

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import actionable_lines, heartbeat_prompt
-from soulflow.heartbeat.targets import ChatTarget
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner, TurnOutcome, TurnStatus
 from soulflow.storage.atomic import read_json, write_json_atomic
 
@@ -68,7 +68,7 @@ class _State:
 
 class HeartbeatService:
     def __init__(self, workspace: Path, runtime_dir: Path, runner: QuietTurnRunner,
-                 target: ChatTarget, *, interval_s: float, clock: Clock = time.time,
+                 target: ChatRef, *, interval_s: float, clock: Clock = time.time,
                  sleep: Sleep = asyncio.sleep) -> None:
         self.workspace = workspace
         self.runner = runner

@@ -26,8 +26,8 @@ from soulflow.agent.consolidate import Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run import events as ev
+from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import is_ok_reply
-from soulflow.heartbeat.targets import ChatTarget
 
 __all__ = ["ORIGIN", "Publish", "QuietTurn", "QuietTurnRunner", "TurnOutcome", "TurnStatus"]
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 ORIGIN = "quiet_turn"  # marks these runs' chat records (recovery, the ops watchdog)
 INTERRUPTED_REASON = "interrupted by a restart; the next occurrence checks again"
 
-Publish = Callable[[dict[str, Any], str, dict[str, Any]], None]
+Publish = Callable[[ChatRef, str, dict[str, Any]], None]
 """Queue a message to a chat: (chat, text, metadata)."""
 
 
@@ -53,7 +53,7 @@ class TurnStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class QuietTurn:
     session_key: str
-    target: ChatTarget
+    target: ChatRef
     text: str
     turn_key: str  # unique per occurrence: `heartbeat-<ts>`, `cron-<job>-<ts>`
     label: str  # who "sent" it, for logs and the session: "heartbeat", "cron: name"
@@ -145,7 +145,7 @@ class QuietTurnRunner:
         if outcome.status in (ev.WAITING_APPROVAL, ev.WAITING_USER):
             metadata = ({"approval_id": outcome.approval_id, "run_id": run_id}
                         if outcome.approval_id else {})
-            self._publish(turn.target.to_chat(), f"[{turn.label}] {text}", metadata)
+            self._publish(turn.target, f"[{turn.label}] {text}", metadata)
             return TurnOutcome(TurnStatus.WAITING, text, run_id)
         self._record_answer(turn, run_id, outcome.status, text)
         if outcome.status in (ev.FAILED, ev.CANCELLED):
@@ -154,7 +154,7 @@ class QuietTurnRunner:
         if is_ok_reply(text):
             log.info("%s: all clear", turn.label)
             return TurnOutcome(TurnStatus.OK, text, run_id)
-        self._publish(turn.target.to_chat(), f"[{turn.label}] {text}", {})
+        self._publish(turn.target, f"[{turn.label}] {text}", {})
         return TurnOutcome(TurnStatus.NOTIFIED, text, run_id)
 
     def abort(self, run_id: str) -> bool:
@@ -172,7 +172,7 @@ class QuietTurnRunner:
             return None
         waiting = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
         for run_id in loop.store.find(statuses=waiting):
-            if loop.store.state(run_id).chat.get("session_key") == session_key:
+            if loop.store.state(run_id).chat.session_key == session_key:
                 return run_id
         return None
 
@@ -183,7 +183,7 @@ class QuietTurnRunner:
             return 0
         cancelled = 0
         for run_id in loop.store.find(statuses=frozenset({ev.RUNNING})):
-            if loop.store.state(run_id).chat.get("origin") == ORIGIN:
+            if loop.store.state(run_id).chat.origin == ORIGIN:
                 loop.cancel(run_id, INTERRUPTED_REASON)
                 cancelled += 1
         return cancelled
@@ -191,10 +191,12 @@ class QuietTurnRunner:
     # -- internals -----------------------------------------------------------------------
 
     @staticmethod
-    def _chat(turn: QuietTurn) -> dict[str, Any]:
+    def _chat(turn: QuietTurn) -> ChatRef:
         # requester_id empty: nobody in the chat asked, so only an admin decides approvals
-        return {**turn.target.to_chat(), "sender_id": turn.label, "sender_name": turn.label,
-                "requester_id": "", "session_key": turn.session_key, "origin": ORIGIN}
+        target = turn.target
+        return ChatRef(target.provider, target.chat_id, target.thread_id, sender_id=turn.label,
+                       sender_name=turn.label, requester_id="", session_key=turn.session_key,
+                       origin=ORIGIN)
 
     def _already_answered(self, turn: QuietTurn) -> bool:
         recent = self._agent.sessions.last(turn.session_key, 6)

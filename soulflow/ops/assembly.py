@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
+from soulflow.contracts import ChatRef
 from soulflow.cron.service import occurrence_stamp
 from soulflow.cron.store import Job
 from soulflow.heartbeat.service import HeartbeatService
-from soulflow.heartbeat.targets import ChatTarget, notice_target
+from soulflow.heartbeat.targets import notice_target
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner
 from soulflow.ops.notices import NoticeBoard
 from soulflow.ops.service import OpsPolicy, OpsProbes, OpsRuntimeService
@@ -108,17 +109,17 @@ class BackgroundServices:
         """A due `system_event` cron job: a quiet turn in the job's own session."""
         self.quiet.submit(QuietTurn(
             session_key=f"cron:{job.id}",
-            target=ChatTarget(job.chat.provider, job.chat.chat_id, job.chat.thread_id),
+            target=job.chat.where(),
             text=job.text, turn_key=f"cron-{job.id}-{occurrence_stamp(scheduled)}",
             label=f"cron: {job.name}"))
 
     # -- probes and actions ------------------------------------------------------------------
 
-    def _publish(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
+    def _publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
         self._runtime.manager.publish_to_chat(chat, text, metadata)
 
     def _notify(self, text: str) -> None:
-        self._publish(self.notice_chat.to_chat(), text, {})
+        self._publish(self.notice_chat, text, {})
 
     def _restart_channel(self, name: str, reason: str) -> bool:
         adapter = self._runtime.channels.get(name)

@@ -108,8 +108,7 @@ class RunWatch:
                       "or an answer)")
             loop.store.append(run_id, ev.Event(ev.ERROR, {"message": f"watchdog: {reason}",
                                                           "kind": "watchdog"}))
-            chat = loop.store.state(run_id).chat
-            chat_key = f"{chat.get('provider')}:{chat.get('chat_id')}"
+            chat_key = loop.store.state(run_id).chat.key
             if self._abort_run(run_id) or self._stop_chat(chat_key) > 0:
                 self._aborted[run_id] = now
                 actions.append(self._log.record(Action(now, "run_aborted", run_id, reason)))

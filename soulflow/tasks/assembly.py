@@ -20,6 +20,7 @@ from soulflow.agent.approvals import (
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
+from soulflow.contracts import ChatRef
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
 from soulflow.tasks.chat import TaskChat
 from soulflow.tasks.contracts import TaskEvent
@@ -113,9 +114,9 @@ class TaskServices:
                         for n in names}
         return Planner(model, names, descriptions)
 
-    def _tool_context(self, chat: dict[str, Any], approved: bool) -> ToolContext:
+    def _tool_context(self, chat: ChatRef, approved: bool) -> ToolContext:
         """A tool node's context: the daemon's own, for the task's chat."""
-        state = RunState(run_id=f"task:{chat.get('task_id')}:{chat.get('node_id')}", chat=chat)
+        state = RunState(run_id=f"task:{chat.task_id}:{chat.node_id}", chat=chat)
         return self._runtime._tool_context(state, approved)
 
     async def _emit(self, event: TaskEvent) -> None:
@@ -126,11 +127,11 @@ class TaskServices:
             self.prompts.forget_run(event.task.task_id)  # its prompts take no answer now
         await self.progress.on_event(event)
 
-    def _publish(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
+    def _publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
         self._runtime.manager.publish_to_chat(chat, self._runtime.redactor.redact(text),
                                               metadata)
 
-    def _publish_text(self, chat: dict[str, Any], text: str) -> None:
+    def _publish_text(self, chat: ChatRef, text: str) -> None:
         self._publish(chat, text, {})
 
     def _agent_waiting(self, chat_key: str, decider: Decider) -> bool:

@@ -36,6 +36,7 @@ from soulflow.agent.approvals import (
     refusal_text,
 )
 from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import ChatRef
 from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors
@@ -74,7 +75,7 @@ class Asker:
 
 
 def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
-               chat: dict[str, Any] | None = None) -> list[str]:
+               chat: ChatRef | None = None) -> list[str]:
     """Why a plan must be shown before it runs (empty: it may start at once): a gate, a tool
     step that changes things or whose call (as planned) needs approval, an agent step allowed
     a tool that changes things."""
@@ -96,7 +97,7 @@ def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
     return risks
 
 
-def _approval_reason(executors: DaemonExecutors, node: Any, chat: dict[str, Any]) -> str | None:
+def _approval_reason(executors: DaemonExecutors, node: Any, chat: ChatRef) -> str | None:
     """The tool's own approval rule on the planned params (inputs injected later are unknown:
     the step still asks then, if it has to)."""
     tool = executors.tools.get(node.tool)
@@ -164,9 +165,9 @@ class TaskChat:
         return await self._offer(asker, request, plan, edits=[])
 
     async def _offer(self, asker: Asker, request: str, plan: Plan, edits: list[str]) -> str:
-        risks = plan_risks(plan.graph, self.executors, {
-            "provider": asker.provider, "chat_id": asker.chat_id, "thread_id": asker.thread_id,
-            "sender_id": asker.user_id, "requester_id": asker.user_id})
+        risks = plan_risks(plan.graph, self.executors, ChatRef(
+            asker.provider, asker.chat_id, asker.thread_id, sender_id=asker.user_id,
+            requester_id=asker.user_id))
         if not risks and not edits:
             return await self._submit(asker, plan.title, plan.graph)
         self.proposals.put(asker.chat_key, Proposal(

@@ -30,6 +30,7 @@ from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome
 from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.contracts import ChatRef
 from soulflow.providers.base import Provider
 from soulflow.security.redact import Redactor
 from soulflow.tasks.contracts import NodeCall, NodeExecutors
@@ -46,24 +47,20 @@ NO_USER_ANSWER = ("Nobody can answer questions during this step of the task. Use
 MAX_AUTO_ANSWERS = 2
 SUMMARY_CHARS = 200
 
-ChatToolContext = Callable[[dict[str, Any], bool], ToolContext]  # (chat, approved)
+ChatToolContext = Callable[[ChatRef, bool], ToolContext]  # (chat, approved)
 
 
-def task_chat(task: TaskState, node_id: str | None = None) -> dict[str, Any]:
+def task_chat(task: TaskState, node_id: str | None = None) -> ChatRef:
     """The chat a task's runs and tool calls belong to; `requester_id` binds approvals to the
     person who asked for the task (empty: only admins and the local operator decide)."""
-    chat: dict[str, Any] = {
-        "provider": task.provider, "chat_id": task.chat_id, "thread_id": task.thread_id,
-        "sender_id": task.requested_by, "sender_name": "", "requester_id": task.requested_by,
-        "task_id": task.task_id}
-    if node_id is not None:
-        chat["node_id"] = node_id
-    return chat
+    return ChatRef(task.provider, task.chat_id, task.thread_id, sender_id=task.requested_by,
+                   requester_id=task.requested_by, task_id=task.task_id,
+                   node_id=node_id or "")
 
 
-def is_task_run(chat: dict[str, Any]) -> bool:
+def is_task_run(chat: ChatRef) -> bool:
     """A run belonging to a task node: driven by the task engine, not by chat replies."""
-    return bool(chat.get("task_id"))
+    return bool(chat.task_id)
 
 
 def run_key(task_id: str, node_id: str) -> str:
@@ -161,8 +158,7 @@ class DaemonExecutors:
         pending = state.open_approval()
         if pending is not None and pending.get("approval_id") == approval.get("approval_id"):
             loop.decide(run_id, str(pending["approval_id"]), decision,
-                        str(approval.get("by", "")), by_provider=str(
-                            state.chat.get("provider", "")))
+                        str(approval.get("by", "")), by_provider=state.chat.provider)
 
     def _node_outcome(self, loop: AgentLoop, outcome: RunOutcome) -> NodeOutcome:
         if outcome.status == ev.COMPLETED:

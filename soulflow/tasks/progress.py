@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from soulflow.channels.base import ChannelAdapter
+from soulflow.contracts import ChatRef
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.model import NodeStatus, TaskState, TaskStatus
 
@@ -36,13 +37,13 @@ MIN_QUEUED_WAIT_S = 0.2  # between looks at a status message still in the outbox
 MAX_QUEUED_WAITS = 20  # then it is taken as lost and the next update posts a new one
 RESULT_CHARS = 3000
 
-PublishFn = Callable[[dict[str, Any], str, dict[str, Any]], None]  # (chat, text, metadata)
+PublishFn = Callable[[ChatRef, str, dict[str, Any]], None]  # (chat, text, metadata)
 EditorFn = Callable[[str], ChannelAdapter | None]  # provider -> its adapter, if it can edit
 STATUS_KEY = "task_status"  # metadata of a status message: the task id
 
 
-def chat_of_task(task: TaskState) -> dict[str, Any]:
-    return {"provider": task.provider, "chat_id": task.chat_id, "thread_id": task.thread_id}
+def chat_of_task(task: TaskState) -> ChatRef:
+    return ChatRef(task.provider, task.chat_id, task.thread_id)
 
 
 class TaskProgress:

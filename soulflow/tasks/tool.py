@@ -10,13 +10,13 @@ itself, and tells the model what was posted so it does not repeat it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
+from soulflow.contracts import ChatRef
 from soulflow.tasks.chat import Asker, TaskChat
 from soulflow.tasks.executors import TASK_TOOL
 
-PublishFn = Callable[[dict[str, Any], str], None]
+PublishFn = Callable[[ChatRef, str], None]
 
 
 class TaskTool(Tool):
@@ -46,8 +46,7 @@ class TaskTool(Tool):
         asker = Asker(ctx.chat.provider, ctx.chat.chat_id, ctx.chat.thread_id,
                       ctx.chat.sender_id)
         text = await chat.start(asker, str(params["request"]))
-        self._publish({"provider": asker.provider, "chat_id": asker.chat_id,
-                       "thread_id": asker.thread_id}, text)
+        self._publish(ChatRef(asker.provider, asker.chat_id, asker.thread_id), text)
         return ("Posted in the chat (do not repeat it; at most add one short sentence):\n"
                 + text)
 

@@ -300,10 +300,12 @@ def test_who_may_decide() -> None:
     assert not policy.may_decide(alice, Decider("slack", "UBOB"))
     assert not policy.may_decide(alice, Decider("discord", "UALICE"))  # same id elsewhere
     assert not policy.may_decide(alice, Decider("telegram", "UADMIN"))
-    nobody = Requester.of_run({"provider": "slack", "sender_id": "cron", "requester_id": ""})
+    nobody = Requester.of_run(ChatRef.from_dict({"provider": "slack", "sender_id": "cron",
+                                                        "requester_id": ""}))
     assert not policy.may_decide(nobody, Decider("slack", "cron"))  # a cron run: admins only
     assert policy.may_decide(nobody, Decider("slack", "UADMIN"))
-    legacy = Requester.of_run({"provider": "slack", "sender_id": "UALICE"})  # older journal
+    legacy = Requester.of_run(ChatRef.from_dict({"provider": "slack",  # older journal
+                                                        "sender_id": "UALICE"}))
     assert policy.may_decide(legacy, Decider("slack", "UALICE"))
     assert not ApproverPolicy().may_decide(alice, Decider("slack", "UADMIN"))  # no admins
     assert refusal_text(Requester("slack", "UALICE")) == \

@@ -77,7 +77,7 @@ def make_loop(tmp_path: Path, model: ScriptedModel, tool: Tool, max_turns: int =
 
 
 def begin(loop: AgentLoop, text: str = "do it") -> str:
-    return loop.begin(chat={"provider": "local", "chat_id": "c"}, text=text, history=[])
+    return loop.begin(chat=ChatRef("local", "c"), text=text, history=[])
 
 
 async def test_plain_answer(tmp_path: Path) -> None:

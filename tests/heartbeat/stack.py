@@ -56,7 +56,7 @@ def build_stack(workspace: Path, base_url: str, *, history: int = 6,
 
     def tool_context(state: Any, approved: bool) -> ToolContext:
         chat = state.chat
-        return ToolContext(workspace, ChatRef(chat["provider"], chat["chat_id"]),
+        return ToolContext(workspace, ChatRef(chat.provider, chat.chat_id),
                            approved=approved)
 
     loop = AgentLoop(ThreadStore(runtime / "threads"), lambda: provider, registry,

@@ -13,9 +13,9 @@ import pytest
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE
 from soulflow.agent.tools.base import Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.contracts import ChatRef
 from soulflow.heartbeat import (
     HEARTBEAT_SESSION,
-    ChatTarget,
     HeartbeatService,
     TickStatus,
     TurnStatus,
@@ -26,7 +26,7 @@ from soulflow.scaffold import ensure_workspace
 from tests.fakes.openai_api import FakeOpenAI
 from tests.heartbeat.stack import Stack, build_stack
 
-TARGET = ChatTarget("telegram", "-100200")
+TARGET = ChatRef("telegram", "-100200")
 CHECKLIST = "# Heartbeat checklist\n\n- [ ] Check that the backup of /srv ran today\n"
 
 
@@ -115,7 +115,7 @@ async def test_all_clear_is_quiet_and_anything_else_is_posted(stack: Stack,
     result = await service.tick()
     assert result.outcome is not None and result.outcome.status is TurnStatus.NOTIFIED
     [(chat, text, _)] = stack.posted
-    assert chat == TARGET.to_chat()
+    assert chat == TARGET
     assert text == "[heartbeat] The backup of /srv did not run today."
     # its own session: the user's chat session is untouched
     assert [r["role"] for r in stack.sessions.last(HEARTBEAT_SESSION, 10)] == \
@@ -257,10 +257,10 @@ async def test_a_heartbeat_waiting_for_approval_asks_the_chat_and_is_not_started
         result = await service.tick()
         assert result.outcome is not None and result.outcome.status is TurnStatus.WAITING
         [(chat, text, metadata)] = stack.posted
-        assert chat == TARGET.to_chat() and text.startswith("[heartbeat] Approval needed")
+        assert chat == TARGET and text.startswith("[heartbeat] Approval needed")
         assert metadata["run_id"] == result.outcome.run_id and metadata["approval_id"]
         # nobody in the chat asked for it: its requester is empty, so only an admin decides
-        assert stack.agent.chat_of_run(result.outcome.run_id)["requester_id"] == ""
+        assert stack.agent.chat_of_run(result.outcome.run_id).requester_id == ""
 
         clock.now += 1800
         later = await service.tick()

@@ -119,7 +119,7 @@ async def test_a_run_stamps_its_lines(stream: io.StringIO, tmp_path: Path) -> No
     loop = AgentLoop(ThreadStore(tmp_path / "threads"), LoggingModel, ToolRegistry(),
                      lambda: "system", lambda state, approved: ToolContext(
                          workspace=tmp_path, chat=ChatRef("slack", "C9"), approved=approved))
-    run_id = loop.begin(chat={"provider": "slack", "chat_id": "C9"}, text="hi", history=[])
+    run_id = loop.begin(chat=ChatRef("slack", "C9"), text="hi", history=[])
     assert (await loop.drive(run_id)).text == "done"
     [called] = [e for e in json_lines(stream) if e["msg"] == "model called"]
     assert called["run_id"] == run_id and called["chat"] == "slack:C9"

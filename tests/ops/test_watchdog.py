@@ -124,7 +124,7 @@ def make_loop(tmp_path: Path) -> AgentLoop:
 def start_run(loop: AgentLoop, chat_id: str, at: float, *, parent: str | None = None,
               approval: bool = False) -> str:
     """A run that called a tool at `at` and, with `approval`, now waits for a decision."""
-    run_id = loop.begin(chat={"provider": "telegram", "chat_id": chat_id}, text="go",
+    run_id = loop.begin(chat=ChatRef("telegram", chat_id), text="go",
                         history=[], parent_run=parent)
     store = loop.store
     store.append(run_id, ev.Event(ev.MODEL_TURN, {

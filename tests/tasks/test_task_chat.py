@@ -86,9 +86,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     for tool in (ReadFileTool(), WriteFileTool(), LookTool()):
         tools.register(tool)
 
-    def context(chat: dict[str, Any], approved: bool) -> ToolContext:
-        return ToolContext(workspace=workspace, approved=approved,
-                           chat=ChatRef(chat["provider"], chat["chat_id"]))
+    def context(chat: ChatRef, approved: bool) -> ToolContext:
+        return ToolContext(workspace=workspace, approved=approved, chat=chat.where())
 
     executors = DaemonExecutors(tools, context, None)
     store = TaskStore(tmp_path / "tasks")

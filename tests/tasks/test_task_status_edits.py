@@ -15,6 +15,7 @@ from soulflow.channels.discord import DiscordChannel
 from soulflow.channels.slack import SlackChannel
 from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram import TelegramChannel
+from soulflow.contracts import ChatRef
 from soulflow.tasks import NodeKind, NodeStatus, TaskGraph, TaskNode, TaskState
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.progress import STATUS_KEY, TaskProgress
@@ -34,12 +35,12 @@ class Outbox:
         self.progress: TaskProgress | None = None
         self.sends: list[asyncio.Task[None]] = []
 
-    def publish(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
+    def publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
         self.sends.append(asyncio.create_task(self._send(chat, text, metadata)))
 
-    async def _send(self, chat: dict[str, Any], text: str, metadata: dict[str, Any]) -> None:
+    async def _send(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
         result = await self.adapter.send(OutboundMessage(
-            provider=chat["provider"], chat_id=chat["chat_id"], content=text,
+            provider=chat.provider, chat_id=chat.chat_id, content=text,
             metadata=metadata))
         if metadata.get(STATUS_KEY) and self.progress is not None:
             self.progress.status_sent(metadata[STATUS_KEY], result.platform_message_ids)

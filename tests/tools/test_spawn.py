@@ -22,8 +22,7 @@ from soulflow.agent.tools.spawn import (
 )
 from soulflow.providers.base import ProviderResult, ToolCall
 
-PARENT_CHAT = {"provider": "local", "chat_id": "c1", "thread_id": None, "sender_id": "u1",
-               "session_key": "local:c1"}
+PARENT_CHAT = ChatRef("local", "c1", None, "u1", session_key="local:c1")
 
 
 class FakeModel:
@@ -94,7 +93,7 @@ async def test_completed_subrun(tmp_path: Path) -> None:
     assert text == f"[sub-agent {run_id}: completed]\n42 files"
     state = loop.store.state(run_id)
     assert state.parent_run == "run_parent" and state.max_turns == 3
-    assert "session_key" not in state.chat and state.chat["chat_id"] == "c1"
+    assert state.chat.session_key == "" and state.chat.chat_id == "c1"
     assert model.prompts[0][-1] == {"role": "user", "content": SUBAGENT_BRIEF + "count files"}
 
 

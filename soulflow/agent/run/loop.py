@@ -23,7 +23,7 @@ from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.contracts import Provider, ProviderError
+from soulflow.contracts import ChatRef, Provider, ProviderError
 from soulflow.logs import log_context
 
 log = logging.getLogger(__name__)
@@ -85,13 +85,13 @@ class AgentLoop:
 
     # -- entry points --------------------------------------------------------------------
 
-    def begin(self, *, chat: dict[str, Any], text: str, history: list[dict[str, Any]],
+    def begin(self, *, chat: ChatRef, text: str, history: list[dict[str, Any]],
               inbound_key: str | None = None, parent_run: str | None = None,
               max_turns: int | None = None) -> str:
         """Record a new run (nothing runs yet); returns its id."""
         run_id = f"run_{uuid.uuid4().hex[:16]}"
         self.store.append(run_id, ev.Event(ev.RUN_STARTED, {
-            "run_id": run_id, "chat": chat, "text": text, "history": history,
+            "run_id": run_id, "chat": chat.to_dict(), "text": text, "history": history,
             "inbound_key": inbound_key, "parent_run": parent_run,
             "max_turns": max_turns or self.max_turns}))
         return run_id
@@ -117,8 +117,7 @@ class AgentLoop:
         """Advance the run until it finishes or must wait; its log lines carry the run id and
         the chat (soulflow/logs.py)."""
         chat = self.store.state(run_id).chat
-        with log_context(run_id=run_id,
-                         chat=f"{chat.get('provider')}:{chat.get('chat_id')}" if chat else None):
+        with log_context(run_id=run_id, chat=chat.key if chat.provider else None):
             return await self._drive(run_id, abort)
 
     async def _drive(self, run_id: str, abort: asyncio.Event | None) -> RunOutcome:
@@ -237,7 +236,7 @@ class AgentLoop:
     def _outcome(self, state: RunState) -> RunOutcome:
         if state.status == ev.WAITING_APPROVAL:
             approval = state.open_approval() or {}
-            text = approval_text(approval, str(state.chat.get("provider", "")))
+            text = approval_text(approval, state.chat.provider)
             return RunOutcome(state.run_id, state.status, text, approval.get("approval_id"))
         if state.status == ev.WAITING_USER:
             return RunOutcome(state.run_id, state.status, state.question or "")

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soulflow.agent.run import events as ev
+from soulflow.contracts import ChatRef
 
 
 @dataclass
 class RunState:
     run_id: str = ""
     status: str = ev.RUNNING
-    chat: dict[str, Any] = field(default_factory=dict)
+    chat: ChatRef = field(default_factory=lambda: ChatRef("", ""))
     inbound_key: str | None = None
     max_turns: int = 10
     conversation: list[dict[str, Any]] = field(default_factory=list)
@@ -76,7 +77,7 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
     data = event.data
     if event.type == ev.RUN_STARTED:
         new.run_id = data["run_id"]
-        new.chat = dict(data.get("chat", {}))
+        new.chat = ChatRef.from_dict(data.get("chat"))
         new.inbound_key = data.get("inbound_key")
         new.max_turns = int(data.get("max_turns", 10))
         new.conversation = list(data.get("history", [])) + [

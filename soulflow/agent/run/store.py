@@ -104,9 +104,7 @@ class ThreadStore:
                 continue
             if inbound_key is not None and state.inbound_key != inbound_key:
                 continue
-            chat = state.chat
-            if chat_key is not None and \
-                    f"{chat.get('provider')}:{chat.get('chat_id')}" != chat_key:
+            if chat_key is not None and state.chat.key != chat_key:
                 continue
             found.append(run_id)
         return found

@@ -23,6 +23,7 @@ from typing import Any
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
+from soulflow.contracts import ChatRef
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -42,7 +43,6 @@ SUBAGENT_BRIEF = (
     "approval, and finish with done_for_now giving the complete result (the other agent "
     "sees only that).\n\nTask:\n"
 )
-_CHAT_KEYS = ("provider", "chat_id", "thread_id", "sender_id")
 _STATUS_LABELS = {
     ev.COMPLETED: "completed",
     ev.MAX_TURNS_REACHED: "stopped at its turn limit",
@@ -82,7 +82,7 @@ class SpawnTool(Tool):
         return str(result)
 
 
-async def run_subagent(loop: AgentLoop, *, parent_chat: dict[str, Any], task: str,
+async def run_subagent(loop: AgentLoop, *, parent_chat: ChatRef, task: str,
                        max_turns: int, parent_run: str) -> str:
     """Run ``task`` as a sub-run of ``parent_run`` to its end; the text for the parent model.
 
@@ -90,7 +90,10 @@ async def run_subagent(loop: AgentLoop, *, parent_chat: dict[str, Any], task: st
     its tools act for the same chat) but no history and no session: its turns never appear
     in the chat's conversation, only its result does, through the parent.
     """
-    chat = {key: parent_chat.get(key) for key in _CHAT_KEYS}
+    # the place and the sender only (no session: its turns stay out of the conversation);
+    # its approvals belong to the parent's sender, as they always have
+    chat = ChatRef(parent_chat.provider, parent_chat.chat_id, parent_chat.thread_id,
+                   sender_id=parent_chat.sender_id, requester_id=parent_chat.sender_id)
     run_id = loop.begin(chat=chat, text=SUBAGENT_BRIEF + task, history=[],
                         parent_run=parent_run, max_turns=max(1, min(MAX_TURNS, max_turns)))
     try:
