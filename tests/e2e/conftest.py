@@ -9,6 +9,13 @@ from tests.e2e.harness import Daemon, base_env
 from tests.fakes.openai_api import FakeOpenAIThread
 
 
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeOpenAIThread]:
+    """One fake model per test module (the platform tests reset its script per daemon)."""
+    with FakeOpenAIThread() as fake:
+        yield fake
+
+
 @pytest.fixture
 def fake_llm() -> Iterator[FakeOpenAIThread]:
     with FakeOpenAIThread() as fake:

@@ -8,34 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Daemon
-from tests.e2e.platform_helpers import make_driver
-from tests.e2e.test_platforms import Live, check_placement, daemon_env
+from tests.e2e.test_platforms import Live, check_placement, fresh_daemon
 from tests.fakes.openai_api import FakeOpenAIThread
 
 HOLD_S = 6.0  # the first answer's model call; the burst is journaled well within it
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
 @pytest.fixture(params=["slack", "telegram", "discord"])
 def live(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
          tmp_path: Path) -> Iterator[Live]:
-    llm.reset()
-    with make_driver(request.param) as driver:
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        daemon = Daemon(workspace, daemon_env(workspace, llm, driver), tmp_path / "daemon.log")
-        try:
-            daemon.start()
-            driver.wait_ready(daemon)
-            yield Live(driver, daemon, llm)
-        finally:
-            daemon.close()
+    yield from fresh_daemon(request.param, llm, tmp_path)
 
 
 def test_a_burst_behind_a_running_turn_gets_one_reply_in_order(live: Live) -> None:

@@ -9,41 +9,20 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Daemon
-from tests.e2e.platform_helpers import DiscordDriver, TelegramDriver, make_driver
-from tests.e2e.test_platforms import Live, daemon_env
+from tests.e2e.platform_helpers import DiscordDriver, TelegramDriver
+from tests.e2e.test_platforms import Live, fresh_daemon
 from tests.fakes.openai_api import FakeOpenAIThread
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
-def start(name: str, llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
-    llm.reset()
-    with make_driver(name) as driver:
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        daemon = Daemon(workspace, daemon_env(workspace, llm, driver), tmp_path / "daemon.log")
-        try:
-            daemon.start()
-            driver.wait_ready(daemon)
-            yield Live(driver, daemon, llm)
-        finally:
-            daemon.close()
 
 
 @pytest.fixture(params=["slack", "telegram", "discord"])
 def live(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
          tmp_path: Path) -> Iterator[Live]:
-    yield from start(request.param, llm, tmp_path)
+    yield from fresh_daemon(request.param, llm, tmp_path)
 
 
 @pytest.fixture
 def telegram(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
-    yield from start("telegram", llm, tmp_path)
+    yield from fresh_daemon("telegram", llm, tmp_path)
 
 
 def channel(live: Live) -> dict[str, Any]:

@@ -15,35 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Daemon
-from tests.e2e.platform_helpers import TelegramDriver, make_driver
-from tests.e2e.test_platforms import Live, daemon_env
+from tests.e2e.platform_helpers import TelegramDriver
+from tests.e2e.test_platforms import Live, fresh_daemon
 from tests.fakes.openai_api import FakeOpenAIThread
 
 SECRET = "sk-quarantine0123456789abcdefghijklmnop"  # credential-shaped: sealing stores it
 APOLOGY_START = "I could not take in your message safely"
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
 @pytest.fixture(params=["slack", "telegram", "discord"])
 def live(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
          tmp_path: Path) -> Iterator[Live]:
-    llm.reset()
-    with make_driver(request.param) as driver:
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        daemon = Daemon(workspace, daemon_env(workspace, llm, driver), tmp_path / "daemon.log")
-        try:
-            daemon.start()
-            driver.wait_ready(daemon)
-            yield Live(driver, daemon, llm)
-        finally:
-            daemon.close()
+    yield from fresh_daemon(request.param, llm, tmp_path)
 
 
 def inbound_dlq(workspace: Path) -> list[dict[str, object]]:
@@ -116,27 +99,13 @@ def test_poison_input_is_quarantined_and_the_channel_keeps_answering(live: Live)
 
 @pytest.fixture
 def telegram(llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
-    yield from own_daemon("telegram", llm, tmp_path)
+    yield from fresh_daemon("telegram", llm, tmp_path)
 
 
 @pytest.fixture(params=["slack-polling", "discord"])
 def raw_bytes_platform(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
                        tmp_path: Path) -> Iterator[Live]:
-    yield from own_daemon(request.param, llm, tmp_path)
-
-
-def own_daemon(name: str, llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
-    llm.reset()
-    with make_driver(name) as driver:
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        daemon = Daemon(workspace, daemon_env(workspace, llm, driver), tmp_path / "daemon.log")
-        try:
-            daemon.start()
-            driver.wait_ready(daemon)
-            yield Live(driver, daemon, llm)
-        finally:
-            daemon.close()
+    yield from fresh_daemon(request.param, llm, tmp_path)
 
 
 def test_non_utf8_bytes_are_read_as_u_fffd_and_answered(raw_bytes_platform: Live) -> None:

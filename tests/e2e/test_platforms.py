@@ -22,7 +22,7 @@ import pytest
 
 from soulflow.agent.approvals import parse_reaction
 from tests.e2e.harness import Daemon, base_env, wait_for
-from tests.e2e.platform_helpers import DRIVERS, BotPost, Driver, Posted, make_driver
+from tests.e2e.platform_helpers import BotPost, Driver, Posted, make_driver
 from tests.fakes.openai_api import FakeOpenAIThread
 
 T = TypeVar("T")
@@ -124,28 +124,20 @@ def own_daemon(name: str, tmp_path: Path, llm: FakeOpenAIThread,
             daemon.close()
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
+def fresh_daemon(name: str, llm: FakeOpenAIThread, tmp_path: Path) -> Iterator[Live]:
+    """For fixtures (`yield from`): the model's script reset, then `own_daemon`."""
+    llm.reset()
+    with own_daemon(name, tmp_path, llm) as running:
+        yield running
 
 
 @pytest.fixture(scope="module", params=PLATFORMS)
 def live(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """A daemon on a fresh workspace whose platform already had history before it started."""
-    with DRIVERS[request.param]() as driver:
-        root = tmp_path_factory.mktemp(request.param)
-        workspace = root / "ws"
-        workspace.mkdir()
-        driver.seed_history(HISTORY)
-        daemon = Daemon(workspace, daemon_env(workspace, llm, driver), root / "daemon.log")
-        try:
-            daemon.start()
-            driver.wait_ready(daemon)
-            yield Live(driver, daemon, llm)
-        finally:
-            daemon.close()
+    with own_daemon(request.param, tmp_path_factory.mktemp(request.param), llm,
+                    HISTORY) as running:
+        yield running
 
 
 @pytest.fixture(autouse=True)
