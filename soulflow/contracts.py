@@ -318,14 +318,9 @@ class Provider(Protocol):
 
     name: str
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        on_stream: StreamCallback | None = None,
-        abort: asyncio.Event | None = None,
-    ) -> ProviderResult: ...
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   *, on_stream: StreamCallback | None = None,
+                   abort: asyncio.Event | None = None) -> ProviderResult: ...
 
     async def aclose(self) -> None: ...
 

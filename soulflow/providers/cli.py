@@ -31,7 +31,12 @@ from soulflow.agent.toolcall_text import (
     parse_text_tool_calls,
     render_tool_instructions,
 )
-from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback
+from soulflow.providers.base import (
+    ProviderError,
+    ProviderResult,
+    StreamCallback,
+    refuse_unstartable_turn,
+)
 
 # `-` makes codex read the prompt from stdin; a read-only sandbox because chat users, not the
 # operator, write these prompts; no git check because the daemon's cwd need not be a repo.
@@ -106,19 +111,11 @@ class HeadlessCliProvider:
         self._running: set[asyncio.subprocess.Process] = set()
         self._closed = False
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        on_stream: StreamCallback | None = None,
-        abort: asyncio.Event | None = None,
-    ) -> ProviderResult:
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   *, on_stream: StreamCallback | None = None,
+                   abort: asyncio.Event | None = None) -> ProviderResult:
         """Run the CLI on the conversation; raises ProviderError on any failure, including abort."""
-        if self._closed:
-            raise self._error("not_configured", "the provider has been closed")
-        if abort is not None and abort.is_set():
-            raise self._error("aborted", "the request was aborted before it was sent")
+        refuse_unstartable_turn(self._closed, abort, self._error)
         env = self._child_env()
         program = self._resolve(env)
         prompt = build_prompt(messages, tools)

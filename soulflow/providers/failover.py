@@ -71,14 +71,9 @@ class FailoverProvider:
         self._owns = owns_providers
         self._health = [_Health() for _ in self.providers]
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        on_stream: StreamCallback | None = None,
-        abort: asyncio.Event | None = None,
-    ) -> ProviderResult:
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   *, on_stream: StreamCallback | None = None,
+                   abort: asyncio.Event | None = None) -> ProviderResult:
         """Ask each available provider in turn; raises the last error when none answers."""
         last_error: ProviderError | None = None
         for index in self._candidates():

@@ -20,7 +20,12 @@ from typing import Any
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback
+from soulflow.providers.base import (
+    ProviderError,
+    ProviderResult,
+    StreamCallback,
+    refuse_unstartable_turn,
+)
 from soulflow.providers.openai_parse import (
     ParseError,
     StreamAccumulator,
@@ -94,19 +99,11 @@ class OpenAICompatibleProvider:
             transport=transport or AiohttpTransport(trust_env=False),
         )
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        on_stream: StreamCallback | None = None,
-        abort: asyncio.Event | None = None,
-    ) -> ProviderResult:
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   *, on_stream: StreamCallback | None = None,
+                   abort: asyncio.Event | None = None) -> ProviderResult:
         """Run one chat turn; raises ProviderError on any failure, including abort."""
-        if self._closed:
-            raise self._error("not_configured", "the provider has been closed")
-        if abort is not None and abort.is_set():
-            raise self._error("aborted", "the request was aborted before it was sent")
+        refuse_unstartable_turn(self._closed, abort, self._error)
         payload: dict[str, Any] = {"model": self.config.model, "messages": messages}
         if tools:
             payload["tools"] = tools

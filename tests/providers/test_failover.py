@@ -39,14 +39,9 @@ class Stub:
     calls: list[dict[str, Any]] = field(default_factory=list)
     closed: bool = False
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        on_stream: StreamCallback | None = None,
-        abort: asyncio.Event | None = None,
-    ) -> ProviderResult:
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   *, on_stream: StreamCallback | None = None,
+                   abort: asyncio.Event | None = None) -> ProviderResult:
         self.calls.append({"messages": messages, "tools": tools, "abort": abort})
         for chunk in self.stream:
             if on_stream is not None:
