@@ -75,7 +75,11 @@ class RunWatch:
         if loop is None:
             return []
         store = loop.store
-        running = store.find(statuses=frozenset({ev.RUNNING}))
+        # A task step's run belongs to the task engine, which drives and cancels it through the
+        # task; stopping "its chat" here would abort the chat's own runs instead. Each step is
+        # bounded by the provider's and the tools' timeouts.
+        running = [run_id for run_id in store.find(statuses=frozenset({ev.RUNNING}))
+                   if not store.state(run_id).chat.task_id]
         last: dict[str, float] = {}
         for run_id in running:
             events = store.events(run_id)

@@ -122,9 +122,9 @@ def make_loop(tmp_path: Path) -> AgentLoop:
 
 
 def start_run(loop: AgentLoop, chat_id: str, at: float, *, parent: str | None = None,
-              approval: bool = False) -> str:
+              approval: bool = False, task_id: str = "") -> str:
     """A run that called a tool at `at` and, with `approval`, now waits for a decision."""
-    run_id = loop.begin(chat=ChatRef("telegram", chat_id), text="go",
+    run_id = loop.begin(chat=ChatRef("telegram", chat_id, task_id=task_id), text="go",
                         history=[], parent_run=parent)
     store = loop.store
     store.append(run_id, ev.Event(ev.MODEL_TURN, {
@@ -192,4 +192,18 @@ async def test_a_quiet_turn_is_aborted_through_its_runner(tmp_path: Path) -> Non
     assert action.kind == "run_aborted" and asked == [stuck]
     loop.cancel(stuck, "Stopped")  # the runner's driver stops
     assert watch.check(T0 + 120) == []
+    loop.store.close()
+
+
+async def test_a_task_steps_run_is_left_to_the_task_engine(tmp_path: Path) -> None:
+    """Stopping "its chat" would abort the chat's own runs; the engine owns a step's run."""
+    loop = make_loop(tmp_path)
+    runs = ActiveRuns()
+    step = start_run(loop, "tasks", T0 - 3600, task_id="t-1")
+    watch = RunWatch(lambda: loop, stuck_after_s=900, stop_chat=runs.stop,
+                     abort_run=lambda run_id: False, log_=WatchLog())
+    with runs.track("telegram:tasks") as chat_turn:
+        assert watch.check(T0) == []
+        assert not chat_turn.is_set()
+    assert loop.store.state(step).status == ev.RUNNING
     loop.store.close()
