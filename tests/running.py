@@ -6,9 +6,11 @@ is six lines in every fixture of every file, so they share this one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
+
+import pytest
 
 
 class Startable(Protocol):
@@ -28,3 +30,15 @@ async def running(service: S) -> AsyncIterator[S]:
         yield service
     finally:
         await service.stop()
+
+
+def running_fixture(make: Callable[[], Startable]) -> Any:
+    """A pytest fixture (assign it to the fixture's name) that yields `make()` started and
+    stops it after the test: `fake = running_fixture(FakeSlack)`."""
+
+    @pytest.fixture
+    async def fixture() -> AsyncIterator[Startable]:
+        async with running(make()) as service:
+            yield service
+
+    return fixture

@@ -24,16 +24,12 @@ from tests.fakes.discord_api import FakeDiscord, redirect_discord_py
 from tests.fakes.rate_limits import TELEGRAM_LIMITS, Limiter, PlatformLimits, Rate
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
-from tests.running import running
+from tests.running import running_fixture
 
 CHAT = 4242
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    server = FakeTelegram()
-    async with running(server):
-        yield server
+telegram = running_fixture(FakeTelegram)
 
 
 def tg_bot(fake: FakeTelegram) -> Bot:

@@ -27,7 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack, FakeSlackThread
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
-from tests.running import running
+from tests.running import running_fixture
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GENERAL = "C0GENERAL1"
@@ -36,11 +36,7 @@ HUMAN = "U0HUMAN001"
 Listener = Callable[[Any, SocketModeRequest], Awaitable[None]]
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack()
-    async with running(server):
-        yield server
+fake = running_fixture(FakeSlack)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from telegram.error import (
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram, FakeTelegramThread
-from tests.running import running
+from tests.running import running_fixture
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 USER_ID = 4242
@@ -56,11 +56,7 @@ def make_bot(url: str, token: str = DEFAULT_TOKEN) -> Bot:
     return Bot(token, base_url=f"{url}/bot", base_file_url=f"{url}/file/bot")
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    server = FakeTelegram()
-    async with running(server):
-        yield server
+fake = running_fixture(FakeTelegram)
 
 
 @pytest.fixture

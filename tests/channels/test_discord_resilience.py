@@ -36,8 +36,7 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 @pytest.fixture
 async def proxy(fake: FakeDiscord) -> AsyncIterator[DroppingProxy]:
-    link = DroppingProxy(int(fake.base_url.rsplit(":", 1)[1]))
-    async with running(link):
+    async with running(DroppingProxy(int(fake.base_url.rsplit(":", 1)[1]))) as link:
         yield link
 
 

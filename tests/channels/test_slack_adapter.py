@@ -18,7 +18,7 @@ from soulflow.channels.slack_format import markdown_to_mrkdwn, safe_filename, sl
 from soulflow.channels.state import ChannelState
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
-from tests.running import running
+from tests.running import running_fixture
 
 GENERAL = "C0GENERAL1"
 HUMAN = "U0HUMAN001"
@@ -27,11 +27,7 @@ MENTION = f"<@{BOT_USER_ID}>"
 Factory = Callable[..., Awaitable[SlackChannel]]
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack()
-    async with running(server):
-        yield server
+fake = running_fixture(FakeSlack)
 
 
 @pytest.fixture

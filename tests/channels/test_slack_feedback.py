@@ -18,17 +18,13 @@ from tests.channels.feedback_rig import manager_rig, until
 from tests.fakes.rate_limits import SLACK_LIMITS
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_USER_ID
-from tests.running import running
+from tests.running import running_fixture
 
 GENERAL = "C0GENERAL1"
 BURST = 50
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(limits=SLACK_LIMITS.relaxed())
-    async with running(server):
-        yield server
+fake = running_fixture(lambda: FakeSlack(limits=SLACK_LIMITS.relaxed()))
 
 
 @pytest.fixture

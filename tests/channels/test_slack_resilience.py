@@ -20,23 +20,18 @@ from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.rate_limits import SLACK_LIMITS
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
-from tests.running import running
+from tests.running import running, running_fixture
 
 GENERAL = "C0GENERAL1"
 SLOW_S = 0.05
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(limits=SLACK_LIMITS.relaxed())
-    async with running(server):
-        yield server
+fake = running_fixture(lambda: FakeSlack(limits=SLACK_LIMITS.relaxed()))
 
 
 @pytest.fixture
 async def proxy(fake: FakeSlack) -> AsyncIterator[DroppingProxy]:
-    link = DroppingProxy(fake.port)
-    async with running(link):
+    async with running(DroppingProxy(fake.port)) as link:
         yield link
 
 

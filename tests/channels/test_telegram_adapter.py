@@ -31,18 +31,14 @@ from soulflow.channels.telegram_format import (
 )
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
 from tests.fakes.telegram_markup import parse_markup
-from tests.running import running
+from tests.running import running, running_fixture
 
 USER = 4242
 GROUP = -1001234567890
 BOT_NAME = "soulflow_test_bot"
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTelegram]:
-    server = FakeTelegram()
-    async with running(server):
-        yield server
+fake = running_fixture(FakeTelegram)
 
 
 @pytest.fixture
@@ -62,8 +58,7 @@ def make_channel(url: str, state: ChannelState, **kwargs: object) -> TelegramCha
 @asynccontextmanager
 async def channel_on(fake: FakeTelegram, state: ChannelState,
                      **kwargs: object) -> AsyncIterator[TelegramChannel]:
-    adapter = make_channel(fake.url, state, **kwargs)
-    async with running(adapter):
+    async with running(make_channel(fake.url, state, **kwargs)) as adapter:
         yield adapter
 
 

@@ -40,8 +40,7 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 @pytest.fixture
 async def proxy(fake: FakeTelegram) -> AsyncIterator[DroppingProxy]:
-    link = DroppingProxy(fake.port)
-    async with running(link):
+    async with running(DroppingProxy(fake.port)) as link:
         yield link
 
 

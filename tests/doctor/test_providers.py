@@ -6,24 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from soulflow.doctor import Status, diagnose
 from tests.doctor.conftest import BASE_ENV, closed_port_url, line
 from tests.fakes.openai_api import FakeOpenAI
-from tests.running import running
+from tests.running import running_fixture
 
 KEY = "sk-or-v1-doctor-test-key-0123456789"
 
 
-@pytest.fixture
-async def openai() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    async with running(server):
-        yield server
+openai = running_fixture(FakeOpenAI)
 
 
 def env_for(url: str) -> dict[str, str]:
