@@ -6,7 +6,8 @@ provider implementations know them.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from soulflow.contracts import (
     Provider,
@@ -18,7 +19,9 @@ from soulflow.contracts import (
 )
 
 __all__ = ["Provider", "ProviderError", "ProviderResult", "StreamCallback", "ToolCall", "Usage",
-           "refuse_unstartable_turn"]
+           "race_abort", "refuse_unstartable_turn"]
+
+T = TypeVar("T")
 
 
 def refuse_unstartable_turn(closed: bool, abort: asyncio.Event | None,
@@ -29,3 +32,20 @@ def refuse_unstartable_turn(closed: bool, abort: asyncio.Event | None,
         raise error("not_configured", "the provider has been closed")
     if abort is not None and abort.is_set():
         raise error("aborted", "the request was aborted before it was sent")
+
+
+async def race_abort(work: Awaitable[T], abort: asyncio.Event,
+                     aborted: Callable[[], ProviderError]) -> T:
+    """Run `work` until it finishes or `abort` fires; on an abort `work` is cancelled (which
+    kills a CLI child or drops an HTTP request) and `aborted()` is raised."""
+    work_task = asyncio.ensure_future(work)
+    abort_task = asyncio.ensure_future(abort.wait())
+    try:
+        await asyncio.wait({work_task, abort_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work_task, abort_task):
+            task.cancel()
+        await asyncio.wait({work_task, abort_task})
+    if not work_task.cancelled():
+        return work_task.result()
+    raise aborted()

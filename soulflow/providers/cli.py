@@ -35,6 +35,7 @@ from soulflow.providers.base import (
     ProviderError,
     ProviderResult,
     StreamCallback,
+    race_abort,
     refuse_unstartable_turn,
 )
 
@@ -122,7 +123,8 @@ class HeadlessCliProvider:
         work = self._run([program, *self.argv[1:]], env, prompt, on_stream)
         try:
             async with asyncio.timeout(self.timeout_s):
-                run = await (work if abort is None else self._race_abort(work, abort))
+                run = await (work if abort is None else race_abort(work, abort, lambda: self._error(
+                    "aborted", "the request was aborted while the CLI was running")))
         except TimeoutError:
             raise self._error("timeout", f"no answer within {self.timeout_s:g}s") from None
         return self._result(run, tools)
@@ -210,20 +212,6 @@ class HeadlessCliProvider:
             await asyncio.wait_for(asyncio.shield(proc.wait()), self.kill_grace_s)
         _signal_group(pgid, signal.SIGKILL)
         await proc.wait()
-
-    async def _race_abort(self, work: Any, abort: asyncio.Event) -> _Run:
-        """Run `work` until it finishes or `abort` fires; cancelling it kills the CLI."""
-        work_task = asyncio.ensure_future(work)
-        abort_task = asyncio.ensure_future(abort.wait())
-        try:
-            await asyncio.wait({work_task, abort_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (work_task, abort_task):
-                task.cancel()
-            await asyncio.wait({work_task, abort_task})
-        if not work_task.cancelled():
-            return work_task.result()
-        raise self._error("aborted", "the request was aborted while the CLI was running")
 
     # -- interpreting the run ---------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from soulflow.providers.base import (
     ProviderError,
     ProviderResult,
     StreamCallback,
+    race_abort,
     refuse_unstartable_turn,
 )
 from soulflow.providers.openai_parse import (
@@ -112,28 +113,13 @@ class OpenAICompatibleProvider:
             if self.config.stream_usage:
                 payload["stream_options"] = {"include_usage": True}
         work = self._with_retries(payload, on_stream)
-        return await (work if abort is None else self._race_abort(work, abort))
+        return await (work if abort is None else race_abort(work, abort, lambda: self._error(
+            "aborted", "the request was aborted while in flight")))
 
     async def aclose(self) -> None:
         """Close the HTTP client and its pooled connections; later calls fail fast."""
         self._closed = True
         await self._client.aclose()
-
-    async def _race_abort(
-        self, work: Awaitable[ProviderResult], abort: asyncio.Event
-    ) -> ProviderResult:
-        """Run `work` until it finishes or `abort` fires; an abort cancels the HTTP request."""
-        work_task = asyncio.ensure_future(work)
-        abort_task = asyncio.ensure_future(abort.wait())
-        try:
-            await asyncio.wait({work_task, abort_task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (work_task, abort_task):
-                task.cancel()
-            await asyncio.wait({work_task, abort_task})
-        if not work_task.cancelled():
-            return work_task.result()
-        raise self._error("aborted", "the request was aborted while in flight")
 
     async def _with_retries(
         self, payload: dict[str, Any], on_stream: StreamCallback | None
