@@ -51,6 +51,7 @@ from soulflow.channels.capability_commands import (
 )
 from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.feedback import FeedbackPolicy
+from soulflow.channels.health import LinkState
 from soulflow.channels.local import LocalChannel
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.reader import ReadPolicy
@@ -400,12 +401,25 @@ class Runtime:
 
     # -- state ---------------------------------------------------------------------------
 
+    def problems(self) -> list[str]:
+        """What is wrong right now: a supervised loop down, a channel failing, an unreadable
+        task store. `state()["ok"]` is true only when the daemon is ready with none of them
+        (the ops reading in `state()["ops"]` adds providers and how long problems last)."""
+        found = [f"background loop {loop['name']} is down ({loop['last_error']})"
+                 for loop in self.supervisor.status()
+                 if not loop["running"] and loop["last_error"]]
+        found += [f"channel {record.name} is failing: {record.last_error or 'no detail'}"
+                  for record in self.manager.health if record.state is LinkState.FAILING]
+        return found + list(self.tasks.problems)
+
     def state(self) -> dict[str, Any]:
         """The dashboard's view of the daemon; its only free text (recent messages) comes
         redacted from the event hub."""
         bus = self.bus
+        problems = self.problems()
         return {
-            "ok": True,
+            "ok": self.ready and not problems,
+            "problems": problems,
             "version": __version__,
             "pid": os.getpid(),
             "workspace": str(self.settings.workspace),
