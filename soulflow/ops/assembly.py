@@ -1,6 +1,6 @@
 """Wiring of the heartbeat, `system_event` cron jobs and the ops service into a Runtime.
 
-Kept out of runtime.py (which only calls `build`, `cancel_interrupted`, `start`, `close`,
+Kept out of runtime/daemon.py (which only calls `build`, `cancel_interrupted`, `start`, `close`,
 `state` and `fire_event`) so the daemon's boot file stays about boot order.
 """
 

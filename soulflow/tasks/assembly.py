@@ -1,9 +1,9 @@
 """Wiring of task graphs into a Runtime: store, workflow events, engine, executors, chat, tool.
 
-Kept out of runtime.py (which calls `TaskServices(runtime)`, `start`, `stop` and `state`) so the
-daemon's boot file stays about boot order. The engine starts after the agent (its nodes are
-agent runs) and stops before it; stopping leaves running nodes `running` in the checkpoint,
-and the next start resumes them (docs/tasks.md, "Checkpoints and restarts").
+Kept out of runtime/daemon.py (which calls `TaskServices(runtime)`, `start`, `stop` and
+`state`) so the daemon's boot file stays about boot order. The engine starts after the agent
+(its nodes are agent runs) and stops before it; stopping leaves running nodes `running` in the
+checkpoint, and the next start resumes them (docs/tasks.md, "Checkpoints and restarts").
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ class TaskServices:
             hub=runtime.hub, fsync=settings["JOURNAL_FSYNC"])
         self.workflow.bind_task_store(self.store)
         agent: AgentParts | None = None
-        model = runtime._model
+        model = runtime.model
         if runtime.threads is not None and model is not None:
             agent = AgentParts(runtime.threads, lambda: model, runtime.context.system_prompt,
-                               runtime._tool_context, int(settings["AGENT_MAX_TURNS"]))
+                               runtime.tool_bridge.context, int(settings["AGENT_MAX_TURNS"]))
         self.executors = DaemonExecutors(runtime.tools, self._tool_context, agent,
                                          redactor=runtime.redactor)
         self.progress = TaskProgress(self._publish, editor=runtime.channels.get,
@@ -106,7 +106,7 @@ class TaskServices:
     # -- pieces --------------------------------------------------------------------------
 
     def _planner(self) -> Planner | None:
-        model = self._runtime._model
+        model = self._runtime.model
         if model is None:
             return None
         names = self.executors.tool_names()
@@ -117,7 +117,7 @@ class TaskServices:
     def _tool_context(self, chat: ChatRef, approved: bool) -> ToolContext:
         """A tool node's context: the daemon's own, for the task's chat."""
         state = RunState(run_id=f"task:{chat.task_id}:{chat.node_id}", chat=chat)
-        return self._runtime._tool_context(state, approved)
+        return self._runtime.tool_bridge.context(state, approved)
 
     async def _emit(self, event: TaskEvent) -> None:
         record = await self.workflow.append(WorkflowEvent.from_task_event(event))

@@ -1,6 +1,6 @@
 """Redaction knows every credential: the platform token shapes, values kept only in `.env`,
 values opened for a tool; and every sink applies it (log handlers, thread journals, model
-requests, replies). Session files and the event hub take the same redactor (see runtime.py);
+requests, replies). Session files and the event hub take the same redactor (see runtime/daemon.py);
 the end-to-end proof is tests/e2e/test_secrets.py."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""create_runtime(): build the services in boot order, start them, stop them in reverse.
+"""`Runtime`: the services of one daemon in boot order (built by `wiring`), started, stopped
+in reverse; `create_runtime()` takes the workspace lock first.
 
 Boot: take the workspace lock → ensure default files → MessageBus → DecisionService →
 EventHub → providers → AgentDomain → channels + ChannelManager → dashboard. Start: resume
@@ -17,61 +18,33 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
 from soulflow import __version__
 from soulflow.agent.approvals import ApprovalMessages, ApproverPolicy
-from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
-from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.reducer import RunState
-from soulflow.agent.run.store import ThreadStore
-from soulflow.agent.run.timing import TimedThreadStore
-from soulflow.agent.tools import CodeSandbox, build_default_registry
-from soulflow.agent.tools.base import ToolContext, ToolError, ToolServices
-from soulflow.agent.tools.cron_tool import CronTool
-from soulflow.agent.tools.diagram_tool import DiagramRenderTool
-from soulflow.agent.tools.messaging import UPLOAD_PROMPT, MessageTool, RequestFileTool
-from soulflow.agent.tools.skill_tool import SkillTool
-from soulflow.agent.tools.spawn import SpawnTool, cancel_orphaned_subruns, run_subagent
+from soulflow.agent.tools import CodeSandbox
+from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.backends.factory import BackendConfig, refuse_unwired_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
-from soulflow.bus.retry import RetryPolicy
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.access import AdminPolicy
-from soulflow.channels.capability_commands import (
-    make_cron_command,
-    make_repl_command,
-    render_command,
-)
-from soulflow.channels.factory import access_policy, build_platform_channels
-from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.health import LinkState
-from soulflow.channels.local import LocalChannel
-from soulflow.channels.manager import ChannelManager
-from soulflow.channels.reader import ReadPolicy
-from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.secret_command import make_secret_command
-from soulflow.config import ConfigError, Settings, id_list
-from soulflow.contracts import ChatRef
+from soulflow.config import Settings
 from soulflow.cron import CronService, CronStore, Job, PayloadKind, cron_inbound_message
-from soulflow.cron.admin import ToolCronHandle
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
-from soulflow.providers.base import Provider
-from soulflow.providers.factory import build_providers, embedded_model, failover_order
+from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
+from soulflow.runtime import wiring
+from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.scaffold import ensure_workspace
-from soulflow.security.inbound import InboundSealer
 from soulflow.security.protected import open_vault
 from soulflow.security.redact import Redactor, install_log_redaction
-from soulflow.security.redacting_provider import RedactingProvider
 from soulflow.session.store import SessionStore
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
@@ -103,15 +76,10 @@ class Runtime:
         self.traffic = TrafficCounters()
         self.run_durations = Histogram(RUN_BUCKETS_S)
         self.vault = open_vault(settings)  # the key where SOULFLOW_MASTER_KEY_FILE says
-        self.bus = MessageBus(
-            runtime_dir, fsync=fsync, outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
-            policy=RetryPolicy(
-                max_attempts=settings["OUTBOUND_MAX_ATTEMPTS"],
-                inline_retries=settings["OUTBOUND_INLINE_RETRIES"],
-                base_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"),
-                max_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_MAX_MS"),
-                inline_delay_s=min(0.2, settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS"))),
-            on_event=self._publish_event, redact=self.redactor.redact)
+        self.bus = MessageBus(runtime_dir, fsync=fsync,
+                              outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
+                              policy=wiring.retry_policy(settings), on_event=self._publish_event,
+                              redact=self.redactor.redact)
         self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
         self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
                                      redact=self.redactor.redact)
@@ -119,68 +87,39 @@ class Runtime:
         self.local_model = embedded_model(settings)  # None unless wanted and installed
         self.providers = build_providers(settings, self.local_model)
         # the embedded model answers: fit its small window, keep its summaries out of memory/
-        self._tiny_model = self.local_model is not None \
-            and self.providers.default_name == "phi4_local"
-        max_context = settings["AGENT_MAX_CONTEXT_TOKENS"]
-        if self.local_model is not None and self._tiny_model:
-            window = self.local_model.config.n_ctx * 3 // 4  # a quarter left for the answer
-            max_context = min(max_context, window) if max_context else window
-        self.threads: ThreadStore | None = None
-        self._model: Provider | None = None  # set by _build_loop: (redacting, failover chain)
-        self._chain: Provider | None = None
-        self.context = ContextBuilder(settings.workspace, self.memory, self.decisions,
-                                      self.sessions,
-                                      history_messages=settings["AGENT_HISTORY_MESSAGES"],
-                                      max_context_tokens=max_context)
+        tiny_model = self.local_model is not None and self.providers.default_name == "phi4_local"
+        self.context = ContextBuilder(
+            settings.workspace, self.memory, self.decisions, self.sessions,
+            history_messages=settings["AGENT_HISTORY_MESSAGES"],
+            max_context_tokens=wiring.context_budget(settings, self.local_model, tiny_model))
         self.sandbox = CodeSandbox(settings)  # exec, python_repl, /repl; probed on first use
-        self.tools = build_default_registry(
-            redactor=self.redactor,
-            sandbox=self.sandbox,
-            allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
-            allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
-        for tool in (MessageTool(), RequestFileTool(), SpawnTool(), CronTool(),
-                     DiagramRenderTool(), SkillTool(self.context.skills)):
-            self.tools.register(tool)
+        self.tools = wiring.tool_registry(settings, self.redactor, self.sandbox,
+                                          self.context.skills)
+        self.tool_bridge = ToolBridge(self)
+        parts = wiring.agent_parts(
+            settings, self.providers, redactor=self.redactor, sessions=self.sessions,
+            memory=self.memory, tools=self.tools, context=self.context,
+            tool_context=self.tool_bridge.context, tiny_model=tiny_model,
+            on_run_finished=lambda status, seconds, sub: self.run_durations.observe(seconds))
+        self.threads, self.consolidator = parts.threads, parts.consolidator
+        self.model, self._chain = parts.model, parts.chain  # redacting wrapper, failover chain
         self.approvals = ApprovalMessages(runtime_dir / "approvals" / "messages.json")
-        self.consolidator: Consolidator | None = None  # set by _build_loop with a provider
-        self.agent = AgentDomain(self.context, self.sessions, self._build_loop(runtime_dir),
-                                 self.approvals, on_turn_finished=self._after_turn,
+        self.agent = AgentDomain(self.context, self.sessions, parts.loop, self.approvals,
+                                 on_turn_finished=self._after_turn,
                                  approvers=ApproverPolicy(self.admins.is_admin),
                                  redact=self.redactor.redact)
-        self.channels = ChannelRegistry()
-        self.local = LocalChannel(runtime_dir / "local",
-                                  send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
-                                  on_event=self.hub.publish)
-        self.channels.register(self.local)
-        for adapter in build_platform_channels(settings, runtime_dir):
-            self.channels.register(adapter)
+        self.channels, self.local = wiring.channel_registry(settings, runtime_dir,
+                                                            self.hub.publish)
         self.bus.bind_senders(self.channels.get)
         self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
-        self.manager = ChannelManager(
-            self.channels, self.bus, self.agent, access=access_policy(settings),
-            files_dir=runtime_dir / "inbound-files",
-            concurrency=settings["AGENT_CONCURRENCY"],
-            grouping_window_s=(settings.seconds_from_ms("CHANNEL_GROUPING_WINDOW_MS")
-                               if settings.flag("CHANNEL_GROUPING_ENABLED") else None),
-            grouping_max=settings["CHANNEL_GROUPING_MAX"],
-            max_inbound_chars=settings["MAX_INBOUND_CHARS"],
-            sealer=InboundSealer(self.vault, self.admins.is_admin),
-            on_event=self._publish_event, fold_max=settings["CHANNEL_FOLD_MAX"],
-            read_policy=ReadPolicy(
-                stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
-                restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
-            redact=self.redactor.redact,
-            feedback=FeedbackPolicy(
-                typing_refresh_s=float(settings["CHANNEL_TYPING_REFRESH_S"]),
-                read_ack_interval_s=float(settings["CHANNEL_READ_ACK_INTERVAL_S"]),
-                read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]))
         self.bus.dispatcher.outcome_listeners.append(self.traffic.send_outcome)
-        self.manager.commands.register("secret", make_secret_command(self.vault, self.admins))
-        self.manager.commands.register("repl", make_repl_command(self.sandbox))
-        self.manager.commands.register("render", render_command)
+        self.manager = wiring.channel_manager(
+            settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
+            on_event=self._publish_event, redact=self.redactor.redact)
         self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
                                 self._fire_cron)
-        self.manager.commands.register("cron", make_cron_command(self.cron))
+        wiring.register_commands(self.manager, vault=self.vault, admins=self.admins,
+                                 sandbox=self.sandbox, cron=self.cron)
         # task graphs (docs/tasks.md): store, workflow events, engine, /task, the task tool,
         # task answers and reactions in chats, /stop cancelling a chat's tasks
         self.task_services = TaskServices(self)
@@ -188,36 +127,12 @@ class Runtime:
         self.task_engine = self.task_services.engine  # the dashboard's cancel goes through it
         self.supervisor = Supervisor()
         # heartbeat, system_event cron jobs, ops (watchdog, health reading, notices)
-        self.background = BackgroundServices(self, model=self._model, chain=self._chain)
+        self.background = BackgroundServices(self, model=self.model, chain=self._chain)
         # the HTTP front end (the dashboard) is built around the runtime by soulflow.app, so
         # the runtime never imports the layer above it; started last, stopped first
         self.dashboard: FrontEnd | None = None
         self.started_at = 0.0
         self.ready = False
-
-    def _build_loop(self, runtime_dir: Path) -> AgentLoop | None:
-        """The agent loop, or None when no provider is configured (the chat says how)."""
-        if not self.providers.names():
-            return None
-        order = failover_order(self.settings) or []
-        missing = [name for name in order if name not in self.providers.names()]
-        if missing:
-            raise ConfigError(f"PROVIDER_FALLBACKS names {', '.join(missing)}, which "
-                              "is not configured (see docs/config.md for its settings)")
-        self._chain = self.providers.chain(order or None)
-        chain = self._model = RedactingProvider(self._chain, self.redactor)
-        threshold = int(self.settings["MEMORY_CONSOLIDATION_THRESHOLD"])
-        if threshold and not self._tiny_model:
-            self.consolidator = Consolidator(
-                self.sessions, self.memory, lambda: chain,
-                ConsolidationPolicy(threshold_messages=threshold,
-                                    keep_last=int(self.settings["MEMORY_CONSOLIDATION_KEEP_LAST"])))
-        self.threads = TimedThreadStore(
-            runtime_dir / "threads", fsync=self.settings["JOURNAL_FSYNC"],
-            redact=self.redactor.redact_strings,
-            on_finished=lambda status, seconds, sub: self.run_durations.observe(seconds))
-        return AgentLoop(self.threads, lambda: chain, self.tools, self.context.system_prompt,
-                         self._tool_context, max_turns=self.settings["AGENT_MAX_TURNS"])
 
     def _publish_event(self, kind: str, data: dict[str, Any]) -> None:
         """The live-event sink of the bus and the channels: counted, then published."""
@@ -228,46 +143,6 @@ class Runtime:
         """After each recorded answer: fold old turns into memory/ in the background."""
         if self.consolidator is not None:
             self.consolidator.schedule(session_key)
-
-    def _tool_context(self, state: RunState, approved: bool) -> ToolContext:
-        chat = state.chat
-        ref = ChatRef(chat.provider, chat.chat_id, chat.thread_id, chat.sender_id)
-        services = ToolServices(
-            send_message=self._send_from_tool,
-            request_file=partial(self._request_file_from_tool, chat),
-            # a sub-run gets no spawn service: sub-agents cannot start sub-agents
-            spawn=None if state.parent_run else partial(self._spawn_from_tool, chat,
-                                                        state.run_id),
-            schedule=partial(self._cron_from_tool, chat))
-        return ToolContext(workspace=self.settings.workspace, chat=ref, approved=approved,
-                           vault=self.vault, services=services)
-
-    async def _send_from_tool(self, message: OutboundMessage) -> None:
-        if self.channels.get(message.provider) is None:
-            raise ToolError(f"there is no {message.provider!r} channel in this daemon "
-                            f"(configured: {', '.join(self.channels.names())})")
-        chat = ChatRef(message.provider, message.chat_id, message.thread_id)
-        self.manager.publish_to_chat(chat, self.redactor.redact(message.content),
-                                     message.metadata,
-                                     reply_to=message.reply_to)  # split per platform limits
-
-    async def _request_file_from_tool(self, chat: ChatRef, description: str) -> None:
-        """Fallback path of request_file (used only if the loop does not intercept it)."""
-        self.bus.publish_outbound(OutboundMessage(
-            provider=chat.provider, chat_id=chat.chat_id, thread_id=chat.thread_id,
-            content=f"{description}\n\n{UPLOAD_PROMPT}"))
-
-    async def _spawn_from_tool(self, chat: ChatRef, parent_run: str, task: str,
-                               max_turns: int) -> str:
-        if self.agent.loop is None:  # tools only run inside a loop; kept for type safety
-            raise ToolError("no model provider is configured")
-        return await run_subagent(self.agent.loop, parent_chat=chat, task=task,
-                                  max_turns=max_turns, parent_run=parent_run)
-
-    async def _cron_from_tool(self, chat: ChatRef) -> ToolCronHandle:
-        """The scheduler for one run: another chat may be named only if an admin asked."""
-        admin = self.admins.is_admin(chat.provider, chat.requester_id)
-        return ToolCronHandle(self.cron, admin, self.channels.names())
 
     def _fire_cron(self, job: Job, scheduled: datetime) -> None:
         """A due cron job becomes an ordinary inbound message (journaled, deduplicated)."""

@@ -1,0 +1,18 @@
+"""One daemon's services, built in boot order, started, stopped in reverse.
+
+* `daemon` - `Runtime` (lifecycle, health, state), `create_runtime`, `read_daemon_info`.
+* `wiring` - settings turned into the parts (retry policy, tools, channels, manager, agent
+  loop), one function each, so `Runtime.__init__` reads as the boot order.
+* `tool_bridge` - what a tool call may reach of the daemon (send, request a file, spawn,
+  schedule), bound to the run's chat.
+"""
+
+from soulflow.runtime.daemon import (
+    DAEMON_INFO_FILE,
+    FrontEnd,
+    Runtime,
+    create_runtime,
+    read_daemon_info,
+)
+
+__all__ = ["DAEMON_INFO_FILE", "FrontEnd", "Runtime", "create_runtime", "read_daemon_info"]

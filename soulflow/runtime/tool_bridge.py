@@ -1,0 +1,71 @@
+"""What a tool call may reach of the daemon, bound to the chat of the run that makes it.
+
+Tools get these as `ToolServices` callables (see `soulflow.agent.tools.base`), never the
+runtime itself: a message through the outbox, the upload prompt of `request_file`, a
+sub-agent run, the cron scheduler (another chat only when an admin asked).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from soulflow.agent.run.reducer import RunState
+from soulflow.agent.tools.base import ToolContext, ToolError, ToolServices
+from soulflow.agent.tools.messaging import UPLOAD_PROMPT
+from soulflow.agent.tools.spawn import run_subagent
+from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import ChatRef
+from soulflow.cron.admin import ToolCronHandle
+
+if TYPE_CHECKING:  # pragma: no cover - the bridge is built by the runtime it serves
+    from soulflow.runtime.daemon import Runtime
+
+
+class ToolBridge:
+    """Builds each tool call's `ToolContext` with services bound to the run's chat."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def context(self, state: RunState, approved: bool) -> ToolContext:
+        runtime, chat = self._runtime, state.chat
+        services = ToolServices(
+            send_message=self._send,
+            request_file=partial(self._request_file, chat),
+            # a sub-run gets no spawn service: sub-agents cannot start sub-agents
+            spawn=None if state.parent_run else partial(self._spawn, chat, state.run_id),
+            schedule=partial(self._cron, chat))
+        return ToolContext(workspace=runtime.settings.workspace,
+                           chat=ChatRef(chat.provider, chat.chat_id, chat.thread_id,
+                                        chat.sender_id),
+                           approved=approved, vault=runtime.vault, services=services)
+
+    async def _send(self, message: OutboundMessage) -> None:
+        runtime = self._runtime
+        if runtime.channels.get(message.provider) is None:
+            raise ToolError(f"there is no {message.provider!r} channel in this daemon "
+                            f"(configured: {', '.join(runtime.channels.names())})")
+        chat = ChatRef(message.provider, message.chat_id, message.thread_id)
+        runtime.manager.publish_to_chat(chat, runtime.redactor.redact(message.content),
+                                        message.metadata,
+                                        reply_to=message.reply_to)  # split per platform limits
+
+    async def _request_file(self, chat: ChatRef, description: str) -> None:
+        """Fallback path of request_file (used only if the loop does not intercept it)."""
+        self._runtime.bus.publish_outbound(OutboundMessage(
+            provider=chat.provider, chat_id=chat.chat_id, thread_id=chat.thread_id,
+            content=f"{description}\n\n{UPLOAD_PROMPT}"))
+
+    async def _spawn(self, chat: ChatRef, parent_run: str, task: str, max_turns: int) -> str:
+        loop = self._runtime.agent.loop
+        if loop is None:  # tools only run inside a loop; kept for type safety
+            raise ToolError("no model provider is configured")
+        return await run_subagent(loop, parent_chat=chat, task=task, max_turns=max_turns,
+                                  parent_run=parent_run)
+
+    async def _cron(self, chat: ChatRef) -> ToolCronHandle:
+        """The scheduler for one run: another chat may be named only if an admin asked."""
+        runtime = self._runtime
+        admin = runtime.admins.is_admin(chat.provider, chat.requester_id)
+        return ToolCronHandle(runtime.cron, admin, runtime.channels.names())

@@ -1,0 +1,169 @@
+"""Settings turned into the parts of a daemon, one function per part.
+
+`Runtime.__init__` calls these in boot order and keeps the results; nothing here starts
+anything or holds state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop, ContextFactory
+from soulflow.agent.run.timing import TimedThreadStore
+from soulflow.agent.skills import SkillIndex
+from soulflow.agent.tools import CodeSandbox, build_default_registry
+from soulflow.agent.tools.cron_tool import CronTool
+from soulflow.agent.tools.diagram_tool import DiagramRenderTool
+from soulflow.agent.tools.messaging import MessageTool, RequestFileTool
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.tools.skill_tool import SkillTool
+from soulflow.agent.tools.spawn import SpawnTool
+from soulflow.bus.bus import MessageBus
+from soulflow.bus.retry import RetryPolicy
+from soulflow.channels.access import AdminPolicy
+from soulflow.channels.capability_commands import (
+    make_cron_command,
+    make_repl_command,
+    render_command,
+)
+from soulflow.channels.factory import access_policy, build_platform_channels
+from soulflow.channels.feedback import FeedbackPolicy
+from soulflow.channels.local import LocalChannel
+from soulflow.channels.manager import ChannelManager, EventSink
+from soulflow.channels.reader import ReadPolicy
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.channels.secret_command import make_secret_command
+from soulflow.config import ConfigError, Settings, id_list
+from soulflow.contracts import Provider
+from soulflow.cron import CronService
+from soulflow.providers.factory import failover_order
+from soulflow.providers.local_runtime import LocalModelRuntime
+from soulflow.providers.registry import ProviderRegistry
+from soulflow.security.inbound import InboundSealer
+from soulflow.security.redact import Redactor
+from soulflow.security.redacting_provider import RedactingProvider
+from soulflow.security.vault import SecretVault
+from soulflow.session.store import SessionStore
+
+
+def retry_policy(settings: Settings) -> RetryPolicy:
+    base_s = settings.seconds_from_ms("OUTBOUND_RETRY_BASE_MS")
+    return RetryPolicy(max_attempts=settings["OUTBOUND_MAX_ATTEMPTS"],
+                       inline_retries=settings["OUTBOUND_INLINE_RETRIES"], base_delay_s=base_s,
+                       max_delay_s=settings.seconds_from_ms("OUTBOUND_RETRY_MAX_MS"),
+                       inline_delay_s=min(0.2, base_s))
+
+
+def context_budget(settings: Settings, local_model: LocalModelRuntime | None,
+                   tiny_model: bool) -> int:
+    """The prompt's token budget; the embedded model's small window caps it (a quarter of the
+    window is left for the answer)."""
+    budget = int(settings["AGENT_MAX_CONTEXT_TOKENS"])
+    if local_model is not None and tiny_model:
+        window = local_model.config.n_ctx * 3 // 4
+        budget = min(budget, window) if budget else window
+    return budget
+
+
+def tool_registry(settings: Settings, redactor: Redactor, sandbox: CodeSandbox,
+                  skills: SkillIndex) -> ToolRegistry:
+    tools = build_default_registry(
+        redactor=redactor, sandbox=sandbox,
+        allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
+        allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
+    for tool in (MessageTool(), RequestFileTool(), SpawnTool(), CronTool(),
+                 DiagramRenderTool(), SkillTool(skills)):
+        tools.register(tool)
+    return tools
+
+
+def channel_registry(settings: Settings, runtime_dir: Path,
+                     on_local_event: Callable[[str, dict[str, Any]], None]
+                     ) -> tuple[ChannelRegistry, LocalChannel]:
+    """The local channel (always) and every platform whose credentials are set."""
+    channels = ChannelRegistry()
+    local = LocalChannel(runtime_dir / "local",
+                         send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
+                         on_event=on_local_event)
+    channels.register(local)
+    for adapter in build_platform_channels(settings, runtime_dir):
+        channels.register(adapter)
+    return channels, local
+
+
+def channel_manager(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
+                    agent: AgentDomain, *, vault: SecretVault, admins: AdminPolicy,
+                    on_event: EventSink, redact: Callable[[str], str]) -> ChannelManager:
+    grouping = settings.flag("CHANNEL_GROUPING_ENABLED")
+    return ChannelManager(
+        channels, bus, agent, access=access_policy(settings),
+        files_dir=settings.runtime_dir / "inbound-files",
+        concurrency=settings["AGENT_CONCURRENCY"],
+        grouping_window_s=(settings.seconds_from_ms("CHANNEL_GROUPING_WINDOW_MS")
+                           if grouping else None),
+        grouping_max=settings["CHANNEL_GROUPING_MAX"],
+        max_inbound_chars=settings["MAX_INBOUND_CHARS"],
+        sealer=InboundSealer(vault, admins.is_admin),
+        on_event=on_event, fold_max=settings["CHANNEL_FOLD_MAX"],
+        read_policy=ReadPolicy(stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
+                               restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
+        redact=redact,
+        feedback=FeedbackPolicy(
+            typing_refresh_s=float(settings["CHANNEL_TYPING_REFRESH_S"]),
+            read_ack_interval_s=float(settings["CHANNEL_READ_ACK_INTERVAL_S"]),
+            read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]))
+
+
+def register_commands(manager: ChannelManager, *, vault: SecretVault, admins: AdminPolicy,
+                      sandbox: CodeSandbox, cron: CronService) -> None:
+    """The chat commands backed by daemon services (/secret, /repl, /render, /cron)."""
+    manager.commands.register("secret", make_secret_command(vault, admins))
+    manager.commands.register("repl", make_repl_command(sandbox))
+    manager.commands.register("render", render_command)
+    manager.commands.register("cron", make_cron_command(cron))
+
+
+@dataclass(slots=True)
+class AgentParts:
+    """The agent loop and what hangs off the model: all None without a provider."""
+
+    loop: AgentLoop | None = None
+    threads: TimedThreadStore | None = None
+    model: Provider | None = None  # the redacting wrapper around the failover chain
+    chain: Provider | None = None
+    consolidator: Consolidator | None = None
+
+
+def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Redactor,
+                sessions: SessionStore, memory: MemoryStore, tools: ToolRegistry,
+                context: ContextBuilder, tool_context: ContextFactory, tiny_model: bool,
+                on_run_finished: Callable[[str, float, bool], None]) -> AgentParts:
+    """The loop on the failover chain (PROVIDER_FALLBACKS), model calls redacted, memory
+    consolidation unless the embedded model answers (its summaries stay out of memory/)."""
+    if not providers.names():
+        return AgentParts()
+    order = failover_order(settings) or []
+    missing = [name for name in order if name not in providers.names()]
+    if missing:
+        raise ConfigError(f"PROVIDER_FALLBACKS names {', '.join(missing)}, which "
+                          "is not configured (see docs/config.md for its settings)")
+    chain = providers.chain(order or None)
+    model = RedactingProvider(chain, redactor)
+    consolidator = None
+    threshold = int(settings["MEMORY_CONSOLIDATION_THRESHOLD"])
+    if threshold and not tiny_model:
+        policy = ConsolidationPolicy(threshold_messages=threshold,
+                                     keep_last=int(settings["MEMORY_CONSOLIDATION_KEEP_LAST"]))
+        consolidator = Consolidator(sessions, memory, lambda: model, policy)
+    threads = TimedThreadStore(settings.runtime_dir / "threads", fsync=settings["JOURNAL_FSYNC"],
+                               redact=redactor.redact_strings, on_finished=on_run_finished)
+    loop = AgentLoop(threads, lambda: model, tools, context.system_prompt, tool_context,
+                     max_turns=settings["AGENT_MAX_TURNS"])
+    return AgentParts(loop, threads, model, chain, consolidator)
