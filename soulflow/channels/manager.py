@@ -153,11 +153,7 @@ class ChannelManager:
         self.bus.inbound.mark_seen(seen_only)
         adapter.commit(batch)
         for message in fresh:
-            self.received_count += 1
-            self._on_event("inbound.received", {
-                "provider": message.provider, "chat_id": message.chat_id,
-                "message_id": message.message_id, "sender_id": message.sender_id,
-                "text": message.text[:500]})
+            self._received(message)
             try:
                 self._queue(message)
             except Exception as exc:  # journaled: record, finish it, never replay it forever
@@ -188,13 +184,17 @@ class ChannelManager:
         second injection of the same message id (a job re-fired after a crash)."""
         if not self._screen.take_in_trusted(message):
             return False
+        self._received(message)
+        self._submit([message])
+        return True
+
+    def _received(self, message: InboundMessage) -> None:
+        """Count a journaled message and announce it (the dashboard's live feed)."""
         self.received_count += 1
         self._on_event("inbound.received", {
             "provider": message.provider, "chat_id": message.chat_id,
             "message_id": message.message_id, "sender_id": message.sender_id,
             "text": message.text[:500]})
-        self._submit([message])
-        return True
 
     def _queue(self, message: InboundMessage) -> None:
         if self._stop_now(message):
