@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Daemon, base_env
+from tests.e2e.harness import Daemon, daemon_factory
 from tests.fakes.openai_api import FakeOpenAIThread
 
 CHROMIUM = os.environ.get("SOULFLOW_CHROMIUM", "/usr/bin/chromium")
@@ -75,20 +75,6 @@ def fake_llm() -> Iterator[FakeOpenAIThread]:
 @pytest.fixture
 def make_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Callable[..., Daemon]]:
     """Daemons on a fixed port (a restarted daemon must come back where the page looks)."""
-    daemons: list[Daemon] = []
-    port = str(free_port())
-
-    def factory(**env: str) -> Daemon:
-        workspace = tmp_path / "ws"
-        workspace.mkdir(exist_ok=True)
-        settings = {"PROVIDER": "phi4_local", "PHI4_BASE_URL": fake_llm.base_url,
-                    "PHI4_MODEL": "fake-model", "DASHBOARD_TOKEN": TOKEN,
-                    "DASHBOARD_PORT": port, **env}
-        daemon = Daemon(workspace, base_env(workspace, **settings),
-                        tmp_path / f"daemon-{len(daemons)}.log")
-        daemons.append(daemon)
-        return daemon
-
-    yield factory
-    for daemon in daemons:
-        daemon.close()
+    with daemon_factory(tmp_path, fake_llm.base_url, DASHBOARD_TOKEN=TOKEN,
+                        DASHBOARD_PORT=str(free_port())) as factory:
+        yield factory

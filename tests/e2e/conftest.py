@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Daemon, base_env
+from tests.e2e.harness import Daemon, daemon_factory
 from tests.fakes.openai_api import FakeOpenAIThread
 
 
@@ -23,20 +23,7 @@ def fake_llm() -> Iterator[FakeOpenAIThread]:
 
 
 @pytest.fixture
-def make_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator:  # type: ignore[type-arg]
+def make_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Callable[..., Daemon]]:
     """Build (not start) daemons on a fresh workspace wired to the fake model."""
-    daemons: list[Daemon] = []
-
-    def factory(**env: str) -> Daemon:
-        workspace = tmp_path / "ws"
-        workspace.mkdir(exist_ok=True)
-        settings = {"PROVIDER": "phi4_local", "PHI4_BASE_URL": fake_llm.base_url,
-                    "PHI4_MODEL": "fake-model", **env}
-        daemon = Daemon(workspace, base_env(workspace, **settings),
-                        tmp_path / f"daemon-{len(daemons)}.log")
-        daemons.append(daemon)
-        return daemon
-
-    yield factory
-    for daemon in daemons:
-        daemon.close()
+    with daemon_factory(tmp_path, fake_llm.base_url) as factory:
+        yield factory

@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -157,3 +158,27 @@ class Daemon:
             timeout: float = 60.0) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run([sys.executable, "-m", "soulflow", *args], env=self.env,
                               input=input, capture_output=True, timeout=timeout)
+
+
+@contextmanager
+def daemon_factory(tmp_path: Path, llm_url: str,
+                   **defaults: str) -> Iterator[Callable[..., Daemon]]:
+    """Build (not start) daemons on one workspace, wired to the fake model at `llm_url` with
+    `defaults` in their environment (a call's own settings win); all closed on the way out."""
+    daemons: list[Daemon] = []
+
+    def factory(**env: str) -> Daemon:
+        workspace = tmp_path / "ws"
+        workspace.mkdir(exist_ok=True)
+        settings = {"PROVIDER": "phi4_local", "PHI4_BASE_URL": llm_url,
+                    "PHI4_MODEL": "fake-model", **defaults, **env}
+        daemon = Daemon(workspace, base_env(workspace, **settings),
+                        tmp_path / f"daemon-{len(daemons)}.log")
+        daemons.append(daemon)
+        return daemon
+
+    try:
+        yield factory
+    finally:
+        for daemon in daemons:
+            daemon.close()

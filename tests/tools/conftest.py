@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.security.vault import SecretVault
+from tests.tools.listener import Listener
 
 MakeCtx = Callable[..., ToolContext]
 
@@ -43,3 +44,11 @@ def ctx(make_ctx: MakeCtx) -> ToolContext:
 @pytest.fixture
 def vault(tmp_path: Path) -> SecretVault:
     return SecretVault(tmp_path / "security")
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
+    """A loopback listener, stopped after the test (tests start it: they need the port)."""
+    server = Listener()
+    yield server
+    await server.stop()

@@ -4,12 +4,10 @@ workspace itself is still an ordinary place to work."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.agent.tools.shell import NETWORK_REASON, ExecTool
 from soulflow.config import load_settings
+from tests.tools.listener import Listener
 from tests.tools.sandbox_support import working_sandbox
 
 
@@ -66,31 +65,6 @@ def _registry(sandbox: CodeSandbox) -> ToolRegistry:
 
 def _ctx(workspace: Path, *, approved: bool = False) -> ToolContext:
     return ToolContext(workspace, ChatRef("local", "c1", sender_id="u1"), approved=approved)
-
-
-class Listener:
-    """A loopback TCP server that counts connections."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.server: asyncio.Server | None = None
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        writer.close()
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
-
-
-@pytest.fixture
-async def listener() -> AsyncIterator[Listener]:
-    server = Listener()
-    yield server
-    if server.server is not None:
-        server.server.close()
-        await server.server.wait_closed()
 
 
 SECRET_COMMANDS = [

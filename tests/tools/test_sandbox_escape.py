@@ -8,7 +8,6 @@ After every technique: no canary file exists on the host (workspace, ``/tmp``, `
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.capability_commands import make_repl_command
 from tests.tools.escape_corpus import NOT_ATTACKING, TECHNIQUES, Target, program
+from tests.tools.listener import Listener
 from tests.tools.sandbox_support import wait_none_with, working_sandbox
 
 SANDBOX_PROCESS_MARK = "/opt/soulflow-sandbox/"  # every sandboxed python's command line
@@ -35,34 +35,6 @@ RAW_TIMEOUT_S = 4.0
 @pytest.fixture(scope="module")
 def sandbox() -> CodeSandbox:
     return working_sandbox()
-
-
-class Listener:
-    """A loopback TCP server that only records who connected."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.server: asyncio.Server | None = None
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        writer.close()
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
-@pytest.fixture
-async def listener() -> AsyncIterator[Listener]:
-    server = Listener()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture
