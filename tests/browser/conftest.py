@@ -67,12 +67,6 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def fake_llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
-@pytest.fixture
 def make_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Callable[..., Daemon]]:
     """Daemons on a fixed port (a restarted daemon must come back where the page looks)."""
     with daemon_factory(tmp_path, fake_llm.base_url, DASHBOARD_TOKEN=TOKEN,

@@ -16,12 +16,6 @@ from tests.fakes.openai_api import FakeOpenAIThread
 
 
 @pytest.fixture
-def fake_llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
-@pytest.fixture
 def daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Daemon]:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -16,12 +16,6 @@ PLANTED = "planted-Secret-4242-zebra-quartz"
 
 
 @pytest.fixture
-def fake_llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
-@pytest.fixture
 def make_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Callable[..., Daemon]]:
     """Build (not start) daemons on one workspace, wired to the fake model, with a token and
     the planted credential in their environment."""

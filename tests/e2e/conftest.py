@@ -17,12 +17,6 @@ def llm() -> Iterator[FakeOpenAIThread]:
 
 
 @pytest.fixture
-def fake_llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
-
-
-@pytest.fixture
 def make_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread) -> Iterator[Callable[..., Daemon]]:
     """Build (not start) daemons on a fresh workspace wired to the fake model."""
     with daemon_factory(tmp_path, fake_llm.base_url) as factory:

@@ -5,23 +5,14 @@ API key never appears."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.doctor.conftest import closed_port_url
 from tests.e2e.harness import Daemon, base_env, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
 
 API_KEY = "sk-or-v1-logs-test-key-5f2e9d1c0b"
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

@@ -3,19 +3,10 @@ watchdog with its reason, the person gets an answer, and /api/state shows what h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.e2e.harness import Daemon, base_env, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeOpenAIThread]:
-    with FakeOpenAIThread() as fake:
-        yield fake
 
 
 def test_the_watchdog_stops_a_hanging_run_and_reports_it(tmp_path: Path,
