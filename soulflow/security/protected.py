@@ -55,6 +55,18 @@ _MAX_INODE_SCAN = 20_000  # files under runtime/ compared when a hard link is ch
 DevIno = tuple[int, int]
 
 
+def inodes_of(paths: list[Path]) -> set[DevIno]:
+    """(device, inode) of each path that exists (a hard link shares its target's)."""
+    found: set[DevIno] = set()
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
+
+
 def key_file_path(workspace: Path, configured: str = "") -> Path:
     """Where the master key lives: ``SOULFLOW_MASTER_KEY_FILE`` (relative to the workspace
     when not absolute) or, by default, ``runtime/security/master.key``."""
@@ -204,21 +216,16 @@ class ProtectedPaths:
         if not stat.S_ISREG(st.st_mode):
             return None
         ident = (st.st_dev, st.st_ino)
-        if ident in self._key_inodes():
+        if ident in self.key_inodes():
             return "it is a link to the vault's master key or the vault"
         if st.st_nlink > 1 and ident in self._runtime_inodes():
             return "it is a hard link to a protected file"
         return None
 
-    def _key_inodes(self) -> set[DevIno]:
-        found: set[DevIno] = set()
-        for path in [*self.key_files(), *self.env_files()]:
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            found.add((st.st_dev, st.st_ino))
-        return found
+    def key_inodes(self) -> set[DevIno]:
+        """The (device, inode) of the vault key, the vault and the .env files: a link to any
+        of them is refused here and masked in the sandbox."""
+        return inodes_of([*self.key_files(), *self.env_files()])
 
     def _runtime_inodes(self) -> set[DevIno]:
         found: set[DevIno] = set()

@@ -94,6 +94,45 @@ def iter_strings(value: Any) -> Iterator[str]:
             yield from iter_strings(item)
 
 
+RefKey = tuple[str | None, str | None]
+
+
+@dataclass(slots=True)
+class OpenedReferences:
+    """Every distinct reference in a value, opened once: the plaintexts by reference, and the
+    labels that are missing (here) or invalid, in the order they first appear."""
+
+    opened: dict[RefKey, tuple[str, str]] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    referenced: list[str] = field(default_factory=list)
+
+
+def open_references(value: Any, vault: SecretVault, chat: str | None) -> OpenedReferences:
+    """Open every reference in every string of ``value`` (a string or JSON-like value)."""
+    found = OpenedReferences()
+    seen: set[RefKey] = set()
+    for string in iter_strings(value):
+        for ref in iter_secret_refs(string):
+            key = (ref.name, ref.token)
+            if key in seen:
+                continue
+            seen.add(key)
+            _add_once(found.referenced, ref.label)
+            try:
+                found.opened[key] = open_reference(ref, vault, chat)
+            except SecretNotFound:
+                _add_once(found.missing, ref.label)
+            except InvalidCiphertext:
+                _add_once(found.invalid, ref.label)
+    return found
+
+
+def _add_once(labels: list[str], label: str) -> None:
+    if label not in labels:
+        labels.append(label)
+
+
 def inspect_secret_references_for_orchestration(text: Any, vault: SecretVault, *,
                                                 chat: str | None = None) -> ReferenceReport:
     """Report every reference in ``text`` (a string or JSON-like value) that cannot be opened.
@@ -101,26 +140,9 @@ def inspect_secret_references_for_orchestration(text: Any, vault: SecretVault, *
     Each reference is fully opened (decrypted and discarded), so ``ok`` means resolution
     will succeed, not merely that the names exist.
     """
-    missing: list[str] = []
-    invalid: list[str] = []
-    referenced: list[str] = []
-    seen: set[tuple[str | None, str | None]] = set()
-    for string in iter_strings(text):
-        for ref in iter_secret_refs(string):
-            if (ref.name, ref.token) in seen:
-                continue
-            seen.add((ref.name, ref.token))
-            if ref.label not in referenced:
-                referenced.append(ref.label)
-            try:
-                open_reference(ref, vault, chat)
-            except SecretNotFound:
-                if ref.label not in missing:
-                    missing.append(ref.label)
-            except InvalidCiphertext:
-                if ref.label not in invalid:
-                    invalid.append(ref.label)
-    return ReferenceReport(missing, invalid, not missing and not invalid, referenced)
+    found = open_references(text, vault, chat)
+    return ReferenceReport(found.missing, found.invalid, not found.missing and not found.invalid,
+                           found.referenced)
 
 
 def _how_to_set(name: str) -> str:

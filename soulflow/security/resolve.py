@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.security.errors import InvalidCiphertext, SecretNotFound
-from soulflow.security.references import iter_strings, open_reference
+from soulflow.security.references import RefKey, open_references
 from soulflow.security.syntax import REDACTED, iter_secret_refs, secret_reference
 from soulflow.security.vault import SecretVault
 
@@ -39,9 +38,6 @@ class ResolveReport:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
 
-_RefKey = tuple[str | None, str | None]
-
-
 def resolve_secret_references(value: Any, vault: SecretVault, *,
                               chat: str | None = None) -> ResolveReport:
     """Replace every reference in every string of ``value`` (recursively) with its plaintext.
@@ -53,22 +49,8 @@ def resolve_secret_references(value: Any, vault: SecretVault, *,
     through. If any reference is missing or invalid, returns ``ok=False`` with ``value`` being
     the very object passed in. Vault-wide failures (unsafe key, corrupt file) are raised.
     """
-    opened: dict[_RefKey, tuple[str, str]] = {}
-    missing: list[str] = []
-    invalid: list[str] = []
-    for string in iter_strings(value):
-        for ref in iter_secret_refs(string):
-            key = (ref.name, ref.token)
-            if key in opened:
-                continue
-            try:
-                opened[key] = open_reference(ref, vault, chat)
-            except SecretNotFound:
-                if ref.label not in missing:
-                    missing.append(ref.label)
-            except InvalidCiphertext:
-                if ref.label not in invalid:
-                    invalid.append(ref.label)
+    found = open_references(value, vault, chat)
+    opened, missing, invalid = found.opened, found.missing, found.invalid
     if missing or invalid:
         return ResolveReport(value, missing, invalid, ok=False)
     if not opened:
@@ -77,7 +59,7 @@ def resolve_secret_references(value: Any, vault: SecretVault, *,
     return ResolveReport(_substitute(value, opened), secrets=secrets)
 
 
-def _substitute(value: Any, opened: Mapping[_RefKey, tuple[str, str]]) -> Any:
+def _substitute(value: Any, opened: Mapping[RefKey, tuple[str, str]]) -> Any:
     if isinstance(value, str):
         refs = list(iter_secret_refs(value))
         if not refs:

@@ -39,7 +39,7 @@ def masked_paths(workspace: Path, settings: Settings | None = None) -> list[Path
     workspace = Path(workspace).resolve()
     protected = protected_paths(workspace, settings)
     candidates = protected.mask_paths()
-    secret_inodes = _inodes([*protected.key_files(), *protected.env_files()])
+    secret_inodes = protected.key_inodes()
     candidates += _walk(workspace, secret_inodes)
     reals = {real for real in map(_real, candidates) if real is not None}
     dirs = sorted(p for p in reals if p.is_dir())
@@ -77,15 +77,6 @@ def _real(path: Path) -> Path | None:
         return None
 
 
-def _inodes(paths: list[Path]) -> set[tuple[int, int]]:
-    found = set()
-    for path in paths:
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        found.add((st.st_dev, st.st_ino))
-    return found
 
 
 def _walk(workspace: Path, secret_inodes: set[tuple[int, int]]) -> list[Path]:
