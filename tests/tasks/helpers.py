@@ -7,11 +7,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.tasks import NodeCall, NodeExecutors, NodeOutcome, TaskEvent
+from soulflow.tasks import NodeCall, NodeExecutors, NodeKind, NodeOutcome, TaskEvent, TaskNode
 
 ToolFn = Callable[[dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
 AgentFn = Callable[[str, list[str], dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
 
+
+
+def tool(node_id: str, name: str = "echo", **kw: Any) -> TaskNode:
+    """A tool step (the Toolbox's `echo` unless named)."""
+    return TaskNode(id=node_id, kind=NodeKind.TOOL, tool=name, **kw)
+
+
+def gate(node_id: str, prompt: str = "Send the email?", **kw: Any) -> TaskNode:
+    """An approval gate."""
+    return TaskNode(id=node_id, kind=NodeKind.APPROVAL, prompt=prompt, **kw)
 
 @dataclass
 class Toolbox:

@@ -11,26 +11,16 @@ import pytest
 from soulflow.tasks import (
     Choice,
     ConditionalEdge,
-    NodeKind,
     NodeOutcome,
     NodeStatus,
     TaskDecisionError,
     TaskGraph,
-    TaskNode,
     TaskState,
     TaskStatus,
     TaskStore,
     run_task_loop,
 )
-from tests.tasks.helpers import Events, Toolbox, echo
-
-
-def tool(node_id: str, name: str = "echo", **kw: Any) -> TaskNode:
-    return TaskNode(id=node_id, kind=NodeKind.TOOL, tool=name, **kw)
-
-
-def gate(node_id: str, **kw: Any) -> TaskNode:
-    return TaskNode(id=node_id, kind=NodeKind.APPROVAL, prompt="Send the email?", **kw)
+from tests.tasks.helpers import Events, Toolbox, echo, gate, tool
 
 
 def email_graph() -> TaskGraph:

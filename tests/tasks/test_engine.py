@@ -11,25 +11,15 @@ import pytest
 from soulflow.tasks import (
     Choice,
     GraphValidationError,
-    NodeKind,
     NodeOutcome,
     NodeStatus,
     TaskDecisionError,
     TaskEngine,
     TaskGraph,
-    TaskNode,
     TaskStatus,
     TaskStore,
 )
-from tests.tasks.helpers import Events, Toolbox, echo
-
-
-def tool(node_id: str, name: str = "echo", **kw: Any) -> TaskNode:
-    return TaskNode(id=node_id, kind=NodeKind.TOOL, tool=name, **kw)
-
-
-def gate(node_id: str, **kw: Any) -> TaskNode:
-    return TaskNode(id=node_id, kind=NodeKind.APPROVAL, prompt="go?", **kw)
+from tests.tasks.helpers import Events, Toolbox, echo, gate, tool
 
 
 async def test_invalid_graph_is_refused_before_anything_is_stored(tmp_path: Path) -> None:

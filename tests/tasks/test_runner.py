@@ -22,11 +22,7 @@ from soulflow.tasks import (
     TaskStore,
     run_task_loop,
 )
-from tests.tasks.helpers import Events, Toolbox, echo
-
-
-def tool(node_id: str, name: str = "echo", **kw: Any) -> TaskNode:
-    return TaskNode(id=node_id, kind=NodeKind.TOOL, tool=name, **kw)
+from tests.tasks.helpers import Events, Toolbox, echo, tool
 
 
 async def new_task(store: TaskStore, graph: TaskGraph, task_id: str = "t-1") -> TaskState:
