@@ -1,9 +1,9 @@
 """The Telegram adapter survives cancelled, timed-out and dropped calls (issue 13, item 1).
 
-Through the real python-telegram-bot against the loopback Bot API fake. The regression: PTB's
-default httpx pool (httpcore 1.0.9) kept a slot for every request cancelled between pool
-assignment and connect, so after a burst every call failed with "Pool timeout: All connections
-in the connection pool are occupied" while the fake received nothing.
+Through the real python-telegram-bot against the loopback Bot API fake: after a burst of
+calls cancelled between pool assignment and connect (with PTB's default httpx pool, httpcore
+1.0.9, each such call keeps its slot: "Pool timeout: All connections in the connection pool
+are occupied"), calls still reach the platform.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Poison input on Slack, Telegram and Discord: `soulflow run` against the platform fakes.
 
-A lone surrogate (valid JSON, `"\\ud800"`) used to raise while it was journaled and wedge
-the channel for good. Now text is normalised at the edge (answered, with U+FFFD), a message
-whose sealing fails is quarantined in `runtime/dlq/inbound.jsonl` (redacted) and the channel
-moves on; the quarantine survives a kill -9 and nothing is journaled or answered twice.
+A lone surrogate (valid JSON, `"\\ud800"`) is normalised at the edge (answered, with
+U+FFFD); a message whose sealing fails is quarantined in `runtime/dlq/inbound.jsonl`
+(redacted) and the channel moves on; the quarantine survives a kill -9 and nothing is
+journaled or answered twice.
 """
 
 from __future__ import annotations
@@ -109,9 +109,9 @@ def raw_bytes_platform(request: pytest.FixtureRequest, llm: FakeOpenAIThread,
 
 
 def test_non_utf8_bytes_are_read_as_u_fffd_and_answered(raw_bytes_platform: Live) -> None:
-    """A body with a byte that is not UTF-8 (the fakes send 0xE9 for "\\udce9"): Slack's
-    history poll (REST) used to fail every time, so its cursor never passed it; Discord's
-    gateway frame dropped the connection and its REST catch-up failed, losing the message."""
+    """A body with a byte that is not UTF-8 (the fakes send 0xE9 for "\\udce9") on Slack's
+    history poll (REST) and Discord's gateway is read as U+FFFD: the message is answered,
+    nothing is quarantined, the connection stays up and the next message is answered too."""
     live = raw_bytes_platform
     latin = live.driver.post("caf\udce9 au lait")
     live.echo(latin, "caf\ufffd au lait")
