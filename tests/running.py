@@ -1,13 +1,17 @@
-"""`running(x)`: start a fake server, proxy or adapter for the length of an `async with`.
+"""Start something for the length of a `with`: a fake server, proxy or adapter (`running`,
+`running_fixture`), or a fake's standalone process (`fake_process`).
 
 Fixtures start something, yield it and stop it even when the test fails; written out that
-is six lines in every fixture of every file, so they share this one.
+is six lines in every fixture of every file, so they share these.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
@@ -42,3 +46,23 @@ def running_fixture(make: Callable[[], Startable]) -> Any:
             yield service
 
     return fixture
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def fake_process(module: str) -> Iterator[str]:
+    """`python -m <module> --port 0` (a fake's standalone mode): yields the URL it prints as
+    `READY <url>`; on the way out SIGTERM must stop it cleanly (exit code 0)."""
+    command = [sys.executable, "-m", module, "--port", "0"]
+    with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            assert line.startswith("READY http://127.0.0.1:"), line
+            yield line.removeprefix("READY ")
+        finally:
+            proc.terminate()
+            code = proc.wait(timeout=10)
+        assert code == 0  # SIGTERM is a clean shutdown

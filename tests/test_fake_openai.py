@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.fakes.openai_api import FakeOpenAI, FakeOpenAIThread
+from tests.running import fake_process
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 BODY = {"model": "gpt-x", "messages": [{"role": "user", "content": "ping pong"}]}
 
 
@@ -219,15 +216,6 @@ def test_thread_runner_serves_sync_clients() -> None:
 
 
 def test_standalone_process_prints_ready_and_serves() -> None:
-    command = [sys.executable, "-m", "tests.fakes.openai_api", "--port", "0"]
-    with subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) as process:
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline().strip()
-            assert line.startswith("READY http://127.0.0.1:")
-            base_url = line.removeprefix("READY ")
-            response = httpx.post(f"{base_url}/chat/completions", json=BODY, timeout=5)
-            assert response.json()["choices"][0]["message"]["content"] == "echo: ping pong"
-        finally:
-            process.terminate()
-            assert process.wait(timeout=5) == 0  # SIGTERM is a clean shutdown
+    with fake_process("tests.fakes.openai_api") as base_url:
+        response = httpx.post(f"{base_url}/chat/completions", json=BODY, timeout=5)
+        assert response.json()["choices"][0]["message"]["content"] == "echo: ping pong"

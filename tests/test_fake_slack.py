@@ -6,11 +6,8 @@ adapter can later be tested end to end by pointing slack_sdk at ``FakeSlack.base
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,9 +24,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack, FakeSlackThread
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
-from tests.running import running_fixture
+from tests.running import fake_process, running_fixture
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 GENERAL = "C0GENERAL1"
 HUMAN = "U0HUMAN001"
 
@@ -399,22 +395,10 @@ def test_thread_runner() -> None:
 
 
 def test_cli_prints_ready_url() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.slack_api", "--port", "0"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("READY http://127.0.0.1:")
+    with fake_process("tests.fakes.slack_api") as url:
         headers = {"Authorization": f"Bearer {BOT_TOKEN}"}
-        body = httpx.post(f"{line.split()[1]}/api/auth.test", headers=headers, timeout=5).json()
+        body = httpx.post(f"{url}/api/auth.test", headers=headers, timeout=5).json()
         assert body["ok"] and body["user_id"] == BOT_USER_ID
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0
 
 
 async def test_stop_is_prompt_with_connected_clients(fake: FakeSlack) -> None:

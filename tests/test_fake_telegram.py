@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dtm
 import struct
-import subprocess
-import sys
 import time
 import zlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -32,9 +29,8 @@ from telegram.error import (
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram, FakeTelegramThread
-from tests.running import running_fixture
+from tests.running import fake_process, running_fixture
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 USER_ID = 4242
 
 
@@ -408,19 +404,6 @@ def test_thread_runner_serves_a_separate_loop() -> None:
 
 
 def test_cli_prints_ready_url() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.telegram_api", "--port", "0"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("READY http://127.0.0.1:")
-        url = line.split()[1]
+    with fake_process("tests.fakes.telegram_api") as url:
         body = httpx.get(f"{url}/bot{DEFAULT_TOKEN}/getMe", timeout=5).json()
         assert body["ok"] and body["result"]["is_bot"]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0

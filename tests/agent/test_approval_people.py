@@ -29,7 +29,7 @@ from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.store import ThreadStore
-from soulflow.agent.tools.base import ChatRef, Tool, ToolContext
+from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
@@ -40,6 +40,7 @@ from soulflow.channels.registry import ChannelRegistry
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.session.store import SessionStore
+from tests.agent.recorder import Recorder
 
 ALICE, BOB, CAROL = "U_ALICE", "U_BOB", "U_CAROL"
 NAMES = {ALICE: "Alice", BOB: "Bob", CAROL: "Carol"}
@@ -64,26 +65,6 @@ class ChatAdapter(ChannelAdapter):
     async def send(self, message: OutboundMessage) -> SendResult:
         self.sent.append(message)
         return SendResult(platform_message_ids=[message.message_id])
-
-
-class Recorder(Tool):
-    """A risky tool: every call needs approval; `calls` shows whether it ran."""
-
-    name = "record"
-    description = "records its input"
-    parameters = {"type": "object", "properties": {"value": {"type": "string"}},
-                  "required": ["value"]}
-    idempotent = False
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def needs_approval(self, params: dict[str, Any], ctx: ToolContext) -> str | None:
-        return "it records things"
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
-        self.calls.append(params["value"])
-        return f"recorded {params['value']}"
 
 
 class RiskyModel:
@@ -202,7 +183,7 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
 
 @pytest.fixture
 def tool() -> Recorder:
-    return Recorder()
+    return Recorder(risky=True)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
+from tests.agent.recorder import Recorder
 
 
 class ScriptedModel:
@@ -35,25 +36,6 @@ class ScriptedModel:
 
     async def aclose(self) -> None:
         return None
-
-
-class Recorder(Tool):
-    name = "record"
-    description = "records its input"
-    parameters = {"type": "object", "properties": {"value": {"type": "string"}},
-                  "required": ["value"]}
-    idempotent = False
-
-    def __init__(self, risky: bool = False) -> None:
-        self.calls: list[str] = []
-        self.risky = risky
-
-    def needs_approval(self, params: dict[str, Any], ctx: ToolContext) -> str | None:
-        return "it records things" if self.risky else None
-
-    async def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
-        self.calls.append(params["value"])
-        return f"recorded {params['value']}"
 
 
 def call(name: str, **arguments: Any) -> ProviderResult:

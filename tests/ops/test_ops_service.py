@@ -18,16 +18,7 @@ from soulflow.ops import (
     RunWatch,
     WatchLog,
 )
-
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.ops.clock import T0, Clock
 
 
 def test_a_problem_is_told_once_per_interval_and_its_end_too() -> None:

@@ -21,16 +21,7 @@ from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.runs import ActiveRuns
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 from soulflow.supervisor import Supervisor
-
-T0 = 1_700_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.ops.clock import T0, Clock
 
 
 class WedgingChannel(ChannelAdapter):
