@@ -1,5 +1,6 @@
 """Start something for the length of a `with`: a fake server, proxy or adapter (`running`,
-`running_fixture`), or a fake's standalone process (`fake_process`).
+`running_fixture`), a fake's standalone process (`fake_process`) or a small aiohttp app
+(`serving`).
 
 Fixtures start something, yield it and stop it even when the test fails; written out that
 is six lines in every fixture of every file, so they share these.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
+from aiohttp import web
 
 
 class Startable(Protocol):
@@ -66,3 +68,15 @@ def fake_process(module: str) -> Iterator[str]:
             proc.terminate()
             code = proc.wait(timeout=10)
         assert code == 0  # SIGTERM is a clean shutdown
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[int]:
+    """Serve an aiohttp app on a free loopback port for the block; yields the port."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()

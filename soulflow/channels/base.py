@@ -7,9 +7,11 @@ agent do not know which platform a message came from.
 from __future__ import annotations
 
 import abc
+import asyncio
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from soulflow.bus.messages import (
     Attachment,
@@ -26,6 +28,21 @@ BEST_EFFORT_CONNECTIONS = 4
 
 _COMMAND = re.compile(r"^\s*/([\w가-힣]+)(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
 
+
+T = TypeVar("T")
+
+
+async def drain(queue: asyncio.Queue[T], wait_s: float) -> list[T]:
+    """What a push connection queued: wait up to `wait_s` for the first item, then take
+    everything already there (one batch, so a burst is journaled and committed together)."""
+    try:
+        first = await asyncio.wait_for(queue.get(), wait_s)
+    except TimeoutError:
+        return []
+    batch = [first]
+    while not queue.empty():
+        batch.append(queue.get_nowait())
+    return batch
 
 @dataclass(frozen=True, slots=True)
 class ChannelLimits:

@@ -37,7 +37,7 @@ import discord.http
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels import discord_format as fmt
-from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.base import ChannelAdapter, ChannelLimits, drain
 from soulflow.channels.discord_feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import RenderedPart, render_reply
@@ -252,14 +252,7 @@ class DiscordChannel(ChannelAdapter):
         self._queue.put_nowait(message)
 
     async def read(self) -> list[InboundMessage]:
-        try:
-            first = await asyncio.wait_for(self._queue.get(), timeout=1.0)
-        except TimeoutError:
-            return []
-        batch = [first]
-        while not self._queue.empty():
-            batch.append(self._queue.get_nowait())
-        return batch
+        return await drain(self._queue, 1.0)
 
     def commit(self, messages: list[InboundMessage]) -> None:
         """Move each channel's cursor to the newest journaled message (only ever forward)."""

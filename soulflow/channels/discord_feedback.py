@@ -70,11 +70,7 @@ class DiscordFeedbackClient:
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """PATCH the bot's own message (mentions disabled, as for every send)."""
-        http = self._client()
-        target = fmt.reply_target(message_id)
-        if target is None or not chat_id.isdigit():
-            raise SendError(f"{chat_id[:40]!r}/{message_id[:40]!r} is not a Discord message",
-                            permanent=True)
+        http, target = self._client(), _message(chat_id, message_id)
         try:
             with handle_message_parameters(content=text,
                                            allowed_mentions=fmt.ALLOWED_MENTIONS) as params:
@@ -83,12 +79,17 @@ class DiscordFeedbackClient:
             raise fmt.send_error(exc) from exc
 
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
-        http = self._client()
-        target = fmt.reply_target(message_id)
-        if target is None or not chat_id.isdigit():
-            raise SendError(f"{chat_id[:40]!r}/{message_id[:40]!r} is not a Discord message",
-                            permanent=True)
+        http, target = self._client(), _message(chat_id, message_id)
         try:
             await http.add_reaction(int(chat_id), target, convert_emoji_reaction(emoji))
         except fmt.SEND_FAILURES as exc:
             raise fmt.send_error(exc) from exc
+
+
+def _message(chat_id: str, message_id: str) -> int:
+    """The message id to edit or react to; a permanent SendError when either id is not one."""
+    target = fmt.reply_target(message_id)
+    if target is None or not chat_id.isdigit():
+        raise SendError(f"{chat_id[:40]!r}/{message_id[:40]!r} is not a Discord message",
+                        permanent=True)
+    return target

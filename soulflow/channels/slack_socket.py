@@ -25,6 +25,7 @@ from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import InboundMessage
+from soulflow.channels.base import drain
 from soulflow.channels.poison import poison_message
 from soulflow.channels.slack_format import (
     SlackEventParser,
@@ -139,14 +140,7 @@ class SocketReceiver:
 
     async def next_batch(self, wait_s: float) -> list[dict[str, Any]]:
         """Queued envelopes, waiting up to `wait_s` for the first one."""
-        try:
-            first = await asyncio.wait_for(self._queue.get(), wait_s)
-        except TimeoutError:
-            return []
-        batch = [first]
-        while not self._queue.empty():
-            batch.append(self._queue.get_nowait())
-        return batch
+        return await drain(self._queue, wait_s)
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -22,6 +22,7 @@ from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import inspect_secret_references_for_orchestration
 from soulflow.security.syntax import secret_reference
 from soulflow.security.vault import SecretVault, chat_scope
+from tests.running import serving
 
 A, B = ("telegram", "100"), ("telegram", "200")
 ADMINS = AdminPolicy.from_settings({"TELEGRAM_ADMIN_USERS": "boss, *", "SLACK_ADMIN_USERS": ""})
@@ -196,12 +197,7 @@ async def test_approved_fetch_with_a_secret_stays_on_its_host(tmp_path: Path,
 
     app = web.Application()
     app.router.add_get("/bounce", bounce)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(app) as port:
         registry = ToolRegistry()
         registry.register(WebFetchTool(allowed_hosts={"127.0.0.1", "localhost"}))
         vault.set("API_TOKEN", "tok-value-123456")
@@ -209,8 +205,6 @@ async def test_approved_fetch_with_a_secret_stays_on_its_host(tmp_path: Path,
         result = await registry.execute(
             "web_fetch", {"url": f"http://127.0.0.1:{port}/bounce?k={{{{secret:API_TOKEN}}}}"},
             approved)
-    finally:
-        await runner.cleanup()
     assert received == ["tok-value-123456"]  # the approved host got it
     assert result.status == "error" and "redirected to localhost" in result.output
     assert "tok-value" not in result.output

@@ -15,6 +15,7 @@ from soulflow.agent.tools import build_default_registry
 from soulflow.agent.tools.base import ToolContext, ToolError
 from soulflow.agent.tools.html_text import html_to_text
 from soulflow.agent.tools.web import BlockedAddressError, WebFetchTool, non_public_reason
+from tests.running import serving
 
 PAGE = """<html><head><title>Test  page</title><style>body{color:red}</style>
 <script>var secret = "do not show";</script></head>
@@ -80,15 +81,8 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/binary", binary)
     app.router.add_get("/hop/{n}", hop)
     app.router.add_get("/to-loopback", to_loopback)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(app) as port:
         yield f"127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
