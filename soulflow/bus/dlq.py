@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.bus.messages import OutboundMessage
-from soulflow.storage.jsonl import JsonlFile
+from soulflow.storage.jsonl import RecordLog
 
 
 @dataclass(slots=True)
@@ -49,48 +49,24 @@ class DeadLetter:
         return asdict(self)
 
 
-class DeadLetterQueue:
+class DeadLetterQueue(RecordLog[DeadLetter]):
     """Append on failure; list, remove (after replay) and purge for the operator."""
 
     def __init__(self, path: Path, *, fsync: str = "always",
                  clock: Callable[[], float] = time.time) -> None:
-        self._file = JsonlFile(path, fsync=fsync)
         self._clock = clock
-        self._count = sum(1 for _ in self.entries())
+        super().__init__(path, lambda record: DeadLetter(**record), fsync=fsync)
 
     def add(self, message: OutboundMessage, *, retry_count: int, error: str) -> DeadLetter:
         letter = DeadLetter.from_outbound(message, retry_count=retry_count, error=error[:2000],
                                           at=self._clock())
-        self._file.append(letter.to_dict())
-        self._count += 1
+        self._append(letter.to_dict())
         return letter
-
-    def entries(self) -> list[DeadLetter]:
-        letters = []
-        for record in self._file.iter_records():
-            try:
-                letters.append(DeadLetter(**record))
-            except TypeError:
-                continue
-        return letters
 
     def remove(self, message_ids: Iterable[str]) -> int:
         """Drop entries by message id (after they were put back in the outbox)."""
         doomed = set(message_ids)
         kept = [e for e in self.entries() if e.message_id not in doomed]
-        removed = self._count - len(kept)
-        self._file.rewrite(e.to_dict() for e in kept)
-        self._count = len(kept)
+        removed = len(self) - len(kept)
+        self._keep([e.to_dict() for e in kept])
         return removed
-
-    def purge(self) -> int:
-        removed = len(self.entries())
-        self._file.rewrite([])
-        self._count = 0
-        return removed
-
-    def __len__(self) -> int:
-        return self._count
-
-    def close(self) -> None:
-        self._file.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 from soulflow.security.detectors import ALL_DETECTORS, find_sensitive_spans
 from soulflow.security.syntax import REDACTED
-from soulflow.storage.jsonl import JsonlFile
+from soulflow.storage.jsonl import RecordLog
 
 CONTENT_CAP = 2000
 RAW_CAP = 1000
@@ -106,15 +106,14 @@ def build_inbound_letter(*, at: float, redact: Callable[[str], str] | None, prov
         raw=clean(raw, RAW_CAP), key=_safe(key)[:400])
 
 
-class InboundDeadLetters:
+class InboundDeadLetters(RecordLog[InboundDeadLetter]):
     """Append-only record of quarantined inbound messages; list and purge for the operator."""
 
     def __init__(self, path: Path, *, redact: Callable[[str], str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self._file = JsonlFile(path, fsync="always")
         self._redact = redact
         self._clock = clock
-        self._count = sum(1 for _ in self._file.iter_records())
+        super().__init__(path, InboundDeadLetter.from_dict, fsync="always")
 
     def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
             stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
@@ -124,37 +123,9 @@ class InboundDeadLetters:
             at=self._clock(), redact=self._redact, provider=provider, chat_id=chat_id,
             message_id=message_id, sender_id=sender_id, stage=stage, error=error,
             content=content, raw=raw, key=key)
-        self._file.append(letter.to_dict())
-        self._count += 1
+        self._append(letter.to_dict())
         return letter
-
-    def entries(self) -> list[InboundDeadLetter]:
-        letters = []
-        for record in self._file.iter_records():
-            try:
-                letters.append(InboundDeadLetter.from_dict(record))
-            except TypeError:
-                continue
-        return letters
 
     def recent(self, limit: int = 20) -> list[InboundDeadLetter]:
         """The last `limit` entries, read from the end of the file (the dashboard polls)."""
-        letters = []
-        for record in self._file.tail(limit):
-            try:
-                letters.append(InboundDeadLetter.from_dict(record))
-            except TypeError:
-                continue
-        return letters
-
-    def purge(self) -> int:
-        removed = len(self.entries())
-        self._file.rewrite([])
-        self._count = 0
-        return removed
-
-    def __len__(self) -> int:
-        return self._count
-
-    def close(self) -> None:
-        self._file.close()
+        return self._parse_all(self._file.tail(limit))

@@ -14,9 +14,9 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from soulflow.storage.atomic import write_bytes_atomic
 
@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 FSYNC_POLICIES = ("always", "interval", "never")
 _TAIL_BLOCK = 64 * 1024
+R = TypeVar("R")
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -235,3 +236,45 @@ class JsonlFile:
             return self.path.stat().st_size
         except FileNotFoundError:
             return 0
+
+
+class RecordLog(Generic[R]):
+    """An append-only JSONL log of typed records with a live count (the two dead-letter
+    queues): `parse` turns a line back into a record (TypeError/ValueError: skipped)."""
+
+    def __init__(self, path: Path, parse: Callable[[dict[str, Any]], R], *,
+                 fsync: str = "always") -> None:
+        self._file = JsonlFile(path, fsync=fsync)
+        self._parse = parse
+        self._count = len(self.entries())
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self._file.append(record)
+        self._count += 1
+
+    def _parse_all(self, records: Iterable[dict[str, Any]]) -> list[R]:
+        parsed = []
+        for record in records:
+            try:
+                parsed.append(self._parse(record))
+            except (TypeError, ValueError):
+                continue
+        return parsed
+
+    def entries(self) -> list[R]:
+        return self._parse_all(self._file.iter_records())
+
+    def _keep(self, kept: list[dict[str, Any]]) -> None:
+        self._file.rewrite(kept)
+        self._count = len(kept)
+
+    def purge(self) -> int:
+        removed = len(self.entries())
+        self._keep([])
+        return removed
+
+    def __len__(self) -> int:
+        return self._count
+
+    def close(self) -> None:
+        self._file.close()
