@@ -125,6 +125,13 @@ def render_metrics(runtime: Runtime, *, sse_clients: int) -> str:
         ({"queue": "inbound_queued"}, runtime.manager.queued),
         ({"queue": "outbox_pending"}, len(bus.outbox)),
         ({"queue": "outbound_queued"}, bus.dispatcher.queued)])
+    manager = runtime.manager
+    out.family("soulflow_turns", "counter",
+               "Messages answered, by how the turn ended (max_turns: stopped at the turn "
+               "limit with a best-effort answer).",
+               [({"outcome": "answered"}, manager.answered_count),
+                ({"outcome": "max_turns"}, manager.max_turns_count),
+                ({"outcome": "failed"}, manager.failed_count)])
     out.family("soulflow_active_runs", "gauge", "Agent runs being driven now.",
                [({}, runtime.manager.runs.count())])
     out.histogram("soulflow_run_duration_seconds",

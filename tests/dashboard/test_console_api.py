@@ -100,6 +100,9 @@ def test_metrics_parse_and_count(make_daemon, fake_llm) -> None:
                  provider="phi4_local") >= 2
     assert sum(s.value for s in families["soulflow_provider_errors"].samples) >= 1
     assert value("soulflow_open_connections", "soulflow_open_connections") >= 1
+    turns = {o: value("soulflow_turns", "soulflow_turns_total", outcome=o)
+             for o in ("answered", "max_turns", "failed")}
+    assert turns == {"answered": 1, "max_turns": 0, "failed": 1}
     assert value("soulflow_asyncio_tasks", "soulflow_asyncio_tasks") >= 1
 
 
