@@ -121,3 +121,27 @@ class TrafficCounters:
         """JSON-safe copy."""
         return {"replies": self.replies, "rate_limited": dict(self.rate_limited),
                 "best_effort": dict(self.best_effort)}
+
+
+class PacedFake:
+    """The limits and counters side of a fake that paces sends with one :class:`Limiter`
+    (Telegram and Slack): what tests and benches read and replace, kept in one place."""
+
+    limiter: Limiter
+    counters: TrafficCounters
+
+    def _init_pacing(self, limits: PlatformLimits) -> None:
+        self.limiter = Limiter(limits)
+        self.counters = TrafficCounters()
+
+    @property
+    def limits(self) -> PlatformLimits:
+        return self.limiter.limits
+
+    def set_limits(self, limits: PlatformLimits) -> None:
+        """Replace the enforced limits (buckets start full again)."""
+        self.limiter = Limiter(limits)
+
+    def stats(self) -> dict[str, Any]:
+        """Replies accepted, 429s returned per method, best-effort calls received."""
+        return self.counters.snapshot()

@@ -17,9 +17,8 @@ from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, run_cli
 from tests.fakes.rate_limits import (
     SLACK_LIMITS,
-    Limiter,
+    PacedFake,
     PlatformLimits,
-    TrafficCounters,
     whole_seconds,
 )
 from tests.fakes.slack_methods import SlackMethods
@@ -40,7 +39,7 @@ BEST_EFFORT_METHODS = frozenset({"reactions.add", "reactions.remove", "chat.upda
 _LOGIN_PAGE = "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>"
 
 
-class FakeSlack(SlackMethods):
+class FakeSlack(SlackMethods, PacedFake):
     """Fake Slack server. Test-side API: see :class:`tests.fakes.slack_state.SlackWorld`
     (``post_user_message``, ``add_reaction_event``, ...) plus fault injection and socket
     control below."""
@@ -53,8 +52,7 @@ class FakeSlack(SlackMethods):
         self.bot_token = bot_token
         self.app_token = app_token
         self._failures: Scheduled[SlackError] = Scheduled()
-        self.limiter = Limiter(limits)
-        self.counters = TrafficCounters()
+        self._init_pacing(limits)
 
     @property
     def base_url(self) -> str:
@@ -81,18 +79,6 @@ class FakeSlack(SlackMethods):
         if status == 429 and retry_after is None:
             retry_after = 1
         self._failures.add(method, SlackError(error, status=status, retry_after=retry_after), count)
-
-    @property
-    def limits(self) -> PlatformLimits:
-        return self.limiter.limits
-
-    def set_limits(self, limits: PlatformLimits) -> None:
-        """Replace the enforced limits (buckets start full again)."""
-        self.limiter = Limiter(limits)
-
-    def stats(self) -> dict[str, Any]:
-        """Replies accepted, 429s returned per method, best-effort calls received."""
-        return self.counters.snapshot()
 
     def _pace(self, method: str, params: Params) -> None:
         """chat.postMessage over about 1/s in one channel: HTTP 429 ``ratelimited``."""

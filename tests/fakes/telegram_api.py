@@ -19,9 +19,8 @@ from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, run_cli
 from tests.fakes.rate_limits import (
     TELEGRAM_LIMITS,
-    Limiter,
+    PacedFake,
     PlatformLimits,
-    TrafficCounters,
     whole_seconds,
 )
 from tests.fakes.telegram_methods import TelegramMethods
@@ -49,20 +48,10 @@ class _Poll:
     dropped: bool = False
 
 
-class FakeTelegram(TelegramMethods):
-    """Fake Bot API server. See :class:`tests.fakes.telegram_state.TelegramWorld` for the
-    test-side API (``push_message``, ``push_reaction``, ``add_file``, ...)."""
+class _BotUrls:
+    """PTB's two URLs, derived from ``url``: the same on the fake and on its thread wrapper."""
 
-    def __init__(
-        self, token: str = DEFAULT_TOKEN, *, limits: PlatformLimits = TELEGRAM_LIMITS,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(token, **kwargs)
-        self._failures: Scheduled[ApiError] = Scheduled()
-        self.limiter = Limiter(limits)
-        self.counters = TrafficCounters()
-        self._polls: list[_Poll] = []
-        self._closing = False
+    url: str
 
     @property
     def base_url(self) -> str:
@@ -73,6 +62,21 @@ class FakeTelegram(TelegramMethods):
     def base_file_url(self) -> str:
         """Value for PTB's ``base_file_url``."""
         return f"{self.url}/file/bot"
+
+
+class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
+    """Fake Bot API server. See :class:`tests.fakes.telegram_state.TelegramWorld` for the
+    test-side API (``push_message``, ``push_reaction``, ``add_file``, ...)."""
+
+    def __init__(
+        self, token: str = DEFAULT_TOKEN, *, limits: PlatformLimits = TELEGRAM_LIMITS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(token, **kwargs)
+        self._failures: Scheduled[ApiError] = Scheduled()
+        self._init_pacing(limits)
+        self._polls: list[_Poll] = []
+        self._closing = False
 
     # -- test-side API: faults and polls -----------------------------------------------
     def fail_next(
@@ -95,18 +99,6 @@ class FakeTelegram(TelegramMethods):
     def delay_next(self, method: str, seconds: float, count: int = 1) -> None:
         """Hold the next ``count`` calls of ``method`` for ``seconds`` before answering."""
         super().delay_next(method.lower(), seconds, count)
-
-    @property
-    def limits(self) -> PlatformLimits:
-        return self.limiter.limits
-
-    def set_limits(self, limits: PlatformLimits) -> None:
-        """Replace the enforced limits (buckets start full again)."""
-        self.limiter = Limiter(limits)
-
-    def stats(self) -> dict[str, Any]:
-        """Replies accepted, 429s returned per method, best-effort calls received."""
-        return self.counters.snapshot()
 
     def _pace(self, method: str, params: Params) -> None:
         """429 a send over the per-chat (1/s) or per-bot (30/s) budget, as Telegram does."""
@@ -266,7 +258,7 @@ def _default_description(status: int, retry_after: int | None) -> str:
     }.get(status, "Error")
 
 
-class FakeTelegramThread(FakeServerThread[FakeTelegram]):
+class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram]):
     """:class:`FakeTelegram` on a background thread, with thread-safe test-side methods.
 
     ``with FakeTelegramThread() as tg: ...`` — ``tg.url``, ``tg.base_url`` and
@@ -275,14 +267,6 @@ class FakeTelegramThread(FakeServerThread[FakeTelegram]):
 
     def __init__(self, token: str = DEFAULT_TOKEN, port: int = 0, **kwargs: Any) -> None:
         super().__init__(lambda: FakeTelegram(token, **kwargs), port=port)
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.url}/bot"
-
-    @property
-    def base_file_url(self) -> str:
-        return f"{self.url}/file/bot"
 
     def push_message(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.call(self.fake.push_message, *args, **kwargs)
