@@ -18,14 +18,19 @@ CRON_USAGE = ("Usage: /cron list | /cron rm <job id>. To schedule something, ask
               "(\"every weekday at 9 remind me to …\").")
 
 
+def _code_argument(command: Command, language: str) -> str:
+    """The command's argument as code: chat users often paste it fenced (```python ...```),
+    so backticks around it and a leading language line are dropped."""
+    code = command.args.strip().strip("`")
+    return code.removeprefix(f"{language}\n")
+
+
 def make_repl_command(sandbox: CodeSandbox) -> CommandHandler:
     """`/repl`: the code runs in the same kernel sandbox as the python_repl tool, and only
     there - a chat user cannot approve running code unconfined on the daemon's host."""
 
     async def handle(command: Command, message: InboundMessage) -> str:
-        code = command.args.strip().strip("`")
-        if code.startswith("python\n"):
-            code = code[len("python\n"):]
+        code = _code_argument(command, "python")
         if not code:
             return REPL_USAGE
         status = await sandbox.ready()
@@ -40,9 +45,7 @@ def make_repl_command(sandbox: CodeSandbox) -> CommandHandler:
 
 
 async def render_command(command: Command, message: InboundMessage) -> str:
-    source = command.args.strip().strip("`")
-    if source.startswith("mermaid\n"):
-        source = source[len("mermaid\n"):]
+    source = _code_argument(command, "mermaid")
     if not source:
         return RENDER_USAGE
     try:

@@ -20,17 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "INSTALL_COMMAND",
-    "MAX_SOURCE_BYTES",
-    "MAX_SVG_BYTES",
-    "PACKAGE_DIR",
-    "DiagramError",
-    "DiagramResult",
-    "render_mermaid",
-    "renderer_status",
-]
-
 PACKAGE_DIR = Path(__file__).resolve().parent
 RENDERER_SCRIPT = PACKAGE_DIR / "renderer.mjs"
 RENDERER_PACKAGE = "beautiful-mermaid"
