@@ -8,6 +8,8 @@ times out closes its connections instead of leaving them behind.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from soulflow.channels.probe import (
     ProbeOutcome,
     TokenProbe,
@@ -19,6 +21,8 @@ from soulflow.channels.probe import (
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip
 
 SLACK_APPS = "https://api.slack.com/apps"
+#: A probe from `soulflow.channels.probe`: (token, API URL, timeout) -> outcome.
+Prober = Callable[[str, str, float], Awaitable[TokenProbe]]
 
 
 async def check_channels(ctx: DoctorContext) -> list[CheckResult]:
@@ -64,24 +68,28 @@ async def check_slack(ctx: DoctorContext) -> list[CheckResult]:
     return results
 
 
-async def check_telegram(ctx: DoctorContext) -> list[CheckResult]:
+async def _bot_token_check(ctx: DoctorContext, platform: str, probe: Prober, *, call: str,
+                           token_fix: str) -> list[CheckResult]:
+    """Telegram and Discord: one bot token (``<PLATFORM>_BOT_TOKEN``) checked by one SDK call
+    against ``<PLATFORM>_API_URL``; no line when the token is not set."""
     settings = ctx.settings
-    if settings is None or not settings["TELEGRAM_BOT_TOKEN"]:
+    token_setting, url_setting = f"{platform.upper()}_BOT_TOKEN", f"{platform.upper()}_API_URL"
+    if settings is None or not settings[token_setting]:
         return []
-    url = settings["TELEGRAM_API_URL"].rstrip("/")
-    probe = await probe_telegram(settings["TELEGRAM_BOT_TOKEN"], url, ctx.timeout_s)
-    return [_line("channel telegram", probe, what="bot token", call="getMe", platform="Telegram",
-                  url=url, url_setting="TELEGRAM_API_URL",
-                  token_fix="get the token from @BotFather (/token) and set TELEGRAM_BOT_TOKEN")]
+    url = settings[url_setting].rstrip("/")
+    result = await probe(settings[token_setting], url, ctx.timeout_s)
+    return [_line(f"channel {platform.lower()}", result, what="bot token", call=call,
+                  platform=platform, url=url, url_setting=url_setting, token_fix=token_fix)]
+
+
+async def check_telegram(ctx: DoctorContext) -> list[CheckResult]:
+    return await _bot_token_check(
+        ctx, "Telegram", probe_telegram, call="getMe",
+        token_fix="get the token from @BotFather (/token) and set TELEGRAM_BOT_TOKEN")
 
 
 async def check_discord(ctx: DoctorContext) -> list[CheckResult]:
-    settings = ctx.settings
-    if settings is None or not settings["DISCORD_BOT_TOKEN"]:
-        return []
-    url = settings["DISCORD_API_URL"].rstrip("/")
-    probe = await probe_discord(settings["DISCORD_BOT_TOKEN"], url, ctx.timeout_s)
-    return [_line("channel discord", probe, what="bot token", call="GET /users/@me",
-                  platform="Discord", url=url, url_setting="DISCORD_API_URL",
-                  token_fix="reset the token at https://discord.com/developers/applications → "
-                            "your app → Bot, and set DISCORD_BOT_TOKEN")]
+    return await _bot_token_check(
+        ctx, "Discord", probe_discord, call="GET /users/@me",
+        token_fix="reset the token at https://discord.com/developers/applications → "
+                  "your app → Bot, and set DISCORD_BOT_TOKEN")
