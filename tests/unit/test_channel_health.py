@@ -53,11 +53,19 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
 POLICY = ReadPolicy(stall_after_s=0.2, restart_after=3, retry_delay_s=0.001)
 
 
+def supervise(adapter: ChannelAdapter, health: HealthBoard,
+              ingest: Callable[[ChannelAdapter, list[InboundMessage]], None] = lambda a, b: None,
+              ) -> Supervisor:
+    """The adapter's read loop under a supervisor that restarts it quickly, as the runtime
+    runs a channel (the caller stops the supervisor)."""
+    supervisor = Supervisor(initial_backoff_s=0.01, max_backoff_s=0.05)
+    supervisor.spawn("channel:scripted", lambda: run_channel(adapter, ingest, health, POLICY))
+    return supervisor
+
+
 async def test_a_read_that_keeps_raising_restarts_the_channel_then_it_recovers() -> None:
     adapter, health = ScriptedAdapter(), HealthBoard()
-    supervisor = Supervisor(initial_backoff_s=0.01, max_backoff_s=0.05)
-    supervisor.spawn("channel:scripted",
-                     lambda: run_channel(adapter, lambda a, b: None, health, POLICY))
+    supervisor = supervise(adapter, health)
     record = health.get("scripted")
     await until(lambda: record.state is LinkState.CONNECTED and record.last_read_at is not None)
     adapter.mode = "raise"
@@ -71,9 +79,7 @@ async def test_a_read_that_keeps_raising_restarts_the_channel_then_it_recovers()
 
 async def test_a_stalled_read_is_restarted() -> None:
     adapter, health = ScriptedAdapter(), HealthBoard()
-    supervisor = Supervisor(initial_backoff_s=0.01, max_backoff_s=0.05)
-    supervisor.spawn("channel:scripted",
-                     lambda: run_channel(adapter, lambda a, b: None, health, POLICY))
+    supervisor = supervise(adapter, health)
     record = health.get("scripted")
     await until(lambda: record.state is LinkState.CONNECTED)
     adapter.mode = "hang"
@@ -129,8 +135,7 @@ async def test_an_ingest_error_stops_the_adapter_before_the_supervisor_starts_it
                                sender_id="u", text="x")]
 
     adapter.read = read_one  # type: ignore[method-assign]
-    supervisor = Supervisor(initial_backoff_s=0.01, max_backoff_s=0.05)
-    supervisor.spawn("channel:scripted", lambda: run_channel(adapter, ingest, health, POLICY))
+    supervisor = supervise(adapter, health, ingest)
     await until(lambda: len(calls) >= 2)
     assert adapter.stops == 1 and adapter.starts == 2
     assert health.get("scripted").restarts == 1
