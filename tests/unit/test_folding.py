@@ -11,10 +11,16 @@ from soulflow.channels.folding import ChatBacklog
 from tests.unit.test_manager import msg, rig, settle  # noqa: F401 - rig is a fixture
 
 
-async def running(manager: Any) -> None:
+async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) -> Any:
+    """A manager whose chat is in the middle of a turn for "first" (the model is held on its
+    gate), so that the next messages queue up behind it."""
+    manager = build(**options)
+    model.gate = asyncio.Event()
+    manager.ingest(adapter, [msg(1, "first")])
     async with asyncio.timeout(5):
         while manager.runs.count() == 0:
             await asyncio.sleep(0.001)
+    return manager
 
 
 def journal_done(bus: MessageBus) -> dict[str, str]:
@@ -25,10 +31,7 @@ def journal_done(bus: MessageBus) -> dict[str, str]:
 
 async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
-    model.gate = asyncio.Event()
-    manager.ingest(adapter, [msg(1, "first")])
-    await running(manager)
+    manager = await busy_with_first(build, adapter, model)
     manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
     manager.ingest(adapter, [msg(4, "fourth", sender_name="Alice")])
     assert manager.backlog_for("chat:c1") == 3
@@ -47,10 +50,7 @@ async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> No
 
 async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
-    model.gate = asyncio.Event()
-    manager.ingest(adapter, [msg(1, "first")])
-    await running(manager)
+    manager = await busy_with_first(build, adapter, model)
     manager.ingest(adapter, [msg(2, "a"), msg(3, "/help"), msg(4, "b"), msg(5, "c"),
                              msg(6, "approve"), msg(7, "d")])
     model.gate.set()
@@ -66,10 +66,7 @@ async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None
 
 async def test_fold_cap_and_fold_max_one_turns_it_off(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build(fold_max=1)
-    model.gate = asyncio.Event()
-    manager.ingest(adapter, [msg(1, "first")])
-    await running(manager)
+    manager = await busy_with_first(build, adapter, model, fold_max=1)
     manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
     model.gate.set()
     assert await settle(adapter, 3) == ["echo: first", "echo: second", "echo: third"]
@@ -93,10 +90,7 @@ def test_backlog_folds_only_what_queued_behind_a_turn_and_at_most_the_cap() -> N
 async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
         rig, tmp_path: Path) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
-    model.gate = asyncio.Event()
-    manager.ingest(adapter, [msg(1, "first")])
-    await running(manager)
+    manager = await busy_with_first(build, adapter, model)
     manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
     await manager.stop(timeout=0.05)  # the "crash": the running turn is cancelled
     assert adapter.sent == []
