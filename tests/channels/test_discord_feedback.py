@@ -13,32 +13,21 @@ import pytest
 
 from soulflow.channels.discord import DiscordChannel
 from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.state import ChannelState
+from tests.channels.adapters import discord_adapter, unpaced_discord
 from tests.channels.feedback_rig import manager_rig, until
 from tests.fakes.discord_api import FakeDiscord
+from tests.running import running, running_fixture
 
 BURST = 50
-UNLIMITED = (100_000, 1.0)  # pacing is not under test here
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord(heartbeat_interval_ms=250, rate_limit=UNLIMITED, route_limits={},
-                           enforce_limits=False) as server:
-        yield server
+fake = running_fixture(unpaced_discord)
 
 
 @pytest.fixture
 async def channel(fake: FakeDiscord, tmp_path: Path) -> AsyncIterator[DiscordChannel]:
-    adapter = DiscordChannel(token=fake.token, state=ChannelState(tmp_path / "discord.json"),
-                             api_url=fake.api_url, gateway_url=fake.gateway_url,
-                             guild_ready_timeout=0.05, fast_identify=True, ready_timeout=5.0,
-                             reconnect_delay_s=0.05, send_interval_s=0.0)
-    await adapter.start()
-    try:
+    async with running(discord_adapter(fake, tmp_path)) as adapter:
         yield adapter
-    finally:
-        await adapter.stop()
 
 
 def say(fake: FakeDiscord, text: str) -> None:

@@ -17,21 +17,16 @@ import pytest
 from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
 from soulflow.channels.discord import DiscordChannel
-from soulflow.channels.state import ChannelState
+from tests.channels.adapters import discord_adapter, unpaced_discord
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.discord_api import API_PREFIX, FakeDiscord
-from tests.running import running
+from tests.running import running, running_fixture
 
 SLOW_S = 0.05
-UNLIMITED = (100_000, 1.0)  # these tests are about connections, not pacing
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord(heartbeat_interval_ms=250, rate_limit=UNLIMITED,
-                           route_limits={}, enforce_limits=False) as server:
-        yield server
+fake = running_fixture(unpaced_discord)
 
 
 @pytest.fixture
@@ -43,11 +38,8 @@ async def proxy(fake: FakeDiscord) -> AsyncIterator[DroppingProxy]:
 @pytest.fixture
 async def channel(fake: FakeDiscord, proxy: DroppingProxy,
                   tmp_path: Path) -> AsyncIterator[DiscordChannel]:
-    adapter = DiscordChannel(token=fake.token, state=ChannelState(tmp_path / "discord.json"),
-                             api_url=f"{proxy.url}{API_PREFIX}", gateway_url=fake.gateway_url,
-                             guild_ready_timeout=0.05, fast_identify=True, ready_timeout=5.0,
-                             reconnect_delay_s=0.05, send_interval_s=0.0)
-    async with running(adapter):
+    async with running(discord_adapter(fake, tmp_path, api_url=f"{proxy.url}{API_PREFIX}")
+                       ) as adapter:
         yield adapter
 
 

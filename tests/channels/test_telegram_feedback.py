@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram import TelegramChannel
+from tests.channels.adapters import telegram_adapter
 from tests.channels.feedback_rig import manager_rig, until
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
-from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram
 from tests.running import running
 
 USER = 4242
@@ -32,11 +32,7 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 @pytest.fixture
 async def channel(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[TelegramChannel]:
-    state = ChannelState(tmp_path / "telegram.json")
-    state.set("offset", 1)
-    adapter = TelegramChannel(token=DEFAULT_TOKEN, state=state, api_url=fake.url,
-                              poll_timeout_s=1, retry_delay_s=0.05, send_interval_s=0.0)
-    async with running(adapter):
+    async with running(telegram_adapter(fake.url, tmp_path, send_interval_s=0.0)) as adapter:
         yield adapter
 
 

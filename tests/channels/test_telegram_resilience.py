@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from soulflow.bus.messages import OutboundMessage, SendError
-from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram import TelegramChannel
+from tests.channels.adapters import telegram_adapter
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
-from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram
 from tests.running import running
 
 CHAT = 4242
@@ -29,13 +29,9 @@ SLOW_S = 0.05  # every churned call is answered this late, so most are cancelled
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    server = FakeTelegram(limits=TELEGRAM_LIMITS.relaxed())
-    await server.start()
-    server.add_chat(CHAT)
-    try:
+    async with running(FakeTelegram(limits=TELEGRAM_LIMITS.relaxed())) as server:
+        server.add_chat(CHAT)
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -46,10 +42,7 @@ async def proxy(fake: FakeTelegram) -> AsyncIterator[DroppingProxy]:
 
 @pytest.fixture
 async def channel(proxy: DroppingProxy, tmp_path: Path) -> AsyncIterator[TelegramChannel]:
-    state = ChannelState(tmp_path / "telegram.json")
-    state.set("offset", 1)
-    adapter = TelegramChannel(token=DEFAULT_TOKEN, state=state, api_url=proxy.url,
-                              poll_timeout_s=1, retry_delay_s=0.05, feedback_timeout_s=0.5)
+    adapter = telegram_adapter(proxy.url, tmp_path, feedback_timeout_s=0.5)
     async with running(adapter):
         yield adapter
 

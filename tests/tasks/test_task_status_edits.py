@@ -5,23 +5,23 @@ TaskProgress; a failing edit never reaches the task."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.discord import DiscordChannel
 from soulflow.channels.slack import SlackChannel
 from soulflow.channels.state import ChannelState
-from soulflow.channels.telegram import TelegramChannel
 from soulflow.contracts import ChatRef
 from soulflow.tasks import NodeKind, NodeStatus, TaskGraph, TaskNode, TaskState
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.progress import STATUS_KEY, TaskProgress
+from tests.channels.adapters import discord_adapter, telegram_adapter
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
-from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram
+from tests.running import running
 
 TIMEOUT = 10.0
 
@@ -90,10 +90,7 @@ async def test_slack_status_message_is_updated_in_place(tmp_path: Path) -> None:
 async def test_telegram_status_message_is_edited_in_place(tmp_path: Path) -> None:
     fake = FakeTelegram()
     await fake.start()
-    state = ChannelState(tmp_path / "telegram.json")
-    state.set("offset", 1)
-    adapter = TelegramChannel(token=DEFAULT_TOKEN, api_url=fake.url, state=state,
-                              poll_timeout_s=1, retry_delay_s=0.05)
+    adapter = telegram_adapter(fake.url, tmp_path)
     await adapter.start()
     try:
         chat = "4242"
@@ -118,25 +115,13 @@ async def test_telegram_status_message_is_edited_in_place(tmp_path: Path) -> Non
         await fake.stop()
 
 
-async def discord_adapter(fake: FakeDiscord, tmp_path: Path) -> AsyncIterator[DiscordChannel]:
-    adapter = DiscordChannel(token=fake.token, state=ChannelState(tmp_path / "discord.json"),
-                             api_url=fake.api_url, gateway_url=fake.gateway_url,
-                             guild_ready_timeout=0.05, fast_identify=True, ready_timeout=TIMEOUT,
-                             reconnect_delay_s=0.05, send_interval_s=0.0)
-    await adapter.start()
-    try:
-        yield adapter
-    finally:
-        await adapter.stop()
-
-
 async def test_discord_status_message_is_edited_in_place(tmp_path: Path) -> None:
-    async with FakeDiscord(heartbeat_interval_ms=200) as fake:
-        async for adapter in discord_adapter(fake, tmp_path):
-            channel = str(fake.channel_ids["general"])
-            await run_steps(adapter, "discord", channel,
-                            lambda: [str(m.content) for m in fake.sent_messages]
-                            + [str(e.message.get("content")) for e in fake.edits])
-            assert len(fake.sent_messages) == 1 and len(fake.edits) == 2
-            assert {e.message_id for e in fake.edits} == {int(fake.sent_messages[0].message["id"])}
-            assert "3/3 steps done" in str(fake.edits[-1].message["content"])
+    async with (FakeDiscord(heartbeat_interval_ms=200) as fake,
+                running(discord_adapter(fake, tmp_path, ready_timeout=TIMEOUT)) as adapter):
+        channel = str(fake.channel_ids["general"])
+        await run_steps(adapter, "discord", channel,
+                        lambda: [str(m.content) for m in fake.sent_messages]
+                        + [str(e.message.get("content")) for e in fake.edits])
+        assert len(fake.sent_messages) == 1 and len(fake.edits) == 2
+        assert {e.message_id for e in fake.edits} == {int(fake.sent_messages[0].message["id"])}
+        assert "3/3 steps done" in str(fake.edits[-1].message["content"])
