@@ -10,14 +10,13 @@ from tests.doctor.conftest import BASE_ENV, closed_port_url, line
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
+from tests.running import running
 
 SLACK_ENV = {**BASE_ENV, "SLACK_APP_TOKEN": "", "SLACK_DEFAULT_CHANNEL": "C0GENERAL1"}
 
 
 async def test_slack_healthy_down_and_refused(workspace: Path) -> None:
-    fake = FakeSlack()
-    await fake.start()
-    try:
+    async with running(FakeSlack()) as fake:
         env = {**SLACK_ENV, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_API_URL": fake.base_url}
         report = await diagnose(workspace, env, timeout_s=5)
         status, message, _ = line(report, "channel slack")
@@ -32,8 +31,6 @@ async def test_slack_healthy_down_and_refused(workspace: Path) -> None:
         assert status is Status.FAIL and "invalid_auth" in message
         assert "SLACK_BOT_TOKEN" in fix and report.exit_code == 1
         assert "wrongwrong" not in report.as_text()
-    finally:
-        await fake.stop()
 
     down = {**SLACK_ENV, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_API_URL": closed_port_url("/api/")}
     report = await diagnose(workspace, down, timeout_s=5)
@@ -43,9 +40,7 @@ async def test_slack_healthy_down_and_refused(workspace: Path) -> None:
 
 
 async def test_slack_app_token_for_socket_mode(workspace: Path) -> None:
-    fake = FakeSlack()
-    await fake.start()
-    try:
+    async with running(FakeSlack()) as fake:
         env = {**BASE_ENV, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_APP_TOKEN": APP_TOKEN,
                "SLACK_API_URL": fake.base_url}
         report = await diagnose(workspace, env, timeout_s=5)
@@ -55,14 +50,10 @@ async def test_slack_app_token_for_socket_mode(workspace: Path) -> None:
         status, message, fix = line(report, "channel slack socket")
         assert status is Status.FAIL and "invalid_auth" in message
         assert "SLACK_APP_TOKEN" in fix and report.exit_code == 1
-    finally:
-        await fake.stop()
 
 
 async def test_telegram_healthy_down_and_refused(workspace: Path) -> None:
-    fake = FakeTelegram()
-    await fake.start()
-    try:
+    async with running(FakeTelegram()) as fake:
         env = {**BASE_ENV, "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN, "TELEGRAM_API_URL": fake.url}
         report = await diagnose(workspace, env, timeout_s=5)
         status, message, _ = line(report, "channel telegram")
@@ -74,8 +65,6 @@ async def test_telegram_healthy_down_and_refused(workspace: Path) -> None:
         status, message, fix = line(report, "channel telegram")
         assert status is Status.FAIL and "401" in message and "@BotFather" in fix
         assert "WRONG-token" not in report.as_text() and report.exit_code == 1
-    finally:
-        await fake.stop()
 
     down = {**BASE_ENV, "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
             "TELEGRAM_API_URL": closed_port_url()}
