@@ -15,22 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from soulflow.agent.context import ContextBuilder
-from soulflow.agent.domain import AgentDomain
-from soulflow.agent.memory import MemoryStore
-from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
-from soulflow.agent.tools.base import ChatRef, ToolContext
-from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.tools.base import ChatRef
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult
-from soulflow.session.store import SessionStore
+from tests.agent.domain_rig import agent_domain
 
 
 class InstantModel:
@@ -60,17 +53,11 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
                       feedback: FeedbackPolicy | None = None) -> AsyncIterator[Rig]:
     """The adapter must be started; its messages are read and ingested until the block ends."""
     bus = MessageBus(tmp_path / "runtime")
-    sessions = SessionStore(tmp_path / "sessions")
-    model = InstantModel()
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
-                             DecisionService(tmp_path / "d.json"), sessions)
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
-                     context.system_prompt,
-                     lambda state, approved: ToolContext(tmp_path, ChatRef(adapter.name, "c")))
     registry = ChannelRegistry()
     registry.register(adapter)
     bus.bind_senders(registry.get)
-    manager = ChannelManager(registry, bus, AgentDomain(context, sessions, loop),
+    agent = agent_domain(tmp_path, InstantModel(), ChatRef(adapter.name, "c"))
+    manager = ChannelManager(registry, bus, agent,
                              access=AccessPolicy.from_lists({adapter.name: ["*"]}),
                              files_dir=tmp_path / "files", fold_max=fold_max,
                              feedback=feedback)

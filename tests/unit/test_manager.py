@@ -8,13 +8,7 @@ from typing import Any
 
 import pytest
 
-from soulflow.agent.context import ContextBuilder
-from soulflow.agent.domain import AgentDomain
-from soulflow.agent.memory import MemoryStore
-from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
-from soulflow.agent.tools.base import ChatRef, ToolContext
-from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.tools.base import ChatRef
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy
@@ -22,9 +16,8 @@ from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.contracts import ReplyStatus
-from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
-from soulflow.session.store import SessionStore
+from tests.agent.domain_rig import agent_domain
 
 
 class MemoryAdapter(ChannelAdapter):
@@ -90,14 +83,8 @@ class EchoModel:
 @pytest.fixture
 def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
     bus = MessageBus(tmp_path / "runtime")
-    sessions = SessionStore(tmp_path / "sessions")
     model = EchoModel()
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
-                             DecisionService(tmp_path / "d.json"), sessions)
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
-                     context.system_prompt,
-                     lambda state, approved: ToolContext(tmp_path, ChatRef("chat", "c1")))
-    agent = AgentDomain(context, sessions, loop)
+    agent = agent_domain(tmp_path, model, ChatRef("chat", "c1"))
     adapter = MemoryAdapter()
     registry = ChannelRegistry()
     registry.register(adapter)

@@ -1,0 +1,30 @@
+"""`agent_domain`: a real AgentDomain over files in a test's directory, answering with a local
+model, for tests that put a ChannelManager in front of it (tests/unit/test_manager.py and the
+channel feedback rig)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop
+from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.decision.service import DecisionService
+from soulflow.session.store import SessionStore
+
+
+def agent_domain(tmp_path: Path, model: Any, chat: ChatRef) -> AgentDomain:
+    """Sessions, memory, decisions and run threads under `tmp_path`; every turn asks `model`,
+    no tools are registered, and a tool context points at `tmp_path` for `chat`."""
+    sessions = SessionStore(tmp_path / "sessions")
+    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+                             DecisionService(tmp_path / "d.json"), sessions)
+    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
+                     context.system_prompt,
+                     lambda state, approved: ToolContext(tmp_path, chat))
+    return AgentDomain(context, sessions, loop)
