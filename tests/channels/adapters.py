@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.channels.discord import DiscordChannel
+from soulflow.channels.slack import SlackChannel
 from soulflow.channels.state import ChannelState
 from soulflow.channels.telegram import TelegramChannel
 from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.slack_api import BOT_TOKEN
 from tests.fakes.telegram_api import DEFAULT_TOKEN
 
 #: Discord pacing switched off (1e5 per second, no route limits): for tests about something else.
@@ -28,6 +30,12 @@ def telegram_adapter(api_url: str, tmp_path: Path, **overrides: Any) -> Telegram
     state.set("offset", 1)
     options: dict[str, Any] = {"poll_timeout_s": 1, "retry_delay_s": 0.05, **overrides}
     return TelegramChannel(token=DEFAULT_TOKEN, state=state, api_url=api_url, **options)
+
+
+def slack_adapter(api_url: str, tmp_path: Path, **overrides: Any) -> SlackChannel:
+    """A SlackChannel with the fake's bot token (add `app_token=` for Socket Mode)."""
+    return SlackChannel(bot_token=BOT_TOKEN, state=ChannelState(tmp_path / "slack.json"),
+                        api_url=api_url, **overrides)
 
 
 def discord_adapter(fake: FakeDiscord, tmp_path: Path, **overrides: Any) -> DiscordChannel:

@@ -13,10 +13,10 @@ import pytest
 
 from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.slack import SlackChannel
-from soulflow.channels.state import ChannelState
+from tests.channels.adapters import slack_adapter
 from tests.channels.feedback_rig import manager_rig, until
 from tests.fakes.rate_limits import SLACK_LIMITS
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_objects import BOT_USER_ID
 from tests.running import running_fixture
 
@@ -29,9 +29,8 @@ fake = running_fixture(lambda: FakeSlack(limits=SLACK_LIMITS.relaxed()))
 
 @pytest.fixture
 async def channel(fake: FakeSlack, tmp_path: Path) -> AsyncIterator[SlackChannel]:
-    adapter = SlackChannel(bot_token=BOT_TOKEN, state=ChannelState(tmp_path / "slack.json"),
-                           api_url=fake.base_url, default_channel=GENERAL,
-                           poll_interval_s=0.02, send_interval_s=0.0)
+    adapter = slack_adapter(fake.base_url, tmp_path, default_channel=GENERAL,
+                            poll_interval_s=0.02, send_interval_s=0.0)
     await adapter.start()
     await adapter.read()  # the first poll primes the cursor (history is never answered)
     try:

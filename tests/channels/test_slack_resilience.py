@@ -15,11 +15,11 @@ import pytest
 from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
 from soulflow.channels.slack import SlackChannel
-from soulflow.channels.state import ChannelState
+from tests.channels.adapters import slack_adapter
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy
 from tests.fakes.rate_limits import SLACK_LIMITS
-from tests.fakes.slack_api import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_api import FakeSlack
 from tests.running import running, running_fixture
 
 GENERAL = "C0GENERAL1"
@@ -30,16 +30,9 @@ fake = running_fixture(lambda: FakeSlack(limits=SLACK_LIMITS.relaxed()))
 
 
 @pytest.fixture
-async def proxy(fake: FakeSlack) -> AsyncIterator[DroppingProxy]:
-    async with running(DroppingProxy(fake.port)) as link:
-        yield link
-
-
-@pytest.fixture
 async def channel(proxy: DroppingProxy, tmp_path: Path) -> AsyncIterator[SlackChannel]:
-    adapter = SlackChannel(bot_token=BOT_TOKEN, state=ChannelState(tmp_path / "slack.json"),
-                           api_url=f"{proxy.url}/api/", default_channel=GENERAL,
-                           feedback_timeout_s=0.5)
+    adapter = slack_adapter(f"{proxy.url}/api/", tmp_path, default_channel=GENERAL,
+                            feedback_timeout_s=0.5)
     async with running(adapter):
         yield adapter
 

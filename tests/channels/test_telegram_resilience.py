@@ -35,12 +35,6 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
-async def proxy(fake: FakeTelegram) -> AsyncIterator[DroppingProxy]:
-    async with running(DroppingProxy(fake.port)) as link:
-        yield link
-
-
-@pytest.fixture
 async def channel(proxy: DroppingProxy, tmp_path: Path) -> AsyncIterator[TelegramChannel]:
     adapter = telegram_adapter(proxy.url, tmp_path, feedback_timeout_s=0.5)
     async with running(adapter):

@@ -11,15 +11,13 @@ from typing import Any
 
 from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.slack import SlackChannel
-from soulflow.channels.state import ChannelState
 from soulflow.contracts import ChatRef
 from soulflow.tasks import NodeKind, NodeStatus, TaskGraph, TaskNode, TaskState
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.progress import STATUS_KEY, TaskProgress
-from tests.channels.adapters import discord_adapter, telegram_adapter
+from tests.channels.adapters import discord_adapter, slack_adapter, telegram_adapter
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
+from tests.fakes.slack_api import APP_TOKEN, FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from tests.running import running
 
@@ -72,9 +70,9 @@ async def run_steps(adapter: ChannelAdapter, provider: str, chat_id: str,
 async def test_slack_status_message_is_updated_in_place(tmp_path: Path) -> None:
     fake = FakeSlack()
     await fake.start()
-    adapter = SlackChannel(bot_token=BOT_TOKEN, app_token=APP_TOKEN, api_url=fake.base_url,
-                           state=ChannelState(tmp_path / "slack.json"), poll_interval_s=0.02,
-                           socket_ping_interval_s=0.2, default_channel=None)
+    adapter = slack_adapter(fake.base_url, tmp_path, app_token=APP_TOKEN,
+                            poll_interval_s=0.02, socket_ping_interval_s=0.2,
+                            default_channel=None)
     await adapter.start()
     try:
         channel = "C0GENERAL1"
