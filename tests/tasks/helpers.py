@@ -53,6 +53,33 @@ async def echo(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
     return NodeOutcome.ok(dict(params), summary="echoed")
 
 
+def forever(cancelled: list[str], key: str) -> ToolFn:
+    """A tool that never finishes; when its step is cancelled it notes `params[key]` in
+    `cancelled`, so a test sees which running steps a cancel reached."""
+
+    async def run(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(params[key])
+            raise
+        return NodeOutcome.ok()
+
+    return run
+
+
+def stalls(started: asyncio.Event) -> ToolFn:
+    """A tool that sets `started` and never finishes: the step is still running when the test
+    stops the loop or the engine."""
+
+    async def run(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
+        started.set()
+        await asyncio.Event().wait()
+        return NodeOutcome.ok()
+
+    return run
+
+
 @dataclass
 class Events:
     """Collects the runner's events; `wait_for` polls a condition with a timeout."""

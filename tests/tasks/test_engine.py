@@ -19,7 +19,7 @@ from soulflow.tasks import (
     TaskStatus,
     TaskStore,
 )
-from tests.tasks.helpers import Events, Toolbox, echo, gate, tool
+from tests.tasks.helpers import Events, Toolbox, echo, forever, gate, stalls, tool
 
 
 async def test_invalid_graph_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
@@ -59,19 +59,10 @@ async def test_a_decision_applies_while_another_branch_still_runs(tmp_path: Path
 
 async def test_cancel_running_and_waiting_tasks(tmp_path: Path) -> None:
     cancelled: list[str] = []
-
-    async def forever(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.append(params["n"])
-            raise
-        return NodeOutcome.ok()
-
     events = Events()
     store = TaskStore(tmp_path)
-    engine = TaskEngine(store, Toolbox({"echo": echo, "forever": forever}).executors(),
-                        emit=events)
+    box = Toolbox({"echo": echo, "forever": forever(cancelled, "n")})
+    engine = TaskEngine(store, box.executors(), emit=events)
     running = await engine.submit(TaskGraph([tool("x", "forever", params={"n": "x"}),
                                              tool("y", "forever", params={"n": "y"})]),
                                   title="group")
@@ -93,14 +84,8 @@ async def test_cancel_running_and_waiting_tasks(tmp_path: Path) -> None:
 
 async def test_stop_then_start_resumes_running_tasks_only(tmp_path: Path) -> None:
     started = asyncio.Event()
-
-    async def slow(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
-        started.set()
-        await asyncio.Event().wait()
-        return NodeOutcome.ok()
-
     store = TaskStore(tmp_path)
-    box = Toolbox({"echo": echo, "slow": slow}, idempotent={"slow"})
+    box = Toolbox({"echo": echo, "slow": stalls(started)}, idempotent={"slow"})
     engine = TaskEngine(store, box.executors())
     running = await engine.submit(TaskGraph([tool("a", "slow"), tool("b", depends_on=["a"])]),
                                   title="r", task_id="t-run")

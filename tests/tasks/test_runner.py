@@ -22,7 +22,7 @@ from soulflow.tasks import (
     TaskStore,
     run_task_loop,
 )
-from tests.tasks.helpers import Events, Toolbox, echo, tool
+from tests.tasks.helpers import Events, Toolbox, echo, forever, stalls, tool
 
 
 async def new_task(store: TaskStore, graph: TaskGraph, task_id: str = "t-1") -> TaskState:
@@ -209,16 +209,7 @@ async def test_agent_node_gets_goal_tools_inputs_and_max_turns(store: TaskStore)
 
 async def test_cancel_cancels_a_running_group(store: TaskStore) -> None:
     cancelled: list[str] = []
-
-    async def forever(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.append(params["name"])
-            raise
-        return NodeOutcome.ok()
-
-    box = Toolbox({"echo": echo, "forever": forever})
+    box = Toolbox({"echo": echo, "forever": forever(cancelled, "name")})
     graph = TaskGraph([tool(n, "forever", params={"name": n}) for n in ("x", "y", "z")]
                       + [tool("after", depends_on=["x", "y", "z"])])
     events, abort = Events(), asyncio.Event()
@@ -236,13 +227,7 @@ async def test_cancel_cancels_a_running_group(store: TaskStore) -> None:
 
 async def test_shutdown_leaves_running_nodes_for_recovery(store: TaskStore) -> None:
     started = asyncio.Event()
-
-    async def slow(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
-        started.set()
-        await asyncio.Event().wait()
-        return NodeOutcome.ok()
-
-    box = Toolbox({"slow": slow, "echo": echo}, idempotent={"slow"})
+    box = Toolbox({"slow": stalls(started), "echo": echo}, idempotent={"slow"})
     graph = TaskGraph([tool("a", "slow"), tool("b", depends_on=["a"])])
     loop = asyncio.create_task(run_task_loop(await new_task(store, graph), store,
                                              box.executors()))
