@@ -25,6 +25,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local import InvalidChatId, LocalChannel
@@ -133,9 +134,7 @@ class DashboardService:
         return app
 
     @web.middleware
-    async def _guard(self, request: web.Request,
-                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                     ) -> web.StreamResponse:
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Host, Origin and Sec-Fetch-Site rules (see guard.py), before anything else."""
         if is_guarded(request.path):
             try:
@@ -147,9 +146,7 @@ class DashboardService:
         return await handler(request)
 
     @web.middleware
-    async def _json_body(self, request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                         ) -> web.StreamResponse:
+    async def _json_body(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """State-changing requests carry a JSON object, read once and kept on the request."""
         if is_guarded(request.path) and request.method not in SAFE_METHODS:
             try:
@@ -159,9 +156,7 @@ class DashboardService:
         return await handler(request)
 
     @web.middleware
-    async def _auth(self, request: web.Request,
-                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                    ) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self._token and is_guarded(request.path):
             header = request.headers.get("Authorization", "")
             supplied = header[7:] if header.startswith("Bearer ") else ""
@@ -171,9 +166,7 @@ class DashboardService:
         return await handler(request)
 
     @web.middleware
-    async def _audit(self, request: web.Request,
-                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                     ) -> web.StreamResponse:
+    async def _audit(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Every action is logged with who did it; a successful one is answered with the new
         state (`state`, see CONSOLE_ACTIONS), so the page shows the result without asking."""
         response = await handler(request)
