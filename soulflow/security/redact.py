@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.security.detectors import REDACTION_DETECTORS, Detector, find_sensitive_spans
-from soulflow.security.syntax import REDACTED
+from soulflow.security.syntax import REDACTED, splice
 
 ENV_MIN_LENGTH = 6
 KNOWN_MIN_LENGTH = 4
@@ -147,14 +147,7 @@ class Redactor:
         spans = find_sensitive_spans(text, self._detectors)
         if not spans:
             return text
-        parts: list[str] = []
-        cursor = 0
-        for span in spans:
-            parts.append(text[cursor : span.start])
-            parts.append(REDACTED)
-            cursor = span.end
-        parts.append(text[cursor:])
-        return "".join(parts)
+        return splice(text, ((span.start, span.end, REDACTED) for span in spans))
 
     def redact_strings(self, obj: Any) -> Any:
         """Redact every string in a JSON-like value, keys included, and nothing else.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soulflow.security.references import RefKey, open_references
-from soulflow.security.syntax import REDACTED, iter_secret_refs, secret_reference
+from soulflow.security.syntax import REDACTED, iter_secret_refs, secret_reference, splice
 from soulflow.security.vault import SecretVault
 
 MIN_MASK_LENGTH = 4
@@ -64,14 +64,8 @@ def _substitute(value: Any, opened: Mapping[RefKey, tuple[str, str]]) -> Any:
         refs = list(iter_secret_refs(value))
         if not refs:
             return value
-        parts: list[str] = []
-        cursor = 0
-        for ref in refs:
-            parts.append(value[cursor : ref.start])
-            parts.append(opened[(ref.name, ref.token)][1])
-            cursor = ref.end
-        parts.append(value[cursor:])
-        return "".join(parts)
+        return splice(value, ((ref.start, ref.end, opened[(ref.name, ref.token)][1])
+                              for ref in refs))
     if isinstance(value, dict):
         return {_substitute(k, opened): _substitute(v, opened) for k, v in value.items()}
     if isinstance(value, list):

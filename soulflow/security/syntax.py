@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from soulflow.security.errors import InvalidCiphertext, InvalidSecretName
@@ -142,6 +142,19 @@ def is_valid_token(text: object) -> bool:
 def token_preview(token: str) -> str:
     """A short, non-sensitive label for a token in user messages."""
     return token if len(token) <= 16 else token[:12] + "…"
+
+
+def splice(text: str, replacements: Iterable[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(start, end, new)`` span replaced by ``new``; the spans are sorted
+    and do not overlap (redaction and reference resolution both rewrite text this way)."""
+    parts: list[str] = []
+    cursor = 0
+    for start, end, new in replacements:
+        parts.append(text[cursor:start])
+        parts.append(new)
+        cursor = end
+    parts.append(text[cursor:])
+    return "".join(parts)
 
 
 def iter_secret_refs(text: str) -> Iterator[SecretRef]:
