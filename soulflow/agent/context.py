@@ -6,7 +6,8 @@ fixed, from the most general to the most specific:
 
 1. `templates/*.md` (sorted by name): who the agent is, who it helps;
 2. `agents/*.md`: agent roles, each under a heading with its name;
-3. `memory/MEMORY.md`, then today's `memory/YYYY-MM-DD.md`;
+3. `memory/MEMORY.md`, then today's `memory/YYYY-MM-DD.md` (its newest
+   `DAILY_NOTES_PROMPT_BYTES`);
 4. the skills index: one line per `skills/<name>/SKILL.md` (read in full with the `skill`
    tool);
 5. the decisions in force.
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 
 PROMPT_RECHECK_S = 1.0
 DEFAULT_MAX_CONTEXT_TOKENS = 16_000
+# Today's note gets one summary per consolidation, so a busy day's note grows without bound;
+# the prompt carries its newest paragraphs up to this size (about 4,000 tokens). Unbounded,
+# every request grew with the day: a soak measured 180 KB prompts after 6 minutes, a steady
+# RSS and CPU climb (issue 13). The whole note stays on disk; the prompt names the file.
+DAILY_NOTES_PROMPT_BYTES = 16_000
 # Session files also hold records that are not chat turns (consolidation markers, with a
 # `_type`); read a few extra so they do not shorten the history the model gets.
 _NON_TURN_SLACK = 8
@@ -121,9 +127,13 @@ class ContextBuilder:
         long_term = self.memory.read_long_term().strip()
         if long_term:
             parts.append(f"# Long-term memory\n\n{long_term}")
-        daily = self.memory.read_daily().strip()
-        if daily:
-            parts.append(f"# Today's notes\n\n{daily}")
+        daily, older = self.memory.read_daily_tail(DAILY_NOTES_PROMPT_BYTES)
+        if daily.strip():
+            path = self.memory.daily_path()
+            where = path.relative_to(self.workspace).as_posix() \
+                if path.is_relative_to(self.workspace) else path.name
+            earlier = f"(Earlier notes from today are in {where}.)\n\n" if older else ""
+            parts.append(f"# Today's notes\n\n{earlier}{daily.strip()}")
         parts.append(self.skills.prompt_section())
         decisions = self.decisions.compact_text()
         if decisions:

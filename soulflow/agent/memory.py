@@ -66,6 +66,23 @@ class MemoryStore:
     def read_daily(self, day: dt.date | None = None) -> str:
         return self._read(self.daily_path(day))
 
+    def read_daily_tail(self, max_bytes: int, day: dt.date | None = None) -> tuple[str, bool]:
+        """The newest whole paragraphs of the day's note within `max_bytes`, and whether older
+        ones were left out. Reads only the file's end: a busy day's note (one summary per
+        consolidation) grows all day, and the prompt reads it every second."""
+        try:
+            with self.daily_path(day).open("rb") as file:
+                size = file.seek(0, 2)
+                if size <= max_bytes:
+                    file.seek(0)
+                    return file.read().decode("utf-8", errors="replace"), False
+                file.seek(size - max_bytes)
+                tail = file.read().decode("utf-8", errors="ignore")
+        except FileNotFoundError:
+            return "", False
+        start = tail.find("\n\n")  # the first paragraph is likely cut: start after it
+        return (tail[start + 2:] if start >= 0 else tail.partition("\n")[2]), True
+
     def append_daily(self, text: str, day: dt.date | None = None) -> None:
         """Add a paragraph to the day's note (creates it with a heading)."""
         append_text(self.daily_path(day), f"{text.rstrip()}\n\n",
