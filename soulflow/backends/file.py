@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from soulflow.backends.base import BackendKind, Completion, Lease
 from soulflow.bus.dlq import DeadLetter, DeadLetterQueue
@@ -22,6 +22,9 @@ from soulflow.bus.inbound_dlq import InboundDeadLetter, InboundDeadLetters, Inta
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.bus.outbox import Outbox, OutboxEntry
 from soulflow.storage.atomic import read_json, write_json_atomic
+from soulflow.storage.jsonl import RecordLog
+
+R = TypeVar("R")
 
 
 class FileInbound:
@@ -107,29 +110,39 @@ class FileOutbox:
         return len(self.outbox)
 
 
-class FileDeadLetters:
+class _FileRecords(Generic[R]):
+    """What both dead-letter queues share on the file backend: a `RecordLog` listed, purged
+    and counted."""
+
+    def __init__(self, log: RecordLog[R]) -> None:
+        self.log = log
+
+    async def entries(self) -> list[R]:
+        return self.log.entries()
+
+    async def purge(self) -> int:
+        return self.log.purge()
+
+    async def count(self) -> int:
+        return len(self.log)
+
+
+class FileDeadLetters(_FileRecords[DeadLetter]):
     def __init__(self, dlq: DeadLetterQueue) -> None:
+        super().__init__(dlq)
         self.dlq = dlq
 
     async def add(self, message: OutboundMessage, *, retry_count: int,
                   error: str) -> DeadLetter:
         return self.dlq.add(message, retry_count=retry_count, error=error)
 
-    async def entries(self) -> list[DeadLetter]:
-        return self.dlq.entries()
-
     async def remove(self, message_ids: Iterable[str]) -> int:
         return self.dlq.remove(message_ids)
 
-    async def purge(self) -> int:
-        return self.dlq.purge()
 
-    async def count(self) -> int:
-        return len(self.dlq)
-
-
-class FileInboundDeadLetters:
+class FileInboundDeadLetters(_FileRecords[InboundDeadLetter]):
     def __init__(self, letters: InboundDeadLetters) -> None:
+        super().__init__(letters)
         self.letters = letters
 
     async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
@@ -139,17 +152,8 @@ class FileInboundDeadLetters:
                                 sender_id=sender_id, stage=stage, error=error,
                                 content=content, raw=raw, key=key)
 
-    async def entries(self) -> list[InboundDeadLetter]:
-        return self.letters.entries()
-
     async def recent(self, limit: int = 20) -> list[InboundDeadLetter]:
         return self.letters.recent(limit)
-
-    async def purge(self) -> int:
-        return self.letters.purge()
-
-    async def count(self) -> int:
-        return len(self.letters)
 
 
 class FileCursors:
