@@ -59,6 +59,16 @@ class _Stopped(Exception):
     """The adapter was stopped while waiting."""
 
 
+def _target(message_id: str, action: str) -> int:
+    """The numeric id of a message to react to or edit; anything else can never succeed, so
+    it is a permanent send error (no retry)."""
+    target = int_or_none(message_id)
+    if target is None:
+        raise SendError(f"Cannot {action} {message_id!r}: it is not a Telegram message id.",
+                        permanent=True)
+    return target
+
+
 class TelegramChannel(ChannelAdapter):
     name = "telegram"
 
@@ -315,10 +325,7 @@ class TelegramChannel(ChannelAdapter):
                                                                        ChatAction.TYPING))
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
-        target = int_or_none(message_id)
-        if target is None:
-            raise SendError(f"Cannot react to {message_id!r}: it is not a Telegram message id.",
-                            permanent=True)
+        target = _target(message_id, "react to")
         await self._call(self._require_feedback_bot().set_message_reaction(
             chat_ref(chat_id), target, [ReactionTypeEmoji(emoji)]))  # type: ignore[arg-type]
 
@@ -326,10 +333,7 @@ class TelegramChannel(ChannelAdapter):
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """editMessageText (plain text) on the feedback bot (best effort, like reactions)."""
-        target = int_or_none(message_id)
-        if target is None:
-            raise SendError(f"Cannot edit {message_id!r}: it is not a Telegram message id.",
-                            permanent=True)
+        target = _target(message_id, "edit")
         await self._call(self._require_feedback_bot().edit_message_text(
             scrub_surrogates(text)[:self.limits.max_text], chat_id=chat_ref(chat_id),
             message_id=target))
