@@ -408,26 +408,23 @@ def redact_for_intents(message: JSON, intents: int, bot_id: int) -> JSON:
     return redacted
 
 
-def content_too_long_error() -> JSON:
+def form_body_error(field: str, code: str, message: str) -> JSON:
+    """Discord's 50035 "Invalid Form Body" answer, naming the one field it refused."""
     return {
         "message": "Invalid Form Body",
         "code": 50035,
-        "errors": {"content": {"_errors": [{
-            "code": "BASE_TYPE_MAX_LENGTH",
-            "message": f"Must be {MAX_CONTENT_LENGTH} or fewer in length.",
-        }]}},
+        "errors": {field: {"_errors": [{"code": code, "message": message}]}},
     }
+
+
+def content_too_long_error() -> JSON:
+    return form_body_error("content", "BASE_TYPE_MAX_LENGTH",
+                           f"Must be {MAX_CONTENT_LENGTH} or fewer in length.")
 
 
 def unknown_reply_error() -> JSON:
-    return {
-        "message": "Invalid Form Body",
-        "code": 50035,
-        "errors": {"message_reference": {"_errors": [{
-            "code": "MESSAGE_REFERENCE_UNKNOWN_MESSAGE",
-            "message": "Unknown message",
-        }]}},
-    }
+    return form_body_error("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE",
+                           "Unknown message")
 
 
 # -- REST wire conventions ---------------------------------------------------
