@@ -103,6 +103,7 @@ from .discord_objects import (
     read_message_body,
     unknown_reply_error,
 )
+from .loopback_base import ServedInBlock
 from .rate_limits import TrafficCounters
 
 API_PREFIX = "/api/v10"
@@ -140,7 +141,7 @@ CONTROL_ACTIONS = ("push_message", "push_reaction", "push_raw_dispatch", "drop_c
                    "stats", "set_limits")
 
 
-class FakeDiscord:
+class FakeDiscord(ServedInBlock):
     """aiohttp app serving REST under ``/api/v10``, the gateway and a tiny CDN."""
 
     def __init__(self, *, token: str = "fake-bot-token", heartbeat_interval_ms: int = 41250,
@@ -196,13 +197,6 @@ class FakeDiscord:
             await self.gateway.close_all()
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> FakeDiscord:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     @property
     def api_url(self) -> str:

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from aiohttp import web
 
@@ -31,6 +31,18 @@ def encode_json(body: Any) -> bytes:
         return json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return json.dumps(body).encode("ascii")
+
+
+class ServedInBlock:
+    """``async with fake:`` for a fake with async ``start()`` and ``stop()``: started for the
+    block, stopped after it even when the block raises."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()  # type: ignore[attr-defined]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()  # type: ignore[attr-defined]
 
 
 @dataclass

@@ -25,6 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback_base import ServedInBlock
+
 DEFAULT_MODEL = "fake-model"
 _Body = str | dict[str, Any] | None
 
@@ -145,7 +147,7 @@ class _ScriptingMixin:
         self._state.delay_s = value
 
 
-class FakeOpenAI(_ScriptingMixin):
+class FakeOpenAI(_ScriptingMixin, ServedInBlock):
     """The server itself, running on the caller's event loop."""
 
     def __init__(self, *, model: str = DEFAULT_MODEL, delay_s: float = 0.0) -> None:
@@ -174,13 +176,6 @@ class FakeOpenAI(_ScriptingMixin):
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> FakeOpenAI:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def wait_for_requests(self, n: int) -> list[RecordedRequest]:
         """Wait for `n` chat requests (to act mid-request); bound it with asyncio.timeout()."""
