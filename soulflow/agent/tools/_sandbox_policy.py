@@ -71,6 +71,19 @@ ALLOWED_DUNDER_METHODS = frozenset(
 """Methods a class body may *define* (defining them reaches nothing; accessing stays banned)."""
 
 
+_BANNED_OUTRIGHT: dict[type[ast.AST], str] = {
+    ast.Import: f"'import' ({', '.join(SAFE_MODULES)} are already available)",
+    ast.ImportFrom: f"'from ... import' ({', '.join(SAFE_MODULES)} are already available)",
+    ast.Global: "'global'",
+    ast.Nonlocal: "'nonlocal'",
+    ast.AsyncFunctionDef: "async code",
+    ast.Await: "'await'",
+    ast.AsyncFor: "'async for'",
+    ast.AsyncWith: "'async with'",
+}
+"""Statements refused wherever they stand, with how the violation names them."""
+
+
 class SandboxViolation(Exception):
     """The code uses something the sandbox forbids; the message names it and its line."""
 
@@ -104,29 +117,11 @@ class _Checker(ast.NodeVisitor):
 
     # --- statements that are banned outright
 
-    def visit_Import(self, node: ast.Import) -> None:
-        self.fail(node, f"'import' ({', '.join(SAFE_MODULES)} are already available)")
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        self.fail(node, f"'from ... import' ({', '.join(SAFE_MODULES)} are already available)")
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.fail(node, "'global'")
-
-    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
-        self.fail(node, "'nonlocal'")
-
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
-        self.fail(node, "async code")
-
-    def visit_Await(self, node: ast.Await) -> None:
-        self.fail(node, "'await'")
-
-    def visit_AsyncFor(self, node: ast.AsyncFor) -> None:
-        self.fail(node, "'async for'")
-
-    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
-        self.fail(node, "'async with'")
+    def visit(self, node: ast.AST) -> None:
+        banned = _BANNED_OUTRIGHT.get(type(node))
+        if banned is not None:
+            self.fail(node, banned)
+        super().visit(node)
 
     # --- names and attributes
 
