@@ -120,6 +120,18 @@ class FakeServerThread(Generic[F]):
         self.call(self.fake.wait_for, predicate, timeout)
 
 
+class Snapshot:
+    """On a thread wrapper, ``messages = Snapshot()`` reads as
+    ``wrapper.snapshot("messages")``: a deep copy of the fake's attribute of that name, read
+    on the server loop."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attribute = name
+
+    def __get__(self, wrapper: FakeServerThread[Any], owner: type | None = None) -> Any:
+        return wrapper.snapshot(self.attribute)
+
+
 def run_cli(
     factory: Callable[[argparse.Namespace], FakeServerBase],
     description: str,

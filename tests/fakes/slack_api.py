@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
-from tests.fakes.loopback_runner import FakeServerThread, run_cli
+from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     SLACK_LIMITS,
     PacedFake,
@@ -240,21 +240,10 @@ class FakeSlackThread(FakeServerThread[FakeSlack]):
     def set_limits(self, limits: PlatformLimits) -> None:
         self.call(self.fake.set_limits, limits)
 
-    @property
-    def messages(self) -> list[Any]:
-        return self.snapshot("messages")
-
-    @property
-    def uploads(self) -> list[Any]:
-        return self.snapshot("uploads")
-
-    @property
-    def requests(self) -> list[Any]:
-        return self.snapshot("requests")
-
-    @property
-    def acks(self) -> list[Any]:
-        return self.snapshot("acks")
+    messages = Snapshot()
+    uploads = Snapshot()
+    requests = Snapshot()
+    acks = Snapshot()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
-from tests.fakes.loopback_runner import FakeServerThread, run_cli
+from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     TELEGRAM_LIMITS,
     PacedFake,
@@ -298,13 +298,8 @@ class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram]):
     def set_limits(self, limits: PlatformLimits) -> None:
         self.call(self.fake.set_limits, limits)
 
-    @property
-    def sent_messages(self) -> list[dict[str, Any]]:
-        return self.snapshot("sent_messages")
-
-    @property
-    def requests(self) -> list[Any]:
-        return self.snapshot("requests")
+    sent_messages = Snapshot()
+    requests = Snapshot()
 
     def sent_texts(self, chat_id: int | str | None = None) -> list[str]:
         return self.call(self.fake.sent_texts, chat_id)
