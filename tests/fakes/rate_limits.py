@@ -14,11 +14,14 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
+
+from tests.fakes.loopback_base import Scheduled
 
 Clock = Callable[[], float]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -123,12 +126,33 @@ class TrafficCounters:
                 "best_effort": dict(self.best_effort)}
 
 
+class PacedFakeThread:
+    """The same on a fake's thread wrapper: each call runs on the server loop."""
+
+    fake: PacedFake
+    call: Callable[..., Any]
+
+    def stats(self) -> dict[str, Any]:
+        return self.call(self.fake.stats)
+
+    def set_limits(self, limits: PlatformLimits) -> None:
+        self.call(self.fake.set_limits, limits)
+
+
 class PacedFake:
     """The limits and counters side of a fake that paces sends with one :class:`Limiter`
     (Telegram and Slack): what tests and benches read and replace, kept in one place."""
 
     limiter: Limiter
     counters: TrafficCounters
+    #: Methods that post a message (paced, counted as replies) and feedback calls a bot may
+    #: drop under pressure (counted), spelled as `key` below.
+    send_methods: frozenset[str]
+    best_effort_methods: frozenset[str]
+    # provided by the fake (FakeServerBase and the platform class)
+    _failures: Scheduled[Any]
+    _apply_delay: Callable[[str], Awaitable[None]]
+    _pace: Callable[[str, Any], None]
 
     def _init_pacing(self, limits: PlatformLimits) -> None:
         self.limiter = Limiter(limits)
@@ -145,3 +169,20 @@ class PacedFake:
     def stats(self) -> dict[str, Any]:
         """Replies accepted, 429s returned per method, best-effort calls received."""
         return self.counters.snapshot()
+
+    async def _paced_call(self, method: str, key: str, params: Any,
+                          handler: Callable[[Any], Awaitable[R]]) -> R:
+        """One accepted API call, in the order both platforms apply: count a best-effort call,
+        hold a scheduled delay, raise a scheduled failure, pace a send, answer, count a reply.
+        `key` is the method as the schedules and method sets spell it, `method` as counted."""
+        if key in self.best_effort_methods:
+            self.counters.best_effort[method] += 1
+        await self._apply_delay(key)
+        failure = self._failures.take(key)
+        if failure is not None:
+            raise failure
+        self._pace(key, params)
+        result = await handler(params)
+        if key in self.send_methods:
+            self.counters.replies += 1
+        return result

@@ -18,6 +18,7 @@ from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     SLACK_LIMITS,
     PacedFake,
+    PacedFakeThread,
     PlatformLimits,
     whole_seconds,
 )
@@ -43,6 +44,9 @@ class FakeSlack(SlackMethods, PacedFake):
     """Fake Slack server. Test-side API: see :class:`tests.fakes.slack_state.SlackWorld`
     (``post_user_message``, ``add_reaction_event``, ...) plus fault injection and socket
     control below."""
+
+    send_methods = SEND_METHODS
+    best_effort_methods = BEST_EFFORT_METHODS
 
     def __init__(
         self, bot_token: str = BOT_TOKEN, app_token: str = APP_TOKEN, *,
@@ -142,15 +146,7 @@ class FakeSlack(SlackMethods, PacedFake):
             if handler is None:
                 raise SlackError("unknown_method", status=404, extra={"req_method": method})
             self._authorize(method, bearer_token(request, params))
-            if method in BEST_EFFORT_METHODS:
-                self.counters.best_effort[method] += 1
-            await self._apply_delay(method)
-            if failure := self._failures.take(method):
-                raise failure
-            self._pace(method, params)
-            body = await handler(params)
-            if method in SEND_METHODS:
-                self.counters.replies += 1
+            body = await self._paced_call(method, method, params, handler)
         except SlackError as error:
             if error.status == 429:
                 self.counters.rate_limited[method] += 1
@@ -194,8 +190,13 @@ async def _upload_body(request: web.Request) -> bytes:
     return b""
 
 
-class FakeSlackThread(FakeServerThread[FakeSlack]):
+class FakeSlackThread(FakeServerThread[FakeSlack], PacedFakeThread):
     """:class:`FakeSlack` on a background thread, with thread-safe test-side methods."""
+
+    messages = Snapshot()
+    uploads = Snapshot()
+    requests = Snapshot()
+    acks = Snapshot()
 
     def __init__(self, port: int = 0, **kwargs: Any) -> None:
         super().__init__(lambda: FakeSlack(**kwargs), port=port)
@@ -234,16 +235,6 @@ class FakeSlackThread(FakeServerThread[FakeSlack]):
     def bot_texts(self, channel: str | None = None) -> list[str]:
         return self.call(self.fake.bot_texts, channel)
 
-    def stats(self) -> dict[str, Any]:
-        return self.call(self.fake.stats)
-
-    def set_limits(self, limits: PlatformLimits) -> None:
-        self.call(self.fake.set_limits, limits)
-
-    messages = Snapshot()
-    uploads = Snapshot()
-    requests = Snapshot()
-    acks = Snapshot()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,7 @@ from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     TELEGRAM_LIMITS,
     PacedFake,
+    PacedFakeThread,
     PlatformLimits,
     whole_seconds,
 )
@@ -67,6 +68,9 @@ class _BotUrls:
 class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
     """Fake Bot API server. See :class:`tests.fakes.telegram_state.TelegramWorld` for the
     test-side API (``push_message``, ``push_reaction``, ``add_file``, ...)."""
+
+    send_methods = SEND_METHODS
+    best_effort_methods = BEST_EFFORT_METHODS
 
     def __init__(
         self, token: str = DEFAULT_TOKEN, *, limits: PlatformLimits = TELEGRAM_LIMITS,
@@ -159,17 +163,7 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
             handler = self._handlers().get(method.lower())
             if handler is None:
                 raise ApiError(404, "Not Found")
-            lowered = method.lower()
-            if lowered in BEST_EFFORT_METHODS:
-                self.counters.best_effort[method] += 1
-            await self._apply_delay(lowered)
-            failure = self._failures.take(lowered)
-            if failure is not None:
-                raise failure
-            self._pace(lowered, params)
-            result = await handler(params)
-            if lowered in SEND_METHODS:
-                self.counters.replies += 1
+            result = await self._paced_call(method, method.lower(), params, handler)
         except ApiError as error:
             if error.status == 429:
                 self.counters.rate_limited[method] += 1
@@ -258,12 +252,15 @@ def _default_description(status: int, retry_after: int | None) -> str:
     }.get(status, "Error")
 
 
-class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram]):
+class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram], PacedFakeThread):
     """:class:`FakeTelegram` on a background thread, with thread-safe test-side methods.
 
     ``with FakeTelegramThread() as tg: ...`` — ``tg.url``, ``tg.base_url`` and
     ``tg.base_file_url`` are ready inside the block.
     """
+
+    sent_messages = Snapshot()
+    requests = Snapshot()
 
     def __init__(self, token: str = DEFAULT_TOKEN, port: int = 0, **kwargs: Any) -> None:
         super().__init__(lambda: FakeTelegram(token, **kwargs), port=port)
@@ -291,15 +288,6 @@ class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram]):
 
     def drop_long_polls(self) -> int:
         return self.call(self.fake.drop_long_polls)
-
-    def stats(self) -> dict[str, Any]:
-        return self.call(self.fake.stats)
-
-    def set_limits(self, limits: PlatformLimits) -> None:
-        self.call(self.fake.set_limits, limits)
-
-    sent_messages = Snapshot()
-    requests = Snapshot()
 
     def sent_texts(self, chat_id: int | str | None = None) -> list[str]:
         return self.call(self.fake.sent_texts, chat_id)
