@@ -192,34 +192,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"soulflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    init = sub.add_parser("init", parents=[common], help="create a workspace",
-                          description="Create a workspace: .env.example, templates, memory, "
-                                      "runtime/. Existing files are kept.")
+    def command(name: str, func: Callable[[argparse.Namespace], int], help_: str,
+                description: str) -> argparse.ArgumentParser:
+        """A subcommand that takes the common options and runs `func`."""
+        command_parser = sub.add_parser(name, parents=[common], help=help_,
+                                        description=description)
+        command_parser.set_defaults(func=func)
+        return command_parser
+
+    init = command("init", cmd_init, "create a workspace",
+                   "Create a workspace: .env.example, templates, memory, runtime/. Existing "
+                   "files are kept.")
     init.add_argument("dir", nargs="?", help="directory to initialise (default: workspace)")
-    init.set_defaults(func=cmd_init)
 
-    run = sub.add_parser("run", parents=[common], help="run the daemon",
-                         description="Run the daemon in the foreground until SIGINT/SIGTERM.")
-    run.set_defaults(func=cmd_run)
+    command("run", cmd_run, "run the daemon",
+            "Run the daemon in the foreground until SIGINT/SIGTERM.")
 
-    chat = sub.add_parser("chat", parents=[common], help="chat with the agent from the terminal",
-                          description="Talk to the agent over the local channel. Uses the "
-                                      "running daemon, or starts one in this process. When "
-                                      "stdin is not a terminal, each line is one message and "
-                                      "each reply is printed.")
+    chat = command("chat", cmd_chat, "chat with the agent from the terminal",
+                   "Talk to the agent over the local channel. Uses the running daemon, or "
+                   "starts one in this process. When stdin is not a terminal, each line is one "
+                   "message and each reply is printed.")
     chat.add_argument("--chat-id", default="terminal", help="local chat id (default: terminal)")
     chat.add_argument("--timeout", type=float, default=300.0,
                       help="seconds to wait for each reply (default: 300)")
-    chat.set_defaults(func=cmd_chat)
 
-    status = sub.add_parser("status", parents=[common], help="show the running daemon's state",
-                            description="Show queues, counters and sessions of the running "
-                                        "daemon.")
+    status = command("status", cmd_status, "show the running daemon's state",
+                     "Show queues, counters and sessions of the running daemon.")
     status.add_argument("--json", action="store_true", help="print the raw JSON state")
-    status.set_defaults(func=cmd_status)
 
-    dlq = sub.add_parser("dlq", parents=[common], help="inspect and replay dead letters",
-                         description="Replies that could not be delivered.")
+    dlq = command("dlq", cmd_dlq, "inspect and replay dead letters",
+                  "Replies that could not be delivered.")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
     dlq_list = dlq_sub.add_parser("list", parents=[common], help="list dead letters")
     dlq_list.add_argument("--json", action="store_true", help="print JSON lines")
@@ -229,7 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
                                     help="put dead letters back in the outbox")
     dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")
     dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
-    dlq.set_defaults(func=cmd_dlq)
 
     from soulflow.doctor_cli import add_doctor_parser
 
@@ -239,10 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cron_parser(sub, common).set_defaults(func=cmd_cron)
 
-    secret = sub.add_parser("secret", parents=[common], help="manage the secret vault",
-                            description="Secrets are stored encrypted in runtime/security/. "
-                                        "Values are read from a prompt or stdin, never from "
-                                        "the command line.")
+    secret = command("secret", cmd_secret, "manage the secret vault",
+                     "Secrets are stored encrypted in runtime/security/. Values are read from a "
+                     "prompt or stdin, never from the command line.")
     secret_sub = secret.add_subparsers(dest="secret_command", metavar="ACTION", required=True)
     secret_set = secret_sub.add_parser("set", parents=[common],
                                        help="store a secret (value from a prompt or stdin)")
@@ -252,7 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     secret_rm.add_argument("name")
     secret_sub.add_parser("rotate-key", parents=[common],
                           help="new master key; every secret is re-encrypted")
-    secret.set_defaults(func=cmd_secret)
     return parser
 
 
