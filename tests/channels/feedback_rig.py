@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,22 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
         await manager.stop(2.0)
         await bus.stop(2.0)
         bus.close()
+
+
+async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,
+                                  policy: FeedbackPolicy, *, say: Callable[[str], None],
+                                  replies: Callable[[], int], refused: int) -> Rig:
+    """The 429 scenario of every platform: the first message is answered while `refused`
+    feedback calls (the test failed them with a 60 s retry_after) are refused; five more
+    messages, sent inside the cool-down, are all answered well within the 60 s."""
+    async with manager_rig(tmp_path, adapter, feedback=policy) as rig:
+        say("first")
+        await until(lambda: replies() >= 1)
+        await until(lambda: rig.manager.feedback.stats.rate_limited >= refused)
+        for i in range(5):
+            say(f"more {i}")
+        await until(lambda: replies() >= 6, timeout=10.0)
+    return rig
 
 
 async def until(predicate: Any, timeout: float = 20.0) -> None:

@@ -14,7 +14,7 @@ import pytest
 from soulflow.channels.discord import DiscordChannel
 from soulflow.channels.feedback import FeedbackPolicy
 from tests.channels.adapters import discord_adapter, unpaced_discord
-from tests.channels.feedback_rig import manager_rig, until
+from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.discord_api import FakeDiscord
 from tests.running import running, running_fixture
 
@@ -60,12 +60,7 @@ async def test_a_429_on_feedback_cools_it_down_and_never_delays_replies(
     fake.fail_next("add_reaction", 429, retry_after=60.0)
     fake.fail_next("typing", 429, retry_after=60.0)
     policy = FeedbackPolicy(typing_refresh_s=0.2, read_ack_interval_s=0.0, read_ack_backlog=100)
-    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
-        say(fake, "first")
-        await until(lambda: replies(fake) >= 1)
-        await until(lambda: rig.manager.feedback.stats.rate_limited >= 2)
-        for i in range(5):  # inside the 60 s cool-down: answered, with no feedback calls
-            say(fake, f"more {i}")
-        await until(lambda: replies(fake) >= 6, timeout=10.0)  # well within the 60 s
+    await answer_through_cooldown(tmp_path, channel, policy, say=lambda t: say(fake, t),
+                                  replies=lambda: replies(fake), refused=2)
     assert calls(fake, "add_reaction") == 1
     assert calls(fake, "typing") == 1

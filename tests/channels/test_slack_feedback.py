@@ -14,7 +14,7 @@ import pytest
 from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.slack import SlackChannel
 from tests.channels.adapters import slack_adapter
-from tests.channels.feedback_rig import manager_rig, until
+from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.rate_limits import SLACK_LIMITS
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_objects import BOT_USER_ID
@@ -58,11 +58,8 @@ async def test_a_429_on_read_acks_cools_them_down_and_never_delays_replies(
         fake: FakeSlack, channel: SlackChannel, tmp_path: Path) -> None:
     fake.fail_next("reactions.add", retry_after=60)
     policy = FeedbackPolicy(read_ack_interval_s=0.0, read_ack_backlog=100)
-    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
-        fake.post_user_message(GENERAL, f"<@{BOT_USER_ID}> first")
-        await until(lambda: replies(fake) >= 1)
-        await until(lambda: rig.manager.feedback.stats.rate_limited >= 1)
-        for i in range(5):  # inside the 60 s cool-down: answered, not acknowledged
-            fake.post_user_message(GENERAL, f"<@{BOT_USER_ID}> more {i}")
-        await until(lambda: replies(fake) >= 6, timeout=10.0)  # well within the 60 s
+    await answer_through_cooldown(
+        tmp_path, channel, policy,
+        say=lambda text: fake.post_user_message(GENERAL, f"<@{BOT_USER_ID}> {text}"),
+        replies=lambda: replies(fake), refused=1)
     assert len(fake.calls("reactions.add")) == 1

@@ -14,7 +14,7 @@ import pytest
 from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.telegram import TelegramChannel
 from tests.channels.adapters import telegram_adapter
-from tests.channels.feedback_rig import manager_rig, until
+from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import FakeTelegram
 from tests.running import running
@@ -60,13 +60,9 @@ async def test_a_429_on_feedback_cools_it_down_and_never_delays_replies(
     fake.fail_next("setMessageReaction", 429, retry_after=60)
     fake.fail_next("sendChatAction", 429, retry_after=60)
     policy = FeedbackPolicy(typing_refresh_s=0.2, read_ack_interval_s=0.0, read_ack_backlog=100)
-    async with manager_rig(tmp_path, channel, feedback=policy) as rig:
-        fake.push_message(USER, "first", from_id=USER)
-        await until(lambda: rig.answered() >= 1)
-        await until(lambda: rig.manager.feedback.stats.rate_limited >= 2)
-        for i in range(5):  # inside the 60 s cool-down: answered, with no feedback calls
-            fake.push_message(USER, f"more {i}", from_id=USER)
-        await until(lambda: len(fake.sent_texts(USER)) >= 6, timeout=10.0)  # well within 60 s
+    rig = await answer_through_cooldown(
+        tmp_path, channel, policy, say=lambda text: fake.push_message(USER, text, from_id=USER),
+        replies=lambda: len(fake.sent_texts(USER)), refused=2)
     assert len(fake.calls("setMessageReaction")) == 1
     assert len(fake.calls("sendChatAction")) == 1
     assert rig.manager.feedback.stats.skipped_cooldown >= 5
