@@ -1,6 +1,6 @@
 """Start something for the length of a `with`: a fake server, proxy or adapter (`running`,
-`running_fixture`), a fake's standalone process (`fake_process`) or a small aiohttp app
-(`serving`).
+`running_fixture`), several clients a test launches (`stopped_after`), a fake's standalone
+process (`fake_process`) or a small aiohttp app (`serving`).
 
 Fixtures start something, yield it and stop it even when the test fails; written out that
 is six lines in every fixture of every file, so they share these.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -26,6 +26,7 @@ class Startable(Protocol):
 
 
 S = TypeVar("S", bound=Startable)
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -36,6 +37,28 @@ async def running(service: S) -> AsyncIterator[S]:
         yield service
     finally:
         await service.stop()
+
+
+@asynccontextmanager
+async def stopped_after(make: Callable[..., T], start: Callable[[T], Awaitable[Any]],
+                        stop: Callable[[T], Awaitable[Any]]
+                        ) -> AsyncIterator[Callable[..., Awaitable[T]]]:
+    """Yields `launch(*args)`: `make(*args)`, then `start` it; everything launched is stopped
+    after the block, in order, a failed start included. For fixtures that let a test start
+    several clients (a restart, a second bot)."""
+    launched: list[T] = []
+
+    async def launch(*args: Any, **kwargs: Any) -> T:
+        item = make(*args, **kwargs)
+        launched.append(item)
+        await start(item)
+        return item
+
+    try:
+        yield launch
+    finally:
+        for item in launched:
+            await stop(item)
 
 
 def running_fixture(make: Callable[[], Startable]) -> Any:

@@ -29,6 +29,7 @@ from tests.fakes.discord_api import (
     FakeDiscordThread,
     redirect_discord_py,
 )
+from tests.running import stopped_after
 
 HEARTBEAT_MS = 250
 TIMEOUT = 5.0
@@ -110,17 +111,10 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 @pytest.fixture
 async def start_bot(fake: FakeDiscord) -> AsyncIterator[StartBot]:
-    bots: list[Bot] = []
-
-    async def start(intents: discord.Intents | None = None) -> Bot:
-        client = Bot(intents or default_intents())
-        bots.append(client)
-        await client.launch(fake.token)
-        return client
-
-    yield start
-    for client in bots:
-        await client.shutdown()
+    async with stopped_after(lambda intents=None: Bot(intents or default_intents()),
+                             lambda client: client.launch(fake.token),
+                             lambda client: client.shutdown()) as start:
+        yield start
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, S
 from soulflow.channels.discord import DiscordChannel, DiscordStartError
 from soulflow.channels.state import ChannelState
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
+from tests.running import stopped_after
 
 HEARTBEAT_MS = 250
 TIMEOUT = 5.0
@@ -49,17 +50,9 @@ def make_adapter(fake: FakeDiscord, state_path: Path, **overrides: Any) -> Disco
 
 @pytest.fixture
 async def start_adapter(fake: FakeDiscord, state_path: Path) -> AsyncIterator[StartAdapter]:
-    adapters: list[DiscordChannel] = []
-
-    async def start(**overrides: Any) -> DiscordChannel:
-        adapter = make_adapter(fake, state_path, **overrides)
-        adapters.append(adapter)
-        await adapter.start()
-        return adapter
-
-    yield start
-    for adapter in adapters:
-        await adapter.stop()
+    async with stopped_after(lambda **overrides: make_adapter(fake, state_path, **overrides),
+                             DiscordChannel.start, DiscordChannel.stop) as start:
+        yield start
 
 
 @pytest.fixture
