@@ -54,6 +54,13 @@ def wait_text(daemon: Daemon, needle: str, timeout: float = 20.0) -> str:
                     + "\n---\n".join(texts(daemon)))
 
 
+def start_approved(daemon: Daemon, request: str, approval: str = "approve") -> None:
+    """Start the daemon, ask for `/task <request>` and approve the plan it shows."""
+    daemon.start()
+    daemon.wait_reply(daemon.say(f"/task {request}"))
+    daemon.wait_reply(daemon.say(approval))
+
+
 def store(daemon: Daemon) -> TaskStore:
     return TaskStore(daemon.workspace / "runtime" / "tasks")
 
@@ -152,9 +159,7 @@ def test_stop_cancels_a_running_group(
     for _ in range(2):
         fake.script_delay(60)
         fake.script_reply("slow")
-    daemon.start()
-    daemon.wait_reply(daemon.say("/task look at A and B, then note it"))
-    daemon.wait_reply(daemon.say("yes"))
+    start_approved(daemon, "look at A and B, then note it", approval="yes")
     fake.wait_for_requests(3, timeout=20)  # the plan, then both steps at once
     stopped = daemon.wait_reply(daemon.say("/stop"))["content"]
     assert stopped == "Stopped 1 running task(s)."
@@ -171,9 +176,7 @@ def test_a_tool_step_needing_approval_waits_for_the_requester(
     fake.script_reply(plan(
         "Keep a note", {"id": "note", "kind": "tool", "tool": "write_file",
                         "params": {"path": "notes/n.txt", "content": "kept"}}))
-    daemon.start()
-    daemon.wait_reply(daemon.say("/task keep a note"))
-    daemon.wait_reply(daemon.say("approve"))  # the plan
+    start_approved(daemon, "keep a note")
     prompt = wait_text(daemon, "waits for approval at step note")
     assert "write_file" in prompt and "notes/n.txt" in prompt
     note = daemon.workspace / "notes" / "n.txt"
@@ -193,9 +196,7 @@ def test_a_step_that_is_not_idempotent_waits_after_a_kill_and_retry_finishes_it(
                   "tools": ["write_file"]}))
     fake.script_delay(60)
     fake.script_reply("never sent")
-    daemon.start()
-    daemon.wait_reply(daemon.say("/task draft a note"))
-    daemon.wait_reply(daemon.say("approve"))  # the plan: write_file is not idempotent
+    start_approved(daemon, "draft a note")  # write_file is not idempotent
     fake.wait_for_requests(2, timeout=20)
     daemon.kill()  # mid-step
 
@@ -240,9 +241,7 @@ def test_a_call_needing_approval_inside_an_agent_step_survives_a_restart(
         "Save a note", {"id": "save", "kind": "agent", "goal": "Save the note",
                         "tools": ["write_file"]}))
     fake.script_tool_call("write_file", {"path": "notes/saved.txt", "content": "kept"})
-    daemon.start()
-    daemon.wait_reply(daemon.say("/task save a note"))
-    daemon.wait_reply(daemon.say("approve"))  # the plan
+    start_approved(daemon, "save a note")
     prompt = wait_text(daemon, "waits for approval at step save")
     assert "`write_file`" in prompt and "notes/saved.txt" in prompt
     wait_for(lambda: only_task(daemon).status is TaskStatus.WAITING_APPROVAL,
