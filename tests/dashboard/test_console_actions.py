@@ -6,16 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from soulflow.tasks import (
-    NodeKind,
-    NodeStatus,
-    TaskGraph,
-    TaskNode,
-    TaskState,
-    TaskStatus,
-    TaskStore,
-)
+from soulflow.tasks import TaskStore
 from tests.e2e.harness import Daemon, wait_for
+from tests.tasks.helpers import waiting_task
 
 
 def texts(daemon: Daemon, chat_id: str) -> list[str]:
@@ -138,22 +131,9 @@ def test_cron_job_paused_resumed_and_run(make_daemon) -> None:
     assert "state" not in daemon.api("POST", "/api/cron/enable", json={"id": job_id}).json()
 
 
-def waiting_task(task_id: str) -> TaskState:
-    graph = TaskGraph([
-        TaskNode(id="draft", kind=NodeKind.TOOL, tool="read_file", params={"path": "x"}),
-        TaskNode(id="ok", kind=NodeKind.APPROVAL, prompt="Send the mail?", depends_on=["draft"]),
-    ])
-    task = TaskState(task_id, "Mail the vendors", graph, status=TaskStatus.WAITING_APPROVAL,
-                     provider="local", chat_id="ops", requested_by="someone")
-    task.nodes["draft"].status = NodeStatus.COMPLETED
-    task.nodes["ok"].status = NodeStatus.WAITING_APPROVAL
-    task.waiting = [{"node_id": "ok", "reason": "approval", "prompt": "Send the mail?"}]
-    return task
-
-
 def test_approve_a_waiting_task_step(make_daemon) -> None:
     daemon = make_daemon()
-    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(waiting_task("t-go")))
+    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(waiting_task("t-go", "ops")))
     daemon.start()
     [approval] = daemon.state()["approvals"]
     assert approval["kind"] == "task" and approval["task_id"] == "t-go"
@@ -171,7 +151,8 @@ def test_approve_a_waiting_task_step(make_daemon) -> None:
 
 def test_cancel_a_waiting_task_graph(make_daemon) -> None:
     daemon = make_daemon()
-    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(waiting_task("t-wait")))
+    tasks = TaskStore(daemon.workspace / "runtime" / "tasks")
+    asyncio.run(tasks.add(waiting_task("t-wait", "ops")))
     daemon.start()
     [shown] = daemon.state()["task_list"]
     assert shown["current"] == ["ok"] and shown["waiting"] == ["Send the mail?"]

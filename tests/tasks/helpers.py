@@ -7,7 +7,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.tasks import NodeCall, NodeExecutors, NodeKind, NodeOutcome, TaskEvent, TaskNode
+from soulflow.tasks import (
+    NodeCall,
+    NodeExecutors,
+    NodeKind,
+    NodeOutcome,
+    NodeStatus,
+    TaskEvent,
+    TaskGraph,
+    TaskNode,
+    TaskState,
+    TaskStatus,
+)
 
 ToolFn = Callable[[dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
 AgentFn = Callable[[str, list[str], dict[str, Any], asyncio.Event], Awaitable[NodeOutcome]]
@@ -51,6 +62,22 @@ class Toolbox:
 async def echo(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
     """Returns its params as its output."""
     return NodeOutcome.ok(dict(params), summary="echoed")
+
+
+def waiting_task(task_id: str, chat_id: str, *after: TaskNode) -> TaskState:
+    """"Mail the vendors", stopped at its approval gate `ok` (asked by "someone" in the local
+    chat `chat_id`) after its `draft` step; `after` adds steps behind the gate."""
+    graph = TaskGraph([
+        TaskNode(id="draft", kind=NodeKind.TOOL, tool="read_file", params={"path": "x"}),
+        TaskNode(id="ok", kind=NodeKind.APPROVAL, prompt="Send the mail?", depends_on=["draft"]),
+        *after,
+    ])
+    task = TaskState(task_id, "Mail the vendors", graph, status=TaskStatus.WAITING_APPROVAL,
+                     provider="local", chat_id=chat_id, requested_by="someone")
+    task.nodes["draft"].status = NodeStatus.COMPLETED
+    task.nodes["ok"].status = NodeStatus.WAITING_APPROVAL
+    task.waiting = [{"node_id": "ok", "reason": "approval", "prompt": "Send the mail?"}]
+    return task
 
 
 def forever(cancelled: list[str], key: str) -> ToolFn:

@@ -13,17 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from soulflow.tasks import (
-    NodeKind,
-    NodeStatus,
-    TaskGraph,
-    TaskNode,
-    TaskState,
-    TaskStatus,
-    TaskStore,
-)
+from soulflow.tasks import NodeKind, TaskNode, TaskStatus, TaskStore
 from tests.e2e.harness import Daemon, base_env
 from tests.fakes.openai_api import FakeOpenAIThread
+from tests.tasks.helpers import waiting_task
 
 
 @pytest.fixture
@@ -38,20 +31,6 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         process.close()
 
 
-def waiting_task() -> TaskState:
-    graph = TaskGraph([
-        TaskNode(id="draft", kind=NodeKind.TOOL, tool="read_file", params={"path": "x"}),
-        TaskNode(id="ok", kind=NodeKind.APPROVAL, prompt="Send the mail?", depends_on=["draft"]),
-        TaskNode(id="send", kind=NodeKind.TOOL, tool="message", depends_on=["ok"]),
-    ])
-    task = TaskState("t-wait", "Mail the vendors", graph, status=TaskStatus.WAITING_APPROVAL,
-                     provider="local", chat_id="test", requested_by="someone")
-    task.nodes["draft"].status = NodeStatus.COMPLETED
-    task.nodes["ok"].status = NodeStatus.WAITING_APPROVAL
-    task.waiting = [{"node_id": "ok", "reason": "approval", "prompt": "Send the mail?"}]
-    return task
-
-
 def first_workflow_event(daemon: Daemon) -> dict[str, Any]:
     with httpx.stream("GET", daemon.url + "/api/events", headers=daemon.headers,
                       timeout=10) as response:
@@ -63,7 +42,8 @@ def first_workflow_event(daemon: Daemon) -> dict[str, Any]:
 
 def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
     tasks_dir = daemon.workspace / "runtime" / "tasks"
-    asyncio.run(TaskStore(tasks_dir).add(waiting_task()))
+    send = TaskNode(id="send", kind=NodeKind.TOOL, tool="message", depends_on=["ok"])
+    asyncio.run(TaskStore(tasks_dir).add(waiting_task("t-wait", "test", send)))
     daemon.start()
     assert daemon.state()["task_graphs"] == {"unfinished": 1, "problems": [], "running": 0}
 
