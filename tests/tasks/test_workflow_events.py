@@ -11,16 +11,14 @@ from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
 from soulflow.security.redact import Redactor
 from soulflow.tasks import (
-    NodeKind,
     TaskEvent,
     TaskGraph,
-    TaskNode,
     TaskState,
     TaskStatus,
     TaskStore,
     run_task_loop,
 )
-from tests.tasks.helpers import Toolbox, echo
+from tests.tasks.helpers import Toolbox, echo, tool
 
 SECRET = "hunter2-super-secret-value"
 
@@ -77,8 +75,7 @@ async def test_bound_store_gets_detail_log_and_status(tmp_path: Path) -> None:
     store = TaskStore(tmp_path / "runtime" / "tasks")
     events = service(tmp_path)
     events.bind_task_store(store)
-    graph = TaskGraph([TaskNode(id="a", kind=NodeKind.TOOL, tool="echo", params={"k": 1}),
-                       TaskNode(id="b", kind=NodeKind.TOOL, tool="echo", depends_on=["a"])])
+    graph = TaskGraph([tool("a", params={"k": 1}), tool("b", depends_on=["a"])])
     task = TaskState("t-7", "Two steps", graph, provider="telegram", chat_id="99")
     await store.add(task)
     await run_task_loop(task, store, Toolbox({"echo": echo}).executors(),
