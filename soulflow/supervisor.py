@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 LoopFactory = Callable[[], Awaitable[None]]
 Cleanup = Callable[[], Awaitable[None]]
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel every task and wait until each has ended, whatever it raised: how a service
+    stops the tasks it started (a stop that returns earlier leaves them running)."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 @dataclass(slots=True)

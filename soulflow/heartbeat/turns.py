@@ -28,6 +28,7 @@ from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run import events as ev
 from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import is_ok_reply
+from soulflow.supervisor import cancel_and_wait
 
 __all__ = ["ORIGIN", "Publish", "QuietTurn", "QuietTurnRunner", "TurnOutcome", "TurnStatus"]
 
@@ -108,10 +109,7 @@ class QuietTurnRunner:
 
     async def close(self) -> None:
         """Cancel background turns (the next boot cancels their runs: `cancel_interrupted`)."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks.values())
 
     # -- running -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Collection
 
+from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.graph import validate_graph
 from soulflow.tasks.model import Choice, TaskGraph, TaskState, TaskStatus
 from soulflow.tasks.runner import (
@@ -56,11 +57,7 @@ class TaskEngine:
 
     async def stop(self) -> None:
         """Stop every loop without marking anything (resumed by the next `start`)."""
-        loops = list(self._loops.values())
-        for loop in loops:
-            loop.cancel()
-        if loops:
-            await asyncio.gather(*loops, return_exceptions=True)
+        await cancel_and_wait(self._loops.values())
         self._loops.clear()
         self._aborts.clear()
         self._wakes.clear()

@@ -27,6 +27,7 @@ from typing import Any
 
 from soulflow.channels.base import ChannelAdapter
 from soulflow.contracts import ChatRef
+from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.model import NodeStatus, TaskState, TaskStatus
 
@@ -86,11 +87,7 @@ class TaskProgress:
 
     async def close(self) -> None:
         """Cancel delayed flushes (their updates are superseded by the next start's)."""
-        flushers = list(self._flushers.values())
-        for flusher in flushers:
-            flusher.cancel()
-        if flushers:
-            await asyncio.gather(*flushers, return_exceptions=True)
+        await cancel_and_wait(self._flushers.values())
         self._flushers.clear()
 
     # -- rate limiting ---------------------------------------------------------------------
