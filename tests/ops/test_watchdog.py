@@ -22,6 +22,7 @@ from soulflow.channels.runs import ActiveRuns
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 from soulflow.supervisor import Supervisor
 from tests.ops.clock import T0, Clock
+from tests.waiting import until
 
 
 class WedgingChannel(ChannelAdapter):
@@ -47,7 +48,7 @@ class WedgingChannel(ChannelAdapter):
 
     async def read(self) -> list[InboundMessage]:
         self.reads += 1
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a short long-poll that finds nothing: the loop keeps reading
         return []
 
     async def send(self, message: OutboundMessage) -> SendResult:
@@ -69,8 +70,7 @@ async def test_a_stalled_channel_loop_is_restarted_with_its_reason() -> None:
     watch = ChannelWatch(health, lambda: ["wedgy"], stall_after_s=600, restart=restart,
                          log_=log)
     try:
-        while adapter.starts < 1:  # the loop is connecting (and will hang there)
-            await asyncio.sleep(0.01)
+        await until(lambda: adapter.starts >= 1)  # connecting (and will hang there)
         assert watch.check(clock.now) == []  # first sight: the clock starts
         clock.now += 599
         assert watch.check(clock.now) == []
@@ -80,8 +80,7 @@ async def test_a_stalled_channel_loop_is_restarted_with_its_reason() -> None:
         assert action.kind == "channel_restarted" and action.target == "wedgy"
         assert "no read and no error for 601s" in action.reason
         await asyncio.wait_for(adapter.connected.wait(), 5)  # the second connect works
-        while adapter.reads < 3:
-            await asyncio.sleep(0.01)
+        await until(lambda: adapter.reads >= 3)
         assert adapter.starts == 2 and adapter.stops == 1  # stopped in between
         record = health.get("wedgy")
         assert record.state is LinkState.CONNECTED and record.restarts == 1
@@ -91,7 +90,8 @@ async def test_a_stalled_channel_loop_is_restarted_with_its_reason() -> None:
         # reading again: the watchdog leaves it alone however much time passes between reads
         for _ in range(3):
             clock.now += 500
-            await asyncio.sleep(0.05)
+            reads = adapter.reads
+            await until(lambda reads=reads: adapter.reads > reads)  # it read in between
             assert watch.check(clock.now) == []
         assert list(log.actions) == [action]
     finally:

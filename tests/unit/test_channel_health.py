@@ -11,6 +11,7 @@ from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import HealthBoard, LinkState
 from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.supervisor import Supervisor
+from tests.waiting import until
 
 
 class ScriptedAdapter(ChannelAdapter):
@@ -42,12 +43,6 @@ class ScriptedAdapter(ChannelAdapter):
 
     async def send(self, message: OutboundMessage) -> SendResult:
         return SendResult()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.002)
 
 
 POLICY = ReadPolicy(stall_after_s=0.2, restart_after=3, retry_delay_s=0.001)
