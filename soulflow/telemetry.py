@@ -54,10 +54,11 @@ class LatencyWindow:
     size: int = 50
     values: deque[float] = field(default_factory=deque)
 
+    def __post_init__(self) -> None:
+        self.values = deque(self.values, maxlen=self.size)  # the deque drops the oldest
+
     def add(self, seconds: float) -> None:
         self.values.append(seconds)
-        while len(self.values) > self.size:
-            self.values.popleft()
 
     def percentile(self, fraction: float) -> float | None:
         if not self.values:
