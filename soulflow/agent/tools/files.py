@@ -54,9 +54,10 @@ class ReadFileTool(Tool):
     idempotent = True
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
+        guard = guard_for(ctx)
         path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True,
-                                    guard=guard_for(ctx))
-        text = await asyncio.to_thread(_read_text, path, params["path"], guard_for(ctx))
+                                    guard=guard)
+        text = await asyncio.to_thread(_read_text, path, params["path"], guard)
         offset, limit = params.get("offset"), params.get("limit")
         if offset is None and limit is None:
             return text
@@ -120,9 +121,10 @@ class EditFileTool(Tool):
         return write_approval_reason(ctx.workspace, params["path"], guard_for(ctx))
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
+        guard = guard_for(ctx)
         path = resolve_in_workspace(ctx.workspace, params["path"], must_exist=True,
-                                    guard=guard_for(ctx))
-        text = await asyncio.to_thread(_read_text, path, params["path"], guard_for(ctx))
+                                    guard=guard)
+        text = await asyncio.to_thread(_read_text, path, params["path"], guard)
         old, new = params["old_text"], params["new_text"]
         expected = params.get("count", 1)
         found = text.count(old)
