@@ -329,13 +329,13 @@ class ChannelManager:
                                  adapter: ChannelAdapter | None) -> bool:
         """Route a message to the chat's run that waits for a decision or an answer."""
         # a decision goes to the latest approval its author may decide (their own, in a group)
-        deciding = decider_of(message) if parse_decision(message.text) is not None else None
+        parsed = parse_decision(message.text)
+        deciding = decider_of(message) if parsed is not None else None
         open_run = self.agent.open_run(message.chat_key, by=deciding)
         if open_run is None:
             return False
         run_id, status = open_run
         if status == "waiting_approval":
-            parsed = parse_decision(message.text)
             if parsed is None:
                 return False  # an ordinary message: the approval stays pending
             decision, approval_id = parsed
@@ -374,13 +374,12 @@ class ChannelManager:
             if self.agent.inbound_key_of(run_id) in pending:
                 continue  # resume_pending() answers it through its inbound message
             chat = self.agent.chat_of_run(run_id)
-            chat_key = chat.key
 
             async def job(run_id: str = run_id, chat: ChatRef = chat) -> None:
                 reply = await self.agent.resume(run_id)
                 self.publish_to_chat(chat, reply.content, self._reply_metadata(reply))
 
-            self._executor.submit(chat_key, job)
+            self._executor.submit(chat.key, job)
             resumed += 1
         return resumed
 
