@@ -86,14 +86,20 @@ async def cancel_idle_task(task: TaskState, store: TaskStore, *, emit: EmitFn | 
         raise TaskDecisionError(f"task {task.task_id} is already {task.status.value}")
     mark_cancelled(task, by)
     await store.checkpoint(task)
-    if emit is not None:
-        summary = "task cancelled" + (f" by {by}" if by else "")
-        try:
-            await emit(TaskEvent(task, "done", summary, f"{task.task_id}:task:cancelled", None,
-                                 {"status": TaskStatus.CANCELLED.value, "by": by}))
-        except Exception:  # the cancel is recorded; a broken event sink is only logged
-            log.exception("workflow event for task %s failed", task.task_id)
+    summary = "task cancelled" + (f" by {by}" if by else "")
+    await _send_event(emit, TaskEvent(task, "done", summary, f"{task.task_id}:task:cancelled",
+                                      None, {"status": TaskStatus.CANCELLED.value, "by": by}))
     return task
+
+
+async def _send_event(emit: EmitFn | None, event: TaskEvent) -> None:
+    """Hand `event` to the sink; a broken sink must not stop the task, so it is only logged."""
+    if emit is None:
+        return
+    try:
+        await emit(event)
+    except Exception:
+        log.exception("workflow event for task %s failed", event.task.task_id)
 
 
 class _TaskRun:
@@ -374,7 +380,7 @@ class _TaskRun:
         await asyncio.shield(self.store.checkpoint(self.task))
 
     def _emit_later(self, phase: str, summary: str, node_id: str | None, key: str,
-                          payload: dict[str, Any] | None = None) -> None:
+                    payload: dict[str, Any] | None = None) -> None:
         """Queue an event that must wait for the next checkpoint."""
         self._pending.append(TaskEvent(self.task, phase, summary, self._key(node_id, key),
                                        node_id, payload or {}))
@@ -382,21 +388,14 @@ class _TaskRun:
     async def _flush_emits(self) -> None:
         pending, self._pending = self._pending, []
         for event in pending:
-            await self._send(event)
+            await _send_event(self._emit_fn, event)
 
     async def _emit(self, phase: str, summary: str, node_id: str | None, key: str,
                     payload: dict[str, Any] | None = None) -> None:
-        await self._send(TaskEvent(self.task, phase, summary, self._key(node_id, key),
-                                   node_id, payload or {}))
+        event = TaskEvent(self.task, phase, summary, self._key(node_id, key), node_id,
+                          payload or {})
+        await _send_event(self._emit_fn, event)
 
     def _key(self, node_id: str | None, key: str) -> str:
         """Event id: task, node (or `task`) and step; equal only for a replay of one step."""
         return f"{self.task.task_id}:{node_id or 'task'}:{key}"
-
-    async def _send(self, event: TaskEvent) -> None:
-        if self._emit_fn is None:
-            return
-        try:
-            await self._emit_fn(event)
-        except Exception:  # a broken event sink must not stop the task; it is logged
-            log.exception("workflow event for task %s failed", self.task.task_id)
