@@ -125,8 +125,8 @@ class QuietTurnRunner:
                 return TurnOutcome(TurnStatus.DUPLICATE, run_id=run_id)
         elif self._already_answered(turn):
             return TurnOutcome(TurnStatus.DUPLICATE)
-        elif self.waiting_run(turn.session_key) is not None:
-            return TurnOutcome(TurnStatus.BUSY, run_id=self.waiting_run(turn.session_key))
+        elif (waiting := self.waiting_run(turn.session_key)) is not None:
+            return TurnOutcome(TurnStatus.BUSY, run_id=waiting)
         else:
             self._agent.sessions.append(turn.session_key, {
                 "role": "user", "content": turn.text, "inbound_key": turn.turn_key,
