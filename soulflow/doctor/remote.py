@@ -16,36 +16,28 @@ import aiohttp
 
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
 from soulflow.providers.base import ProviderError
+from soulflow.providers.factory import endpoint_configs
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 
 PING = [{"role": "user", "content": "Reply with the single word OK."}]
 SKEW_WARN_S = 10.0
 SKEW_FAIL_S = 300.0
 NTP_FIX = "turn on time sync: `sudo timedatectl set-ntp true` (or install chrony)"
+# per endpoint (`endpoint_configs`): the settings a fix names (key, URL, model)
+_SETTINGS_OF = {"openrouter": ("OPENROUTER_API_KEY", "OPENROUTER_BASE_URL", "OPENROUTER_MODEL"),
+                "phi4_local": ("", "PHI4_BASE_URL", "PHI4_MODEL")}
 
 
 async def check_providers(ctx: DoctorContext) -> list[CheckResult]:
     settings = ctx.settings
     if settings is None:
         return [skip("providers", "settings are invalid")]
-    results = []
-    if settings["OPENROUTER_API_KEY"]:
-        results.append(await _ping(ctx, OpenAICompatibleConfig(
-            name="openrouter", base_url=settings["OPENROUTER_BASE_URL"],
-            model=settings["OPENROUTER_MODEL"], api_key=settings["OPENROUTER_API_KEY"],
-            timeout_s=ctx.timeout_s, max_retries=0, extra_headers={"X-Title": "SoulFlow"}),
-            key_setting="OPENROUTER_API_KEY", url_setting="OPENROUTER_BASE_URL",
-            model_setting="OPENROUTER_MODEL"))
-    if settings["PHI4_BASE_URL"]:
-        results.append(await _ping(ctx, OpenAICompatibleConfig(
-            name="phi4_local", base_url=settings["PHI4_BASE_URL"].rstrip("/"),
-            model=settings["PHI4_MODEL"], timeout_s=ctx.timeout_s, max_retries=0),
-            key_setting="", url_setting="PHI4_BASE_URL", model_setting="PHI4_MODEL"))
-    return results
+    return [await _ping(config, *_SETTINGS_OF[config.name])
+            for config in endpoint_configs(settings, timeout_s=ctx.timeout_s, max_retries=0)]
 
 
-async def _ping(ctx: DoctorContext, config: OpenAICompatibleConfig, *, key_setting: str,
-                url_setting: str, model_setting: str) -> CheckResult:
+async def _ping(config: OpenAICompatibleConfig, key_setting: str, url_setting: str,
+                model_setting: str) -> CheckResult:
     name = f"provider {config.name}"
     provider = OpenAICompatibleProvider(config)
     started = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+from typing import Any
 
 from soulflow.config import ConfigError, Settings, id_list
 from soulflow.providers.cli import HeadlessCliProvider
@@ -32,16 +33,9 @@ def build_providers(settings: Settings,
         "retry_base_delay_s": settings.seconds_from_ms("PROVIDER_RETRY_BASE_MS"),
     }
     wanted = [settings["PROVIDER"], *id_list(settings["PROVIDER_FALLBACKS"])]
-    if settings["OPENROUTER_API_KEY"]:
-        registry.register(OpenAICompatibleProvider(OpenAICompatibleConfig(
-            name="openrouter", base_url=settings["OPENROUTER_BASE_URL"],
-            model=settings["OPENROUTER_MODEL"], api_key=settings["OPENROUTER_API_KEY"],
-            extra_headers={"X-Title": "SoulFlow"}, **common)))
-    if settings["PHI4_BASE_URL"]:
-        registry.register(OpenAICompatibleProvider(OpenAICompatibleConfig(
-            name="phi4_local", base_url=settings["PHI4_BASE_URL"].rstrip("/"),
-            model=settings["PHI4_MODEL"], **common)))
-    elif local is not None:
+    for config in endpoint_configs(settings, **common):
+        registry.register(OpenAICompatibleProvider(config))
+    if not settings["PHI4_BASE_URL"] and local is not None:
         registry.register(OpenAICompatibleProvider(OpenAICompatibleConfig(
             name="phi4_local", base_url=local.base_url, model=local.model, **common)))
     for name, command_setting in CLI_PROVIDERS.items():
@@ -52,6 +46,23 @@ def build_providers(settings: Settings,
     if settings["PROVIDER"]:
         registry.set_default(settings["PROVIDER"])
     return registry
+
+
+def endpoint_configs(settings: Settings, **common: Any) -> list[OpenAICompatibleConfig]:
+    """The OpenAI-compatible endpoints the settings configure (OpenRouter, a PHI4_BASE_URL
+    server), with `common` options: the daemon's providers and `soulflow doctor`'s pings are
+    built from this one list, so the doctor asks exactly what the daemon would."""
+    configs = []
+    if settings["OPENROUTER_API_KEY"]:
+        configs.append(OpenAICompatibleConfig(
+            name="openrouter", base_url=settings["OPENROUTER_BASE_URL"],
+            model=settings["OPENROUTER_MODEL"], api_key=settings["OPENROUTER_API_KEY"],
+            extra_headers={"X-Title": "SoulFlow"}, **common))
+    if settings["PHI4_BASE_URL"]:
+        configs.append(OpenAICompatibleConfig(
+            name="phi4_local", base_url=settings["PHI4_BASE_URL"].rstrip("/"),
+            model=settings["PHI4_MODEL"], **common))
+    return configs
 
 
 def failover_order(settings: Settings) -> list[str] | None:
