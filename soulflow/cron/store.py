@@ -140,6 +140,7 @@ class Job:
         try:
             payload, chat = data["payload"], data["payload"]["chat"]
             state = data.get("state") or {}
+            last_status, last_error = _last_result(state)
             job = cls(
                 id=_text(data["id"], "id"),
                 name=_text(data.get("name", ""), "name", allow_empty=True),
@@ -152,7 +153,7 @@ class Job:
                 state=JobState(
                     next_run_at=_time(state.get("next_run_at"), "next_run_at"),
                     last_run_at=_time(state.get("last_run_at"), "last_run_at"),
-                    last_status=_last_result(state)[0], last_error=_last_result(state)[1],
+                    last_status=last_status, last_error=last_error,
                     runs=int(state.get("runs") or 0)),
                 kind=PayloadKind.parse(payload.get("kind")),
             )
