@@ -33,7 +33,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -115,6 +115,7 @@ class ProtectedPaths:
     key_file: Path
     chat: ChatScope | None = None
     _extra_keys: tuple[Path, ...] = field(default=())
+    _pinned_key_inodes: frozenset[DevIno] | None = None  # see `pinned`
 
     # ----------------------------------------------------------------- for sandboxes
 
@@ -225,7 +226,15 @@ class ProtectedPaths:
     def key_inodes(self) -> set[DevIno]:
         """The (device, inode) of the vault key, the vault and the .env files: a link to any
         of them is refused here and masked in the sandbox."""
+        if self._pinned_key_inodes is not None:
+            return set(self._pinned_key_inodes)
         return inodes_of([*self.key_files(), *self.env_files()])
+
+    def pinned(self) -> ProtectedPaths:
+        """This guard with `key_inodes` read once, for one operation that checks many paths
+        (`list_dir` checks every entry: otherwise each one lists the workspace root and stats
+        the key files again)."""
+        return replace(self, _pinned_key_inodes=frozenset(self.key_inodes()))
 
     def _runtime_inodes(self) -> set[DevIno]:
         found: set[DevIno] = set()

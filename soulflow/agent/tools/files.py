@@ -257,6 +257,7 @@ def _list_entries(path: Path, recursive: bool,
     Protected entries (and links to them) are left out, as if they did not exist: showing
     ``.env`` or ``runtime/`` would only invite the model to ask for them.
     """
+    guard = guard.pinned()  # the key inodes once, not once per entry
     entries: list[str] = []
     if not recursive:
         for child in sorted(path.iterdir(), key=lambda p: p.name):
