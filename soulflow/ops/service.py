@@ -23,7 +23,7 @@ from soulflow.decision.service import DecisionService
 from soulflow.ops.notices import NoticeBoard
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 
-__all__ = ["OpsPolicy", "OpsProbes", "OpsRuntimeService"]
+__all__ = ["OpsPolicy", "OpsProbes", "OpsRuntimeService", "loop_and_channel_problems"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,22 @@ class OpsProbes:
     queues: Callable[[], dict[str, int]]
     providers: Callable[[], dict[str, Any]]  # {"default", "down": [names], ...}
     extra: dict[str, Callable[[], Any]] = field(default_factory=dict)  # e.g. heartbeat
+
+
+def loop_and_channel_problems(loops: list[dict[str, Any]],
+                              health: HealthBoard) -> dict[str, str]:
+    """Supervised loops that are down and channels failing (key -> sentence): the problems
+    `Runtime.problems()` reports now and the ops reading times and notices."""
+    problems: dict[str, str] = {}
+    for loop in loops:
+        if not loop.get("running") and loop.get("last_error"):
+            problems[f"loop:{loop['name']}"] = (f"background loop {loop['name']} is down "
+                                                f"({loop['last_error']})")
+    for record in health:
+        if record.state is LinkState.FAILING:
+            problems[f"channel:{record.name}"] = (
+                f"channel {record.name} is failing: {record.last_error or 'no detail'}")
+    return problems
 
 
 class OpsRuntimeService:
@@ -129,15 +145,7 @@ class OpsRuntimeService:
 
     def _problems(self, loops: list[dict[str, Any]],
                   providers: dict[str, Any]) -> dict[str, str]:
-        problems: dict[str, str] = {}
-        for loop in loops:
-            if not loop.get("running") and loop.get("last_error"):
-                problems[f"loop:{loop['name']}"] = (f"background loop {loop['name']} is down "
-                                                    f"({loop['last_error']})")
-        for record in self._health:
-            if record.state is LinkState.FAILING:
-                problems[f"channel:{record.name}"] = (
-                    f"channel {record.name} is failing: {record.last_error or 'no detail'}")
+        problems = loop_and_channel_problems(loops, self._health)
         for name in providers.get("down") or []:
             problems[f"provider:{name}"] = f"model provider {name} is down"
         return problems

@@ -32,12 +32,12 @@ from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.access import AdminPolicy
-from soulflow.channels.health import LinkState
 from soulflow.config import Settings
 from soulflow.cron import CronService, CronStore, Job, PayloadKind, cron_inbound_message
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
+from soulflow.ops.service import loop_and_channel_problems
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.runtime import wiring
@@ -280,12 +280,8 @@ class Runtime:
         """What is wrong right now: a supervised loop down, a channel failing, an unreadable
         task store. `state()["ok"]` is true only when the daemon is ready with none of them
         (the ops reading in `state()["ops"]` adds providers and how long problems last)."""
-        found = [f"background loop {loop['name']} is down ({loop['last_error']})"
-                 for loop in self.supervisor.status()
-                 if not loop["running"] and loop["last_error"]]
-        found += [f"channel {record.name} is failing: {record.last_error or 'no detail'}"
-                  for record in self.manager.health if record.state is LinkState.FAILING]
-        return found + list(self.tasks.problems)
+        found = loop_and_channel_problems(self.supervisor.status(), self.manager.health)
+        return [*found.values(), *self.tasks.problems]
 
     def state(self) -> dict[str, Any]:
         """The dashboard's view of the daemon; its only free text (recent messages) comes
