@@ -41,7 +41,7 @@ from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors
 from soulflow.tasks.graph import GraphValidationError
-from soulflow.tasks.model import Choice, NodeKind, NodeStatus, TaskGraph, TaskState
+from soulflow.tasks.model import Choice, NodeKind, TaskGraph, TaskState
 from soulflow.tasks.planner import Plan, PlanError, Planner
 from soulflow.tasks.proposals import Proposal, ProposalStore
 from soulflow.tasks.store import TaskDecisionError
@@ -337,15 +337,8 @@ def waiting_steps(task: TaskState) -> list[dict[str, Any]]:
     starts waiting, a moment before the task's own `waiting` list is checkpointed."""
     if task.status.finished:
         return []
-    steps = []
-    for node in task.graph.nodes:
-        state = task.nodes[node.id]
-        if state.status in (NodeStatus.WAITING_APPROVAL, NodeStatus.INTERRUPTED) \
-                and state.choice is None:
-            reason = "interrupted" if state.status is NodeStatus.INTERRUPTED else "approval"
-            prompt = (state.approval or {}).get("reason") or node.prompt or node.label()
-            steps.append({"node_id": node.id, "reason": reason, "prompt": prompt})
-    return steps
+    return [entry for node in task.graph.nodes if task.nodes[node.id].choice is None
+            and (entry := task.nodes[node.id].waiting_entry(node)) is not None]
 
 
 def _task_decision(text: str) -> str | None:

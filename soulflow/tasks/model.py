@@ -277,6 +277,14 @@ class NodeState:
     decided_by: str = ""
     approval: dict[str, Any] | None = None
 
+    def waiting_entry(self, node: TaskNode) -> dict[str, Any] | None:
+        """`{"node_id", "reason", "prompt"}` when this node waits for a person, else None."""
+        if self.status not in (NodeStatus.WAITING_APPROVAL, NodeStatus.INTERRUPTED):
+            return None
+        reason = "interrupted" if self.status is NodeStatus.INTERRUPTED else "approval"
+        prompt = (self.approval or {}).get("reason") or node.prompt or node.label()
+        return {"node_id": node.id, "reason": reason, "prompt": prompt}
+
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
         data["status"] = self.status.value

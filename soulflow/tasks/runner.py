@@ -335,14 +335,8 @@ class _TaskRun:
             task.error = "a node reached its turn limit"
         elif statuses & {NodeStatus.WAITING_APPROVAL, NodeStatus.INTERRUPTED}:
             task.status = TaskStatus.WAITING_APPROVAL
-            task.waiting = [
-                {"node_id": n.id, "reason": "interrupted"
-                 if task.nodes[n.id].status is NodeStatus.INTERRUPTED else "approval",
-                 "prompt": (task.nodes[n.id].approval or {}).get("reason")
-                 or n.prompt or n.label()}
-                for n in task.graph.nodes
-                if task.nodes[n.id].status in (NodeStatus.WAITING_APPROVAL,
-                                               NodeStatus.INTERRUPTED)]
+            task.waiting = [entry for n in task.graph.nodes
+                            if (entry := task.nodes[n.id].waiting_entry(n)) is not None]
         else:
             task.status = TaskStatus.COMPLETED
             task.result = self._result()
