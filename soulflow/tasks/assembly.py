@@ -11,12 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from soulflow.agent.approvals import (
-    ApprovalMessages,
-    ApproverPolicy,
-    Decider,
-    parse_reaction,
-)
+from soulflow.agent.approvals import ApprovalMessages, Decider, parse_reaction
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
@@ -66,7 +61,7 @@ class TaskServices:
         self.engine = TaskEngine(self.store, self.executors.executors(),
                                  tool_names=self.executors.tool_names(), emit=self._emit,
                                  max_parallel=int(settings["TASK_MAX_PARALLEL"]))
-        self.approvers = ApproverPolicy(runtime.admins.is_admin)
+        self.approvers = runtime.agent.approvers  # tasks follow the run approvals' rule
         self.chat = TaskChat(self.engine, self.executors, self._planner,
                              ProposalStore(runtime_dir / "tasks" / "proposals.json"),
                              self.approvers, agent_waiting=self._agent_waiting)
