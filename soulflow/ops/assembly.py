@@ -130,13 +130,7 @@ class BackgroundServices:
 
     def _queues(self) -> dict[str, int]:
         runtime = self._runtime
-        bus = runtime.bus
-        return {"inbound_pending": bus.inbound.pending_count,
-                "inbound_queued": runtime.manager.queued,
-                "active_chats": runtime.manager.active_chats,
-                "active_runs": runtime.manager.runs.count(),
-                "outbox_pending": len(bus.outbox), "outbound_queued": bus.dispatcher.queued,
-                "dlq": len(bus.dlq)}
+        return {**runtime.queue_depths(), "active_runs": runtime.manager.runs.count()}
 
     def _providers(self) -> dict[str, Any]:
         runtime = self._runtime

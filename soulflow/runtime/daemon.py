@@ -283,6 +283,15 @@ class Runtime:
         found = loop_and_channel_problems(self.supervisor.status(), self.manager.health)
         return [*found.values(), *self.tasks.problems]
 
+    def queue_depths(self) -> dict[str, int]:
+        """Work waiting in the bus and the manager (the dashboard's and the ops reading's)."""
+        bus = self.bus
+        return {"inbound_pending": bus.inbound.pending_count,
+                "inbound_queued": self.manager.queued,
+                "active_chats": self.manager.active_chats,
+                "outbox_pending": len(bus.outbox), "outbound_queued": bus.dispatcher.queued,
+                "dlq": len(bus.dlq)}
+
     def state(self) -> dict[str, Any]:
         """The dashboard's view of the daemon; its only free text (recent messages) comes
         redacted from the event hub."""
@@ -297,15 +306,7 @@ class Runtime:
             "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else 0.0,
             "provider": self.providers.default_name,
             "local_model": self.local_model.status() if self.local_model is not None else None,
-            "queues": {
-                "inbound_pending": bus.inbound.pending_count,
-                "inbound_queued": self.manager.queued,
-                "active_chats": self.manager.active_chats,
-                "outbox_pending": len(bus.outbox),
-                "outbound_queued": bus.dispatcher.queued,
-                "dlq": len(bus.dlq),
-                "inbound_dlq": len(bus.inbound_dlq),
-            },
+            "queues": {**self.queue_depths(), "inbound_dlq": len(bus.inbound_dlq)},
             "counters": {
                 "received": self.manager.received_count,
                 "answered": self.manager.answered_count,
