@@ -80,7 +80,6 @@ class HeartbeatService:
         self._state = self._load()
         self.ticks = 0
         self.model_calls = 0  # ticks that ran the agent (the rest were skipped for free)
-        self.last: TickResult | None = None
 
     @property
     def enabled(self) -> bool:
@@ -124,7 +123,6 @@ class HeartbeatService:
                 if outcome.status is TurnStatus.NOTIFIED:
                     log.info("heartbeat: sent a notice to %s", self.target.key)
                 result = TickResult(TickStatus.RAN, now, outcome)
-        self.last = result
         self._state = _State(now, result.status.value,
                              result.outcome.status.value if result.outcome else "")
         write_json_atomic(self._state_path, asdict(self._state))
