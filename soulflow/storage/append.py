@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from soulflow.storage.atomic import fsync_dir
+from soulflow.storage.atomic import fsync_dir, write_all
 
 
 def append_text(path: Path, text: str, *, header: str = "", fsync: bool = False,
@@ -25,9 +25,7 @@ def append_text(path: Path, text: str, *, header: str = "", fsync: bool = False,
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         created = False
     try:
-        view = memoryview(((header if created else "") + text).encode("utf-8"))
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, ((header if created else "") + text).encode("utf-8"))
         if fsync:
             os.fsync(fd)
     finally:

@@ -36,6 +36,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """`os.write` until every byte is written (a write may take only part of its buffer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_bytes_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Replace `path` with `data` so that readers and crashes see old or new, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,9 +88,7 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     try:
         try:
             os.fchmod(fd, mode)  # the umask or an ACL default may have narrowed or widened it
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

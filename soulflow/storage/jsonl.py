@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from soulflow.storage.atomic import write_bytes_atomic
+from soulflow.storage.atomic import write_all, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,7 @@ class JsonlFile:
             return
         with self._lock:
             fd = self._descriptor()
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            write_all(fd, data)
             if self.fsync_policy == "always":
                 os.fsync(fd)
             else:
