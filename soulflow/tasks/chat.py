@@ -140,7 +140,7 @@ class TaskChat:
         self.proposals = proposals
         self.approvers = approvers
         self.agent_waiting = agent_waiting
-        self._list_show = make_task_command(self.store, self._cancel, approvers.is_admin)
+        self._list_show = make_task_command(self.store, engine.cancel, approvers.is_admin)
         self._cancels: set[asyncio.Task[Any]] = set()
 
     # -- /task ---------------------------------------------------------------------------
@@ -294,9 +294,6 @@ class TaskChat:
         return waiting[0] if waiting else None
 
     # -- cancelling ----------------------------------------------------------------------
-
-    async def _cancel(self, task_id: str, by: str) -> TaskState:
-        return await self.engine.cancel(task_id, by)
 
     async def _cancel_text(self, task_id: str, by: str) -> str:
         try:
