@@ -213,6 +213,7 @@ class DiscordChannel(ChannelAdapter):
     def _on_ready(self, client: discord.Client) -> None:
         self.read_error = None
         self._ready_at = asyncio.get_running_loop().time()
+        self._prime(client)  # the baseline is on disk before start() reports "connected"
         self._ready.set()
         log.info("Discord connected as %s", client.user)
         self._spawn(self._catch_up(client), "discord:catch-up")
@@ -287,7 +288,8 @@ class DiscordChannel(ChannelAdapter):
         baseline = fmt.baseline_cursors(client, self._cursors)
         self._cursors.update(baseline)
         if baseline:
-            self._state.update({f"{_CURSOR}{cid}": str(mid) for cid, mid in baseline.items()})
+            self._state.update({f"{_CURSOR}{cid}": str(mid) for cid, mid in baseline.items()},
+                               durable=True)
 
     async def _catch_up_channel(self, client: discord.Client, channel_id: int, after: int
                                 ) -> None:

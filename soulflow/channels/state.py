@@ -4,7 +4,9 @@ Adapters keep the position they have read up to here (Telegram's update offset, 
 last `ts` per channel, ...). It is written atomically, and only from `commit()`, which the
 manager calls after the messages are journaled: a crash replays, never skips. The write (two
 fsyncs) happens in a writer thread, not on the event loop that commits every batch; an
-adapter's `stop()` flushes it.
+adapter's `stop()` flushes it. Losing the last cursor advance to a crash only replays messages
+the journal already knows; losing a *priming baseline* would make the next start prime again
+past messages sent while the daemon was down, so baselines are written with `durable=True`.
 """
 
 from __future__ import annotations
@@ -30,18 +32,22 @@ class ChannelState:
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: Any, *, durable: bool = False) -> None:
         """Set and persist one value."""
-        self.update({key: value})
+        self.update({key: value}, durable=durable)
 
-    def update(self, values: dict[str, Any]) -> None:
-        """Set several values and hand them to the writer thread in one atomic write."""
+    def update(self, values: dict[str, Any], *, durable: bool = False) -> None:
+        """Set several values and hand them to the writer thread in one atomic write.
+
+        ``durable`` waits until the write is on disk: for priming baselines, once per start."""
         with self._lock:
             changed = {k: v for k, v in values.items() if self._data.get(k) != v}
             if not changed:
                 return
             self._data.update(changed)
             self._file.save(dict(self._data))
+        if durable:
+            self._file.flush()
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self._data)

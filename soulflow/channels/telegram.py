@@ -237,7 +237,8 @@ class TelegramChannel(ChannelAdapter):
             # history is never answered, so its position may be saved at once; otherwise a
             # quiet first start would leave no offset and the next start would prime again,
             # swallowing messages sent in between
-            self.state.set("offset", max(max(ids) + 1 if ids else 0, self._offset or 0))
+            self.state.set("offset", max(max(ids) + 1 if ids else 0, self._offset or 0),
+                           durable=True)
         if ids:
             end = max(ids) + 1
             self._offset = max(self._offset or 0, end)

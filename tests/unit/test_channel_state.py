@@ -28,3 +28,11 @@ def test_updates_coalesce_and_the_last_one_lands(tmp_path: Path) -> None:
     assert state.flush()
     assert ChannelState(path).snapshot() == {"offset": 499}
     assert not list(path.parent.glob(".telegram.json.*.tmp"))
+
+
+def test_a_durable_update_is_on_disk_when_it_returns(tmp_path: Path) -> None:
+    """Priming baselines are written this way: a kill right after must not lose them."""
+    path = tmp_path / "telegram.json"
+    state = ChannelState(path)
+    state.set("offset", 42, durable=True)
+    assert ChannelState(path).get("offset") == 42
