@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from soulflow.contracts import ChatRef
 from soulflow.storage.atomic import read_json
@@ -120,6 +121,24 @@ class ApproverPolicy:
 
 def refusal_text(requester: Requester) -> str:
     return f"Only {requester.label} or an admin can decide this approval."
+
+
+class ApprovalMap(Protocol):
+    """Which platform messages announced which approval: `ApprovalMessages` below (a file), or
+    the Redis one (soulflow/backends/redis/approvals.py), so that a reaction landing on any node
+    finds the approval another node asked for."""
+
+    def remember(self, chat_key: str, platform_ids: list[str], run_id: str,
+                 approval_id: str) -> None: ...
+
+    def lookup(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
+        """`{"run_id", "approval_id"}` the message announced, or None."""
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop every message of a finished run."""
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until what was remembered is stored (shutdown, tests)."""
 
 
 class ApprovalMessages:

@@ -29,7 +29,7 @@ from soulflow.agent.memory import MemoryStore
 from soulflow.agent.skills import SkillIndex, one_line, parse_front_matter
 from soulflow.agent.tokens import estimate_message_tokens
 from soulflow.decision.service import DecisionService
-from soulflow.session.store import SessionStore
+from soulflow.session.store import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class ContextBuilder:
     """
 
     def __init__(self, workspace: Path, memory: MemoryStore, decisions: DecisionService,
-                 sessions: SessionStore, *, history_messages: int = 20,
+                 sessions: Sessions, *, history_messages: int = 20,
                  clock: Callable[[], float] = time.monotonic,
                  max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
                  skills: SkillIndex | None = None) -> None:

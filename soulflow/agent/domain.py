@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.approvals import (
-    ApprovalMessages,
+    ApprovalMap,
     ApproverPolicy,
     Decider,
     Requester,
@@ -23,8 +23,9 @@ from soulflow.agent.approvals import (
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
+from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.contracts import ChatRef, InboundMessage, ReplyStatus
-from soulflow.session.store import SessionStore
+from soulflow.session.store import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ def chat_of(message: InboundMessage) -> ChatRef:
 
 
 class AgentDomain:
-    def __init__(self, context: ContextBuilder, sessions: SessionStore,
-                 loop: AgentLoop | None, approvals: ApprovalMessages | None = None, *,
+    def __init__(self, context: ContextBuilder, sessions: Sessions,
+                 loop: AgentLoop | None, approvals: ApprovalMap | None = None, *,
                  on_turn_finished: Callable[[str], None] | None = None,
                  approvers: ApproverPolicy | None = None,
                  redact: Callable[[str], str] | None = None) -> None:
@@ -92,6 +93,7 @@ class AgentDomain:
         self.sessions = sessions
         self.loop = loop
         self.approvals = approvals
+        self._resuming: set[str] = set()  # handed out by resumable_runs(), not yet resumed
 
     @property
     def configured(self) -> bool:
@@ -179,8 +181,11 @@ class AgentDomain:
         return await self._drive(run_id, abort)
 
     async def resume(self, run_id: str) -> AgentReply:
-        """Drive a run that was running when the daemon stopped."""
-        return await self._drive(run_id, None)
+        """Drive a run that was running when the daemon stopped (or its node died)."""
+        try:
+            return await self._drive(run_id, None)
+        finally:
+            self._resuming.discard(run_id)
 
     def running_runs(self) -> list[str]:
         """Runs to resume at boot; a task step's run is resumed by the task engine instead."""
@@ -188,6 +193,31 @@ class AgentDomain:
             return []
         return [run_id for run_id in self.loop.store.find(statuses=frozenset({ev.RUNNING}))
                 if not _is_task_run(self.loop.store.state(run_id).chat)]
+
+    def resumable_runs(self, owns: Callable[[str], bool] | None = None) -> list[str]:
+        """Runs left `running` that this process should `resume()` now: at boot, and (several
+        daemons on Redis) whenever this node comes to hold more chats, with `owns` the
+        backend's: only runs of chats it holds, since their node stopped or died.
+
+        Each run is handed out once per process until its `resume()` ends, and never one this
+        process is driving already, so calling this on every partition change is safe. Sub-agent
+        runs of those chats are cancelled first, as `cancel_orphaned_subruns` does at boot: the
+        parent's `spawn` call was interrupted with them. A task step's run is left to the task
+        engine. Driving claims the run in the store, so a run is never driven on two nodes."""
+        if self.loop is None:
+            return []
+        loop = self.loop
+        cancel_orphaned_subruns(loop, owns)
+        found = []
+        for run_id in loop.store.find(statuses=frozenset({ev.RUNNING})):
+            if run_id in self._resuming or run_id in loop.driving:
+                continue
+            chat = loop.store.state(run_id).chat
+            if _is_task_run(chat) or (owns is not None and not owns(chat.key)):
+                continue
+            self._resuming.add(run_id)
+            found.append(run_id)
+        return found
 
     def inbound_key_of(self, run_id: str) -> str | None:
         assert self.loop is not None

@@ -12,7 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 from soulflow.storage.jsonl import JsonlFile
@@ -24,9 +24,34 @@ TAIL_CACHE = 64  # messages per open session kept in memory: the agent reads the
 @dataclass(slots=True)
 class SessionInfo:
     key: str
-    path: Path
+    path: Path | None  # the session's file; None where sessions are not files (Redis)
     size_bytes: int
     updated_at: float
+
+
+class Sessions(Protocol):
+    """What the agent, the context builder, consolidation and the dashboard use of a session
+    store: the file store below, or the Redis one (soulflow/backends/redis/sessions.py) when
+    several daemons share the chats. Both return the same records for the same appends."""
+
+    def append(self, key: str, message: dict[str, Any]) -> None:
+        """Append one message (redacted before it is stored); `at` is added."""
+
+    def last(self, key: str, count: int) -> list[dict[str, Any]]:
+        """The last `count` messages, oldest first."""
+
+    def range(self, key: str, start: int, end: int | None = None) -> list[dict[str, Any]]:
+        """Messages `start` (inclusive) to `end` (exclusive), from the first message."""
+
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        """`{"_type": "metadata", "key", "created_at"}` of a session that has messages."""
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session, most recently updated first."""
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def session_filename(key: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
-from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.run.store import RunJournal, RunMoved
 from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
@@ -73,7 +73,7 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any] | str:
 
 
 class AgentLoop:
-    def __init__(self, store: ThreadStore, provider: Callable[[], Provider], tools: ToolRegistry,
+    def __init__(self, store: RunJournal, provider: Callable[[], Provider], tools: ToolRegistry,
                  system_prompt: Callable[[], str], tool_context: ContextFactory, *,
                  max_turns: int = 10) -> None:
         self.store = store
@@ -82,6 +82,7 @@ class AgentLoop:
         self._system_prompt = system_prompt
         self._tool_context = tool_context
         self.max_turns = max_turns
+        self.driving: set[str] = set()  # runs a drive() of this process is advancing now
 
     # -- entry points --------------------------------------------------------------------
 
@@ -115,10 +116,17 @@ class AgentLoop:
 
     async def drive(self, run_id: str, abort: asyncio.Event | None = None) -> RunOutcome:
         """Advance the run until it finishes or must wait; its log lines carry the run id and
-        the chat (soulflow/logs.py)."""
+        the chat (soulflow/logs.py). The run is claimed first: with several daemons, a run
+        another node took over (it now holds the chat) raises `RunMoved` instead."""
+        if not self.store.claim(run_id):
+            raise RunMoved(f"run {run_id} is driven by the node that now holds its chat")
         chat = self.store.state(run_id).chat
-        with log_context(run_id=run_id, chat=chat.key if chat.provider else None):
-            return await self._drive(run_id, abort)
+        self.driving.add(run_id)
+        try:
+            with log_context(run_id=run_id, chat=chat.key if chat.provider else None):
+                return await self._drive(run_id, abort)
+        finally:
+            self.driving.discard(run_id)
 
     async def _drive(self, run_id: str, abort: asyncio.Event | None) -> RunOutcome:
         state = self.store.state(run_id)

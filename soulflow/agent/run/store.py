@@ -13,7 +13,7 @@ import datetime as dt
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place, fold
@@ -25,6 +25,44 @@ RECENT_FINISHED = 100  # finished runs whose events stay in memory
 
 def _record(run_id: str, event: ev.Event) -> dict[str, Any]:
     return {"run": run_id, **event.to_dict()}
+
+
+class RunMoved(RuntimeError):
+    """A write to a run was refused: the run's chat is now another node's, which resumed it
+    (Redis backend; see `RunJournal.claim`). The run goes on there; this node drops it
+    without a reply, as with a fenced inbound completion (docs/scaling.md)."""
+
+
+class RunJournal(Protocol):
+    """What the agent loop and its callers use of a run store: this file's `ThreadStore`, or
+    the Redis one (soulflow/backends/redis/runs.py) when several daemons share the chats. A run
+    is its events; `state()` is their fold (reducer.py) on either."""
+
+    def append(self, run_id: str, event: ev.Event) -> RunState:
+        """Persist an event (redacted in storage), then fold it into the run's state. Raises
+        `RunMoved` if another node has taken the run over."""
+
+    def state(self, run_id: str) -> RunState: ...
+
+    def events(self, run_id: str) -> list[ev.Event]:
+        """Every event of a run (unfinished, or finished and still kept)."""
+
+    def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
+             statuses: frozenset[str] | None = None) -> list[str]:
+        """Unfinished runs matching an inbound message or a chat, oldest first."""
+
+    def claim(self, run_id: str) -> bool:
+        """Take the run for this node before resuming it: False if a node that holds its chat
+        more recently has it (never drive it then). The file store is one node: always True."""
+
+    @property
+    def needs_compaction(self) -> bool: ...
+
+    def compact(self) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class ThreadStore:
@@ -108,6 +146,10 @@ class ThreadStore:
                 continue
             found.append(run_id)
         return found
+
+    def claim(self, run_id: str) -> bool:
+        """One daemon owns the whole workspace (the workspace lock): nothing to take over."""
+        return True
 
     @property
     def needs_compaction(self) -> bool:

@@ -14,10 +14,20 @@ from typing import Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
-from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.run.store import RunJournal, ThreadStore
 
 #: (status, seconds, a sub-agent's run?) of a finished run
 FinishedListener = Callable[[str, float, bool], None]
+
+
+def report_finished(listener: FinishedListener, store: RunJournal, run_id: str,
+                    event: ev.Event, state: RunState) -> None:
+    """After `event` was appended: if it finished the run, tell `listener` its status and
+    duration (the file store and the Redis store both report through this)."""
+    if event.type == ev.DONE and state.finished:
+        started = next((e.at for e in store.events(run_id) if e.type == ev.RUN_STARTED), None)
+        if started is not None and started > 0:
+            listener(state.status, max(0.0, event.at - started), state.parent_run is not None)
 
 
 class TimedThreadStore(ThreadStore):
@@ -30,10 +40,5 @@ class TimedThreadStore(ThreadStore):
 
     def append(self, run_id: str, event: ev.Event) -> RunState:
         state = super().append(run_id, event)
-        if event.type == ev.DONE and state.finished:
-            events = self.events(run_id)
-            started = next((e.at for e in events if e.type == ev.RUN_STARTED), None)
-            if started is not None and started > 0:
-                self._on_finished(state.status, max(0.0, event.at - started),
-                                  state.parent_run is not None)
+        report_finished(self._on_finished, self, run_id, event, state)
         return state

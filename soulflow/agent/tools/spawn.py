@@ -18,6 +18,7 @@ interrupted and the model decides what to do).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from soulflow.agent.run import events as ev
@@ -117,15 +118,20 @@ async def run_subagent(loop: AgentLoop, *, parent_chat: ChatRef, task: str,
     return f"[sub-agent {run_id}: {label}]\n{outcome.text}".rstrip()
 
 
-def cancel_orphaned_subruns(loop: AgentLoop) -> int:
+def cancel_orphaned_subruns(loop: AgentLoop, owns: Callable[[str], bool] | None = None) -> int:
     """Cancel unfinished sub-runs left by a crash; call at boot before resuming runs.
 
     Their parent's ``spawn`` call was interrupted and is reported to the parent model as
     such, so finishing the sub-run would only post its answer into the chat out of context.
+    With several daemons, `owns` limits this to the chats this node holds (another node's
+    live sub-runs are its own), and a sub-run this process drives is never one.
     """
     cancelled = 0
     for run_id in loop.store.find():
-        if loop.store.state(run_id).parent_run:
+        if run_id in loop.driving:
+            continue
+        state = loop.store.state(run_id)
+        if state.parent_run and (owns is None or owns(state.chat.key)):
             loop.cancel(run_id, "the daemon restarted while this sub-agent was running")
             cancelled += 1
     return cancelled

@@ -86,3 +86,63 @@ class Keys:
     def cursors(self, channel: str) -> str:
         """Hash: cursor name → json value, for one channel (account)."""
         return f"{self.prefix}cursors:{channel}"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentKeys:
+    """Keys of the agent's state (sessions, run journals, approval prompts): synchronous stores
+    over `StateRedis` (backends/redis/sync_client.py); no partition count needed."""
+
+    prefix: str
+
+    def session(self, key: str) -> str:
+        """List: a session's messages, oldest first (json each)."""
+        return f"{self.prefix}session:{key}"
+
+    @property
+    def sessions_meta(self) -> str:
+        """Hash: session key → metadata json (`_type`, `key`, `created_at`), set once."""
+        return f"{self.prefix}sessions:meta"
+
+    @property
+    def sessions_updated(self) -> str:
+        """Sorted set: session key → time of its last message (list_sessions, newest first)."""
+        return f"{self.prefix}sessions:updated"
+
+    @property
+    def sessions_bytes(self) -> str:
+        """Hash: session key → bytes of its stored messages."""
+        return f"{self.prefix}sessions:bytes"
+
+    def run(self, run_id: str) -> str:
+        """List: one agent run's events (json each); expires a while after the run finished."""
+        return f"{self.prefix}run:{run_id}"
+
+    @property
+    def runs_open(self) -> str:
+        """Sorted set: unfinished run id → start time (ms), for listings in start order."""
+        return f"{self.prefix}runs:open"
+
+    @property
+    def runs_meta(self) -> str:
+        """Hash: unfinished run id → json {status, chat, inbound, task}."""
+        return f"{self.prefix}runs:meta"
+
+    @property
+    def runs_inbound(self) -> str:
+        """Hash: inbound message key → id of the unfinished run it started."""
+        return f"{self.prefix}runs:inbound"
+
+    @property
+    def runs_fence(self) -> str:
+        """Hash: unfinished run id → fencing token of the partition lease it was last driven
+        under; a write under an older token is refused (the run moved to another node)."""
+        return f"{self.prefix}runs:fence"
+
+    def approvals(self, name: str) -> str:
+        """Hash: `chat_key:platform message id` → json {run_id, approval_id}."""
+        return f"{self.prefix}approvals:{name}"
+
+    def approvals_of_run(self, name: str, run_id: str) -> str:
+        """Set: the fields of `approvals(name)` that point at one run (forget_run)."""
+        return f"{self.prefix}approvals:{name}:run:{run_id}"

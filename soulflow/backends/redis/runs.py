@@ -1,0 +1,244 @@
+"""Agent run journals on Redis: a run resumes on whichever node holds its chat.
+
+A run is its events (soulflow/agent/run/events.py), one json per entry in the list `run:<id>`,
+redacted as the file journal is. Unfinished runs are indexed for `find()`: `runs:open` (start
+order), `runs:meta` (status, chat, inbound key) and `runs:inbound` (inbound key → run). Every
+append is one Lua script that pushes the event and updates the indexes together; the event
+that finishes a run drops it from the indexes and gives its list a TTL (kept for a week, for
+the dashboard and debugging; the file backend archives finished runs instead).
+
+**One driver per run.** Chats are partitioned over the nodes (docs/scaling.md); a run is
+driven by the node that holds its chat's partition. Each write carries the fencing token of
+that partition's lease (`fence(chat_key)`, 0 when this node does not hold it), and the script
+refuses a write under a token older than the newest one the run has seen (`runs:fence`). So a
+node that takes a partition over and `claim()`s a dead node's run locks out any late write by
+the old holder, which gets `RunMoved` and stops. The interrupted-tool rules of `AgentLoop` are
+the same as after a restart: the journal says which call was started and not finished.
+
+**Cache.** Events are append-only and run ids unique, so each node keeps a run's events and
+folded state and validates them on every read by fetching only the entries after the ones it
+has (`LRANGE run from n`): one round trip, never a stale state, whoever wrote last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from soulflow.agent.run import events as ev
+from soulflow.agent.run.reducer import RunState, apply_in_place
+from soulflow.agent.run.store import RunMoved
+from soulflow.agent.run.timing import FinishedListener, report_finished
+from soulflow.backends.redis.keys import AgentKeys, partition_of
+from soulflow.backends.redis.sync_client import StateRedis
+
+if TYPE_CHECKING:
+    from soulflow.backends.redis.backend import RedisBackend
+
+FINISHED_TTL_S = 7 * 24 * 3600  # how long a finished run's events stay readable
+CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
+
+# KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence
+# ARGV: run id, event json, token, meta json, inbound key, finished (0/1), start ms, ttl s
+_APPEND = """
+local token = tonumber(ARGV[3])
+local held = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '0')
+if token < held then return -1 end
+local n = redis.call('RPUSH', KEYS[1], ARGV[2])
+if ARGV[6] == '1' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
+  if ARGV[5] ~= '' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[1] then
+    redis.call('HDEL', KEYS[4], ARGV[5])
+  end
+  redis.call('EXPIRE', KEYS[1], ARGV[8])
+else
+  if token > held then redis.call('HSET', KEYS[5], ARGV[1], token) end
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[7], ARGV[1])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
+  if ARGV[5] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[1]) end
+end
+return n
+"""
+
+# KEYS: runs:open, runs:fence; ARGV: run id, token. 1: ours (or finished), 0: a newer holder's
+_CLAIM = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+local token = tonumber(ARGV[2])
+local held = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if token < held then return 0 end
+if token > held then redis.call('HSET', KEYS[2], ARGV[1], token) end
+return 1
+"""
+
+Fence = Callable[[str], int | None]  # chat key → this node's partition lease token, or None
+
+
+def no_fence(chat_key: str) -> int | None:
+    """Before the backend is open (and in tests of one node): this node holds no lease."""
+    return None
+
+
+def partition_fence(backend: RedisBackend) -> Fence:
+    """The fencing token of the partition lease under which this node holds a chat, while the
+    lease is safe to act on (`PartitionLeases.lease`), else None."""
+    def token(chat_key: str) -> int | None:
+        lease = backend.partitions.lease(partition_of(chat_key, backend.keys.partitions))
+        return lease.token if lease is not None else None
+    return token
+
+
+@dataclass(slots=True)
+class _Run:
+    """What this node knows of a run: its first `length` list entries, folded."""
+
+    length: int
+    events: list[ev.Event]
+    state: RunState
+
+
+def _decode(raw: bytes | str) -> ev.Event | None:
+    try:
+        record = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return ev.Event.from_dict(record) if isinstance(record, dict) else None
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+class RedisThreadStore:
+    """`RunJournal` on Redis (soulflow/agent/run/store.py has the contract and the file one)."""
+
+    def __init__(self, state: StateRedis, *, redact: Callable[[Any], Any] | None = None,
+                 on_finished: FinishedListener | None = None, fence: Fence = no_fence,
+                 finished_ttl_s: int = FINISHED_TTL_S) -> None:
+        self._redis = state.client
+        self._keys = AgentKeys(state.prefix)
+        self._redact = redact  # what reaches Redis is redacted; this node's cache is not
+        self._on_finished = on_finished
+        self._fence = fence
+        self._ttl_s = finished_ttl_s
+        self._append = self._redis.register_script(_APPEND)
+        self._claim = self._redis.register_script(_CLAIM)
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+
+    def bind_fence(self, fence: Fence) -> None:
+        """Once the backend is open: where this node's partition lease tokens come from."""
+        self._fence = fence
+
+    def _token(self, state: RunState) -> int:
+        return (self._fence(state.chat.key) or 0) if state.chat.provider else 0
+
+    def _load(self, run_id: str) -> _Run:
+        """The run brought up to date: only the entries after those already known are read."""
+        run = self._runs.get(run_id)
+        if run is None:
+            run = _Run(0, [], RunState())
+            self._runs[run_id] = run
+            while len(self._runs) > CACHED_RUNS:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(run_id)
+        raws = self._redis.lrange(self._keys.run(run_id), run.length, -1)
+        for raw in raws:
+            event = _decode(raw)
+            if event is not None:
+                run.events.append(event)
+                apply_in_place(run.state, event)
+        run.length += len(raws)
+        return run
+
+    def append(self, run_id: str, event: ev.Event) -> RunState:
+        run = self._load(run_id)
+        state = run.state
+        apply_in_place(state, event)  # on the cache; dropped below if the write fails
+        record = {"run": run_id, **event.to_dict()}
+        stored = self._redact(record) if self._redact is not None else record
+        meta = {"status": state.status, "chat": state.chat.key, "inbound": state.inbound_key,
+                "task": bool(state.chat.task_id), "parent": state.parent_run}
+        started = run.events[0].at if run.events else event.at
+        try:
+            length = int(self._append(
+                keys=[self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
+                      self._keys.runs_inbound, self._keys.runs_fence],
+                args=[run_id, json.dumps(stored, ensure_ascii=False, separators=(",", ":")),
+                      self._token(state), json.dumps(meta, ensure_ascii=False),
+                      state.inbound_key or "", 1 if state.finished else 0,
+                      int(started * 1000), self._ttl_s]))
+        except BaseException:
+            self._runs.pop(run_id, None)
+            raise
+        if length < 0:
+            self._runs.pop(run_id, None)
+            raise RunMoved(f"run {run_id} was taken over by the node that now holds "
+                           f"{state.chat.key}")
+        if length == run.length + 1:
+            run.events.append(event)
+            run.length = length
+        else:  # another writer slipped in (an unfenced one): read the run again next time
+            self._runs.pop(run_id, None)
+            state = self._load(run_id).state
+        if self._on_finished is not None:
+            report_finished(self._on_finished, self, run_id, event, state)
+        return state
+
+    def state(self, run_id: str) -> RunState:
+        return self._load(run_id).state
+
+    def events(self, run_id: str) -> list[ev.Event]:
+        return list(self._load(run_id).events)
+
+    def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
+             statuses: frozenset[str] | None = None) -> list[str]:
+        if inbound_key is not None:
+            found = self._redis.hget(self._keys.runs_inbound, inbound_key)
+            if found is None:
+                return []
+            run_ids = [_text(found)]
+            metas = [self._redis.hget(self._keys.runs_meta, run_ids[0])]
+        else:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zrange(self._keys.runs_open, 0, -1)
+            pipe.hgetall(self._keys.runs_meta)
+            order, by_id = pipe.execute()
+            run_ids = [_text(raw) for raw in order]
+            metas = [by_id.get(raw) for raw in order]
+        matching = []
+        for run_id, raw_meta in zip(run_ids, metas, strict=True):
+            if raw_meta is None:
+                continue  # finished meanwhile
+            meta = json.loads(raw_meta)
+            if statuses is not None and meta.get("status") not in statuses:
+                continue
+            if inbound_key is not None and meta.get("inbound") != inbound_key:
+                continue
+            if chat_key is not None and meta.get("chat") != chat_key:
+                continue
+            matching.append(run_id)
+        return matching
+
+    def claim(self, run_id: str) -> bool:
+        token = self._token(self._load(run_id).state)
+        return bool(self._claim(keys=[self._keys.runs_open, self._keys.runs_fence],
+                                args=[run_id, token]))
+
+    @property
+    def needs_compaction(self) -> bool:
+        """Finished runs leave the indexes as they finish; their lists expire on their own."""
+        return False
+
+    def compact(self) -> None:
+        """Nothing to rewrite (see `needs_compaction`)."""
+
+    def sync(self) -> None:
+        """Nothing to flush: Redis's own persistence (AOF) decides durability."""
+
+    def close(self) -> None:
+        """The client belongs to the runtime, which closes it once for every store."""
