@@ -18,7 +18,7 @@ from soulflow.tasks.model import (
     TaskStatus,
 )
 from soulflow.tasks.runner import NodeExecutors, TaskEvent, run_task_loop
-from soulflow.tasks.store import TaskDecisionError, TaskStore
+from soulflow.tasks.store import TaskDecisionError, TaskFenced, TaskStore, TaskStoreBase
 
 __all__ = [
     "Choice",
@@ -34,11 +34,13 @@ __all__ = [
     "TaskDecisionError",
     "TaskEngine",
     "TaskEvent",
+    "TaskFenced",
     "TaskGraph",
     "TaskNode",
     "TaskState",
     "TaskStatus",
     "TaskStore",
+    "TaskStoreBase",
     "execution_groups",
     "run_task_loop",
     "validate_graph",

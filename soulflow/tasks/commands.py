@@ -11,12 +11,11 @@ from typing import Any, Protocol
 
 from soulflow.tasks.model import NodeStatus, TaskState
 from soulflow.tasks.runner import EmitFn, cancel_idle_task
-from soulflow.tasks.store import TaskDecisionError, TaskStore
+from soulflow.tasks.store import TaskDecisionError, TaskStoreBase
 
 TASK_USAGE = "Usage: /task list | /task show ID | /task cancel ID"
 LIST_LIMIT = 10
 SHOW_DETAIL_LINES = 6
-_DETAIL_TAIL_BYTES = 8192
 
 CancelFn = Callable[[str, str], Awaitable[TaskState]]  # (task_id, by) -> task
 IsAdminFn = Callable[[str, str], bool]  # (provider, user_id) -> admin?
@@ -32,7 +31,7 @@ class _Message(Protocol):
     sender_id: str
 
 
-def idle_canceller(store: TaskStore, emit: EmitFn | None = None) -> CancelFn:
+def idle_canceller(store: TaskStoreBase, emit: EmitFn | None = None) -> CancelFn:
     """`cancel` for a daemon without a TaskEngine running graphs: nothing runs, so cancelling
     records the task (and its waiting or interrupted nodes) as cancelled."""
 
@@ -42,7 +41,7 @@ def idle_canceller(store: TaskStore, emit: EmitFn | None = None) -> CancelFn:
     return cancel
 
 
-def make_task_command(store: TaskStore, cancel: CancelFn,
+def make_task_command(store: TaskStoreBase, cancel: CancelFn,
                       is_admin: IsAdminFn) -> Callable[[Any, Any], Awaitable[str]]:
     """The `/task` handler for the channel command router."""
 
@@ -90,7 +89,7 @@ def list_text(tasks: list[TaskState]) -> str:
     return "Tasks in this chat:\n" + "\n".join(lines) + more
 
 
-def show_text(task: TaskState, store: TaskStore) -> str:
+def show_text(task: TaskState, store: TaskStoreBase) -> str:
     lines = [f"Task {task.task_id}: {task.title}", f"Status: {task.status.value} "
              f"({_progress(task)})"]
     if task.error:
@@ -103,7 +102,7 @@ def show_text(task: TaskState, store: TaskStore) -> str:
     for waiting in task.waiting:
         lines.append(f"Waiting on {waiting['node_id']} ({waiting['reason']}): "
                      f"{_short(str(waiting.get('prompt', '')))}")
-    recent = _detail_tail(store, task.task_id)
+    recent = store.detail_tail(task.task_id, SHOW_DETAIL_LINES)
     if recent:
         lines.append("Recent:")
         lines.extend(recent)
@@ -113,16 +112,3 @@ def show_text(task: TaskState, store: TaskStore) -> str:
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _detail_tail(store: TaskStore, task_id: str) -> list[str]:
-    """The last lines of the task's story (read from the end: the file only grows)."""
-    try:
-        with open(store.detail_path(task_id), "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - _DETAIL_TAIL_BYTES))
-            tail = handle.read().decode("utf-8", "replace")
-    except (FileNotFoundError, ValueError):
-        return []
-    entries = [line for line in tail.splitlines() if line.startswith("- ")]
-    return entries[-SHOW_DETAIL_LINES:]

@@ -4,13 +4,20 @@ Each running task is one named asyncio task (`task-run-<id>`) that the engine su
 unexpected crash of the loop itself is logged and the task marked failed, never left looking
 alive. `stop()` cancels them without marking anything, so the next `start()` resumes them from
 their checkpoints; `cancel()` is the user's cancel and ends the task `cancelled`.
+
+A task belongs to its chat. With several nodes on one Redis, the engine runs only tasks whose
+chat this node holds (`owns`, the partition leases of docs/scaling.md): `reconcile()`, called
+when the held partitions change and every few seconds by `watch()`, stops the loops of tasks
+whose chat moved away (nothing marked, as at shutdown) and resumes the unfinished tasks of chats
+it now holds, by the same rules as a restart. The store refuses a checkpoint from a node that
+does not hold the chat (`TaskFenced`), so two nodes never drive one task past a checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.graph import validate_graph
@@ -22,38 +29,99 @@ from soulflow.tasks.runner import (
     cancel_idle_task,
     run_task_loop,
 )
-from soulflow.tasks.store import TaskDecisionError, TaskStore, new_task_id
+from soulflow.tasks.store import (
+    TaskDecisionError,
+    TaskFenced,
+    TaskStoreBase,
+    new_task_id,
+    task_chat_key,
+)
 
 log = logging.getLogger(__name__)
+
+OwnsFn = Callable[[str], bool]  # chat key (`provider:chat_id`) -> does this node run its work?
+
+
+def _everywhere(chat_key: str) -> bool:
+    return True
 
 
 class TaskEngine:
     """Runs tasks through `run_task_loop`, at most one loop per task at a time."""
 
-    def __init__(self, store: TaskStore, executors: NodeExecutors, *,
+    def __init__(self, store: TaskStoreBase, executors: NodeExecutors, *,
                  tool_names: Collection[str] | None = None, emit: EmitFn | None = None,
-                 max_parallel: int = DEFAULT_MAX_PARALLEL) -> None:
+                 max_parallel: int = DEFAULT_MAX_PARALLEL, owns: OwnsFn = _everywhere) -> None:
         self.store = store
         self.executors = executors
         self.tool_names = tool_names
         self.emit = emit
         self.max_parallel = max_parallel
+        self.owns = owns
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._aborts: dict[str, asyncio.Event] = {}
         self._wakes: dict[str, asyncio.Event] = {}
+        self._chats: dict[str, str] = {}  # task id -> chat key, for the running loops
+        self._changed = asyncio.Event()
+        self._watch_failing = False
 
     async def start(self) -> list[str]:
         """Resume every task that was `running` at the last checkpoint; returns their ids.
 
         `waiting_approval` tasks keep waiting: they continue when someone decides, or now if
-        an answer was recorded just before the process died.
+        an answer was recorded just before the process died. Only tasks of chats this node
+        holds are resumed (all of them with one node).
         """
-        resumed = [t.task_id for t in self.store.unfinished()
-                   if t.status is TaskStatus.RUNNING
-                   or any(s.choice is not None for s in t.nodes.values())]
-        for task_id in resumed:
-            self._spawn(task_id)
-        return resumed
+        return self._resume_owned()
+
+    def _resume_owned(self) -> list[str]:
+        resumed = [t for t in self.store.unfinished()
+                   if t.task_id not in self._loops and self.owns(task_chat_key(t))
+                   and (t.status is TaskStatus.RUNNING
+                        or any(s.choice is not None for s in t.nodes.values()))]
+        for task in resumed:
+            self._spawn(task)
+        return [t.task_id for t in resumed]
+
+    async def reconcile(self) -> list[str]:
+        """Follow the chats this node holds: stop the loops of tasks whose chat moved away
+        (nothing is marked; the new holder recovers them from the checkpoint) and resume the
+        tasks of chats held now. Returns the ids resumed."""
+        lost = [task_id for task_id, chat in self._chats.items() if not self.owns(chat)]
+        if lost:
+            log.warning("task(s) %s: their chats are handled by another node now; stopping "
+                        "them here", ", ".join(lost))
+            await cancel_and_wait([self._loops[t] for t in lost if t in self._loops])
+        return self._resume_owned()
+
+    def partitions_changed(self) -> None:
+        """Callback for the backend: the chats this node holds changed; reconcile soon."""
+        self._changed.set()
+
+    async def watch(self, interval_s: float) -> None:
+        """Reconcile when told (`partitions_changed`) and every `interval_s` (a callback can be
+        missed while Redis is away); a supervised loop of the daemon on Redis. Logs one line
+        per change between failing and working, not one per try."""
+        while True:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=interval_s)
+            except TimeoutError:
+                pass
+            self._changed.clear()
+            try:
+                resumed = await self.reconcile()
+            except Exception as exc:  # Redis away: the store's reads fail; try again later
+                if not self._watch_failing:
+                    log.warning("tasks: cannot check which tasks to run here (%s); retrying",
+                                exc)
+                self._watch_failing = True
+                continue
+            if self._watch_failing:
+                log.info("tasks: checking which tasks to run here works again")
+            self._watch_failing = False
+            if resumed:
+                log.info("resumed %d task(s) of chats now handled here: %s", len(resumed),
+                         ", ".join(resumed))
 
     async def stop(self) -> None:
         """Stop every loop without marking anything (resumed by the next `start`)."""
@@ -61,6 +129,7 @@ class TaskEngine:
         self._loops.clear()
         self._aborts.clear()
         self._wakes.clear()
+        self._chats.clear()
 
     async def submit(self, graph: TaskGraph, *, title: str, provider: str = "",
                      chat_id: str = "", thread_id: str | None = None, requested_by: str = "",
@@ -71,7 +140,7 @@ class TaskEngine:
                          provider=provider, chat_id=chat_id, thread_id=thread_id,
                          requested_by=requested_by)
         await self.store.add(task)
-        self._spawn(task.task_id)
+        self._spawn(task)
         return task
 
     async def decide(self, task_id: str, node_id: str, choice: Choice | str,
@@ -82,7 +151,7 @@ class TaskEngine:
         if wake is not None:
             wake.set()  # the running loop applies it at once (other branches keep running)
         else:
-            self._spawn(task_id)
+            self._spawn(task)
         return task
 
     async def cancel(self, task_id: str, by: str = "") -> TaskState:
@@ -111,11 +180,13 @@ class TaskEngine:
             await asyncio.gather(loop, return_exceptions=True)
         return self.store.require(task_id)
 
-    def _spawn(self, task_id: str) -> None:
+    def _spawn(self, task: TaskState) -> None:
+        task_id = task.task_id
         if task_id in self._loops:
             return  # the running loop picks up decisions when it next looks
         abort, wake = asyncio.Event(), asyncio.Event()
         self._aborts[task_id], self._wakes[task_id] = abort, wake
+        self._chats[task_id] = task_chat_key(task)
         loop = asyncio.create_task(self._drive(task_id, abort, wake), name=f"task-run-{task_id}")
         self._loops[task_id] = loop
         loop.add_done_callback(lambda _: self._forget(task_id, loop))
@@ -126,11 +197,13 @@ class TaskEngine:
         del self._loops[task_id]
         self._aborts.pop(task_id, None)
         self._wakes.pop(task_id, None)
+        chat = self._chats.pop(task_id, "")
+        if loop.cancelled() or not self.owns(chat):
+            return
         task = self.store.get(task_id)
-        if (not loop.cancelled() and task is not None
-                and not task.status.finished
+        if (task is not None and not task.status.finished
                 and any(s.choice is not None for s in task.nodes.values())):
-            self._spawn(task_id)  # a decision arrived while the loop was finishing
+            self._spawn(task)  # a decision arrived while the loop was finishing
 
     async def _drive(self, task_id: str, abort: asyncio.Event, wake: asyncio.Event) -> None:
         task = self.store.require(task_id)
@@ -139,7 +212,13 @@ class TaskEngine:
                                 max_parallel=self.max_parallel, abort=abort, wake=wake)
         except asyncio.CancelledError:
             raise
+        except TaskFenced as exc:  # its chat is another node's now: that node resumes it
+            log.warning("task %s stops on this node: %s", task_id, exc)
         except Exception as exc:  # a bug in the loop: say so on the task, never hang it
             log.exception("the loop of task %s crashed", task_id)
             task.status, task.error = TaskStatus.FAILED, f"internal error: {exc!r}"
-            await self.store.checkpoint(task)
+            try:
+                await self.store.checkpoint(task)
+            except TaskFenced:
+                log.warning("task %s: its failure could not be recorded here (its chat is "
+                            "another node's now)", task_id)

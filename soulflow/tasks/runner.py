@@ -10,7 +10,9 @@ Two ways to stop, deliberately different:
 - the `abort` event (user `/stop`, `/task cancel`): running nodes are cancelled and the task ends
   `cancelled`;
 - cancelling the coroutine (daemon shutdown): nothing is marked, so running nodes are still
-  `running` in the checkpoint and the next boot recovers them like after a crash.
+  `running` in the checkpoint and the next boot recovers them like after a crash. A checkpoint
+  refused with `TaskFenced` (several nodes on Redis: the task's chat is held elsewhere now) stops
+  the loop the same way, and the node that holds the chat recovers the task.
 
 Recovery re-runs a node that was mid-flight only when it is idempotent (a tool node: its tool
 is; an agent node: every tool it may use is); otherwise it becomes `interrupted` and waits for
@@ -38,7 +40,7 @@ from soulflow.tasks.model import (
     TaskStatus,
     now,
 )
-from soulflow.tasks.store import TaskDecisionError, TaskStore
+from soulflow.tasks.store import TaskDecisionError, TaskFenced, TaskStoreBase
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ __all__ = [  # the contracts are re-exported: callers import the engine from one
 ]
 
 
-async def run_task_loop(task: TaskState, store: TaskStore, executors: NodeExecutors, *,
+async def run_task_loop(task: TaskState, store: TaskStoreBase, executors: NodeExecutors, *,
                         emit: EmitFn | None = None, max_parallel: int = DEFAULT_MAX_PARALLEL,
                         abort: asyncio.Event | None = None,
                         wake: asyncio.Event | None = None) -> TaskState:
@@ -76,7 +78,7 @@ def mark_cancelled(task: TaskState, by: str = "") -> None:
     task.error = f"cancelled by {by}" if by else ""
 
 
-async def cancel_idle_task(task: TaskState, store: TaskStore, *, emit: EmitFn | None = None,
+async def cancel_idle_task(task: TaskState, store: TaskStoreBase, *, emit: EmitFn | None = None,
                            by: str = "") -> TaskState:
     """Cancel a task no loop is driving (waiting for someone, or not resumed since a crash).
 
@@ -106,7 +108,7 @@ class _TaskRun:
     """One pass of the loop over one task; all state changes happen on this coroutine (node
     coroutines only compute outcomes), so the task object never sees two writers."""
 
-    def __init__(self, task: TaskState, store: TaskStore, executors: NodeExecutors,
+    def __init__(self, task: TaskState, store: TaskStoreBase, executors: NodeExecutors,
                  emit: EmitFn | None, max_parallel: int, abort: asyncio.Event,
                  wake: asyncio.Event) -> None:
         self.task = task
@@ -147,7 +149,9 @@ class _TaskRun:
                     if self.abort.is_set():
                         break  # a step that ended because of the cancel is cancelled, not failed
                     await self._record(self.running.pop(child), child)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, TaskFenced):
+            # shutdown, or the task's chat moved to another node (a checkpoint was refused):
+            # stop the steps, mark nothing; the checkpoint says where to pick up
             await self._shutdown_children()
             raise
         finally:
