@@ -146,3 +146,84 @@ class AgentKeys:
     def approvals_of_run(self, name: str, run_id: str) -> str:
         """Set: the fields of `approvals(name)` that point at one run (forget_run)."""
         return f"{self.prefix}approvals:{name}:run:{run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceKeys:
+    """Keys of the cluster services (cron, decisions, vault, heartbeat, ops notices): synchronous
+    stores over `StateRedis`; no partition count needed."""
+
+    prefix: str
+
+    @property
+    def cron_jobs(self) -> str:
+        """Hash: cron job id → job json (the file store's job object)."""
+        return f"{self.prefix}cron:jobs"
+
+    def cron_fire(self, job_id: str, stamp: str) -> str:
+        """String with a TTL: the node that claimed this occurrence of the job fires it."""
+        return f"{self.prefix}cron:fire:{job_id}:{stamp}"
+
+    @property
+    def decisions(self) -> str:
+        """Hash: canonical decision key → json {value, priority, source, updated_at}."""
+        return f"{self.prefix}decisions"
+
+    @property
+    def vault(self) -> str:
+        """Hash: secret name → json {ciphertext, updated_at, scope?} (never a key)."""
+        return f"{self.prefix}vault:secrets"
+
+    @property
+    def heartbeat_state(self) -> str:
+        """Hash: the heartbeat's last tick (last_tick_at, last_status, last_outcome)."""
+        return f"{self.prefix}heartbeat:state"
+
+    def notice(self, problem: str) -> str:
+        """String with a TTL: a node told the notice chat about this problem (one per interval
+        across the cluster)."""
+        return f"{self.prefix}ops:notice:{problem}"
+
+    # -- tasks and workflow events (soulflow/backends/redis/tasks.py, events.py) -----------
+
+    @property
+    def tasks(self) -> str:
+        """Hash: task id → the task's checkpoint (json), one field per task."""
+        return f"{self.prefix}tasks:rec"
+
+    @property
+    def tasks_index(self) -> str:
+        """Hash: task id → `revision|chat key` (checked and written with every checkpoint)."""
+        return f"{self.prefix}tasks:idx"
+
+    @property
+    def tasks_open(self) -> str:
+        """Set: ids of unfinished tasks (running or waiting)."""
+        return f"{self.prefix}tasks:open"
+
+    @property
+    def tasks_created(self) -> str:
+        """Sorted set: task id by creation time (newest-first listings)."""
+        return f"{self.prefix}tasks:created"
+
+    @property
+    def tasks_finished(self) -> str:
+        """Sorted set: finished task id by last update (the oldest are pruned)."""
+        return f"{self.prefix}tasks:finished"
+
+    def tasks_of_chat(self, chat_key: str) -> str:
+        """Sorted set: the task ids of one chat (`provider:chat_id`) by creation time."""
+        return f"{self.prefix}tasks:chat:{chat_key}"
+
+    def task_details(self, task_id: str) -> str:
+        """List: the task's story, one `- <time> <text>` line per entry."""
+        return f"{self.prefix}tasks:details:{task_id}"
+
+    @property
+    def workflow_events(self) -> str:
+        """Stream (capped with MAXLEN ~): workflow events, field `e` = the event's json."""
+        return f"{self.prefix}events:workflow"
+
+    def workflow_seen(self, event_id: str) -> str:
+        """String with a TTL: this workflow event id was recorded (dedupe across nodes)."""
+        return f"{self.prefix}events:seen:{event_id}"
