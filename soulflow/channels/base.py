@@ -11,7 +11,7 @@ import asyncio
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from soulflow.bus.messages import (
     Attachment,
@@ -20,6 +20,11 @@ from soulflow.bus.messages import (
     SendError,
     SendResult,
 )
+from soulflow.channels.leadership import AccountLeadership, Election
+
+if TYPE_CHECKING:
+    from soulflow.backends.base import CursorStore
+    from soulflow.channels.state import ChannelState
 
 #: Connections each platform client keeps for best-effort calls (typing, read-acks), apart
 #: from the pool replies use, so feedback can never take a connection a reply needs.
@@ -65,6 +70,12 @@ class ChannelAdapter(abc.ABC):
 
     `read()` returns the next batch of new messages; it may wait (long poll, push queue) but
     must return within a few seconds so the manager can stop it cleanly.
+
+    Sending and reading start separately, because when several nodes share a platform account
+    (SOULFLOW_BACKEND=redis, `share_account()`) every node sends but only the account's leader
+    reads: `start()` then opens the sending side only, and the reader calls `start_reading()`
+    when this node takes the lease and `stop_reading()` when it loses it. Without a shared
+    account (`leadership` None) `start()` opens both, as it always did.
     """
 
     name: str
@@ -77,11 +88,36 @@ class ChannelAdapter(abc.ABC):
     def send_interval_s(self) -> float:
         return self.limits.send_interval_s
 
+    #: set by `share_account()`: this node reads the account only while it leads it
+    leadership: AccountLeadership | None = None
+
     async def start(self) -> None:  # noqa: B027 - optional hook
-        """Connect; raise a clear error if credentials are wrong."""
+        """Connect; raise a clear error if credentials are wrong. On a shared account only
+        the sending side (every node can send)."""
+
+    async def start_reading(self) -> None:  # noqa: B027 - optional hook
+        """Begin receiving (load the read position, prime, open the push connection). On a
+        shared account: called by the reader once this node leads it."""
+
+    async def stop_reading(self) -> None:  # noqa: B027 - optional hook
+        """Stop receiving but keep sending (leadership lost); store the read position first."""
 
     async def stop(self) -> None:  # noqa: B027 - optional hook
         """Disconnect and release resources."""
+
+    def cursor_state(self) -> ChannelState | None:
+        """The adapter's persisted read position, if it keeps one."""
+        return None
+
+    def share_account(self, election: Election, cursors: CursorStore) -> AccountLeadership:
+        """Several nodes share this platform account: read only while `election` says this
+        node leads it; keep the read position in the backend's `cursors`, fenced by the lease.
+        Call before `start()`."""
+        self.leadership = AccountLeadership(election)
+        state = self.cursor_state()
+        if state is not None:
+            state.share(cursors, self.name, self.leadership)
+        return self.leadership
 
     @abc.abstractmethod
     async def read(self) -> list[InboundMessage]:

@@ -18,6 +18,10 @@ a cursor are primed with their current last message id, so old history is never 
 Limits: reactions made while disconnected are not recovered (Discord keeps no reaction log);
 channels without a cursor -- created while the daemon was down, or a DM from someone who never
 wrote before -- are not fetched.
+
+Shared accounts (redis backend). Only the node that leads the account opens a gateway session
+(a second session would deliver every event twice); every node logs in a REST-only client for
+its sends, which the leader also falls back to while its gateway reconnects.
 """
 
 from __future__ import annotations
@@ -85,7 +89,9 @@ class DiscordChannel(ChannelAdapter):
         self._client_options = {"guild_ready_timeout": guild_ready_timeout,
                                 "max_ratelimit_timeout": max_ratelimit_timeout}
         self._queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
-        self._client: fmt.EventClient | None = None
+        self._client: fmt.EventClient | None = None  # the gateway session (reading)
+        self._rest: fmt.EventClient | None = None  # sends of a node that does not read
+        self._started = False
         self._feedback = DiscordFeedbackClient(self.api_url)
         self._supervisor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -101,21 +107,45 @@ class DiscordChannel(ChannelAdapter):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Log in (a bad token fails here, clearly), connect, and wait for READY."""
-        if self._supervisor is not None:
+        """Log in (a bad token fails here, clearly), connect, and wait for READY. On a shared
+        account only the sending side: a REST client that never opens a gateway session
+        (the node that leads the account opens one in `start_reading`)."""
+        if self._started:
             return
-        self._closing, self._failures, self._ready = False, 0, asyncio.Event()
-        self._load_cursors()
+        self._started = True
         try:
-            self._client = await self._login()
+            client = await self._login()  # a bad token is reported here, as one sentence
+            if self.leadership is not None:
+                self._rest = client
+            else:
+                self._client = client  # the gateway session's client, opened just below
             await self._feedback.start(self._token)
-            self._supervisor = asyncio.create_task(self._supervise(), name="discord:gateway")
-            await self._wait_ready(self._supervisor)
+            if self.leadership is None:
+                await self.start_reading()
         except BaseException:
             await self.stop()
             raise
 
-    async def stop(self) -> None:
+    async def start_reading(self) -> None:
+        """Open the gateway session and wait for READY (the baseline of channels without a
+        cursor is stored before this returns)."""
+        if self._supervisor is not None:
+            return
+        self._closing, self._failures, self._ready = False, 0, asyncio.Event()
+        await self._state.load()
+        self._load_cursors()
+        try:
+            if self._client is None:
+                self._client = await self._login()
+            self._supervisor = asyncio.create_task(self._supervise(), name="discord:gateway")
+            await self._wait_ready(self._supervisor)
+            await self._state.drain()
+        except BaseException:
+            await self.stop_reading()
+            raise
+
+    async def stop_reading(self) -> None:
+        """Close the gateway session; store the cursors first (while the lease holds)."""
         self._closing = True
         await self._discard_client()
         tasks = [t for t in (self._supervisor, *self._background) if t is not None]
@@ -123,9 +153,22 @@ class DiscordChannel(ChannelAdapter):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._discard_client()  # a login racing the cancellation
-        await self._feedback.close()
         self._supervisor = None
-        await asyncio.to_thread(self._state.flush)  # cursors on disk before we say stopped
+        # events still queued are read in the next term (the journal drops any that another
+        # node took in meanwhile); their channels' cursors stay ahead in memory meanwhile
+        await self._state.drain()  # cursors stored before we say stopped
+        await self._state.close()
+
+    async def stop(self) -> None:
+        await self.stop_reading()
+        rest, self._rest = self._rest, None
+        if rest is not None:
+            try:
+                await rest.close()
+            except Exception as exc:
+                log.debug("closing the Discord REST client failed: %s", exc)
+        await self._feedback.close()
+        self._started = False
 
     async def _login(self) -> fmt.EventClient:
         events = fmt.ClientEvents(self._on_ready, self._on_message, self._on_reaction)
@@ -255,6 +298,9 @@ class DiscordChannel(ChannelAdapter):
     async def read(self) -> list[InboundMessage]:
         return await drain(self._queue, 1.0)
 
+    def cursor_state(self) -> ChannelState:
+        return self._state
+
     def commit(self, messages: list[InboundMessage]) -> None:
         """Move each channel's cursor to the newest journaled message (only ever forward)."""
         updates: dict[str, str] = {}
@@ -314,10 +360,11 @@ class DiscordChannel(ChannelAdapter):
     # -- outbound ------------------------------------------------------------------------
 
     def _connected(self) -> discord.Client:
-        client = self._client
-        if client is None or client.is_closed() or client.user is None:
-            raise SendError("Discord is not connected (reconnecting); will retry")
-        return client
+        """The gateway client while it is connected, else (shared account) the REST client."""
+        for client in (self._client, self._rest):
+            if client is not None and not client.is_closed() and client.user is not None:
+                return client
+        raise SendError("Discord is not connected (reconnecting); will retry")
 
     def _messageable(self, chat_id: str) -> discord.abc.Messageable:
         client = self._connected()

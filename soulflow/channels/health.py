@@ -19,12 +19,21 @@ ERROR_CAP = 300
 
 class LinkState(StrEnum):
     """Where a channel is: connecting at boot or after a restart, connected and reading,
-    failing (its last read or connect failed), stopped (the daemon is shutting down)."""
+    failing (its last read or connect failed), stopped (the daemon is shutting down), or
+    standby: connected for sending while another node reads the account (redis backend)."""
 
     CONNECTING = "connecting"
     CONNECTED = "connected"
     FAILING = "failing"
     STOPPED = "stopped"
+    STANDBY = "standby"
+
+
+class Role(StrEnum):
+    """This node's part in reading a shared platform account (SOULFLOW_BACKEND=redis)."""
+
+    LEADER = "leader"  # holds the lease `account:<name>`: reads the account
+    STANDBY = "standby"  # sends only; takes over when the leader's lease ends
 
 
 @dataclass(slots=True)
@@ -38,13 +47,19 @@ class ChannelHealth:
     last_error: str = ""
     last_error_at: float | None = None
     restarts: int = 0  # how often the supervisor restarted the channel (stall or errors)
+    # a shared account only (redis backend; None with files: this node always reads)
+    role: Role | None = None
+    lease_token: int | None = None  # the fencing token of our term as leader
+    role_since: float | None = None  # when this node took or left the reader's part
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.state.value, "last_read_at": self.last_read_at,
                 "last_send_at": self.last_send_at,
                 "consecutive_failures": self.consecutive_failures,
                 "send_failures": self.send_failures, "last_error": self.last_error,
-                "last_error_at": self.last_error_at, "restarts": self.restarts}
+                "last_error_at": self.last_error_at, "restarts": self.restarts,
+                "role": self.role.value if self.role is not None else None,
+                "lease_token": self.lease_token, "role_since": self.role_since}
 
 
 class HealthBoard:
@@ -102,6 +117,22 @@ class HealthBoard:
         record = self.get(name)
         record.restarts += 1
         record.state = LinkState.CONNECTING
+
+    def leading(self, name: str, token: int) -> None:
+        """This node took the account's lease (`token`) and starts reading it."""
+        record = self.get(name)
+        record.role, record.lease_token, record.role_since = Role.LEADER, token, self._clock()
+        record.state = LinkState.CONNECTING
+
+    def standby(self, name: str) -> None:
+        """Another node reads the account (or nobody yet): this one only sends. Not a
+        failure: the last read error, if any, is kept for the record."""
+        record = self.get(name)
+        if record.role is not Role.STANDBY:
+            record.role, record.role_since = Role.STANDBY, self._clock()
+        record.lease_token = None
+        record.state = LinkState.STANDBY
+        record.consecutive_failures = 0
 
     def stopped(self, name: str) -> None:
         self.get(name).state = LinkState.STOPPED

@@ -127,6 +127,8 @@ class SlackChannel(ChannelAdapter):
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Check the bot token (auth.test) and, when polling, the channel; then start reading
+        unless the account is shared, where the reader does that on the node leading it."""
         if not self.socket_mode and not self.default_channel:
             raise SlackStartError("SLACK_DEFAULT_CHANNEL is required when SLACK_APP_TOKEN is "
                                   "not set (polling mode reads one channel's history)")
@@ -139,16 +141,34 @@ class SlackChannel(ChannelAdapter):
         self._start_feedback_client()
         try:
             await self._identify()
-            if self.socket_mode:
-                await self._connect_socket()
-            else:
+            if not self.socket_mode:
                 await self._check_channel()
-                self._poller = HistoryPoller(
-                    self._api, str(self.default_channel), self._state, self._parser,
-                    interval_s=self.poll_interval_s, follow_s=self.thread_follow_s)
+            if self.leadership is None:
+                await self.start_reading()
         except BaseException:
             await self.stop()
             raise
+
+    async def start_reading(self) -> None:
+        """Open Socket Mode, or set up the history poller from the stored cursors."""
+        await self._state.load()
+        if self.socket_mode:
+            if self._socket is None:
+                await self._connect_socket()
+        else:
+            self._poller = HistoryPoller(
+                self._api, str(self.default_channel), self._state, self._parser,
+                interval_s=self.poll_interval_s, follow_s=self.thread_follow_s)
+
+    async def stop_reading(self) -> None:
+        """Close Socket Mode (Slack sends the events to the new reader's connection) or stop
+        polling; store the cursors first."""
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            await socket.close()
+        self._poller = None
+        await self._state.drain()
+        await self._state.close()
 
     async def _identify(self) -> None:
         try:
@@ -204,9 +224,7 @@ class SlackChannel(ChannelAdapter):
                                             session=self._feedback_session, retry_handlers=[])
 
     async def stop(self) -> None:
-        socket, self._socket = self._socket, None
-        if socket is not None:
-            await socket.close()
+        await self.stop_reading()  # cursors stored before we say stopped
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -214,7 +232,6 @@ class SlackChannel(ChannelAdapter):
         if feedback is not None:
             await feedback.close()
         self._web = self._feedback_web = None
-        await asyncio.to_thread(self._state.flush)  # cursors on disk before we say stopped
 
     def _api(self) -> AsyncWebClient:
         if self._web is None:
@@ -226,6 +243,9 @@ class SlackChannel(ChannelAdapter):
     async def read(self) -> list[InboundMessage]:
         """New messages; a bad event or a failed poll is logged, never raised."""
         self._api()
+        if self._poller is None and self._socket is None:
+            await asyncio.sleep(1.0)  # not reading (stopped, or another node reads)
+            return []
         try:
             batch = await (self._poller.poll() if self._poller else self._read_socket())
             await self._fill_names(batch)
@@ -290,6 +310,9 @@ class SlackChannel(ChannelAdapter):
                 log.debug("slack: no name for %s (%s)", user_id, exc)
             self._names[user_id] = name
         return self._names[user_id]
+
+    def cursor_state(self) -> ChannelState:
+        return self._state
 
     def commit(self, messages: list[InboundMessage]) -> None:
         """Persist the polling cursors up to `messages` (journaled by now)."""

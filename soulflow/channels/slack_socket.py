@@ -211,7 +211,8 @@ class HistoryPoller:
             return []
         self._history_pos = newest(self._history_pos, *map(valid_ts, raw)) or "0"
         if priming:  # history is never answered: save the start position at once
-            self._state.set(self.cursor_key, self._history_pos, durable=True)
+            self._state.set(self.cursor_key, self._history_pos)
+            await self._state.drain()
         return self._convert(raw, "history", priming)
 
     async def _poll_threads(self) -> list[InboundMessage]:

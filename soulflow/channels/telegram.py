@@ -101,7 +101,8 @@ class TelegramChannel(ChannelAdapter):
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Check the token (getMe) and clear any webhook, which would block long polling.
+        """Check the token (getMe), then start reading (`start_reading`) unless the account
+        is shared, where the reader does that on the node that leads it.
 
         Three connection pools, so no kind of call can starve another: replies and downloads,
         the long poll, and best-effort feedback (typing, read-acks) on a small pool of its own
@@ -117,25 +118,48 @@ class TelegramChannel(ChannelAdapter):
             raise TelegramStartError(_TOKEN_REJECTED.format(reason="it is empty")) from None
         try:
             await bot.initialize()
-            await bot.delete_webhook(drop_pending_updates=False)
-        except InvalidToken as exc:  # `from None`: PTB's message quotes the token
-            await bot.shutdown()
-            said = str(exc.__cause__ or exc).lower()  # PTB wraps the server's answer
-            reason = "401 Unauthorized" if "unauthorized" in said else "404 Not Found"
-            raise TelegramStartError(_TOKEN_REJECTED.format(reason=reason)) from None
         except TelegramError as exc:
             await bot.shutdown()
-            raise TelegramStartError(f"Cannot reach the Telegram Bot API at {self.api_url} "
-                                     f"({self._redact(exc)}); check the network.") from None
+            raise self._start_error(exc) from None
         self._bot = bot
         await self._start_feedback_bot()
         self._parser = UpdateParser(bot_id=bot.id, bot_username=bot.username, bot=bot,
                                     sent=self._sent.keys(), provider=self.name)
+        log.info("telegram: connected as @%s", bot.username)
+        if self.leadership is None:
+            try:
+                await self.start_reading()
+            except BaseException:
+                await self.stop()
+                raise
+
+    async def start_reading(self) -> None:
+        """Load the update offset and clear any webhook, which would block long polling."""
+        bot = self._require_bot()
+        try:
+            await bot.delete_webhook(drop_pending_updates=False)
+        except TelegramError as exc:
+            raise self._start_error(exc) from None
+        await self.state.load()
         stored = self.state.get("offset")
         self._offset = stored if isinstance(stored, int) else None
         self._priming = self._offset is None
+        self._batch_end.clear()
         self._stopping.clear()
-        log.info("telegram: connected as @%s", bot.username)
+
+    async def stop_reading(self) -> None:
+        """End an in-flight long poll at once and store the offset (while the lease holds)."""
+        self._stopping.set()
+        await self.state.drain()
+        await self.state.close()
+
+    def _start_error(self, exc: TelegramError) -> TelegramStartError:
+        if isinstance(exc, InvalidToken):  # no `exc` in the text: PTB's message quotes the token
+            said = str(exc.__cause__ or exc).lower()  # PTB wraps the server's answer
+            reason = "401 Unauthorized" if "unauthorized" in said else "404 Not Found"
+            return TelegramStartError(_TOKEN_REJECTED.format(reason=reason))
+        return TelegramStartError(f"Cannot reach the Telegram Bot API at {self.api_url} "
+                                  f"({self._redact(exc)}); check the network.")
 
     async def _start_feedback_bot(self) -> None:
         """A second `Bot` for best-effort calls, never retried and bounded by short timeouts.
@@ -150,14 +174,13 @@ class TelegramChannel(ChannelAdapter):
                                  get_updates_request=request)
 
     async def stop(self) -> None:
-        self._stopping.set()
+        await self.stop_reading()  # the offset stored before we say stopped
         bot, self._bot = self._bot, None
         request, self._feedback_request, self._feedback_bot = self._feedback_request, None, None
         if bot is not None:
             await bot.shutdown()
         if request is not None:
             await request.shutdown()
-        await asyncio.to_thread(self.state.flush)  # the offset on disk before we say stopped
 
     def _require_bot(self) -> Bot:
         if self._bot is None:
@@ -237,8 +260,8 @@ class TelegramChannel(ChannelAdapter):
             # history is never answered, so its position may be saved at once; otherwise a
             # quiet first start would leave no offset and the next start would prime again,
             # swallowing messages sent in between
-            self.state.set("offset", max(max(ids) + 1 if ids else 0, self._offset or 0),
-                           durable=True)
+            self.state.set("offset", max(max(ids) + 1 if ids else 0, self._offset or 0))
+            await self.state.drain()
         if ids:
             end = max(ids) + 1
             self._offset = max(self._offset or 0, end)
@@ -248,6 +271,9 @@ class TelegramChannel(ChannelAdapter):
             while len(self._batch_end) > 10_000:  # never committed (manager crash): bound it
                 self._batch_end.pop(next(iter(self._batch_end)))
         return messages
+
+    def cursor_state(self) -> ChannelState:
+        return self.state
 
     def commit(self, messages: list[InboundMessage]) -> None:
         """Persist the offset past the batch these messages came from (they are journaled)."""
