@@ -14,11 +14,22 @@ original scheduled time), not once per missed period, and then continues on its 
 Clock and sleep are injectable so tests run without waiting; the loop never sleeps longer
 than `MAX_SLEEP_S`, so a wall-clock jump is noticed within a minute, and it wakes at once
 when a job is added, removed, enabled or disabled.
+
+Several nodes (a shared store, `JobStore.shared`): every node runs this loop over the same
+jobs. The loop then re-reads the jobs at least every `poll_s` (a job added on another node,
+by the dashboard or by `soulflow cron` fires on time), claims each occurrence before firing it
+(`claim_occurrence`: one node fires it), re-reads the job after the claim (another node may
+have fired and advanced it just before), and advances the job only if it still waits for that
+occurrence (`advance`). A node that dies between firing and advancing leaves its claim to
+expire; another node fires the occurrence again with the same message id, which the shared
+seen ids drop if the first one got through. A store that cannot be reached (Redis down) is
+logged once, retried every poll, and logged again when it answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -26,7 +37,7 @@ from datetime import UTC, datetime
 
 from soulflow.contracts import ChatRef, CronRunStatus, InboundMessage
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
-from soulflow.cron.store import CronStore, Job, JobState, PayloadKind, new_job_id
+from soulflow.cron.store import Job, JobState, JobStore, PayloadKind, new_job_id
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
@@ -40,6 +51,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_SLEEP_S = 60.0
+POLL_S = 1.0  # with a shared store: how often other nodes' changes are read
 MAX_JOBS_PER_CHAT = 50
 MAX_TEXT_CHARS = 4000
 MAX_NAME_CHARS = 80
@@ -78,17 +90,22 @@ def cron_inbound_message(job: Job, scheduled: datetime) -> InboundMessage:
 class CronService:
     """The scheduler loop plus the small facade the ``cron`` tool uses (add/list/remove/...)."""
 
-    def __init__(self, store: CronStore, fire: FireFn, *, clock: Clock = _utc_now,
+    def __init__(self, store: JobStore, fire: FireFn, *, clock: Clock = _utc_now,
                  sleep: Sleep = asyncio.sleep, max_sleep_s: float = MAX_SLEEP_S,
-                 max_jobs_per_chat: int = MAX_JOBS_PER_CHAT) -> None:
+                 max_jobs_per_chat: int = MAX_JOBS_PER_CHAT, poll_s: float = POLL_S) -> None:
         self.store = store
         self._fire = fire
         self._clock = clock
         self._sleep = sleep
         self.max_sleep_s = max_sleep_s
         self.max_jobs_per_chat = max_jobs_per_chat
+        self.poll_s = poll_s
         self._changed = asyncio.Event()
         self.fired_count = 0
+        # occurrences (job id, next_run_at) another node claimed in the last round: not due
+        # here, so they must not make the loop spin until that node advances them
+        self._held_elsewhere: set[tuple[str, str | None]] = set()
+        self.store_error: str | None = None  # why the store last failed, until it answers
 
     # -- facade for the tool (every change wakes the loop) --------------------------------
 
@@ -168,11 +185,34 @@ class CronService:
     # -- the loop ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Run forever (under the daemon's Supervisor): fire what is due, then sleep."""
-        self.reconcile()
+        """Run forever (under the daemon's Supervisor): fire what is due, then sleep. A store
+        that fails (Redis unreachable) is retried every poll, logged once per change."""
+        reconciled = False
         while True:
-            await self.run_due()
-            await self._wait(self.seconds_until_next())
+            try:
+                if not reconciled:
+                    self.reconcile()
+                    reconciled = True
+                await self.run_due()
+                delay = self.seconds_until_next()
+            except Exception as exc:  # the store; a firing job's errors are caught per job
+                self._store_failed(exc)
+                delay = min(self.poll_s, self.max_sleep_s)
+            else:
+                self._store_answered()
+            await self._wait(delay)
+
+    def _store_failed(self, exc: Exception) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        if self.store_error is None:
+            log.error("cron: the job store failed (%s); retrying every %.0fs", reason,
+                      self.poll_s)
+        self.store_error = reason
+
+    def _store_answered(self) -> None:
+        if self.store_error is not None:
+            log.info("cron: the job store answers again")
+            self.store_error = None
 
     def reconcile(self) -> int:
         """Give enabled jobs without a usable next time one; returns how many were fixed.
@@ -187,9 +227,9 @@ class CronService:
                 continue
             since = from_iso(job.state.last_run_at or job.created_at or None) or self._clock()
             upcoming = self._safe_next(job, since, anchor=since)
-            self.store.update_state(job.id, enabled=upcoming is not None,
-                                    next_run_at=to_iso(upcoming))
-            fixed += 1
+            if self.store.advance(job.id, None, enabled=upcoming is not None,
+                                  next_run_at=to_iso(upcoming)) is not None:
+                fixed += 1
         return fixed
 
     async def run_due(self) -> list[tuple[Job, datetime]]:
@@ -198,9 +238,13 @@ class CronService:
         fired: list[tuple[Job, datetime]] = []
         due = [job for job in self.store.list()
                if job.enabled and job.next_run is not None and job.next_run <= now]
+        held: set[tuple[str, str | None]] = set()
         for job in sorted(due, key=lambda j: (j.next_run, j.id)):
             scheduled = job.next_run
             assert scheduled is not None
+            if not self._claim(job, scheduled):
+                held.add((job.id, job.state.next_run_at))
+                continue
             if (now - scheduled).total_seconds() > self.max_sleep_s:
                 log.info("cron job %s (%s) missed %s while the daemon was down; firing it "
                          "once now", job.id, job.name, to_iso(scheduled))
@@ -211,19 +255,37 @@ class CronService:
                 continue
             upcoming = (self._safe_next(current, max(scheduled, now), anchor=scheduled)
                         if current.enabled else None)
-            self.store.update_state(
-                job.id, enabled=upcoming is not None, next_run_at=to_iso(upcoming),
-                last_run_at=to_iso(now), last_status=status, last_error=error,
-                runs=current.state.runs + 1)
+            result = {"last_run_at": to_iso(now), "last_status": status, "last_error": error,
+                      "runs": current.state.runs + 1}
+            if self.store.advance(job.id, job.state.next_run_at, enabled=upcoming is not None,
+                                  next_run_at=to_iso(upcoming), **result) is None:
+                # changed while it fired (disabled, re-timed): keep that, record the run
+                with contextlib.suppress(KeyError):  # or removed meanwhile
+                    self.store.update_state(job.id, **result)
+        self._held_elsewhere = held
         return fired
 
+    def _claim(self, job: Job, scheduled: datetime) -> bool:
+        """With a shared store: claim the occurrence, then make sure it is still the job's
+        next one (another node may have fired and advanced it after our listing)."""
+        if not self.store.shared:
+            return True
+        if not self.store.claim_occurrence(job.id, occurrence_stamp(scheduled)):
+            return False
+        current = self.store.get(job.id)
+        return current is not None and current.enabled and \
+            current.state.next_run_at == job.state.next_run_at
+
     def seconds_until_next(self) -> float:
-        """How long the loop may sleep: until the earliest job, at most `max_sleep_s`."""
-        times = [job.next_run for job in self.store.list() if job.enabled and job.next_run]
+        """How long the loop may sleep: until the earliest job, at most `max_sleep_s` (at most
+        `poll_s` with a shared store, whose jobs other nodes change)."""
+        longest = min(self.max_sleep_s, self.poll_s) if self.store.shared else self.max_sleep_s
+        times = [job.next_run for job in self.store.list() if job.enabled and job.next_run
+                 and (job.id, job.state.next_run_at) not in self._held_elsewhere]
         if not times:
-            return self.max_sleep_s
+            return longest
         delay = (min(t for t in times if t is not None) - self._clock()).total_seconds()
-        return max(0.0, min(self.max_sleep_s, delay))
+        return max(0.0, min(longest, delay))
 
     # -- internals -----------------------------------------------------------------------
 

@@ -15,6 +15,11 @@ version, a job that does not validate - is moved aside (never deleted) and the j
 still valid are kept: losing one broken job must not silently drop all the others.
 
 A payload without ``kind`` (written before kinds existed) is an ``agent_turn``.
+
+`JobStore` is what the scheduler needs from a store; `CronStore` is the file one. With the Redis
+backend several schedulers share one store (`soulflow/backends/redis/cron.py`), so the protocol
+adds two things one process never needed: `claim_occurrence` (only one node fires a scheduled
+time) and `advance` (move a job's state on only if nobody did meanwhile).
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from soulflow.contracts import ChatRef, CronRunStatus
 from soulflow.cron.schedule import Schedule, from_iso
 from soulflow.storage.atomic import quarantine, read_json, write_json_atomic
 
-__all__ = ["STORE_VERSION", "CronStore", "Job", "JobState", "PayloadKind",
-           "new_job_id"]
+__all__ = ["STATE_FIELDS", "STORE_VERSION", "CronStore", "Job", "JobState", "JobStore",
+           "PayloadKind", "new_job_id"]
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +104,7 @@ def _last_result(state: dict[str, Any]) -> tuple[CronRunStatus | None, str | Non
     return parsed, error or (rest.strip() or None if parsed is CronRunStatus.ERROR else None)
 
 
-_STATE_FIELDS = frozenset(f.name for f in fields(JobState))
+STATE_FIELDS = frozenset(f.name for f in fields(JobState))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +134,7 @@ class Job:
                         "text": self.text},
             "enabled": self.enabled,
             "created_at": self.created_at,
-            "state": {f: getattr(self.state, f) for f in sorted(_STATE_FIELDS)},
+            "state": {f: getattr(self.state, f) for f in sorted(STATE_FIELDS)},
         }
 
     @classmethod
@@ -162,12 +167,47 @@ class Job:
         return job
 
 
+class JobStore(Protocol):
+    """The jobs as the scheduler, the tool and the operator's commands use them."""
+
+    @property
+    def shared(self) -> bool:
+        """True when other schedulers (other nodes) read and write the same jobs: the
+        scheduler then re-reads them every poll and claims each occurrence before firing."""
+
+    def list(self, chat_key: str | None = None) -> list[Job]: ...
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def __len__(self) -> int: ...
+
+    def add(self, job: Job) -> Job: ...
+
+    def remove(self, job_id: str) -> Job | None: ...
+
+    def update_state(self, job_id: str, *, enabled: bool | None = None,
+                     **changes: Any) -> Job:
+        """Change state fields and optionally `enabled` at once; KeyError if unknown."""
+
+    def advance(self, job_id: str, expected_next_run_at: str | None, *,
+                enabled: bool | None = None, **changes: Any) -> Job | None:
+        """`update_state`, but only while the job's `next_run_at` is still
+        `expected_next_run_at` (the occurrence just fired); None if the job is gone or was
+        moved on meanwhile (by another node, or by the operator)."""
+
+    def claim_occurrence(self, job_id: str, stamp: str) -> bool:
+        """May this scheduler fire the job's occurrence `stamp` now? True for one claimant
+        until the claim expires (a node that died mid-fire leaves it to expire)."""
+
+
 class CronStore:
     """The job list, loaded once and written through on every change.
 
     Single-writer by design: the daemon holds the workspace lock, and every caller runs on
     its event loop, so the in-memory copy is always the truth and needs no re-reading.
     """
+
+    shared = False  # one daemon per workspace: no other scheduler to coordinate with
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -208,7 +248,7 @@ class CronStore:
                      **changes: Any) -> Job:
         """Change state fields (``next_run_at=...``, ``runs=...``) and optionally ``enabled``
         in one write, so a fired ``at`` job is never persisted half-updated."""
-        unknown = set(changes) - _STATE_FIELDS
+        unknown = set(changes) - STATE_FIELDS
         if unknown:
             raise TypeError(f"unknown job state field(s): {', '.join(sorted(unknown))}")
         job = self._require(job_id)
@@ -216,6 +256,16 @@ class CronStore:
         if enabled is None:
             return self._replace(job, state=new_state)
         return self._replace(job, state=new_state, enabled=enabled)
+
+    def advance(self, job_id: str, expected_next_run_at: str | None, *,
+                enabled: bool | None = None, **changes: Any) -> Job | None:
+        job = self._jobs.get(job_id)
+        if job is None or job.state.next_run_at != expected_next_run_at:
+            return None
+        return self.update_state(job_id, enabled=enabled, **changes)
+
+    def claim_occurrence(self, job_id: str, stamp: str) -> bool:
+        return True  # the only scheduler of this workspace
 
     # -- internals -----------------------------------------------------------------------
 
