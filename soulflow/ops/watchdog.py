@@ -144,10 +144,10 @@ class ChannelWatch:
         for name in self._names():
             record = self._health.get(name)
             since = self._since.setdefault(name, now)
-            if record.state is LinkState.STOPPED:
-                continue
-            activity = max(t for t in (record.last_read_at, record.last_error_at, since)
-                           if t is not None)
+            if record.state in (LinkState.STOPPED, LinkState.STANDBY):
+                continue  # standby: another node reads the account (redis backend)
+            activity = max(t for t in (record.last_read_at, record.last_error_at, since,
+                                       record.role_since) if t is not None)
             idle = now - activity
             if idle < self.stall_after_s:
                 continue

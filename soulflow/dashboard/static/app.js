@@ -58,7 +58,7 @@ function renderApprovals(s) {
 }
 
 function renderChannels(s) {
-  const pills = { connected: "ok", connecting: "wait", failing: "bad", stopped: "off" };
+  const pills = { connected: "ok", connecting: "wait", failing: "bad", stopped: "off", standby: "off" };
   fill($("channels"), s.channels.map(c => {
     const title = el("div", "title");
     title.append(el("span", "", c.name + " "), el("span", "pill " + (pills[c.status] || "off"), c.status));
@@ -66,6 +66,8 @@ function renderChannels(s) {
     const sum = xs => xs.reduce((a, b) => a + b, 0);
     return item({ title, sub: [
       `last read ${ago(c.last_read_at)} · last send ${ago(c.last_send_at)} · ${sum(t.in)} in / ${sum(t.out)} out this hour`,
+      c.role === "leader" ? `this node reads the account (lease token ${c.lease_token}), taken ${ago(c.role_since)}` : "",
+      c.role === "standby" ? `standby (another node reads the account; this one sends), ${ago(c.role_since)}` : "",
       c.consecutive_failures ? `${c.consecutive_failures} failed reads in a row` : "",
       c.send_failures ? `${c.send_failures} failed sends in a row` : "",
       c.restarts ? `restarted ${c.restarts}×` : "",
