@@ -184,7 +184,13 @@ class ServiceKeys:
         across the cluster)."""
         return f"{self.prefix}ops:notice:{problem}"
 
-    # -- tasks and workflow events (soulflow/backends/redis/tasks.py, events.py) -----------
+
+@dataclass(frozen=True, slots=True)
+class TaskKeys:
+    """Keys of tasks and workflow events (backends/redis/tasks.py, events.py): synchronous
+    stores over `StateRedis`; the partition of a task's chat comes from the backend's leases."""
+
+    prefix: str
 
     @property
     def tasks(self) -> str:
