@@ -1,0 +1,306 @@
+"""The task store on Redis: one hash field per task, written only by the node holding its chat.
+
+Several daemons share the tasks. A task belongs to its chat, and the chat's work runs on the
+node holding the chat's partition lease (docs/scaling.md), so that node runs the task too. Every
+write of a task (`add`, `checkpoint`, and through them `decide` and `set_status`) is one Lua
+script that first compares the partition's lease key with the lease this node holds (the
+fencing token is part of the value) and the stored revision with the one this node last read;
+either mismatch writes nothing and raises `TaskFenced`. A runner checkpoints a step as
+`running` before the step starts, so a step never starts on a node that no longer holds the
+chat; the node that takes the chat over recovers the task from its last checkpoint by the rules
+of a restart (docs/tasks.md).
+
+Live objects are cached only for tasks of chats held here, tagged with the lease they were read
+under; a task of another chat, or one read under an older lease, is read again from Redis.
+Records that cannot be parsed are reported in `problems` once and left untouched.
+
+Keys (`soulflow/backends/redis/keys.py`): `tasks:rec` (id → json), `tasks:idx` (id →
+`revision|chat`), `tasks:open` (unfinished ids), `tasks:created` and `tasks:chat:<chat>` (ids by
+creation time), `tasks:finished` (finished ids by update time: beyond `KEEP_FINISHED` the oldest
+are removed, their stories kept 30 days), `tasks:details:<id>` (the story, capped).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from soulflow.backends.base import Lease
+from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
+from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.tasks import store as task_store
+from soulflow.tasks.model import TaskState, TaskStatus, now
+from soulflow.tasks.store import (
+    TaskFenced,
+    TaskStoreBase,
+    check_task_id,
+    detail_entry,
+    task_chat_key,
+)
+
+log = logging.getLogger(__name__)
+
+DETAIL_CAP = 2000  # lines kept per task story
+DETAIL_TTL_S = 30 * 24 * 3600  # a pruned task's story stays this long
+FINISHED = "1"
+
+# chat key -> (lease key, lease value) while this node holds the chat's partition, else None
+Fence = Callable[[str], tuple[str, str] | None]
+
+# KEYS: records, index, open set, created zset, finished zset, chat zset, lease (or records).
+# ARGV: id, json, expected revision ('new' for add), new revision, lease value ('' = unfenced),
+# finished '1'/'0', created_at, updated_at, chat key, keep finished, key prefix, details ttl.
+# 1 written, -1 fenced, -2 revision conflict, -3 exists (add).
+CHECKPOINT = """
+if ARGV[5] ~= '' and redis.call('GET', KEYS[7]) ~= ARGV[5] then return -1 end
+local idx = redis.call('HGET', KEYS[2], ARGV[1])
+if ARGV[3] == 'new' then
+  if idx then return -3 end
+else
+  local rev = 0
+  if idx then rev = tonumber(string.match(idx, '^(%d+)|')) end
+  if rev ~= tonumber(ARGV[3]) then return -2 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4] .. '|' .. ARGV[9])
+redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[7], ARGV[1])
+if ARGV[6] ~= '1' then
+  redis.call('SADD', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  return 1
+end
+redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[8], ARGV[1])
+local excess = redis.call('ZCARD', KEYS[5]) - tonumber(ARGV[10])
+if excess > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[5], excess)
+  for i = 1, #popped, 2 do
+    local old = popped[i]
+    local oidx = redis.call('HGET', KEYS[2], old)
+    if oidx then
+      local chat = string.match(oidx, '^%d+|(.*)$')
+      redis.call('ZREM', ARGV[11] .. 'tasks:chat:' .. chat, old)
+    end
+    redis.call('HDEL', KEYS[1], old)
+    redis.call('HDEL', KEYS[2], old)
+    redis.call('ZREM', KEYS[4], old)
+    redis.call('EXPIRE', ARGV[11] .. 'tasks:details:' .. old, ARGV[12])
+  end
+end
+return 1
+"""
+
+# KEYS: details list. ARGV: line, cap. Append and keep the newest `cap` lines.
+DETAIL_APPEND = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+return 1
+"""
+
+
+class RedisTaskStore(TaskStoreBase):
+    """`TaskStoreBase` over the synchronous client (decision 3 of the round's design: reads are
+    synchronous in the chat and the dashboard; a write is one round trip). Without `fence`
+    writes are unfenced: one node, or tests of the store alone."""
+
+    def __init__(self, state: StateRedis, keys: TaskKeys, *, fence: Fence | None = None) -> None:
+        self._redis = state.client
+        self.keys = keys
+        self._fence = fence
+        self.problems: list[str] = []
+        self._bad: set[tuple[str, int]] = set()  # (task id, hash of the record) reported
+        self._live: dict[str, tuple[str, TaskState]] = {}  # id -> (lease value, live task)
+        self._checkpoint = self._redis.register_script(CHECKPOINT)
+        self._append = self._redis.register_script(DETAIL_APPEND)
+
+    # -- ownership -------------------------------------------------------------------------
+
+    def _lease(self, chat_key: str) -> tuple[str, str] | None:
+        """(lease key, value) this node writes the chat's tasks under; ('', '') unfenced."""
+        if self._fence is None:
+            return "", ""
+        return self._fence(chat_key)
+
+    def _cached(self, task_id: str) -> TaskState | None:
+        entry = self._live.get(task_id)
+        if entry is None:
+            return None
+        held, task = entry
+        lease = self._lease(task_chat_key(task))
+        if lease is not None and lease[1] == held:
+            return task
+        del self._live[task_id]  # the chat moved (or moved and came back): read it again
+        return None
+
+    def _keep(self, task: TaskState) -> TaskState:
+        lease = self._lease(task_chat_key(task))
+        if lease is not None:
+            self._live[task.task_id] = (lease[1], task)
+        return task
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _parse(self, task_id: str, raw: bytes | str | None) -> TaskState | None:
+        if raw is None:
+            return None
+        cached = self._cached(task_id)
+        if cached is not None:
+            return cached
+        try:
+            task = TaskState.from_dict(json.loads(raw))
+        except (KeyError, TypeError, ValueError) as exc:
+            mark = (task_id, hash(raw))
+            if mark not in self._bad:
+                self._bad.add(mark)
+                self.problems.append(f"task {task_id} could not be read ({exc!r}); it is "
+                                     f"kept in Redis untouched")
+                log.error("task %s in Redis could not be read: %r", task_id, exc)
+            return None
+        return self._keep(task)
+
+    def _many(self, ids: list[bytes | str]) -> list[TaskState]:
+        if not ids:
+            return []
+        names = [_text(i) for i in ids]
+        raws = self._redis.hmget(self.keys.tasks, names)
+        return [t for name, raw in zip(names, raws, strict=True)
+                if (t := self._parse(name, raw)) is not None]
+
+    def get(self, task_id: str) -> TaskState | None:
+        cached = self._cached(task_id)
+        if cached is not None:
+            return cached
+        return self._parse(task_id, self._redis.hget(self.keys.tasks, task_id))
+
+    def list(self, *, status: TaskStatus | None = None, chat_id: str | None = None,
+             provider: str | None = None, limit: int | None = None) -> list[TaskState]:
+        listing, filtered = self.keys.tasks_created, status is not None
+        if chat_id is not None and provider is not None:
+            listing = self.keys.tasks_of_chat(f"{provider}:{chat_id}")
+        elif chat_id is not None or provider is not None:
+            filtered = True  # half a chat key: every task is looked at
+        end = -1 if filtered or limit is None else limit - 1
+        found = [t for t in self._many(self._redis.zrevrange(listing, 0, end))
+                 if (status is None or t.status is status)
+                 and (chat_id is None or t.chat_id == chat_id)
+                 and (provider is None or t.provider == provider)]
+        return found[:limit]
+
+    def unfinished(self) -> list[TaskState]:
+        tasks = [t for t in self._many(sorted(self._redis.smembers(self.keys.tasks_open)))
+                 if not t.status.finished]
+        return sorted(tasks, key=lambda t: t.created_at)
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def add(self, task: TaskState) -> None:
+        check_task_id(task.task_id)
+        self._write(task, new=True)
+
+    async def checkpoint(self, task: TaskState) -> None:
+        """One script: fenced by the chat's partition lease and by the stored revision."""
+        self._write(task, new=False)
+
+    def _write(self, task: TaskState, *, new: bool) -> None:
+        chat = task_chat_key(task)
+        lease = self._lease(chat)
+        if lease is None:
+            self._live.pop(task.task_id, None)
+            raise TaskFenced(f"task {task.task_id} belongs to chat {chat}, which another node "
+                             f"handles now (or none yet); it runs and is answered there")
+        expected = task.revision
+        task.revision += 1
+        task.updated_at = now()
+        text = json.dumps(task.to_dict(), ensure_ascii=False, separators=(",", ":"),
+                          default=str)
+        lease_key, lease_value = lease
+        result = int(self._checkpoint(
+            keys=[self.keys.tasks, self.keys.tasks_index, self.keys.tasks_open,
+                  self.keys.tasks_created, self.keys.tasks_finished,
+                  self.keys.tasks_of_chat(chat), lease_key or self.keys.tasks],
+            args=[task.task_id, text, "new" if new else expected, task.revision, lease_value,
+                  FINISHED if task.status.finished else "0", task.created_at,
+                  task.updated_at, chat, task_store.KEEP_FINISHED, self.keys.prefix,
+                  DETAIL_TTL_S]))
+        if result == 1:
+            self._keep(task)
+            return
+        task.revision = expected
+        self._live.pop(task.task_id, None)
+        if result == -3:
+            raise ValueError(f"task {task.task_id} already exists")
+        if result == -1:
+            raise TaskFenced(f"task {task.task_id}: the lease of chat {chat} is no longer "
+                             f"this node's; the node that holds it runs the task")
+        raise TaskFenced(f"task {task.task_id} was written elsewhere since this node read it "
+                         f"(revision {expected}); it is read again before going on")
+
+    # -- detail logs ---------------------------------------------------------------------
+
+    def detail_location(self, task_id: str) -> str:
+        check_task_id(task_id)
+        return f"redis:{self.keys.task_details(task_id)}"
+
+    def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> str:
+        check_task_id(task_id)
+        self._append(keys=[self.keys.task_details(task_id)],
+                     args=[detail_entry(line, at), DETAIL_CAP])
+        return self.detail_location(task_id)
+
+    def detail_tail(self, task_id: str, count: int) -> list[str]:
+        try:
+            check_task_id(task_id)
+        except ValueError:
+            return []
+        return [_text(line) for line in
+                self._redis.lrange(self.keys.task_details(task_id), -count, -1)]
+
+
+class PartitionFence:
+    """`Fence` from a Redis backend's partition leases: a chat's tasks are written under the
+    lease of the chat's partition, while this node holds it (its local deadline included, so a
+    node cut off from Redis stops writing before anyone else can take the partition).
+
+    Bound late: the daemon builds the store before it opens the backend; until `bind()` nothing
+    is held, so nothing is written."""
+
+    def __init__(self) -> None:
+        self._backend: _PartitionSource | None = None
+
+    def bind(self, backend: _PartitionSource) -> None:
+        self._backend = backend
+
+    def __call__(self, chat_key: str) -> tuple[str, str] | None:
+        backend = self._backend
+        if backend is None:
+            return None
+        lease = backend.partitions.lease(partition_of(chat_key, backend.keys.partitions))
+        if lease is None:
+            return None
+        return backend.keys.lease(lease.name), lease.value
+
+    def owns(self, chat_key: str) -> bool:
+        """The engine's `owns`: this node runs the chat's tasks now."""
+        return self(chat_key) is not None
+
+
+class _Leases(Protocol):
+    def lease(self, part: int) -> Lease | None: ...
+
+
+class _PartitionSource(Protocol):
+    """What `PartitionFence` reads from a `RedisBackend`."""
+
+    @property
+    def keys(self) -> Keys: ...
+
+    @property
+    def partitions(self) -> _Leases: ...
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
