@@ -15,6 +15,12 @@ Layout of ``security_dir`` (mode 0700):
 The key may live elsewhere (``SOULFLOW_MASTER_KEY_FILE``: pass ``key_path``); the vault file
 and the lock always stay in ``security_dir``.
 
+With the Redis backend the entries live in Redis instead of ``secrets.json`` (pass ``entries``,
+see `soulflow.security.vault_entries`); the key still comes from this node's disk and never
+goes to Redis, so every node must hold the same key file. A key rotation on one node
+re-encrypts the entries in Redis; the new key file must then be copied to the other nodes
+(their vaults re-read the key file when it changes), see docs/operations.md.
+
 Scopes: every read takes an optional ``chat`` (a `chat_scope` string). ``chat=None`` is the
 operator's view (everything); with a chat, entries scoped to another chat behave exactly as if
 they did not exist (`SecretNotFound`), so a run cannot even learn that a name is used elsewhere.
@@ -28,13 +34,11 @@ reported, a missing key with existing secrets is an error rather than a fresh em
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import NoReturn
 
 from soulflow.security import syntax
 from soulflow.security.crypto import Sealer, generate_key
@@ -43,19 +47,16 @@ from soulflow.security.errors import (
     KeyRecoveryError,
     MissingKeyError,
     SecretNotFound,
-    UnsupportedVaultVersion,
-    VaultCorruptError,
 )
 from soulflow.security.keyfile import ensure_private_dir, read_key, write_key
+from soulflow.security.vault_entries import EntriesChanged, FileSecretEntries, SecretEntries
 from soulflow.security.vault_records import (
     SecretInfo,
     StoredSecret,
     chat_scope,
-    entry_json,
     now_iso,
-    write_secrets_file,
 )
-from soulflow.storage.atomic import fsync_dir, quarantine_name, replace_durably
+from soulflow.storage.atomic import fsync_dir, replace_durably
 
 __all__ = ["SecretInfo", "SecretVault", "StoredSecret", "chat_scope"]
 
@@ -66,7 +67,6 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 KEY_FILE = "master.key"
 PENDING_KEY_FILE = "master.key.new"
 SECRETS_FILE = "secrets.json"
@@ -80,11 +80,13 @@ class SecretVault:
     methods are synchronous and fast; call them from async code directly or via a thread.
     """
 
-    def __init__(self, security_dir: Path, key_path: Path | None = None) -> None:
+    def __init__(self, security_dir: Path, key_path: Path | None = None, *,
+                 entries: SecretEntries | None = None) -> None:
         self.dir = Path(security_dir)
         self.key_path = Path(key_path) if key_path is not None else self.dir / KEY_FILE
         self.pending_key_path = self.key_path.with_name(self.key_path.name + ".new")
         self.secrets_path = self.dir / SECRETS_FILE
+        self._entries: SecretEntries = entries or FileSecretEntries(self.secrets_path)
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int, int], Sealer] | None = None
         ensure_private_dir(self.dir)
@@ -117,18 +119,10 @@ class SecretVault:
             return []
         with self._locked():
             sealer = self._sealer()
-            entries = self._read_entries()
             now = now_iso()
-            refused: list[str] = []
-            for name, value in values.items():
-                old = entries.get(name)
-                if keep_foreign and old is not None and old.scope != scope:
-                    refused.append(name)
-                    continue
-                entries[name] = StoredSecret(sealer.encrypt(name, value), now, scope)
-            if len(refused) < len(values):
-                self._write_entries(entries)
-            return refused
+            return self._entries.put(
+                {name: StoredSecret(sealer.encrypt(name, value), now, scope)
+                 for name, value in values.items()}, keep_foreign=keep_foreign)
 
     def get(self, name: str, *, chat: str | None = None) -> str:
         """Decrypt the value stored under ``name``; raise `SecretNotFound` if absent (or
@@ -178,13 +172,7 @@ class SecretVault:
         if not syntax.is_valid_name(name):
             return False
         with self._locked():
-            entries = self._read_entries()
-            old = entries.get(name)
-            if old is None or (not any_scope and old.scope != scope):
-                return False
-            del entries[name]
-            self._write_entries(entries)
-            return True
+            return self._entries.delete(name, scope=scope, any_scope=any_scope)
 
     def encrypt(self, name: str, value: str) -> str:
         """Seal ``value`` under ``name`` with the vault key without storing it.
@@ -240,20 +228,26 @@ class SecretVault:
         A crash before 3 leaves old key + old secrets (the stray ``.new`` is discarded on
         next open); a crash between 3 and 4 leaves the new secrets with the new key still in
         ``master.key.new``, and the next open finishes the rename. The old key is destroyed.
+        Shared entries (Redis) are swapped in one transaction; if another node wrote one
+        since step 1, nothing is swapped, ``master.key.new`` is removed and `EntriesChanged`
+        says to run the rotation again.
         """
         with self._locked():
             old = self._sealer()
-            entries = self._read_entries()
+            entries = self._entries.read()
             plain = {n: old.decrypt(n, e.ciphertext) for n, e in entries.items()}
             new_key = generate_key()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.pending_key_path)  # our lock is held: any leftover is stale
             write_key(self.pending_key_path, new_key)
             new = Sealer(new_key)
-            self._write_entries(
-                {n: StoredSecret(new.encrypt(n, plain[n]), entries[n].updated_at, entries[n].scope)
-                 for n in entries}
-            )
+            try:
+                self._write_entries(entries, {
+                    n: StoredSecret(new.encrypt(n, plain[n]), entries[n].updated_at,
+                                    entries[n].scope) for n in entries})
+            except EntriesChanged:
+                os.unlink(self.pending_key_path)
+                raise
             self._commit_pending_key()
             log.info("vault key rotated; %d secret(s) re-encrypted", len(entries))
             return len(entries)
@@ -288,10 +282,11 @@ class SecretVault:
         return self._cached[1]
 
     def _create_key(self) -> None:
-        if self._read_entries():
+        if self._entries.read():
             raise MissingKeyError(
-                f"{self.key_path} is missing but {self.secrets_path} holds secrets; restore "
-                "master.key from backup (or move secrets.json away to start an empty vault)."
+                f"{self.key_path} is missing but {self._entries.location} holds secrets; "
+                "restore master.key from backup or copy it from another node (or move the "
+                "secrets away to start an empty vault)."
             )
         try:
             write_key(self.key_path, generate_key())
@@ -304,7 +299,7 @@ class SecretVault:
 
     def _recover_interrupted_rotation(self) -> None:
         """Finish or discard a rotation a crash left half-done (see `rotate_key`)."""
-        entries = self._read_entries()
+        entries = self._entries.read()
 
         def opens_all(path: Path) -> bool:
             if not path.exists():
@@ -327,62 +322,14 @@ class SecretVault:
         else:
             raise KeyRecoveryError(
                 f"neither {self.key_path.name} nor {self.pending_key_path.name} decrypts "
-                f"{self.secrets_path}; keep all three files and restore from backup."
+                f"{self._entries.location}; keep all three and restore from backup."
             )
         self._cached = None
 
     def _read_entries(self) -> dict[str, StoredSecret]:
-        try:
-            raw = self.secrets_path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            self._quarantine(f"invalid JSON: {exc.__class__.__name__}")
-        if not isinstance(data, dict):
-            self._quarantine("top level is not an object")
-        version = data.get("version")
-        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
-            raise UnsupportedVaultVersion(
-                f"{self.secrets_path} has format version {version}, newer than this soulflow "
-                f"understands ({FORMAT_VERSION}); upgrade soulflow."
-            )
-        if version != FORMAT_VERSION:
-            self._quarantine(f"unknown version {version!r}")
-        secrets = data.get("secrets")
-        if not isinstance(secrets, dict):
-            self._quarantine("'secrets' is not an object")
-        entries: dict[str, StoredSecret] = {}
-        for name, entry in secrets.items():
-            if not (
-                syntax.is_valid_name(name)
-                and isinstance(entry, dict)
-                and isinstance(entry.get("ciphertext"), str)
-                and isinstance(entry.get("updated_at"), str)
-                and isinstance(entry.get("scope"), str | None)
-            ):
-                self._quarantine(f"malformed entry {str(name)[:60]!r}")
-            entries[name] = StoredSecret(entry["ciphertext"], entry["updated_at"],
-                                         entry.get("scope"))
-        return entries
+        return self._entries.read()
 
-    def _write_entries(self, entries: Mapping[str, StoredSecret]) -> None:
-        data = {
-            "version": FORMAT_VERSION,
-            "secrets": {n: entry_json(e) for n, e in sorted(entries.items())},
-        }
-        write_secrets_file(self.secrets_path, data)
-
-    def _quarantine(self, reason: str) -> NoReturn:
-        """Move an unreadable ``secrets.json`` aside and raise; never treat it as empty."""
-        target = quarantine_name(self.secrets_path)
-        replace_durably(self.secrets_path, target)
-        log.warning(
-            "vault file %s is unreadable (%s); moved it to %s", self.secrets_path, reason, target
-        )
-        raise VaultCorruptError(
-            f"{self.secrets_path} was unreadable ({reason}) and was moved to {target}; "
-            "restore it from backup or set the secrets again."
-        )
-
+    def _write_entries(self, expected: Mapping[str, StoredSecret],
+                       entries: Mapping[str, StoredSecret]) -> None:
+        """Step 3 of a rotation: every entry re-sealed, swapped at once."""
+        self._entries.replace(expected, entries)
