@@ -7,10 +7,12 @@ these commands go through its API; otherwise they take the lock themselves.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
 import json
 from typing import Any
 
+from soulflow.backends.factory import BackendConfig, open_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.client import DaemonClient
 from soulflow.config import Settings
@@ -20,17 +22,26 @@ from soulflow.storage.lock import WorkspaceLock
 def _offline(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     lock = WorkspaceLock(settings.runtime_dir / "daemon.lock")
     with lock:
-        bus = MessageBus(settings.runtime_dir)
-        try:
-            if args.dlq_command == "list":
-                letters = bus.inbound_dlq if getattr(args, "inbound", False) else bus.dlq
-                return {"entries": [e.to_dict() for e in letters.entries()]}
-            if args.dlq_command == "replay":
-                return {"replayed": bus.replay_dlq(args.ids or None)}
-            return {"purged": bus.dlq.purge()}
-        finally:
-            bus.sync()
-            bus.close()
+        return asyncio.run(_on_backend(settings, args))
+
+
+async def _on_backend(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    """The command on the configured backend (the files, or Redis: a replay is then sent by
+    whichever node holds the chat)."""
+    backend = await open_backend(BackendConfig.from_settings(settings), settings.runtime_dir,
+                                 join=False)
+    bus = MessageBus(backend)
+    try:
+        if args.dlq_command == "list":
+            letters = bus.inbound_dlq if getattr(args, "inbound", False) else bus.dlq
+            return {"entries": [e.to_dict() for e in await letters.entries()]}
+        if args.dlq_command == "replay":
+            return {"replayed": await bus.replay_dlq(args.ids or None)}
+        return {"purged": await bus.dlq.purge()}
+    finally:
+        await bus.stop(5.0)
+        bus.sync()
+        await bus.close()
 
 
 def _online(client: DaemonClient, args: argparse.Namespace) -> dict[str, Any]:

@@ -17,7 +17,7 @@ never needed are added, because several nodes share one workload:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -188,3 +188,21 @@ class Backend(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    def owns(self, chat_key: str) -> bool:
+        """True while this node may run the chat's work (`provider:chat_id`): it holds the
+        chat's partition. State of a chat read by a node is only trusted while this holds."""
+
+    def on_partitions_changed(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (in the event loop) after the set of chats this node owns changed:
+        a rebalance took or gave back partitions, or a lease lapsed. Never on the file backend."""
+
+    def status(self) -> dict[str, Any]:
+        """For /api/state and the page: kind, node id, whether the store answers (and since
+        when not), the last error (no credentials), partitions held / total."""
+
+    def sync(self) -> None:
+        """Flush buffered writes to disk (file backend; safe from a worker thread)."""
+
+    def compact_if_needed(self) -> None:
+        """Rewrite journals that have grown (file backend; call from the event loop)."""

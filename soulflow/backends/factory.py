@@ -40,49 +40,41 @@ class BackendConfig:
                    fsync=settings["JOURNAL_FSYNC"])
 
 
-async def open_backend(config: BackendConfig, runtime_dir: Path, *,
-                       redact: Callable[[str], str] | None = None) -> Backend:
-    """The backend, started. A Redis that cannot be used is a BackendUnavailable (one sentence,
-    exit status != 0 from `soulflow run`)."""
+def build_backend(config: BackendConfig, runtime_dir: Path, *,
+                  redact: Callable[[str], str] | None = None) -> Backend:
+    """The backend, not started (nothing is connected yet): the daemon builds its services
+    around it, then `await backend.start()` first thing in `Runtime.start()`. A missing or
+    malformed REDIS_URL is a BackendUnavailable (one sentence, exit status != 0)."""
     node_id = config.node_id or default_node_id()
     if config.kind is BackendKind.FILE:
-        backend: Backend = FileBackend(runtime_dir, node_id=node_id, fsync=config.fsync,
-                                       redact=redact)
-        await backend.start()
-        return backend
+        return FileBackend(runtime_dir, node_id=node_id, fsync=config.fsync, redact=redact)
     if not config.redis_url:
         raise BackendUnavailable("SOULFLOW_BACKEND=redis needs REDIS_URL "
                                  "(e.g. redis://localhost:6379/0)")
-    from soulflow.backends.redis.backend import RedisBackend, connect
+    from soulflow.backends.redis.backend import RedisBackend, client_for
 
-    client = await connect(config.redis_url, socket_timeout_s=max(1.0, config.lease_ttl_s / 2))
-    backend = RedisBackend(client, node_id=node_id, prefix=config.key_prefix,
-                           partitions=config.partitions, lease_ttl_s=config.lease_ttl_s,
-                           redact=redact)
+    client = client_for(config.redis_url, socket_timeout_s=max(1.0, config.lease_ttl_s / 2))
+    return RedisBackend(client, node_id=node_id, prefix=config.key_prefix,
+                        partitions=config.partitions, lease_ttl_s=config.lease_ttl_s,
+                        redact=redact, url=config.redis_url)
+
+
+async def open_backend(config: BackendConfig, runtime_dir: Path, *,
+                       redact: Callable[[str], str] | None = None,
+                       join: bool = True) -> Backend:
+    """The backend, started. A Redis that cannot be used is a BackendUnavailable (one sentence,
+    exit status != 0 from `soulflow run`). `join=False` (a CLI command on the stores): Redis is
+    only checked, this process takes no partition of chats, so no node's work moves to it."""
+    backend = build_backend(config, runtime_dir, redact=redact)
     try:
-        await backend.start()
+        if join or config.kind is BackendKind.FILE:
+            await backend.start()
+        else:
+            from soulflow.backends.redis.backend import RedisBackend, check_reachable
+
+            assert isinstance(backend, RedisBackend)
+            await check_reachable(backend.client, config.redis_url)
     except BaseException:
-        await client.aclose()
+        await backend.close()
         raise
     return backend
-
-
-async def refuse_unwired_backend(config: BackendConfig) -> None:
-    """Boot guard for the daemon while only the stores run on Redis: with
-    SOULFLOW_BACKEND=redis, a bad or unreachable REDIS_URL is reported as such, and a working
-    one is refused too, because the channels and the agent still use the files (a daemon that
-    quietly ran on files would look highly available and not be). docs/scaling.md says what
-    exists today."""
-    if config.kind is BackendKind.FILE:
-        return
-    if not config.redis_url:
-        raise BackendUnavailable("SOULFLOW_BACKEND=redis needs REDIS_URL "
-                                 "(e.g. redis://localhost:6379/0)")
-    from soulflow.backends.redis.backend import connect, shown_url
-
-    client = await connect(config.redis_url)
-    await client.aclose()
-    raise BackendUnavailable(
-        f"SOULFLOW_BACKEND=redis: Redis at {shown_url(config.redis_url)} answers, but this "
-        "version of the daemon does not run on it yet (see docs/scaling.md); set "
-        "SOULFLOW_BACKEND=file")

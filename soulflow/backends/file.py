@@ -266,6 +266,28 @@ class FileBackend:
     async def start(self) -> None:
         """Nothing to connect: the files were loaded when the backend was built."""
 
+    def owns(self, chat_key: str) -> bool:
+        """One daemon per workspace: every chat is this node's."""
+        return True
+
+    def on_partitions_changed(self, callback: Callable[[], None]) -> None:
+        """Ownership never changes here, so the callback is never called."""
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": str(self.kind), "node_id": self.node_id, "connected": True,
+                "since": None, "last_error": "", "partitions": None}
+
+    def sync(self) -> None:
+        self.inbound.journal.sync()
+        self.outbox.outbox.sync()
+
+    def compact_if_needed(self) -> None:
+        journal, outbox = self.inbound.journal, self.outbox.outbox
+        if journal.needs_compaction:
+            journal.compact()
+        if outbox.needs_compaction:
+            outbox.compact()
+
     async def close(self) -> None:
         self.inbound.journal.close()
         self.outbox.outbox.close()

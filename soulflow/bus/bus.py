@@ -1,47 +1,80 @@
-"""MessageBus: the durable journals and the dispatcher behind one object.
+"""MessageBus: the backend's durable stores and the dispatcher behind one object.
 
-Everything here is a file under `runtime/bus/` and `runtime/dlq/`; the rest of the daemon only
-calls these methods, so a shared backend (Redis Streams, NATS JetStream) can later replace the
-files without touching channels or the agent.
+The stores are the backend's (`soulflow/backends/`: the files under `runtime/bus/` and
+`runtime/dlq/`, or Redis), all asynchronous; the rest of the daemon calls these methods and
+never knows which backend it runs on. Readers that must stay synchronous (the state summary,
+/metrics, the page) read `stats`, a snapshot the "bus:stats" loop refreshes about once a second,
+so a slow or lost Redis never stalls them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from soulflow.bus.dispatcher import EventSink, OutboundDispatcher, Sender
-from soulflow.bus.dlq import DeadLetterQueue
-from soulflow.bus.inbound import InboundJournal
-from soulflow.bus.inbound_dlq import InboundDeadLetters
+from soulflow.bus.dlq import DeadLetter
+from soulflow.bus.inbound_dlq import InboundDeadLetter
 from soulflow.bus.messages import OutboundMessage
-from soulflow.bus.outbox import Outbox
 from soulflow.bus.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
+
+RECENT_LETTERS = 20  # dead letters of each kind kept in the stats snapshot for the page
+
+
+class BusBackend(Protocol):
+    """The part of `soulflow.backends.base.Backend` the bus uses (the bus layer does not
+    import the backends; any Backend satisfies this)."""
+
+    inbound: Any
+    outbox: Any
+    dlq: Any
+    inbound_dlq: Any
+
+    def owns(self, chat_key: str) -> bool: ...
+
+    def sync(self) -> None: ...
+
+    def compact_if_needed(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class BusStats:
+    """Counts and recent dead letters as of `refreshed_at` (0: never read yet)."""
+
+    inbound_pending: int = 0
+    outbox_pending: int = 0
+    dlq: int = 0
+    inbound_dlq: int = 0
+    recent_dlq: list[DeadLetter] = field(default_factory=list)
+    recent_inbound_dlq: list[InboundDeadLetter] = field(default_factory=list)
+    refreshed_at: float = 0.0
 
 
 class MessageBus:
     def __init__(
         self,
-        runtime_dir: Path,
+        backend: BusBackend,
         *,
-        fsync: str = "interval",
         policy: RetryPolicy | None = None,
         outbound_concurrency: int = 16,
         on_event: EventSink | None = None,
         clock: Callable[[], float] = time.time,
-        redact: Callable[[str], str] | None = None,
     ) -> None:
-        self.inbound = InboundJournal(runtime_dir / "bus" / "inbound.jsonl", fsync=fsync,
-                                      clock=clock)
-        self.outbox = Outbox(runtime_dir / "bus" / "outbox.jsonl", fsync=fsync, clock=clock)
-        self.dlq = DeadLetterQueue(runtime_dir / "dlq" / "outbound.jsonl", clock=clock)
+        self.backend = backend
+        self.inbound = backend.inbound
+        self.outbox = backend.outbox
+        self.dlq = backend.dlq
         # messages that could not be taken in (poison input), redacted: see inbound_dlq.py
-        self.inbound_dlq = InboundDeadLetters(runtime_dir / "dlq" / "inbound.jsonl",
-                                              redact=redact, clock=clock)
+        self.inbound_dlq = backend.inbound_dlq
+        self.stats = BusStats()
         self._senders: Callable[[str], Sender | None] = lambda provider: None
         self.dispatcher = OutboundDispatcher(
             self.outbox, self.dlq, lambda provider: self._senders(provider), policy=policy,
@@ -51,36 +84,64 @@ class MessageBus:
         """Late binding: channels are built after the bus in the boot order."""
         self._senders = resolve
 
-    def start(self) -> None:
-        self.dispatcher.start()
+    async def start(self) -> None:
+        await self.dispatcher.start()
+        await self.refresh_stats()
 
-    def publish_outbound(self, message: OutboundMessage) -> bool:
+    def publish_outbound(self, message: OutboundMessage) -> asyncio.Future[bool]:
+        """Store the message in the outbox, then send it; await the result where it must be
+        stored before going on (see OutboundDispatcher.publish)."""
         return self.dispatcher.publish(message)
 
-    def replay_dlq(self, message_ids: list[str] | None = None) -> int:
+    async def replay_dlq(self, message_ids: list[str] | None = None) -> int:
         """Put dead letters back in the outbox (all, or the given ids), then drop them."""
-        letters = [e for e in self.dlq.entries()
+        letters = [e for e in await self.dlq.entries()
                    if message_ids is None or e.message_id in message_ids]
         for letter in letters:
-            self.publish_outbound(letter.to_outbound())
-        self.dlq.remove(letter.message_id for letter in letters)
+            await self.publish_outbound(letter.to_outbound())
+        await self.dlq.remove(letter.message_id for letter in letters)
         return len(letters)
 
+    async def refresh_stats(self) -> BusStats:
+        """Read the counts and recent dead letters once (raises if the store fails)."""
+        dlq = await self.dlq.entries()
+        self.stats = BusStats(
+            inbound_pending=await self.inbound.pending_count(),
+            outbox_pending=await self.outbox.count(), dlq=len(dlq),
+            inbound_dlq=await self.inbound_dlq.count(),
+            recent_dlq=dlq[-RECENT_LETTERS:],
+            recent_inbound_dlq=await self.inbound_dlq.recent(RECENT_LETTERS),
+            refreshed_at=time.time())
+        return self.stats
+
+    async def stats_loop(self, interval_s: float = 1.0) -> None:
+        """The "bus:stats" loop: refresh `stats`; a failing store keeps the last snapshot
+        (its age shows in `refreshed_at`) and is logged once per outage."""
+        failing = False
+        while True:
+            try:
+                await self.refresh_stats()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not failing:
+                    log.warning("bus stats: the store does not answer (%s: %s); showing the "
+                                "last counts", type(exc).__name__, exc)
+                failing = True
+            else:
+                failing = False
+            await asyncio.sleep(interval_s)
+
     def sync(self) -> None:
-        """fsync the journals (safe from a worker thread)."""
-        self.inbound.sync()
-        self.outbox.sync()
+        """fsync the journals (file backend; safe from a worker thread)."""
+        self.backend.sync()
 
     def compact_if_needed(self) -> None:
-        """Rewrite journals that have grown; call from the event loop."""
-        if self.inbound.needs_compaction:
-            self.inbound.compact()
-        if self.outbox.needs_compaction:
-            self.outbox.compact()
+        """Rewrite journals that have grown (file backend); call from the event loop."""
+        self.backend.compact_if_needed()
 
     async def stop(self, timeout: float) -> None:
         await self.dispatcher.stop(timeout)
 
-    def close(self) -> None:
-        for journal in (self.inbound, self.outbox, self.dlq, self.inbound_dlq):
-            journal.close()
+    async def close(self) -> None:
+        await self.backend.close()

@@ -1,5 +1,15 @@
 """Deliver outbox entries: in order per chat, concurrently across chats, never lost.
 
+The outbox is the backend's (`backends/base.py` OutboxStore: the file journal, or Redis).
+`publish()` hands a message to the "outbox:writer" task, which stores messages one at a time in
+the order they were published and only then queues them for sending; callers that must know the
+message is stored (a turn before it completes its inbound message) await the returned future.
+So a chat's replies keep their order whoever publishes them, and a store that stops answering
+(Redis lost) holds publishers back instead of losing messages: the writer retries with a
+backoff and logs once per outage. On start and whenever this node's partitions change the
+dispatcher queues `pending()`, the entries this node must send; `record_sending()` refusing an
+entry means its chat moved to another node, which sends it.
+
 A send is tried inline a few times; if it still fails, the entry stays at the head of its chat's
 queue with a backoff deadline (exponential with jitter, never earlier than the platform's
 `retry_after`), so the next reply of that chat cannot overtake it. Permanent errors and
@@ -17,9 +27,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from soulflow.bus.dlq import DeadLetterQueue
+from soulflow.bus.dlq import DeadLetter
 from soulflow.bus.messages import OutboundMessage, SendError, SendResult
-from soulflow.bus.outbox import Outbox, OutboxEntry
+from soulflow.bus.outbox import OutboxEntry
 from soulflow.bus.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -34,6 +44,31 @@ class Sender(Protocol):
     def send_interval_s(self) -> float: ...
 
 
+class OutboxStore(Protocol):
+    """What the dispatcher needs of the backend's outbox (backends/base.py has the contract;
+    the bus layer does not import the backends)."""
+
+    async def put(self, message: OutboundMessage) -> bool: ...
+
+    async def record_sending(self, message_id: str) -> bool: ...
+
+    async def record_attempt(self, message_id: str, attempts: int, next_at: float,
+                             error: str) -> None: ...
+
+    async def mark_sent(self, message_id: str, platform_ids: list[str] | None = None) -> None: ...
+
+    async def mark_dead(self, message_id: str) -> None: ...
+
+    async def get(self, message_id: str) -> OutboxEntry | None: ...
+
+    async def pending(self) -> list[OutboxEntry]: ...
+
+
+class DeadLetterStore(Protocol):
+    async def add(self, message: OutboundMessage, *, retry_count: int,
+                  error: str) -> DeadLetter: ...
+
+
 EventSink = Callable[[str, dict[str, Any]], None]
 SentListener = Callable[[OutboundMessage, SendResult], None]
 # (provider, None) after a successful send attempt, (provider, error) after a failed one:
@@ -44,8 +79,8 @@ OutcomeListener = Callable[[str, str | None], None]
 class OutboundDispatcher:
     def __init__(
         self,
-        outbox: Outbox,
-        dlq: DeadLetterQueue,
+        outbox: OutboxStore,
+        dlq: DeadLetterStore,
         resolve_sender: Callable[[str], Sender | None],
         *,
         policy: RetryPolicy | None = None,
@@ -54,6 +89,7 @@ class OutboundDispatcher:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         rand: Callable[[], float] = random.random,
         on_event: EventSink | None = None,
+        store_backoff: tuple[float, float] = (0.2, 5.0),
     ) -> None:
         self.outbox = outbox
         self.dlq = dlq
@@ -67,32 +103,111 @@ class OutboundDispatcher:
         self.sent_listeners: list[SentListener] = []
         self.outcome_listeners: list[OutcomeListener] = []
         self._queues: dict[str, deque[str]] = {}
+        self._queued_ids: set[str] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._last_sent: dict[str, float] = {}
+        self._writes: deque[tuple[OutboundMessage, asyncio.Future[bool]]] = deque()
+        self._write_wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._requeue: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._running = False
+        self._store_backoff = store_backoff
+        self._store_down = False  # the outbox store failed; logged once until it answers
         self.sent_count = 0
         self.dead_count = 0
 
     # -- queueing ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Queue every entry the outbox still holds (recovery after a restart)."""
+    async def start(self) -> None:
+        """Queue every entry this node must send (recovery after a restart or a takeover)."""
         self._stopping.clear()
         self._running = True
         self._queues.clear()
-        for entry in self.outbox.pending():
+        self._queued_ids.clear()
+        self._ensure_writer()
+        for entry in await self.outbox.pending():
             self._enqueue(entry.message)
 
-    def publish(self, message: OutboundMessage) -> bool:
-        """Write a message to the outbox, then queue it for delivery (once started)."""
-        if not self.outbox.put(message):
-            return False
-        self._enqueue(message)
-        return True
+    def requeue_pending(self) -> None:
+        """This node's partitions changed: queue the entries it now holds (the new holder of a
+        dead node's chats sends their queued replies, in order), in the "outbox:requeue" task."""
+        if not self._running or (self._requeue is not None and not self._requeue.done()):
+            return
+        self._requeue = asyncio.create_task(self._requeue_pending(), name="outbox:requeue")
+
+    async def _requeue_pending(self) -> None:
+        delay = self._store_backoff[0]
+        while self._running and not self._stopping.is_set():
+            try:
+                entries = await self.outbox.pending()
+            except Exception as exc:
+                self._store_failed("reading the outbox", exc)
+                await self._sleep(delay)
+                delay = min(delay * 2, self._store_backoff[1])
+                continue
+            self._store_ok()
+            for entry in entries:
+                self._enqueue(entry.message)
+            return
+
+    def publish(self, message: OutboundMessage) -> asyncio.Future[bool]:
+        """Hand a message to the writer, which stores it in the outbox, then queues it for
+        delivery (once started). The future says whether it was stored (False: an entry with
+        its id is already pending); await it where the reply must be durable before going on."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._writes.append((message, future))
+        self._ensure_writer()
+        self._write_wake.set()
+        return future
+
+    def _ensure_writer(self) -> None:
+        if (self._writer is None or self._writer.done()) and not self._stopping.is_set():
+            self._writer = asyncio.create_task(self._write_loop(), name="outbox:writer")
+
+    async def _write_loop(self) -> None:
+        """Store published messages in order; a failing store is retried with a backoff (the
+        message stays first in line), never skipped."""
+        delay = self._store_backoff[0]
+        while not self._stopping.is_set():
+            if not self._writes:
+                self._write_wake.clear()
+                await self._write_wake.wait()
+                continue
+            message, future = self._writes[0]
+            try:
+                stored = await self.outbox.put(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._store_failed("storing a reply", exc)
+                await self._sleep(delay)
+                delay = min(delay * 2, self._store_backoff[1])
+                continue
+            delay = self._store_backoff[0]
+            self._store_ok()
+            self._writes.popleft()
+            if stored:
+                self._enqueue(message)
+            if not future.done():
+                future.set_result(stored)
+
+    def _store_failed(self, doing: str, exc: BaseException) -> None:
+        if not self._store_down:
+            log.error("outbox: %s failed (%s: %s); retrying with a backoff", doing,
+                      type(exc).__name__, exc)
+            self._store_down = True
+
+    def _store_ok(self) -> None:
+        if self._store_down:
+            log.warning("outbox: the store answers again")
+            self._store_down = False
 
     def _enqueue(self, message: OutboundMessage) -> None:
+        if message.message_id in self._queued_ids:
+            return
         key = message.chat_key
+        self._queued_ids.add(message.message_id)
         self._queues.setdefault(key, deque()).append(message.message_id)
         if self._running and key not in self._workers and not self._stopping.is_set():
             self._workers[key] = asyncio.create_task(self._drain(key), name=f"outbound:{key}")
@@ -100,6 +215,11 @@ class OutboundDispatcher:
     @property
     def queued(self) -> int:
         return sum(len(q) for q in self._queues.values())
+
+    @property
+    def unstored(self) -> int:
+        """Published messages the writer has not stored yet (held back by a failing store)."""
+        return len(self._writes)
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -116,19 +236,30 @@ class OutboundDispatcher:
 
     async def _drain(self, key: str) -> None:
         queue = self._queues[key]
+        delay = self._store_backoff[0]
         try:
             while queue and not self._stopping.is_set():
-                entry = self.outbox.get(queue[0])
-                if entry is None:  # already sent or dead (e.g. replayed twice)
-                    queue.popleft()
+                try:
+                    entry = await self.outbox.get(queue[0])
+                    if entry is None:  # already sent or dead (e.g. replayed twice)
+                        self._queued_ids.discard(queue.popleft())
+                        continue
+                    await self._sleep(self._wait_before(key, entry))
+                    if self._stopping.is_set():
+                        break
+                    async with self._slots:
+                        finished = await self._attempt(entry)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the store failed: the entry stays first in line
+                    self._store_failed(f"delivering to {key}", exc)
+                    await self._sleep(delay)
+                    delay = min(delay * 2, self._store_backoff[1])
                     continue
-                await self._sleep(self._wait_before(key, entry))
-                if self._stopping.is_set():
-                    break
-                async with self._slots:
-                    finished = await self._attempt(entry)
+                delay = self._store_backoff[0]
+                self._store_ok()
                 if finished:
-                    queue.popleft()
+                    self._queued_ids.discard(queue.popleft())
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -146,18 +277,22 @@ class OutboundDispatcher:
         return max(entry.next_at, paced) - now
 
     async def _attempt(self, entry: OutboxEntry) -> bool:
-        """One round of inline tries. True when the entry is settled (sent or dead)."""
+        """One round of inline tries. True when the entry is settled here (sent, dead, or no
+        longer this node's to send)."""
         message = entry.message
         sender = self._resolve_sender(message.provider)
         if sender is None:
-            self._bury(entry, f"no channel named {message.provider!r} is configured")
+            await self._bury(entry, f"no channel named {message.provider!r} is configured")
             return True
         error: SendError | None = None
         if entry.in_flight:
             # the last run died during a send: let the channel check before sending again
             message.metadata["maybe_sent"] = True
         for inline in range(self.policy.inline_retries + 1):
-            self.outbox.record_sending(message.message_id)
+            if not await self.outbox.record_sending(message.message_id):
+                log.info("not sending %s: its chat %s moved to another node (or it is gone)",
+                         message.message_id, message.chat_key)
+                return True
             try:
                 result = await sender.send(message)
             except SendError as exc:
@@ -171,7 +306,7 @@ class OutboundDispatcher:
             else:
                 self._tell_outcome(message.provider, None)
                 self._last_sent[message.chat_key] = self._clock()
-                self.outbox.mark_sent(message.message_id, result.platform_message_ids)
+                await self.outbox.mark_sent(message.message_id, result.platform_message_ids)
                 self.sent_count += 1
                 for listener in self.sent_listeners:
                     listener(message, result)
@@ -181,7 +316,7 @@ class OutboundDispatcher:
                 return True
             self._tell_outcome(message.provider, str(error))
             if error.permanent:
-                self._bury(entry, f"permanent error: {error}")
+                await self._bury(entry, f"permanent error: {error}")
                 return True
             if error.retry_after is not None or inline == self.policy.inline_retries:
                 break
@@ -189,10 +324,13 @@ class OutboundDispatcher:
         assert error is not None
         rounds = entry.attempts + 1
         if rounds >= self.policy.max_attempts:
-            self._bury(entry, f"gave up after {rounds} rounds of retries: {error}", rounds=rounds)
+            await self._bury(entry, f"gave up after {rounds} rounds of retries: {error}",
+                             rounds=rounds)
             return True
         delay = self.policy.delay(rounds, retry_after=error.retry_after, rand=self._rand)
-        self.outbox.record_attempt(message.message_id, rounds, self._clock() + delay, str(error))
+        await self.outbox.record_attempt(message.message_id, rounds, self._clock() + delay,
+                                         str(error))
+        entry.attempts, entry.next_at = rounds, self._clock() + delay
         log.warning("send of %s to %s failed (%s); retry %d in %.1fs", message.message_id,
                     message.chat_key, error, rounds, delay)
         # counted per reason in /metrics, shown on the dashboard's event stream
@@ -210,11 +348,11 @@ class OutboundDispatcher:
             except Exception:  # a listener bug must not lose the message
                 log.exception("an outbound outcome listener failed")
 
-    def _bury(self, entry: OutboxEntry, reason: str, *, rounds: int | None = None) -> None:
+    async def _bury(self, entry: OutboxEntry, reason: str, *, rounds: int | None = None) -> None:
         message = entry.message
-        self.dlq.add(message, retry_count=rounds if rounds is not None else entry.attempts,
-                     error=reason)
-        self.outbox.mark_dead(message.message_id)
+        await self.dlq.add(message, retry_count=rounds if rounds is not None else entry.attempts,
+                           error=reason)
+        await self.outbox.mark_dead(message.message_id)
         self.dead_count += 1
         log.error("moved %s for %s to the DLQ: %s", message.message_id, message.chat_key, reason)
         self._on_event("outbound.dead", {"message_id": message.message_id,
@@ -224,8 +362,16 @@ class OutboundDispatcher:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def stop(self, timeout: float) -> None:
-        """Let sends in flight finish within `timeout`; unsent entries stay in the outbox."""
+        """Let sends in flight finish within `timeout`; unsent entries stay in the outbox.
+        Published messages the writer could not store by then are logged (the store was
+        down for the whole grace period)."""
+        if self._writes and self._writer is not None and not self._writer.done():
+            try:
+                await asyncio.wait_for(self._drain_writes(), timeout=timeout)
+            except TimeoutError:
+                pass
         self._stopping.set()
+        self._write_wake.set()
         self._running = False
         workers = list(self._workers.values())
         if workers:
@@ -233,4 +379,21 @@ class OutboundDispatcher:
             for task in still_running:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+        for task in (self._writer, self._requeue):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._writer = self._requeue = None
+        if self._writes:
+            log.error("outbox: %d published message(s) could not be stored before the stop "
+                      "and are lost", len(self._writes))
+            for _, future in self._writes:
+                if not future.done():
+                    future.cancel()
+            self._writes.clear()
         self._queues.clear()
+        self._queued_ids.clear()
+
+    async def _drain_writes(self) -> None:
+        while self._writes:
+            await asyncio.shield(self._writes[-1][1])

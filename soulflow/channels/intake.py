@@ -1,17 +1,19 @@
 """Taking messages in: normalise, filter, seal, journal, one message at a time.
 
-Each step runs under `stage(...)`, so any error is an `IntakeError` naming the step; the
-message is then quarantined (inbound DLQ, id marked seen) and the rest of the batch goes on.
-The manager lets the adapter commit its cursor only after `screen()` returns, so a message
-passes the cursor only once it is journaled, recorded as seen, or quarantined.
+The journal is the backend's inbound store (the file journal or Redis), so every step that
+touches it is asynchronous. Each step runs under `stage(...)`, so any error is an
+`IntakeError` naming the step; the message is then quarantined (inbound DLQ, id marked
+seen) and the rest of the batch goes on. The manager lets the adapter commit its cursor
+only after `screen()` returns, so a message passes the cursor only once it is journaled,
+recorded as seen, or quarantined.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Protocol
 
-from soulflow.bus.inbound import InboundJournal
 from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.access import AccessPolicy
@@ -22,6 +24,14 @@ from soulflow.security.inbound import InboundSealer
 Handler = Callable[[InboundMessage], None]
 
 
+class Journal(Protocol):
+    """The backend's inbound store, as far as intake uses it (backends/base.py InboundStore)."""
+
+    async def is_seen(self, key: str) -> bool: ...
+
+    async def accept(self, message: InboundMessage) -> bool: ...
+
+
 class Verdict(StrEnum):
     FRESH = "fresh"  # journaled: it will be answered
     SEEN = "seen"  # never answered (history, other bots, not addressed, refused, reactions)
@@ -29,7 +39,7 @@ class Verdict(StrEnum):
 
 
 class InboundScreen:
-    def __init__(self, journal: InboundJournal, access: AccessPolicy,
+    def __init__(self, journal: Journal, access: AccessPolicy,
                  sealer: InboundSealer | None, quarantine: Quarantine, *,
                  on_reaction: Handler, refuse: Handler, apologise: Handler) -> None:
         self._journal = journal
@@ -40,15 +50,15 @@ class InboundScreen:
         self._refuse = refuse
         self._apologise = apologise
 
-    def screen(self, batch: list[InboundMessage]) -> tuple[list[InboundMessage], list[str]]:
+    async def screen(self, batch: list[InboundMessage]) -> tuple[list[InboundMessage], list[str]]:
         """(journaled messages to answer, keys to record as seen); poison is quarantined."""
         fresh: list[InboundMessage] = []
         seen_only: list[str] = []
         for message in batch:
             try:
-                verdict = self.take_in(message)
+                verdict = await self.take_in(message)
             except IntakeError as exc:
-                self.quarantine.record(message, exc.stage, exc.error)
+                await self.quarantine.record(message, exc.stage, exc.error)
                 if exc.stage in (IntakeStage.SEAL, IntakeStage.JOURNAL):
                     self._apologise(message)  # an allowed user who addressed the bot
                 continue
@@ -58,15 +68,15 @@ class InboundScreen:
                 seen_only.append(message.key)
         return fresh, seen_only
 
-    def take_in(self, message: InboundMessage) -> Verdict:
+    async def take_in(self, message: InboundMessage) -> Verdict:
         """Decide one message's fate; raises `IntakeError` naming the step that failed."""
         if message.kind == POISON_KIND:
-            if self._journal.is_seen(safe_key(message.key)):
+            if await self._journal.is_seen(safe_key(message.key)):
                 return Verdict.SKIP  # quarantined before the cursor moved, read again
             raise IntakeError(IntakeStage.PARSE, str(message.metadata.get("poison_error")))
         with stage(IntakeStage.NORMALISE):
             normalize_inbound(message)
-        if self._journal.is_seen(message.key):
+        if await self._journal.is_seen(message.key):  # a store error propagates: read again
             return Verdict.SKIP
         with stage(IntakeStage.INTAKE):
             if message.priming or message.from_bot:
@@ -79,23 +89,23 @@ class InboundScreen:
             if not self._access.is_allowed(message.provider, message.sender_id):
                 self._refuse(message)
                 return Verdict.SEEN
-        return self._store(message)
+        return await self._store(message)
 
-    def take_in_trusted(self, message: InboundMessage) -> bool:
+    async def take_in_trusted(self, message: InboundMessage) -> bool:
         """A message the daemon wrote itself (cron): no filters; False if seen or poison."""
         try:
             with stage(IntakeStage.NORMALISE):
                 normalize_inbound(message)
-            if self._journal.is_seen(message.key):
+            if await self._journal.is_seen(message.key):
                 return False
-            return self._store(message) is Verdict.FRESH
+            return await self._store(message) is Verdict.FRESH
         except IntakeError as exc:
-            self.quarantine.record(message, exc.stage, exc.error)
+            await self.quarantine.record(message, exc.stage, exc.error)
             return False
 
-    def _store(self, message: InboundMessage) -> Verdict:
+    async def _store(self, message: InboundMessage) -> Verdict:
         if self._sealer is not None:  # never store a message whose secrets are not sealed
             with stage(IntakeStage.SEAL):
                 self._sealer.seal(message)
         with stage(IntakeStage.JOURNAL):
-            return Verdict.FRESH if self._journal.accept(message) else Verdict.SKIP
+            return Verdict.FRESH if await self._journal.accept(message) else Verdict.SKIP

@@ -1,12 +1,15 @@
-"""The inbound pipeline: read → normalise → filter → seal → journal → commit cursor → answer.
+"""The inbound pipeline: read → normalise → filter → seal → journal → commit cursor → claim →
+answer.
 
 Per message: the adapter's priming history and messages not addressed to the bot are only
 recorded as seen; reactions stop runs and decide approvals; users not on the allow-list get
 one polite refusal; everything else is journaled before the adapter may move its cursor, so
 a crash replays instead of losing, and the journal's seen ids stop a second answer. A message
-that fails on the way in is quarantined (intake.py), never retried forever. Each chat is
-handled serially, different chats concurrently up to a bound; what queues up in a chat while
-its turn runs is folded into its next turn (folding.py).
+that fails on the way in is quarantined (intake.py), never retried forever. What this node
+answers comes from the backend's `claim()` (claiming.py: with Redis, the chats whose partition
+it holds), not from what it read. Each chat is handled serially, different chats concurrently
+up to a bound; what queues up in a chat while its turn runs is folded into its next turn
+(folding.py). A reply is stored in the outbox before its inbound message is completed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.access import AccessPolicy, refusal_text
 from soulflow.channels.base import ChannelAdapter
+from soulflow.channels.claiming import ClaimLoop
 from soulflow.channels.commands import STOP_NAMES, CommandRouter
 from soulflow.channels.feedback import ChannelFeedback, FeedbackPolicy
 from soulflow.channels.folding import ChatBacklog, FoldRule, Turn
@@ -67,7 +71,7 @@ class ChannelManager:
                  on_event: EventSink | None = None, fold_max: int = 20,
                  read_policy: ReadPolicy | None = None,
                  redact: Callable[[str], str] | None = None,
-                 feedback: FeedbackPolicy | None = None) -> None:
+                 feedback: FeedbackPolicy | None = None, claim_wait_s: float = 1.0) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
@@ -90,6 +94,7 @@ class ChannelManager:
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
+        self.claimer = ClaimLoop(bus.inbound.claim, self._take_claimed, wait_s=claim_wait_s)
         self.feedback = ChannelFeedback(feedback)  # typing and read-acks, coalesced per chat
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
@@ -105,15 +110,24 @@ class ChannelManager:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def resume_pending(self) -> int:
-        """Re-queue messages the previous process accepted but did not finish."""
-        pending = self.bus.inbound.pending()
-        for message in pending:
-            self._queue(message)
-        if pending:
-            log.info("resuming %d inbound message(s) left unfinished by the last run",
-                     len(pending))
-        return len(pending)
+    async def resume_pending(self) -> int:
+        """The claim loop's first round, at boot: queue the messages the previous process
+        (or, with Redis, a dead node of these partitions) accepted but did not finish."""
+        resumed = await self.claimer.round()
+        if resumed:
+            log.info("resuming %d inbound message(s) left unfinished", resumed)
+        return resumed
+
+    async def claim_loop(self) -> None:
+        """The "inbound:claim" loop: run what the backend hands this node, until cancelled."""
+        await self.claimer.run()
+
+    async def _take_claimed(self, message: InboundMessage) -> None:
+        try:
+            await self._queue(message)
+        except Exception as exc:  # journaled: record, finish it, never replay it forever
+            log.exception("could not queue %s", message.key)
+            await self._give_up([message], f"{type(exc).__name__}: {exc}")
 
     async def channel_loop(self, adapter: ChannelAdapter) -> None:
         """Connect and read one channel until cancelled (see reader.py: backoff, health,
@@ -143,22 +157,19 @@ class ChannelManager:
 
     # -- intake --------------------------------------------------------------------------
 
-    def ingest(self, adapter: ChannelAdapter, batch: list[InboundMessage]) -> list[InboundMessage]:
+    async def ingest(self, adapter: ChannelAdapter,
+                     batch: list[InboundMessage]) -> list[InboundMessage]:
         """Journal what needs an answer, record the rest as seen, then let the adapter commit.
+        The claim loop hands the journaled messages to the node that answers them.
 
         A message that fails anywhere on the way in is quarantined (inbound DLQ, marked seen)
         before the commit, and the others go on: one poison message never wedges a channel.
         """
-        fresh, seen_only = self._screen.screen(batch)
-        self.bus.inbound.mark_seen(seen_only)
+        fresh, seen_only = await self._screen.screen(batch)
+        await self.bus.inbound.mark_seen(seen_only)
         adapter.commit(batch)
         for message in fresh:
             self._received(message)
-            try:
-                self._queue(message)
-            except Exception as exc:  # journaled: record, finish it, never replay it forever
-                log.exception("could not queue %s", message.key)
-                self._give_up([message], f"{type(exc).__name__}: {exc}")
         return fresh
 
     def _apologise(self, message: InboundMessage) -> None:
@@ -168,24 +179,24 @@ class ChannelManager:
         except Exception:
             log.exception("could not tell %s that its message was quarantined", message.key)
 
-    def _give_up(self, batch: list[InboundMessage], error: str) -> None:
+    async def _give_up(self, batch: list[InboundMessage], error: str) -> None:
         """A journaled message whose handling failed (not the agent: that is a failed
         reply): quarantine it, finish it as failed, tell the sender."""
         for message in batch:
-            self.quarantine.record(message, IntakeStage.PROCESS, error)
-        self._complete([m.key for m in batch], ReplyStatus.FAILED, error)
+            await self.quarantine.record(message, IntakeStage.PROCESS, error)
+        await self._complete([m.key for m in batch], ReplyStatus.FAILED, error)
         self.failed_count += 1
         self._apologise(batch[-1])
 
-    def inject(self, message: InboundMessage) -> bool:
-        """Journal and answer a message the daemon wrote itself (a cron job), exactly once.
+    async def inject(self, message: InboundMessage) -> bool:
+        """Journal a message the daemon wrote itself (a cron job), to be answered exactly once
+        (the claim loop hands it to its chat's node).
 
         Trusted input: no allow-list, mention or grouping checks. The journal's seen ids drop a
         second injection of the same message id (a job re-fired after a crash)."""
-        if not self._screen.take_in_trusted(message):
+        if not await self._screen.take_in_trusted(message):
             return False
         self._received(message)
-        self._submit([message])
         return True
 
     def _received(self, message: InboundMessage) -> None:
@@ -196,22 +207,22 @@ class ChannelManager:
             "message_id": message.message_id, "sender_id": message.sender_id,
             "text": message.text[:500]})
 
-    def _queue(self, message: InboundMessage) -> None:
-        if self._stop_now(message):
+    async def _queue(self, message: InboundMessage) -> None:
+        if await self._stop_now(message):
             return
         if self._grouper is not None and message.provider != "local":
             self._grouper.add(message)
         else:
             self._submit([message])
 
-    def _stop_now(self, message: InboundMessage) -> bool:
+    async def _stop_now(self, message: InboundMessage) -> bool:
         """/stop must not wait behind the very run it stops: handle it outside the queue."""
         adapter = self.registry.get(message.provider)
         command = adapter.parse_command(message.text) if adapter is not None else None
         if command is None or command.name not in STOP_NAMES:
             return False
-        self._publish(message, self.commands.stop(message.chat_key))
-        self._complete([message.key], ReplyStatus.ANSWERED)
+        await self._publish(message, self.commands.stop(message.chat_key))
+        await self._complete([message.key], ReplyStatus.ANSWERED)
         return True
 
     def _submit(self, batch: list[InboundMessage]) -> None:
@@ -231,7 +242,7 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("handling %s failed", turn.batch[0].key)
-            self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
+            await self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
         finally:
             self._backlog.finished(chat_key)
 
@@ -284,40 +295,41 @@ class ChannelManager:
     async def _process(self, turn: Turn) -> None:
         batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
-        if any(self.bus.outbox.has_answered(k) for k in keys):  # crashed after replying
-            self._complete(keys, ReplyStatus.ANSWERED)
-            return
+        for key in keys:
+            if await self.bus.outbox.has_answered(key):  # crashed (or moved) after replying
+                await self._complete(keys, ReplyStatus.ANSWERED)
+                return
         adapter = self.registry.get(first.provider)
         internal = first.metadata.get("origin") == "cron"  # never a command, answer or decision
         if len(batch) == 1 and adapter is not None and not internal and \
                 (command := adapter.parse_command(first.text)) is not None:
-            self._publish(first, await self.commands.handle(command, first))
-            self._complete(keys, ReplyStatus.ANSWERED)
+            await self._publish(first, await self.commands.handle(command, first))
+            await self._complete(keys, ReplyStatus.ANSWERED)
             return
         if len(batch) == 1 and not internal and self.task_replies is not None and \
                 (answer := await self.task_replies(first)) is not None:
-            self._publish(first, answer)
-            self._complete(keys, ReplyStatus.ANSWERED)
+            await self._publish(first, answer)
+            await self._complete(keys, ReplyStatus.ANSWERED)
             return
         if len(batch) == 1 and not internal and await self._continue_open_run(first, adapter):
-            self._complete(keys, ReplyStatus.ANSWERED)
+            await self._complete(keys, ReplyStatus.ANSWERED)
             return
         text = await self._input_text(batch, adapter, attributed=turn.folded)
         if not text.strip():
-            self._publish(first, EMPTY_MESSAGE_REPLY)
-            self._complete(keys, ReplyStatus.IGNORED, "empty message")
+            await self._publish(first, EMPTY_MESSAGE_REPLY)
+            await self._complete(keys, ReplyStatus.IGNORED, "empty message")
             return
         if self.sealer is not None:
             report = inspect_secret_references_for_orchestration(
                 text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
-                self._publish(first, secret_resolution_required_message(report))
-                self._complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
+                await self._publish(first, secret_resolution_required_message(report))
+                await self._complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
                 return
         reply = await self._run_agent(batch, adapter, text)
-        self._publish(batch[-1], reply.content, inbound_key=first.key,
+        await self._publish(batch[-1], reply.content, inbound_key=first.key,
                       metadata=self._reply_metadata(reply))
-        self._complete(keys, reply.status, reply.error)
+        await self._complete(keys, reply.status, reply.error)
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
         elif reply.status is ReplyStatus.MAX_TURNS:
@@ -340,18 +352,19 @@ class ChannelManager:
                 return False  # an ordinary message: the approval stays pending
             decision, approval_id = parsed
             if decision == CLARIFY:
-                self._publish(message, self.agent.pending_approval_text(run_id))
+                await self._publish(message, self.agent.pending_approval_text(run_id))
                 return True
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.decide(
                 run_id, decision, by=decider_of(message), approval_id=approval_id, abort=abort))
             if reply is None:
-                self._publish(message, f"There is no pending approval {approval_id} here.")
+                await self._publish(message,
+                                    f"There is no pending approval {approval_id} here.")
                 return True
         else:
             text = await self._input_text([message], adapter)  # saves attachments (request_file)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
                 run_id, message, text, abort=abort))
-        self._publish(message, reply.content, metadata=self._reply_metadata(reply))
+        await self._publish(message, reply.content, metadata=self._reply_metadata(reply))
         return True
 
     async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
@@ -366,14 +379,17 @@ class ChannelManager:
             return {"approval_id": reply.approval_id, "run_id": reply.run_id}
         return {}
 
-    def resume_runs(self) -> int:
-        """Continue runs that were mid-way when the daemon stopped (their inbound is done)."""
+    async def resume_runs(self) -> int:
+        """Continue runs that were mid-way when the daemon stopped (their inbound is done),
+        in the chats this node owns."""
         resumed = 0
-        pending = {m.key for m in self.bus.inbound.pending()}
+        pending = {m.key for m in await self.bus.inbound.pending()}
         for run_id in self.agent.running_runs():
             if self.agent.inbound_key_of(run_id) in pending:
                 continue  # resume_pending() answers it through its inbound message
             chat = self.agent.chat_of_run(run_id)
+            if not self.bus.backend.owns(chat.key):
+                continue  # another node's chat: that node resumes it
 
             async def job(run_id: str = run_id, chat: ChatRef = chat) -> None:
                 reply = await self.agent.resume(run_id)
@@ -407,31 +423,40 @@ class ChannelManager:
             reply.content = f"{note}\n\n{reply.content}"
         return reply
 
-    def _complete(self, keys: list[str], status: ReplyStatus, error: str | None = None) -> None:
+    async def _complete(self, keys: list[str], status: ReplyStatus,
+                        error: str | None = None) -> None:
         for key in keys:
-            self.bus.inbound.complete(key, status, error)
+            done = await self.bus.inbound.complete(key, status, error)
+            if str(done) == "fenced":  # Completion.FENCED: the chat moved while it ran here
+                log.warning("completed %s after its chat moved to another node, which runs it "
+                            "again (docs/scaling.md, the duplicate window)", key)
 
     def _publish(self, message: InboundMessage, content: str, *,
-                 inbound_key: str | None = "", metadata: dict[str, Any] | None = None) -> None:
-        """Queue a reply to `message`."""
-        self.publish_to_chat(
+                 inbound_key: str | None = "",
+                 metadata: dict[str, Any] | None = None) -> Awaitable[list[bool]]:
+        """Queue a reply to `message`; await the result to know it is in the outbox."""
+        return self.publish_to_chat(
             message.chat, content, metadata, reply_to=message.message_id,
             inbound_key=message.key if inbound_key == "" else inbound_key)
 
     def publish_to_chat(self, chat: ChatRef, content: str,
                          metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
-                         inbound_key: str | None = None) -> None:
-        """Queue a message, split or turned into a file as the platform needs, in order."""
+                         inbound_key: str | None = None) -> Awaitable[list[bool]]:
+        """Queue a message, split or turned into a file as the platform needs, in order. The
+        parts are stored by the outbox writer in this order; await the result where they must
+        be stored before going on (callers that only notify may ignore it)."""
         provider, chat_id = chat.provider, chat.chat_id
         adapter = self.registry.get(provider)
         parts = render_reply(content, adapter.limits) if adapter is not None else []
+        stored: list[asyncio.Future[bool]] = []
         for part in parts or [None]:
             extra: dict[str, Any] = dict(metadata or {})
             if part is not None and part.as_file:
                 extra.update({"as_file": True, "filename": part.filename, "note": part.note})
-            self.bus.publish_outbound(OutboundMessage(
+            stored.append(self.bus.publish_outbound(OutboundMessage(
                 provider=provider, chat_id=chat_id,
                 content=part.text if part is not None else content, reply_to=reply_to,
-                thread_id=chat.thread_id, inbound_key=inbound_key, metadata=extra))
+                thread_id=chat.thread_id, inbound_key=inbound_key, metadata=extra)))
         self._on_event("agent.reply", {"provider": provider, "chat_id": chat_id,
                                        "reply_to": reply_to, "text": content[:500]})
+        return asyncio.gather(*stored)

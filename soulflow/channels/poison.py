@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
-from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetter, InboundDeadLetters, IntakeStage
+from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetter, IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import scrub_surrogates
 
@@ -71,6 +71,14 @@ def safe_key(text: str) -> str:
     return scrub_surrogates(text)
 
 
+class LetterStore(Protocol):
+    """The backend's inbound dead-letter store (backends/base.py InboundDeadLetterStore)."""
+
+    async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
+                  stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
+                  key: str = "") -> InboundDeadLetter: ...
+
+
 class Quarantine:
     """Records a message in the inbound DLQ and marks its id seen, so it is never retried.
 
@@ -78,25 +86,25 @@ class Quarantine:
     here propagates, the channel loop restarts, and the message is read and recorded again.
     """
 
-    def __init__(self, letters: InboundDeadLetters, mark_seen: Callable[[list[str]], None], *,
-                 on_record: Callable[[InboundDeadLetter], None] | None = None) -> None:
+    def __init__(self, letters: LetterStore, mark_seen: Callable[[list[str]], Awaitable[None]],
+                 *, on_record: Callable[[InboundDeadLetter], None] | None = None) -> None:
         self.letters = letters
         self._mark_seen = mark_seen
         self._on_record = on_record
         self.count = 0
 
-    def record(self, message: InboundMessage, stage_name: IntakeStage | str,
-               error: str) -> str:
+    async def record(self, message: InboundMessage, stage_name: IntakeStage | str,
+                     error: str) -> str:
         key = safe_key(message.key)
         raw = message.metadata.get("raw") if message.kind == POISON_KIND else None
         if not isinstance(raw, str):
             raw = json.dumps({k: v for k, v in message.to_dict().items() if k != "text"},
                              ensure_ascii=True, default=repr)
-        letter = self.letters.add(
+        letter = await self.letters.add(
             provider=message.provider, chat_id=message.chat_id, message_id=message.message_id,
             sender_id=message.sender_id, stage=stage_name, error=error, content=message.text,
             raw=raw, key=key)
-        self._mark_seen([key])
+        await self._mark_seen([key])
         self.count += 1
         if self._on_record is not None:
             self._on_record(letter)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from soulflow.bus.messages import InboundMessage
@@ -21,7 +21,7 @@ from soulflow.channels.health import HealthBoard
 
 log = logging.getLogger(__name__)
 
-Ingest = Callable[[ChannelAdapter, list[InboundMessage]], object]
+Ingest = Callable[[ChannelAdapter, list[InboundMessage]], Awaitable[object]]
 
 
 class ChannelRestart(RuntimeError):
@@ -108,4 +108,4 @@ async def _read_forever(adapter: ChannelAdapter, ingest: Ingest, health: HealthB
         else:
             health.read_ok(name)
         if batch:
-            ingest(adapter, batch)
+            await ingest(adapter, batch)

@@ -53,7 +53,7 @@ class Console:
             "workflow_events": self.runtime.hub.recent({"workflow"}, limit=RECENT_WORKFLOW),
             "dlq": {"outbound": self._outbound_dlq(),
                     "inbound": [e.to_dict() for e in
-                                self.runtime.bus.inbound_dlq.recent(RECENT_DLQ)]},
+                                self.runtime.bus.stats.recent_inbound_dlq[:RECENT_DLQ]]},
             "providers": self._providers(),
             "traffic": self.runtime.traffic.per_minute(self.runtime.channels.names()),
             "operator": {"auth": "token" if self.runtime.settings["DASHBOARD_TOKEN"]
@@ -150,7 +150,7 @@ class Console:
     # -- dead letters and providers ------------------------------------------------------
 
     def _outbound_dlq(self) -> list[dict[str, Any]]:
-        letters = self.runtime.bus.dlq.entries()[-RECENT_DLQ:]
+        letters = self.runtime.bus.stats.recent_dlq[-RECENT_DLQ:]  # the "bus:stats" loop's
         return [{"message_id": e.message_id, "at": e.at, "provider": e.provider,
                  "chat_id": e.chat_id, "retry_count": e.retry_count,
                  "error": _short(e.error, 300), "content": _short(e.content, 300)}

@@ -116,14 +116,13 @@ def render_metrics(runtime: Runtime, *, sse_clients: int) -> str:
                "1 when the channel's last read or connect succeeded.",
                [({"channel": n}, 1 if health.get(n) and health[n].state.value == "connected"
                  else 0) for n in runtime.channels.names()])
-    bus = runtime.bus
+    bus, stats = runtime.bus, runtime.bus.stats  # stats: refreshed by the "bus:stats" loop
     out.family("soulflow_dlq_entries", "gauge", "Entries in the dead-letter queues.",
-               [({"queue": "outbound"}, len(bus.dlq)), ({"queue": "inbound"},
-                                                        len(bus.inbound_dlq))])
+               [({"queue": "outbound"}, stats.dlq), ({"queue": "inbound"}, stats.inbound_dlq)])
     out.family("soulflow_queue_depth", "gauge", "Work waiting, per queue.", [
-        ({"queue": "inbound_pending"}, bus.inbound.pending_count),
+        ({"queue": "inbound_pending"}, stats.inbound_pending),
         ({"queue": "inbound_queued"}, runtime.manager.queued),
-        ({"queue": "outbox_pending"}, len(bus.outbox)),
+        ({"queue": "outbox_pending"}, stats.outbox_pending),
         ({"queue": "outbound_queued"}, bus.dispatcher.queued)])
     manager = runtime.manager
     out.family("soulflow_turns", "counter",

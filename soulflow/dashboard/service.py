@@ -330,16 +330,18 @@ class DashboardService:
     async def _api_dlq_list(self, request: web.Request) -> web.Response:
         if request.query.get("inbound") in ("1", "true"):  # quarantined inbound messages
             return web.json_response({"ok": True, "entries": [
-                e.to_dict() for e in self._bus.inbound_dlq.entries()]})
-        return web.json_response({"ok": True,
-                                  "entries": [e.to_dict() for e in self._bus.dlq.entries()]})
+                e.to_dict() for e in await self._bus.inbound_dlq.entries()]})
+        return web.json_response({"ok": True, "entries": [
+            e.to_dict() for e in await self._bus.dlq.entries()]})
 
     async def _api_dlq_replay(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         ids = body.get("ids")
         if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
             return _json_error(400, "'ids' must be a list of message ids")
-        return web.json_response({"ok": True, "replayed": self._bus.replay_dlq(ids)})
+        replayed = await self._bus.replay_dlq(ids)
+        await self._bus.refresh_stats()  # the page's counts show it at once
+        return web.json_response({"ok": True, "replayed": replayed})
 
     async def _api_dlq_purge(self, request: web.Request) -> web.Response:
         """All outbound dead letters, the given ids, or (`inbound: true`) the inbound ones."""
@@ -348,8 +350,10 @@ class DashboardService:
         if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
             return _json_error(400, "'ids' must be a list of message ids")
         if body.get("inbound") is True:
-            return web.json_response({"ok": True, "purged": self._bus.inbound_dlq.purge()})
-        purged = self._bus.dlq.purge() if ids is None else self._bus.dlq.remove(ids)
+            purged = await self._bus.inbound_dlq.purge()
+        else:
+            purged = await (self._bus.dlq.purge() if ids is None else self._bus.dlq.remove(ids))
+        await self._bus.refresh_stats()  # the page's counts show it at once
         return web.json_response({"ok": True, "purged": purged})
 
     # -- lifecycle -----------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """`Runtime`: the services of one daemon in boot order (built by `wiring`), started, stopped
 in reverse; `create_runtime()` takes the workspace lock first.
 
-Boot: take the workspace lock → ensure default files → MessageBus → DecisionService →
-EventHub → providers → AgentDomain → channels + ChannelManager → dashboard. Start: resume
-unfinished inbound work and the outbox, channel readers, the journal syncer, the dashboard.
+Boot: take the workspace lock → ensure default files → the backend (files or Redis, from
+SOULFLOW_BACKEND; not connected yet) → MessageBus → DecisionService → EventHub → providers →
+AgentDomain → channels + ChannelManager → dashboard. Start: the backend first (a Redis that
+cannot be used stops the boot with one sentence), the outbox, unfinished inbound work (the
+claim loop's first round), channel readers, the claim loop, the journal syncer, the dashboard.
 Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
 SHUTDOWN_GRACE_S, then flushing every journal.
 """
@@ -27,7 +29,7 @@ from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.tools import CodeSandbox
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
-from soulflow.backends.factory import BackendConfig, refuse_unwired_backend
+from soulflow.backends.factory import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
@@ -76,10 +78,13 @@ class Runtime:
         self.traffic = TrafficCounters()
         self.run_durations = Histogram(RUN_BUCKETS_S)
         self.vault = open_vault(settings)  # the key where SOULFLOW_MASTER_KEY_FILE says
-        self.bus = MessageBus(runtime_dir, fsync=fsync,
+        # the durable stores of the bus (and, for the helpers that move their stores onto it,
+        # the Redis client): files under runtime/, or Redis; connected in start()
+        self.backend = build_backend(BackendConfig.from_settings(settings), runtime_dir,
+                                     redact=self.redactor.redact)
+        self.bus = MessageBus(self.backend,
                               outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
-                              policy=wiring.retry_policy(settings), on_event=self._publish_event,
-                              redact=self.redactor.redact)
+                              policy=wiring.retry_policy(settings), on_event=self._publish_event)
         self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
         self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
                                      redact=self.redactor.redact)
@@ -144,14 +149,14 @@ class Runtime:
         if self.consolidator is not None:
             self.consolidator.schedule(session_key)
 
-    def _fire_cron(self, job: Job, scheduled: datetime) -> None:
+    async def _fire_cron(self, job: Job, scheduled: datetime) -> None:
         """A due cron job becomes an ordinary inbound message (journaled, deduplicated)."""
         if self.channels.get(job.chat.provider) is None:
             raise RuntimeError(f"channel {job.chat.provider!r} is not configured")
         if job.kind is PayloadKind.SYSTEM_EVENT:  # quiet: posts only if not HEARTBEAT_OK
             self.background.fire_event(job, scheduled)
             return
-        if not self.manager.inject(cron_inbound_message(job, scheduled)):
+        if not await self.manager.inject(cron_inbound_message(job, scheduled)):
             log.info("cron job %s for %s was already delivered; not sending it again", job.id,
                      scheduled.isoformat())
 
@@ -166,7 +171,8 @@ class Runtime:
     async def start(self) -> None:
         self.started_at = time.time()
         self._uninstall_log_redaction = install_log_redaction(self.redactor)
-        await refuse_unwired_backend(BackendConfig.from_settings(self.settings))
+        await self.backend.start()  # before anything reads state
+        self.backend.on_partitions_changed(self._partitions_changed)
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model
             try:
@@ -179,14 +185,16 @@ class Runtime:
             orphans = cancel_orphaned_subruns(self.agent.loop)
             if orphans:
                 log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
-        self.manager.resume_pending()
+        await self.bus.start()  # the outbox this node must send, and the counts
+        await self.manager.resume_pending()  # the claim loop's first round
         self.background.cancel_interrupted()  # before resume_runs would answer them late
-        self.manager.resume_runs()
+        await self.manager.resume_runs()
         await self.task_services.start()  # after the agent: task nodes are agent runs
-        self.bus.start()
         for adapter in self.channels:
             self.supervisor.spawn(f"channel:{adapter.name}",
                                   lambda a=adapter: self.manager.channel_loop(a))
+        self.supervisor.spawn("inbound:claim", self.manager.claim_loop)
+        self.supervisor.spawn("bus:stats", self.bus.stats_loop)
         self.supervisor.spawn("journals:sync", self._sync_loop)
         self.supervisor.spawn("cron", self.cron.run)
         self.background.start(self.supervisor)  # loops `heartbeat` and `ops`
@@ -220,7 +228,7 @@ class Runtime:
             await self.local_model.stop()
         self._compact()
         self._sync_all()
-        self.bus.close()
+        await self.bus.close()  # the backend: files closed, or partitions handed back
         self.sessions.close()
         if self.threads is not None:
             self.threads.close()
@@ -241,6 +249,12 @@ class Runtime:
         self.bus.compact_if_needed()
         if self.threads is not None and self.threads.needs_compaction:
             self.threads.compact()
+
+    def _partitions_changed(self) -> None:
+        """Chats moved to or from this node (Redis): send the replies it now holds. Their
+        inbound messages come through the claim loop, which takes over a partition's
+        unfinished entries when it acquires it."""
+        self.bus.dispatcher.requeue_pending()
 
     async def _sync_loop(self) -> None:
         """fsync in a worker thread so the disk never stalls the event loop."""
@@ -281,16 +295,17 @@ class Runtime:
         task store. `state()["ok"]` is true only when the daemon is ready with none of them
         (the ops reading in `state()["ops"]` adds providers and how long problems last)."""
         found = loop_and_channel_problems(self.supervisor.status(), self.manager.health)
-        return [*found.values(), *self.tasks.problems]
+        return [*backend_problems(self.backend.status()), *found.values(),
+                *self.tasks.problems]
 
     def queue_depths(self) -> dict[str, int]:
         """Work waiting in the bus and the manager (the dashboard's and the ops reading's)."""
-        bus = self.bus
-        return {"inbound_pending": bus.inbound.pending_count,
+        stats = self.bus.stats  # refreshed by the "bus:stats" loop (the store may be Redis)
+        return {"inbound_pending": stats.inbound_pending,
                 "inbound_queued": self.manager.queued,
                 "active_chats": self.manager.active_chats,
-                "outbox_pending": len(bus.outbox), "outbound_queued": bus.dispatcher.queued,
-                "dlq": len(bus.dlq)}
+                "outbox_pending": stats.outbox_pending,
+                "outbound_queued": self.bus.dispatcher.queued, "dlq": stats.dlq}
 
     def state(self) -> dict[str, Any]:
         """The dashboard's view of the daemon; its only free text (recent messages) comes
@@ -306,7 +321,8 @@ class Runtime:
             "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else 0.0,
             "provider": self.providers.default_name,
             "local_model": self.local_model.status() if self.local_model is not None else None,
-            "queues": {**self.queue_depths(), "inbound_dlq": len(bus.inbound_dlq)},
+            "backend": self.backend.status(),
+            "queues": {**self.queue_depths(), "inbound_dlq": bus.stats.inbound_dlq},
             "counters": {
                 "received": self.manager.received_count,
                 "answered": self.manager.answered_count,
@@ -317,7 +333,7 @@ class Runtime:
             },
             "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
                           **self.manager.health.get(a.name).to_dict()} for a in self.channels],
-            "inbound_dlq": [e.to_dict() for e in bus.inbound_dlq.recent(10)],
+            "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
             "sessions": [{"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
                          for s in self.sessions.list_sessions()[:20]],
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
@@ -328,6 +344,16 @@ class Runtime:
             "sandbox": self.sandbox.status().as_dict(),
             **self.background.state(),  # "ops", "heartbeat"
         }
+
+
+def backend_problems(status: dict[str, Any]) -> list[str]:
+    """The backend's part of `problems()`: a store that stopped answering, by when."""
+    if status.get("connected", True):
+        return []
+    since = status.get("since")
+    when = datetime.fromtimestamp(since).strftime("%Y-%m-%d %H:%M:%S") if since else "?"
+    return [f"Redis unreachable since {when}: this node takes no new work "
+            f"({status.get('last_error') or 'no answer'})"]
 
 
 class FrontEnd(Protocol):

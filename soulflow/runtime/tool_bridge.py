@@ -47,13 +47,13 @@ class ToolBridge:
             raise ToolError(f"there is no {message.provider!r} channel in this daemon "
                             f"(configured: {', '.join(runtime.channels.names())})")
         chat = ChatRef(message.provider, message.chat_id, message.thread_id)
-        runtime.manager.publish_to_chat(chat, runtime.redactor.redact(message.content),
-                                        message.metadata,
-                                        reply_to=message.reply_to)  # split per platform limits
+        await runtime.manager.publish_to_chat(  # split per platform limits, stored
+            chat, runtime.redactor.redact(message.content), message.metadata,
+            reply_to=message.reply_to)
 
     async def _request_file(self, chat: ChatRef, description: str) -> None:
         """Fallback path of request_file (used only if the loop does not intercept it)."""
-        self._runtime.bus.publish_outbound(OutboundMessage(
+        await self._runtime.bus.publish_outbound(OutboundMessage(
             provider=chat.provider, chat_id=chat.chat_id, thread_id=chat.thread_id,
             content=f"{description}\n\n{UPLOAD_PROMPT}"))
 

@@ -31,6 +31,7 @@ from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy
@@ -92,21 +93,21 @@ class Pipeline:
     bus: MessageBus
     counter: list[int]
 
-    def say(self, user: str, text: str, **metadata: Any) -> InboundMessage:
+    async def say(self, user: str, text: str, **metadata: Any) -> InboundMessage:
         self.counter[0] += 1
         message = InboundMessage(provider="chat", chat_id="team", sender_id=user,
                                  sender_name=NAMES[user], text=text,
                                  message_id=f"m{self.counter[0]}", metadata=metadata)
-        assert self.manager.ingest(self.adapter, [message]) == [message]
+        assert await self.manager.ingest(self.adapter, [message]) == [message]
         return message
 
-    def react(self, user: str, emoji: str, target: OutboundMessage) -> None:
+    async def react(self, user: str, emoji: str, target: OutboundMessage) -> None:
         self.counter[0] += 1
         reaction = InboundMessage(provider="chat", chat_id="team", sender_id=user,
                                   sender_name=NAMES[user], text="", kind="reaction",
                                   reaction=emoji, message_id=f"r{self.counter[0]}",
                                   target_message_id=target.message_id)
-        self.manager.ingest(self.adapter, [reaction])
+        await self.manager.ingest(self.adapter, [reaction])
 
     async def sent_after(self, count: int, what: Callable[[str], bool]) -> OutboundMessage:
         async with asyncio.timeout(5):
@@ -119,7 +120,7 @@ class Pipeline:
     async def ask(self, text: str, user: str = ALICE) -> OutboundMessage:
         """`user` asks for something risky; returns the remembered approval request."""
         count = len(self.adapter.sent)
-        self.say(user, text)
+        await self.say(user, text)
         request = await self.sent_after(count, lambda c: c.startswith("Approval needed"))
         approvals = self.agent.approvals
         assert approvals is not None
@@ -132,7 +133,7 @@ class Pipeline:
         """Every message handled and every reply sent (a reaction is handled in the chat's
         queue: a later message in the same chat is handled after it)."""
         count = len(self.adapter.sent)
-        self.say(ALICE, "/help")
+        await self.say(ALICE, "/help")
         await self.sent_after(count, lambda c: True)
 
     def waiting(self) -> bool:
@@ -143,7 +144,7 @@ class Pipeline:
 async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
                     ) -> AsyncIterator[Pipeline]:
     """The pipeline over the files in `tmp_path`: building it twice is a restart."""
-    bus = MessageBus(tmp_path / "runtime")
+    bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     sessions = SessionStore(tmp_path / "sessions")
     context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
                              DecisionService(tmp_path / "d.json"), sessions)
@@ -172,13 +173,16 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
     manager = ChannelManager(registry, bus, agent,
                              access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
                              files_dir=tmp_path / "files")
-    bus.start()
+    await bus.start()
+    claiming = asyncio.create_task(manager.claim_loop(), name="inbound:claim")
     try:
         yield Pipeline(manager, agent, adapter, tool, bus, counter)
     finally:
+        claiming.cancel()
+        await asyncio.gather(claiming, return_exceptions=True)
         await manager.stop(5)
         await bus.stop(5)
-        bus.close()
+        await bus.close()
 
 
 @pytest.fixture
@@ -196,7 +200,7 @@ async def test_another_users_ok_is_refused_and_changes_nothing(pipe: Pipeline) -
     await pipe.ask("plan A")
     for word in ("ok", "approve", "✅", "deny", "cancel", "승인"):
         count = len(pipe.adapter.sent)
-        pipe.say(BOB, word)
+        await pipe.say(BOB, word)
         refusal = await pipe.sent_after(count, lambda c: True)
         assert refusal.content == REFUSAL
     assert pipe.tool.calls == [] and pipe.waiting()
@@ -205,7 +209,7 @@ async def test_another_users_ok_is_refused_and_changes_nothing(pipe: Pipeline) -
     assert not [e for e in pipe.agent.loop.store.events(run_id)
                 if e.type == ev.APPROVAL_DECIDED]  # refusals leave no trace in the run
     count = len(pipe.adapter.sent)
-    pipe.say(ALICE, "ok")
+    await pipe.say(ALICE, "ok")
     done = await pipe.sent_after(count, lambda c: c.startswith("done:"))
     assert done.content == "done: recorded plan A" and pipe.tool.calls == ["plan A"]
     decided = [e.data for e in pipe.agent.loop.store.events(run_id)
@@ -216,13 +220,13 @@ async def test_another_users_ok_is_refused_and_changes_nothing(pipe: Pipeline) -
 
 async def test_another_users_reaction_is_ignored_an_admins_decides(pipe: Pipeline) -> None:
     request = await pipe.ask("plan B")
-    pipe.react(BOB, "white_check_mark", request)
-    pipe.react(BOB, "x", request)
+    await pipe.react(BOB, "white_check_mark", request)
+    await pipe.react(BOB, "x", request)
     await pipe.drained()
     assert pipe.tool.calls == [] and pipe.waiting()
     assert not [m for m in pipe.adapter.sent if m.content == REFUSAL]  # ignored, not answered
     count = len(pipe.adapter.sent)
-    pipe.react(CAROL, "white_check_mark", request)
+    await pipe.react(CAROL, "white_check_mark", request)
     done = await pipe.sent_after(count, lambda c: c.startswith("done:"))
     assert done.content == "done: recorded plan B" and pipe.tool.calls == ["plan B"]
 
@@ -230,11 +234,11 @@ async def test_another_users_reaction_is_ignored_an_admins_decides(pipe: Pipelin
 async def test_the_requesters_reaction_and_an_admins_reply_decide(pipe: Pipeline) -> None:
     request = await pipe.ask("plan C")
     count = len(pipe.adapter.sent)
-    pipe.react(ALICE, "+1", request)
+    await pipe.react(ALICE, "+1", request)
     await pipe.sent_after(count, lambda c: c == "done: recorded plan C")
     await pipe.ask("plan D")
     count = len(pipe.adapter.sent)
-    pipe.say(CAROL, "deny")
+    await pipe.say(CAROL, "deny")
     denied = await pipe.sent_after(count, lambda c: c.startswith("done:"))
     assert "denied" in denied.content and pipe.tool.calls == ["plan C"]
 
@@ -245,11 +249,11 @@ async def test_in_a_group_each_ok_decides_its_authors_own_approval(pipe: Pipelin
     await pipe.ask("plan F")
     await pipe.ask("plan G", user=BOB)
     count = len(pipe.adapter.sent)
-    pipe.say(ALICE, "ok")
+    await pipe.say(ALICE, "ok")
     assert (await pipe.sent_after(count, lambda c: True)).content == "done: recorded plan F"
     assert pipe.tool.calls == ["plan F"] and pipe.waiting()
     count = len(pipe.adapter.sent)
-    pipe.say(BOB, "ok")
+    await pipe.say(BOB, "ok")
     assert (await pipe.sent_after(count, lambda c: True)).content == "done: recorded plan G"
     assert pipe.tool.calls == ["plan F", "plan G"] and not pipe.waiting()
 
@@ -261,13 +265,13 @@ async def test_the_binding_survives_a_restart(tmp_path: Path, tool: Recorder) ->
     async for after in _pipeline(tmp_path, tool, counter):
         assert after.waiting()
         count = len(after.adapter.sent)
-        after.say(BOB, "approve")
+        await after.say(BOB, "approve")
         assert (await after.sent_after(count, lambda c: True)).content == REFUSAL
-        after.react(BOB, "white_check_mark", request)
+        await after.react(BOB, "white_check_mark", request)
         await after.drained()
         assert tool.calls == [] and after.waiting()
         count = len(after.adapter.sent)
-        after.react(ALICE, "white_check_mark", request)
+        await after.react(ALICE, "white_check_mark", request)
         await after.sent_after(count, lambda c: c == "done: recorded plan E")
         assert tool.calls == ["plan E"]
 

@@ -1,6 +1,5 @@
 """`soulflow run` with SOULFLOW_BACKEND=redis: a Redis that cannot be used stops the boot with
-one sentence and a failure status, and so (for now) does a working one, because the daemon does
-not run on Redis yet (docs/scaling.md)."""
+one sentence and a failure status (a working one runs the daemon: test_daemon_redis.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.backends.redis_server import RedisServer, free_port
+from tests.backends.redis_server import free_port
 from tests.e2e.harness import base_env
 
 
@@ -39,11 +38,3 @@ def test_missing_or_malformed_url_is_named(tmp_path: Path) -> None:
     assert result.returncode == 1
     [line] = _error_lines(result)
     assert "REDIS_URL must be a redis://, rediss:// or unix:// URL" in line
-
-
-def test_a_working_redis_is_refused_until_the_daemon_runs_on_it(
-        tmp_path: Path, redis_server: RedisServer) -> None:
-    result = _run(tmp_path, REDIS_URL=redis_server.url)
-    assert result.returncode == 1
-    [line] = _error_lines(result)
-    assert "does not run on it yet" in line and "SOULFLOW_BACKEND=file" in line

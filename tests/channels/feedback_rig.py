@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.agent.tools.base import ChatRef
+from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter
@@ -52,7 +53,7 @@ class Rig:
 async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int = 1,
                       feedback: FeedbackPolicy | None = None) -> AsyncIterator[Rig]:
     """The adapter must be started; its messages are read and ingested until the block ends."""
-    bus = MessageBus(tmp_path / "runtime")
+    bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     registry = ChannelRegistry()
     registry.register(adapter)
     bus.bind_senders(registry.get)
@@ -61,23 +62,25 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
                              access=AccessPolicy.from_lists({adapter.name: ["*"]}),
                              files_dir=tmp_path / "files", fold_max=fold_max,
                              feedback=feedback)
-    bus.start()
+    await bus.start()
 
     async def pump() -> None:
         while True:
             batch = await adapter.read()
             if batch:
-                manager.ingest(adapter, batch)
+                await manager.ingest(adapter, batch)
 
     reader = asyncio.create_task(pump(), name=f"test-reader:{adapter.name}")
+    claiming = asyncio.create_task(manager.claim_loop(), name="inbound:claim")
     try:
         yield Rig(manager, bus)
     finally:
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
+        for task in (reader, claiming):
+            task.cancel()
+        await asyncio.gather(reader, claiming, return_exceptions=True)
         await manager.stop(2.0)
         await bus.stop(2.0)
-        bus.close()
+        await bus.close()
 
 
 async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,

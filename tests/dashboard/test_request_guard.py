@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.local import LocalChannel
@@ -55,10 +56,10 @@ class Rig:
                 found.add((route.method, re.sub(r"\{[^}]+\}", "dashboard", canonical)))
         return sorted(found)
 
-    def nothing_happened(self) -> None:
-        assert self.bus.inbound.pending() == []
+    async def nothing_happened(self) -> None:
+        assert await self.bus.inbound.pending() == []
         assert self.local.messages("dashboard") == []
-        assert len(self.bus.dlq.entries()) == 1  # neither purged nor replayed
+        assert len(await self.bus.dlq.entries()) == 1  # neither purged nor replayed
 
 
 async def _daemon_side(local: LocalChannel, bus: MessageBus) -> None:
@@ -66,14 +67,14 @@ async def _daemon_side(local: LocalChannel, bus: MessageBus) -> None:
     while True:
         batch = await local.read()
         for message in batch:
-            bus.inbound.accept(message)
+            await bus.inbound.accept(message)
         if batch:
             local.commit(batch)
 
 
 async def _make_rig(tmp_path: Path, token: str = "") -> AsyncIterator[Rig]:
-    bus = MessageBus(tmp_path / "runtime")
-    bus.dlq.add(OutboundMessage(provider="local", chat_id="x", content="dead"),
+    bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
+    await bus.dlq.add(OutboundMessage(provider="local", chat_id="x", content="dead"),
                 retry_count=3, error="gave up")
     local = LocalChannel(tmp_path / "runtime" / "local")
     service = DashboardService(host="127.0.0.1", port=0, token=token, hub=EventHub(),
@@ -95,7 +96,8 @@ async def _make_rig(tmp_path: Path, token: str = "") -> AsyncIterator[Rig]:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
             await service.stop()
-            bus.close()
+            await bus.stop(1)
+            await bus.close()
     for response in responses:  # whatever was asked, no permissive CORS header anywhere
         assert not [h for h in response.headers if h.lower().startswith("access-control-")]
 
@@ -132,7 +134,7 @@ async def test_every_route_refuses_a_rebinding_host(rig: Rig) -> None:
     for odd in ("//api/state", "/%61pi/state", "/api/nope", "/metrics", "/API/state"):
         response = await rig.http.get(odd, headers={"Host": "evil.example"})
         assert response.status_code == 403, odd  # default deny: not only the known routes
-    rig.nothing_happened()
+    await rig.nothing_happened()
 
 
 async def test_only_the_page_its_files_and_healthz_are_open(rig: Rig) -> None:
@@ -157,7 +159,7 @@ async def test_every_api_route_refuses_a_foreign_origin_or_cross_site_fetch(rig:
             response = await rig.http.request(method, path, headers={"Sec-Fetch-Site": site},
                                               json=_json_body(method))
             assert response.status_code == 403, (method, path, site)
-    rig.nothing_happened()
+    await rig.nothing_happened()
 
 
 async def test_html_form_posts_are_refused_and_change_nothing(rig: Rig) -> None:
@@ -181,7 +183,7 @@ async def test_html_form_posts_are_refused_and_change_nothing(rig: Rig) -> None:
             response = await rig.http.post(path, content=bad,
                                            headers={"Content-Type": "application/json"})
             assert response.status_code == 400, (path, bad)
-    rig.nothing_happened()
+    await rig.nothing_happened()
 
 
 async def test_the_same_origin_page_and_the_cli_are_served(rig: Rig) -> None:
@@ -206,7 +208,7 @@ async def test_the_same_origin_page_and_the_cli_are_served(rig: Rig) -> None:
         listed = await rig.http.get("/api/chat/dashboard/messages?after=-1",
                                     headers={"Host": host, "Origin": origin})
         assert [m["content"] for m in listed.json()["messages"]] == ["from the page"]
-    assert [m.text for m in rig.bus.inbound.pending()] == ["from the page"]
+    assert [m.text for m in await rig.bus.inbound.pending()] == ["from the page"]
     cli = await rig.http.post("/api/chat", json={"chat_id": "cli", "text": "from the CLI"})
     assert cli.status_code == 202
     replayed = await rig.http.post("/api/dlq/replay", json={"ids": []})
@@ -240,6 +242,6 @@ async def test_the_token_works_as_before_behind_the_origin_rules(token_rig: Rig)
     assert form.status_code == 415
     unauthenticated_json = await rig.http.post("/api/dlq/purge", json={})
     assert unauthenticated_json.status_code == 401
-    rig.nothing_happened()
+    await rig.nothing_happened()
     purged = await rig.http.post("/api/dlq/purge", json={}, headers=auth)
     assert purged.json() == {"ok": True, "purged": 1}

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.backends.file import FileBackend, FileDeadLetters, FileOutbox
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.dispatcher import OutboundDispatcher
 from soulflow.bus.dlq import DeadLetterQueue
 from soulflow.bus.inbound import InboundJournal
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.bus.outbox import Outbox
+from soulflow.bus.outbox import Outbox, OutboxEntry
 from soulflow.bus.retry import RetryPolicy
 
 
@@ -146,8 +147,8 @@ class FakeClock:
 def make_dispatcher(tmp_path: Path, sender: FakeSender, clock: FakeClock,
                     policy: RetryPolicy | None = None) -> OutboundDispatcher:
     return OutboundDispatcher(
-        Outbox(tmp_path / "outbox.jsonl", clock=clock.time),
-        DeadLetterQueue(tmp_path / "dlq.jsonl", clock=clock.time),
+        FileOutbox(Outbox(tmp_path / "outbox.jsonl", clock=clock.time)),
+        FileDeadLetters(DeadLetterQueue(tmp_path / "dlq.jsonl", clock=clock.time)),
         lambda provider: sender if provider == "fake" else None,
         policy=policy or RetryPolicy(max_attempts=3, inline_retries=1, inline_delay_s=0.5,
                                      base_delay_s=10, jitter=0),
@@ -163,9 +164,9 @@ async def wait_until(predicate, timeout: float = 5.0) -> None:  # type: ignore[n
 async def test_dispatch_success_marks_sent(tmp_path: Path) -> None:
     sender, clock = FakeSender(), FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     dispatcher.publish(outbound(1))
-    await wait_until(lambda: sender.sent == ["reply 1"] and len(dispatcher.outbox) == 0)
+    await wait_until(lambda: sender.sent == ["reply 1"] and len(dispatcher.outbox.outbox) == 0)
     await dispatcher.stop(1)
 
 
@@ -173,7 +174,7 @@ async def test_transient_errors_retry_inline_then_back_off(tmp_path: Path) -> No
     sender = FakeSender(script=[SendError("503"), SendError("503"), SendError("503")])
     clock = FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     dispatcher.publish(outbound(1))
     await wait_until(lambda: sender.sent == ["reply 1"])
     # round 1: try, 0.5 s inline, try -> backoff 10 s; round 2: try (fails), 0.5 s, try (ok)
@@ -185,7 +186,7 @@ async def test_retry_after_is_honoured_as_a_floor(tmp_path: Path) -> None:
     sender = FakeSender(script=[SendError("429", retry_after=42.0)])
     clock = FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     dispatcher.publish(outbound(1))
     await wait_until(lambda: sender.sent == ["reply 1"])
     assert clock.sleeps == [42.0]  # no inline retry before the platform's wait
@@ -196,12 +197,12 @@ async def test_permanent_error_goes_to_dlq_at_once(tmp_path: Path) -> None:
     sender = FakeSender(script=[SendError("invalid_auth", permanent=True)])
     clock = FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     dispatcher.publish(outbound(1))
-    await wait_until(lambda: len(dispatcher.dlq) == 1)
-    letter = dispatcher.dlq.entries()[0]
+    await wait_until(lambda: len(dispatcher.dlq.dlq) == 1)
+    letter = dispatcher.dlq.dlq.entries()[0]
     assert "invalid_auth" in letter.error and letter.content == "reply 1"
-    assert sender.calls == 1 and len(dispatcher.outbox) == 0
+    assert sender.calls == 1 and len(dispatcher.outbox.outbox) == 0
     await dispatcher.stop(1)
 
 
@@ -209,11 +210,11 @@ async def test_exhausted_retries_go_to_dlq(tmp_path: Path) -> None:
     sender = FakeSender(script=[SendError("down")] * 10)
     clock = FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     dispatcher.publish(outbound(1))
-    await wait_until(lambda: len(dispatcher.dlq) == 1)
+    await wait_until(lambda: len(dispatcher.dlq.dlq) == 1)
     assert sender.calls == 6  # 3 rounds x (1 + 1 inline)
-    assert dispatcher.dlq.entries()[0].retry_count == 3
+    assert dispatcher.dlq.dlq.entries()[0].retry_count == 3
     assert clock.sleeps == [0.5, 10.0, 0.5, 20.0, 0.5]
     await dispatcher.stop(1)
 
@@ -221,12 +222,12 @@ async def test_exhausted_retries_go_to_dlq(tmp_path: Path) -> None:
 async def test_unknown_channel_is_a_permanent_error(tmp_path: Path) -> None:
     sender, clock = FakeSender(), FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     message = outbound(1)
     message.provider = "nowhere"
     dispatcher.publish(message)
-    await wait_until(lambda: len(dispatcher.dlq) == 1)
-    assert "no channel named 'nowhere'" in dispatcher.dlq.entries()[0].error
+    await wait_until(lambda: len(dispatcher.dlq.dlq) == 1)
+    assert "no channel named 'nowhere'" in dispatcher.dlq.dlq.entries()[0].error
     await dispatcher.stop(1)
 
 
@@ -234,7 +235,7 @@ async def test_order_per_chat_is_kept_through_a_backoff(tmp_path: Path) -> None:
     sender = FakeSender(script=[SendError("x"), SendError("x")])
     clock = FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     for i in range(5):
         dispatcher.publish(outbound(i))
     await wait_until(lambda: len(sender.sent) == 5)
@@ -247,10 +248,11 @@ async def test_slow_chat_does_not_block_other_chats(tmp_path: Path) -> None:
     free = FakeSender()
     clock = FakeClock()
     dispatcher = OutboundDispatcher(
-        Outbox(tmp_path / "o.jsonl"), DeadLetterQueue(tmp_path / "d.jsonl"),
+        FileOutbox(Outbox(tmp_path / "o.jsonl")),
+        FileDeadLetters(DeadLetterQueue(tmp_path / "d.jsonl")),
         lambda provider: blocked if provider == "slow" else free, concurrency=2,
         clock=clock.time, sleep=clock.sleep)
-    dispatcher.start()
+    await dispatcher.start()
     dispatcher.publish(OutboundMessage(provider="slow", chat_id="a", content="stuck"))
     for i in range(20):
         dispatcher.publish(OutboundMessage(provider="fast", chat_id=f"c{i}", content=str(i)))
@@ -263,7 +265,7 @@ async def test_slow_chat_does_not_block_other_chats(tmp_path: Path) -> None:
 async def test_per_chat_pacing_uses_the_channel_interval(tmp_path: Path) -> None:
     sender, clock = FakeSender(send_interval_s=1.0), FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     for i in range(3):
         dispatcher.publish(outbound(i))
     await wait_until(lambda: len(sender.sent) == 3)
@@ -278,7 +280,7 @@ async def test_pending_entries_are_sent_after_a_restart(tmp_path: Path) -> None:
     box.close()
     sender, clock = FakeSender(), FakeClock()
     dispatcher = make_dispatcher(tmp_path, sender, clock)
-    dispatcher.start()
+    await dispatcher.start()
     await wait_until(lambda: len(sender.sent) == 3)
     assert sender.sent == ["reply 0", "reply 1", "reply 2"]
     await dispatcher.stop(1)
@@ -294,11 +296,55 @@ def test_backoff_policy_bounds_and_jitter() -> None:
 
 
 async def test_bus_replay_puts_dead_letters_back(tmp_path: Path) -> None:
-    bus = MessageBus(tmp_path)
-    bus.dlq.add(outbound(1), retry_count=1, error="x")
-    bus.dlq.add(outbound(2), retry_count=1, error="y")
-    assert bus.replay_dlq(["o2"]) == 1
-    assert [e.message.message_id for e in bus.outbox.pending()] == ["o2"]
-    assert [e.message_id for e in bus.dlq.entries()] == ["o1"]
-    assert bus.replay_dlq() == 1 and len(bus.dlq) == 0
-    bus.close()
+    bus = MessageBus(FileBackend(tmp_path, node_id="test"))
+    await bus.dlq.add(outbound(1), retry_count=1, error="x")
+    await bus.dlq.add(outbound(2), retry_count=1, error="y")
+    assert await bus.replay_dlq(["o2"]) == 1
+    assert [e.message.message_id for e in await bus.outbox.pending()] == ["o2"]
+    assert [e.message_id for e in await bus.dlq.entries()] == ["o1"]
+    assert await bus.replay_dlq() == 1 and await bus.dlq.count() == 0
+    assert (await bus.refresh_stats()).outbox_pending == 2
+    await bus.stop(1)
+    await bus.close()
+
+
+class FlakyOutbox(FileOutbox):
+    """The file outbox with a switch that makes every call fail, as a lost Redis does."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        super().__init__(outbox)
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise ConnectionError("store unreachable")
+
+    async def put(self, message: OutboundMessage) -> bool:
+        self._check()
+        return await super().put(message)
+
+    async def get(self, message_id: str) -> OutboxEntry | None:
+        self._check()
+        return await super().get(message_id)
+
+
+async def test_a_failing_store_holds_replies_back_in_order_and_loses_none(
+        tmp_path: Path) -> None:
+    """While the outbox store fails, published replies wait (a turn awaiting its reply's
+    storing waits too); when it answers again they are stored and sent in publish order."""
+    sender = FakeSender()
+    outbox = FlakyOutbox(Outbox(tmp_path / "outbox.jsonl"))
+    dispatcher = OutboundDispatcher(outbox, FileDeadLetters(DeadLetterQueue(tmp_path / "d")),
+                                    lambda provider: sender, store_backoff=(0.001, 0.01))
+    await dispatcher.start()
+    outbox.down = True
+    stored = [dispatcher.publish(outbound(i)) for i in range(5)]
+    await wait_until(lambda: dispatcher._store_down)
+    assert not any(f.done() for f in stored) and dispatcher.unstored == 5
+    assert sender.sent == []
+    outbox.down = False
+    assert await asyncio.gather(*stored) == [True] * 5
+    await wait_until(lambda: len(sender.sent) == 5)
+    assert sender.sent == [f"reply {i}" for i in range(5)]
+    assert not dispatcher._store_down and len(outbox.outbox) == 0
+    await dispatcher.stop(1)

@@ -4,7 +4,7 @@ through its supervisor with backoff; health records what happened, sends include
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter
@@ -48,8 +48,13 @@ class ScriptedAdapter(ChannelAdapter):
 POLICY = ReadPolicy(stall_after_s=0.2, restart_after=3, retry_delay_s=0.001)
 
 
+async def ignore(adapter: ChannelAdapter, batch: list[InboundMessage]) -> None:
+    """An ingest that takes nothing in."""
+
+
 def supervise(adapter: ChannelAdapter, health: HealthBoard,
-              ingest: Callable[[ChannelAdapter, list[InboundMessage]], None] = lambda a, b: None,
+              ingest: Callable[[ChannelAdapter, list[InboundMessage]],
+                               Awaitable[None]] = ignore,
               ) -> Supervisor:
     """The adapter's read loop under a supervisor that restarts it quickly, as the runtime
     runs a channel (the caller stops the supervisor)."""
@@ -119,7 +124,7 @@ async def test_an_ingest_error_stops_the_adapter_before_the_supervisor_starts_it
     adapter, health = ScriptedAdapter(), HealthBoard()
     calls = []
 
-    def ingest(a: ChannelAdapter, batch: list[InboundMessage]) -> None:
+    async def ingest(a: ChannelAdapter, batch: list[InboundMessage]) -> None:
         calls.append(len(calls))
         if len(calls) == 1:
             raise OSError("No space left on device")  # e.g. the quarantine file

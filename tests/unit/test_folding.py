@@ -8,7 +8,13 @@ from typing import Any
 
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.folding import ChatBacklog
-from tests.unit.test_manager import msg, rig, settle  # noqa: F401 - rig is a fixture
+from tests.unit.test_manager import (  # noqa: F401 - rig is a fixture
+    done_records,
+    drained,
+    msg,
+    rig,
+    settle,
+)
 
 
 async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) -> Any:
@@ -16,7 +22,7 @@ async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) 
     gate), so that the next messages queue up behind it."""
     manager = build(**options)
     model.gate = asyncio.Event()
-    manager.ingest(adapter, [msg(1, "first")])
+    await manager.ingest(adapter, [msg(1, "first")])
     async with asyncio.timeout(5):
         while manager.runs.count() == 0:
             await asyncio.sleep(0.001)
@@ -25,15 +31,22 @@ async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) 
 
 def journal_done(bus: MessageBus) -> dict[str, str]:
     """key -> status of every completed record in the inbound journal."""
-    return {r["key"]: r["status"] for r in bus.inbound._file.iter_records()
-            if r.get("op") == "done"}
+    return {r["key"]: r["status"] for r in done_records(bus)}
+
+
+async def backlog_reaches(manager: Any, count: int) -> None:
+    """The claim loop has handed the chat's queued messages to the manager."""
+    async with asyncio.timeout(5):
+        while manager.backlog_for("chat:c1") < count:
+            await asyncio.sleep(0.001)
 
 
 async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     manager = await busy_with_first(build, adapter, model)
-    manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
-    manager.ingest(adapter, [msg(4, "fourth", sender_name="Alice")])
+    await manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await manager.ingest(adapter, [msg(4, "fourth", sender_name="Alice")])
+    await backlog_reaches(manager, 3)
     assert manager.backlog_for("chat:c1") == 3
     model.gate.set()
     replies = await settle(adapter, 2)
@@ -44,15 +57,16 @@ async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> No
     assert adapter.sent[1].reply_to == "m4"  # the one reply answers the last of them
     await asyncio.sleep(0.02)
     assert len(adapter.sent) == 2 and len(model.inputs) == 2
-    assert bus.inbound.pending_count == 0
+    assert await drained(bus)
     assert journal_done(bus) == {f"chat:c1:m{i}": "answered" for i in range(1, 5)}
 
 
 async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     manager = await busy_with_first(build, adapter, model)
-    manager.ingest(adapter, [msg(2, "a"), msg(3, "/help"), msg(4, "b"), msg(5, "c"),
-                             msg(6, "approve"), msg(7, "d")])
+    await manager.ingest(adapter, [msg(2, "a"), msg(3, "/help"), msg(4, "b"), msg(5, "c"),
+                                   msg(6, "approve"), msg(7, "d")])
+    await backlog_reaches(manager, 6)
     model.gate.set()
     replies = await settle(adapter, 6)
     assert replies[0] == "echo: first"
@@ -61,13 +75,14 @@ async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None
     assert replies[3].endswith("[1] alice: b\n[2] alice: c")
     assert replies[4] == "echo: approve"  # no approval pending: an ordinary message, alone
     assert replies[5] == "echo: d"
-    assert bus.inbound.pending_count == 0
+    assert await drained(bus)
 
 
 async def test_fold_cap_and_fold_max_one_turns_it_off(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     manager = await busy_with_first(build, adapter, model, fold_max=1)
-    manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await backlog_reaches(manager, 2)
     model.gate.set()
     assert await settle(adapter, 3) == ["echo: first", "echo: second", "echo: third"]
 
@@ -91,20 +106,23 @@ async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
         rig, tmp_path: Path) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     manager = await busy_with_first(build, adapter, model)
-    manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await backlog_reaches(manager, 2)
     await manager.stop(timeout=0.05)  # the "crash": the running turn is cancelled
     assert adapter.sent == []
-    assert {m.message_id for m in bus.inbound.pending()} == {"m1", "m2", "m3"}
+    assert {m.message_id for m in await bus.inbound.pending()} == {"m1", "m2", "m3"}
     model.gate = None
-    restarted = build()
-    assert restarted.resume_pending() == 3
+    bus = await build.__self__.restart_bus()  # a new process over the same journal
+    restarted = build(claiming=False)
+    assert await restarted.resume_pending() == 3
+    build.__self__.claim(restarted)
     replies = await settle(adapter, 2)
     await asyncio.sleep(0.02)
     # the interrupted run resumes with its own input; the two behind it fold into one
     assert replies == ["echo: first", "echo: (2 messages arrived while I was busy; answer "
                        "them together, in order.)\n[1] alice: second\n[2] alice: third"]
-    assert len(adapter.sent) == 2 and bus.inbound.pending_count == 0
-    assert bus.inbound.pending_count == 0
+    assert await drained(bus) and len(adapter.sent) == 2
+    assert await drained(bus)
     assert set(journal_done(bus)) == {f"chat:c1:m{i}" for i in range(1, 4)}
 
 
@@ -112,7 +130,7 @@ async def test_an_idle_chat_answers_the_first_message_alone_then_the_rest_togeth
         rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     manager = build()
-    manager.ingest(adapter, [msg(1, "one"), msg(2, "two"), msg(3, "three")])
+    await manager.ingest(adapter, [msg(1, "one"), msg(2, "two"), msg(3, "three")])
     replies = await settle(adapter, 2)
     assert replies[0] == "echo: one"
     assert replies[1].endswith("[1] alice: two\n[2] alice: three")

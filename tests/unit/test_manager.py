@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from soulflow.agent.tools.base import ChatRef
+from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy
@@ -80,24 +81,79 @@ class EchoModel:
         return None
 
 
+class Rig:
+    """A bus on the file backend and the managers built on it, each with its claim loop
+    running as the daemon's supervisor runs it ("inbound:claim"); `restart_bus()` reopens the
+    backend over the same files, as a new process would."""
+
+    def __init__(self, tmp_path: Path, registry: ChannelRegistry, agent: Any) -> None:
+        self.tmp_path = tmp_path
+        self.registry = registry
+        self.agent = agent
+        self.bus = self._new_bus()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def _new_bus(self) -> MessageBus:
+        bus = MessageBus(FileBackend(self.tmp_path / "runtime", node_id="test"))
+        bus.bind_senders(self.registry.get)
+        return bus
+
+    def build(self, *, claiming: bool = True, **kwargs: Any) -> ChannelManager:
+        access = kwargs.pop("access", AccessPolicy.from_lists({"chat": ["alice"]}))
+        manager = ChannelManager(self.registry, self.bus, self.agent, access=access,
+                                 files_dir=self.tmp_path / "files", **kwargs)
+        if claiming:
+            self.claim(manager)
+        return manager
+
+    def claim(self, manager: ChannelManager) -> None:
+        self.tasks.append(asyncio.create_task(manager.claim_loop(), name="inbound:claim"))
+
+    async def stop_claiming(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+
+    async def restart_bus(self) -> MessageBus:
+        await self.stop_claiming()
+        await self.bus.stop(0.1)
+        await self.bus.close()
+        self.bus = self._new_bus()
+        await self.bus.start()
+        return self.bus
+
+    async def close(self) -> None:
+        await self.stop_claiming()
+        await self.bus.stop(0.1)
+        await self.bus.close()
+
+
 @pytest.fixture
-def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
-    bus = MessageBus(tmp_path / "runtime")
+async def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
     model = EchoModel()
     agent = agent_domain(tmp_path, model, ChatRef("chat", "c1"))
     adapter = MemoryAdapter()
     registry = ChannelRegistry()
     registry.register(adapter)
-    bus.bind_senders(registry.get)
+    rigged = Rig(tmp_path, registry, agent)
+    await rigged.bus.start()
+    yield rigged.build, adapter, model, rigged.bus
+    await rigged.close()
 
-    def build(**kwargs: Any) -> ChannelManager:
-        access = kwargs.pop("access", AccessPolicy.from_lists({"chat": ["alice"]}))
-        return ChannelManager(registry, bus, agent, access=access,
-                              files_dir=tmp_path / "files", **kwargs)
 
-    bus.start()
-    yield build, adapter, model, bus
-    bus.close()
+async def drained(bus: MessageBus, timeout: float = 5.0) -> bool:
+    """Every inbound message completed (a reply is sent concurrently with the completion
+    that follows its storing, so a test waits for both)."""
+    async with asyncio.timeout(timeout):
+        while await bus.inbound.pending_count():
+            await asyncio.sleep(0.002)
+    return True
+
+
+def done_records(bus: MessageBus) -> list[dict[str, Any]]:
+    """The completion records of the inbound journal file (file backend)."""
+    return [r for r in bus.inbound.journal._file.iter_records() if r.get("op") == "done"]
 
 
 def msg(i: int, text: str = "hi", **kwargs: Any) -> InboundMessage:
@@ -116,23 +172,23 @@ async def settle(adapter: MemoryAdapter, count: int) -> list[str]:
 async def test_priming_bots_and_unaddressed_messages_are_seen_not_answered(rig) -> None:
     build, adapter, model, bus = rig
     manager = build()
-    fresh = manager.ingest(adapter, [msg(1, priming=True), msg(2, from_bot=True),
+    fresh = await manager.ingest(adapter, [msg(1, priming=True), msg(2, from_bot=True),
                                      msg(3, is_mention=False), msg(4, "real")])
     assert [m.message_id for m in fresh] == ["m4"]
     assert adapter.committed == ["m1", "m2", "m3", "m4"]
     assert await settle(adapter, 1) == ["echo: real"]
-    assert all(bus.inbound.is_seen(f"chat:c1:m{i}") for i in range(1, 5))
-    assert manager.ingest(adapter, [msg(1), msg(4)]) == []  # never answered later
+    assert all([await bus.inbound.is_seen(f"chat:c1:m{i}") for i in range(1, 5)])
+    assert await manager.ingest(adapter, [msg(1), msg(4)]) == []  # never answered later
 
 
 async def test_unknown_user_gets_one_polite_refusal_per_cooldown(rig) -> None:
     build, adapter, model, bus = rig
     manager = build()
-    manager.ingest(adapter, [msg(1, sender_id="mallory"), msg(2, sender_id="mallory")])
+    await manager.ingest(adapter, [msg(1, sender_id="mallory"), msg(2, sender_id="mallory")])
     replies = await settle(adapter, 1)
     assert len(replies) == 1 and "mallory" in replies[0] and "CHAT_ALLOWED_USERS" in replies[0]
     assert model.inputs == []
-    manager.ingest(adapter, [msg(3, sender_id="mallory")])
+    await manager.ingest(adapter, [msg(3, sender_id="mallory")])
     await asyncio.sleep(0.01)
     assert len(adapter.sent) == 1
 
@@ -142,27 +198,27 @@ async def test_a_run_stopped_by_max_turns_is_counted_apart_from_answers(rig) -> 
     build, adapter, model, bus = rig
     model.calls = [ToolCall("c1", "no_such_tool", {})]
     manager = build()
-    manager.ingest(adapter, [msg(1, "loop forever")])
+    await manager.ingest(adapter, [msg(1, "loop forever")])
     await settle(adapter, 1)
     async with asyncio.timeout(5):
         while not manager.max_turns_count:
             await asyncio.sleep(0.001)
     assert (manager.answered_count, manager.failed_count) == (0, 0)
-    done = [r for r in bus.inbound._file.iter_records() if r.get("op") == "done"]
+    done = done_records(bus)
     assert [r["status"] for r in done] == [ReplyStatus.MAX_TURNS] == ["max_turns"]
 
 
 async def test_star_allows_everyone(rig) -> None:
     build, adapter, model, bus = rig
     manager = build(access=AccessPolicy.from_lists({"chat": ["*"]}))
-    manager.ingest(adapter, [msg(1, "yo", sender_id="anyone")])
+    await manager.ingest(adapter, [msg(1, "yo", sender_id="anyone")])
     assert await settle(adapter, 1) == ["echo: yo"]
 
 
 async def test_commands(rig) -> None:
     build, adapter, model, bus = rig
     manager = build()
-    manager.ingest(adapter, [msg(1, "/help"), msg(2, "/repl 1+1"), msg(3, "/frobnicate"),
+    await manager.ingest(adapter, [msg(1, "/help"), msg(2, "/repl 1+1"), msg(3, "/frobnicate"),
                              msg(4, "/stop")])
     replies = await settle(adapter, 4)
     assert replies[0] == "Nothing is running in this chat."  # /stop jumps the chat's queue
@@ -177,11 +233,12 @@ async def test_stop_command_and_stop_reaction_abort_a_running_answer(rig) -> Non
     build, adapter, model, bus = rig
     manager = build()
     model.gate = asyncio.Event()
-    manager.ingest(adapter, [msg(1, "long job")])
+    await manager.ingest(adapter, [msg(1, "long job")])
     async with asyncio.timeout(5):
         while manager.runs.count() == 0:
             await asyncio.sleep(0.001)
-    manager.ingest(adapter, [msg(2, "", kind="reaction", reaction="🛑", target_message_id="m1")])
+    await manager.ingest(adapter, [msg(2, "", kind="reaction", reaction="🛑",
+                                       target_message_id="m1")])
     assert await settle(adapter, 1) == ["Stopped."]
     async with asyncio.timeout(5):  # typing is switched off as the turn unwinds
         while not (adapter.typing and adapter.typing[-1] is False):
@@ -192,25 +249,25 @@ async def test_stop_command_and_stop_reaction_abort_a_running_answer(rig) -> Non
 async def test_grouping_answers_a_burst_once(rig) -> None:
     build, adapter, model, bus = rig
     manager = build(grouping_window_s=0.05, grouping_max=10)
-    manager.ingest(adapter, [msg(1, "first"), msg(2, "second"), msg(3, "third")])
+    await manager.ingest(adapter, [msg(1, "first"), msg(2, "second"), msg(3, "third")])
     assert await settle(adapter, 1) == ["echo: first\nsecond\nthird"]
     await asyncio.sleep(0.05)
     assert len(adapter.sent) == 1
-    assert bus.inbound.pending_count == 0
+    assert await drained(bus)
 
 
 async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -> None:
     build, adapter, model, bus = rig
     manager = build()
     model.reply = " ".join(f"w{i:03d}" for i in range(300))
-    manager.ingest(adapter, [msg(1)])
+    await manager.ingest(adapter, [msg(1)])
     parts = await settle(adapter, 3)
     assert [p[:5] for p in parts] == ["[1/3]", "[2/3]", "[3/3]"]
     assert all(len(p) <= 600 for p in parts)
     assert " ".join(p.split(" ", 1)[1] for p in parts).split() == model.reply.split()
     adapter.sent.clear()
     model.reply = "x" * 2500
-    manager.ingest(adapter, [msg(2)])
+    await manager.ingest(adapter, [msg(2)])
     await settle(adapter, 1)
     assert adapter.sent[0].metadata["as_file"] and adapter.sent[0].content == "x" * 2500
 
@@ -218,7 +275,7 @@ async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -
 async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
     build, adapter, model, bus = rig
     manager = build()
-    manager.ingest(adapter, [msg(1, "see file", attachments=[Attachment(name="a.txt",
+    await manager.ingest(adapter, [msg(1, "see file", attachments=[Attachment(name="a.txt",
                                                                         url="http://x/a")])])
     await settle(adapter, 1)
     assert f"saved at {tmp_path / 'files' / 'chat' / 'a.txt'}" in model.inputs[0]

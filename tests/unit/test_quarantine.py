@@ -12,7 +12,7 @@ from soulflow.bus.messages import Attachment, InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.normalize import normalize_inbound, normalize_text, scrub_surrogates
 from soulflow.channels.poison import APOLOGY, poison_message
-from tests.unit.test_manager import msg, rig, settle  # noqa: F401 - rig is a fixture
+from tests.unit.test_manager import drained, msg, rig, settle  # noqa: F401 - rig: a fixture
 
 TOKEN = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
 
@@ -77,18 +77,18 @@ def test_the_inbound_dlq_redacts_secrets_and_survives_reopening(tmp_path: Path) 
 async def test_a_sealing_error_is_quarantined_and_the_next_message_answered(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     manager = build(sealer=BrokenSealer())
-    fresh = manager.ingest(adapter, [msg(1, f"boom {TOKEN}"), msg(2, "fine")])
+    fresh = await manager.ingest(adapter, [msg(1, f"boom {TOKEN}"), msg(2, "fine")])
     assert [m.message_id for m in fresh] == ["m2"]
     assert adapter.committed == ["m1", "m2"]  # the cursor passes it: it is recorded
     replies = await settle(adapter, 2)
     assert replies == [APOLOGY, "echo: fine"]
-    [letter] = bus.inbound_dlq.entries()
+    [letter] = await bus.inbound_dlq.entries()
     assert (letter.stage, letter.message_id, letter.error) == (
         "seal", "m1", "OSError: No space left on device")
     assert TOKEN not in letter.content and TOKEN not in letter.raw
-    assert bus.inbound.is_seen("chat:c1:m1") and bus.inbound.pending_count == 0
-    assert manager.ingest(adapter, [msg(1, f"boom {TOKEN}")]) == []  # redelivered: seen
-    assert len(bus.inbound_dlq) == 1
+    assert await drained(bus) and await bus.inbound.is_seen("chat:c1:m1")
+    assert await manager.ingest(adapter, [msg(1, f"boom {TOKEN}")]) == []  # redelivered: seen
+    assert await bus.inbound_dlq.count() == 1
 
 
 async def test_poison_from_an_adapter_is_recorded_before_the_commit(rig) -> None:  # noqa: F811
@@ -96,15 +96,15 @@ async def test_poison_from_an_adapter_is_recorded_before_the_commit(rig) -> None
     manager = build()
     poison = poison_message("chat", message_id="update-7", error=ValueError("bad json"),
                             raw={"update_id": 7, "message": "not an object"})
-    manager.ingest(adapter, [poison, msg(8, "after")])
+    await manager.ingest(adapter, [poison, msg(8, "after")])
     assert await settle(adapter, 1) == ["echo: after"]
-    [letter] = bus.inbound_dlq.entries()
+    [letter] = await bus.inbound_dlq.entries()
     assert (letter.stage, letter.message_id, letter.error) == (
         "parse", "update-7", "ValueError: bad json")
     assert "not an object" in letter.raw
     assert adapter.committed == ["update-7", "m8"]
-    manager.ingest(adapter, [poison])  # read again (a crash before the commit): recorded once
-    assert len(bus.inbound_dlq) == 1
+    await manager.ingest(adapter, [poison])  # read again (a crash before the commit): recorded once
+    assert await bus.inbound_dlq.count() == 1
 
 
 async def test_a_command_that_crashes_is_quarantined_once_not_replayed(rig) -> None:  # noqa: F811
@@ -115,13 +115,14 @@ async def test_a_command_that_crashes_is_quarantined_once_not_replayed(rig) -> N
         raise RuntimeError("renderer crashed")
 
     manager.commands.register("render", explode)
-    manager.ingest(adapter, [msg(1, "/render graph"), msg(2, "after")])
+    await manager.ingest(adapter, [msg(1, "/render graph"), msg(2, "after")])
     replies = await settle(adapter, 2)
     assert replies == [APOLOGY, "echo: after"]
-    [letter] = bus.inbound_dlq.entries()
+    [letter] = await bus.inbound_dlq.entries()
     assert (letter.stage, letter.error) == ("process", "RuntimeError: renderer crashed")
-    assert bus.inbound.pending_count == 0  # completed as failed: no replay at the next boot
-    assert build().resume_pending() == 0
+    assert await drained(bus)  # completed as failed: no replay at boot
+    await build.__self__.restart_bus()
+    assert await build(claiming=False).resume_pending() == 0
 
 
 async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> None:  # noqa: F811
@@ -129,15 +130,15 @@ async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> No
     manager = build()
     real_accept = bus.inbound.accept
 
-    def accept(message: InboundMessage) -> bool:
+    async def accept(message: InboundMessage) -> bool:
         if message.message_id == "m1":
             raise OSError("EIO")
-        return real_accept(message)
+        return await real_accept(message)
 
     monkeypatch.setattr(bus.inbound, "accept", accept)
-    manager.ingest(adapter, [msg(1, "one"), msg(2, "two")])
+    await manager.ingest(adapter, [msg(1, "one"), msg(2, "two")])
     assert await settle(adapter, 2) == [APOLOGY, "echo: two"]
-    assert [e.stage for e in bus.inbound_dlq.entries()] == ["journal"]
+    assert [e.stage for e in await bus.inbound_dlq.entries()] == ["journal"]
     await asyncio.sleep(0)
 
 
@@ -145,6 +146,6 @@ async def test_a_quarantine_is_announced_as_a_live_event(rig) -> None:  # noqa: 
     build, adapter, model, bus = rig
     events: list[tuple[str, dict[str, Any]]] = []
     manager = build(sealer=BrokenSealer(), on_event=lambda kind, data: events.append((kind, data)))
-    manager.ingest(adapter, [msg(1, "boom")])
+    await manager.ingest(adapter, [msg(1, "boom")])
     assert [(k, d["stage"], d["message_id"]) for k, d in events
             if k == "inbound.quarantined"] == [("inbound.quarantined", "seal", "m1")]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
@@ -12,7 +15,7 @@ from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
 from soulflow.backends.base import BackendKind, BackendUnavailable
 from soulflow.backends.redis.inbound import RedisInbound
-from soulflow.backends.redis.keys import Keys
+from soulflow.backends.redis.keys import Keys, partition_of
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.outbox import RedisOutbox
 from soulflow.backends.redis.partitions import PartitionLeases
@@ -21,6 +24,8 @@ from soulflow.backends.redis.records import (
     RedisDeadLetters,
     RedisInboundDeadLetters,
 )
+
+log = logging.getLogger(__name__)
 
 
 def shown_url(url: str) -> str:
@@ -33,15 +38,19 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-async def connect(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
-    """A client that answered PING, or BackendUnavailable with one sentence for the operator."""
+def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
+    """A client for `url` (no connection yet), or BackendUnavailable naming a malformed URL."""
     try:
-        client = Redis.from_url(url, socket_connect_timeout=timeout_s,
-                                socket_timeout=socket_timeout_s, health_check_interval=30)
+        return Redis.from_url(url, socket_connect_timeout=timeout_s,
+                              socket_timeout=socket_timeout_s, health_check_interval=30)
     except ValueError as exc:
         raise BackendUnavailable(f"REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc}); "
                                  "use redis://host:6379/0, rediss:// for TLS, or "
                                  "unix:///path/to/redis.sock") from None
+
+
+async def check_reachable(client: Redis, url: str, *, timeout_s: float = 5.0) -> None:
+    """PING, or BackendUnavailable with one sentence for the operator (the client is closed)."""
     try:
         await asyncio.wait_for(client.ping(), timeout=timeout_s + 1)
     except AuthenticationError as exc:
@@ -53,12 +62,43 @@ async def connect(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float =
         reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
         raise BackendUnavailable(f"Redis at {shown_url(url)} (REDIS_URL) is unreachable: "
                                  f"{reason}") from None
+
+
+async def connect(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
+    """A client that answered PING, or BackendUnavailable with one sentence for the operator."""
+    client = client_for(url, timeout_s=timeout_s, socket_timeout_s=socket_timeout_s)
+    await check_reachable(client, url, timeout_s=timeout_s)
     return client
 
 
+@dataclass(slots=True)
+class Reachability:
+    """Whether Redis answered the last lease round, and since when it has not: the node's
+    own view, shown on /api/state and the page. Logs one line per change, not per try."""
+
+    connected: bool = True
+    since: float | None = None  # wall time of the first failure of the current outage
+    last_error: str = ""
+
+    def ok(self) -> None:
+        if not self.connected:
+            log.warning("Redis reachable again (unreachable since %s)",
+                        time.strftime("%H:%M:%S", time.localtime(self.since or 0)))
+        self.connected, self.since = True, None
+
+    def failed(self, exc: BaseException) -> None:
+        self.last_error = (str(exc) or type(exc).__name__)[:300]
+        if self.connected:
+            log.error("Redis unreachable (%s): this node takes no new work until it is back",
+                      self.last_error)
+            self.connected, self.since = False, time.time()
+
+
 class RedisBackend:
-    """Stores on one Redis. `start()` creates the stream groups and takes this node's share of
-    partitions before returning (so work can be claimed at once), then keeps the leases."""
+    """Stores on one Redis. `start()` checks Redis answers, creates the stream groups and takes
+    this node's share of partitions before returning (so work can be claimed at once), then
+    keeps the leases in the "backend:partitions" task, which also tells whether Redis answers
+    and calls the `on_partitions_changed` callbacks when the held set changes."""
 
     kind = BackendKind.REDIS
 
@@ -66,9 +106,10 @@ class RedisBackend:
                  partitions: int = 16, lease_ttl_s: float = 6.0,
                  seen_ttl_s: float = 7 * 24 * 3600,
                  redact: Callable[[str], str] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, url: str = "") -> None:
         self.client = client
         self.node_id = node_id
+        self.url = url
         self.keys = Keys(prefix, partitions)
         self.leases = RedisLeases(client, self.keys)
         self.partitions = PartitionLeases(client, self.keys, self.leases, node_id,
@@ -80,16 +121,79 @@ class RedisBackend:
         self.dlq = RedisDeadLetters(client, self.keys, clock=clock)
         self.inbound_dlq = RedisInboundDeadLetters(client, self.keys, redact=redact, clock=clock)
         self.cursors = RedisCursors(client, self.keys)
+        self.reachability = Reachability()
+        self._changed: list[Callable[[], None]] = []
+        self._held: frozenset[int] = frozenset()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self.url:
+            await check_reachable(self.client, self.url)
         try:
             await self.inbound.ensure_groups()
             await self.partitions.rebalance()
         except ResponseError as exc:
             raise BackendUnavailable(f"Redis refused the backend's setup ({exc}); SoulFlow "
                                      "needs Redis 6.2 or newer with scripting allowed") from None
-        self.partitions.start()
+        self._held = frozenset(self.partitions.held())
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._keep_leases(), name="backend:partitions")
+
+    async def _keep_leases(self) -> None:
+        """Every quarter TTL: one lease round (beat, renew, take, give back); then tell the
+        listeners if the set of partitions this node may act on changed (a lease that
+        lapsed while Redis was away counts too)."""
+        interval = self.partitions.ttl_s / 4
+        while True:
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await asyncio.wait_for(self.partitions.rebalance(), timeout=interval * 2)
+            except (RedisError, OSError, TimeoutError) as exc:
+                self.reachability.failed(exc)
+            except Exception:
+                log.exception("partition leases: rebalance failed; retrying")
+            else:
+                self.reachability.ok()
+            held = frozenset(self.partitions.held())
+            if held != self._held:
+                log.info("partitions held by %s: %s", self.node_id, sorted(held) or "none")
+                self._held = held
+                for callback in list(self._changed):
+                    try:
+                        callback()
+                    except Exception:
+                        log.exception("a partitions-changed listener failed")
+
+    def owns(self, chat_key: str) -> bool:
+        return self.partitions.lease(partition_of(chat_key, self.keys.partitions)) is not None
+
+    def on_partitions_changed(self, callback: Callable[[], None]) -> None:
+        self._changed.append(callback)
+
+    def status(self) -> dict[str, Any]:
+        reach = self.reachability
+        return {"kind": str(self.kind), "node_id": self.node_id,
+                "url": shown_url(self.url) if self.url else "",
+                "connected": reach.connected, "since": reach.since,
+                "last_error": reach.last_error,
+                "partitions": {"held": self.partitions.held(), "total": self.keys.partitions},
+                "lease_ttl_s": self.partitions.ttl_s}
+
+    def sync(self) -> None:
+        """Redis persists on its own (see docs/scaling.md, persistence)."""
+
+    def compact_if_needed(self) -> None:
+        """Nothing grows without bound here: completed entries are deleted from the streams."""
 
     async def close(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
         await self.partitions.stop()
         await self.client.aclose()
