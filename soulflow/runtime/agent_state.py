@@ -1,0 +1,75 @@
+"""Where the agent's state lives: files under runtime/, or Redis (SOULFLOW_BACKEND=redis).
+
+Sessions, agent run journals and the approval-prompt maps keep their synchronous API (they are
+called deep inside the agent, many times per turn); on Redis they share one synchronous client
+per daemon (`state_redis`), made here and closed by `Runtime.stop()`. The Redis stores import
+only on the redis backend, so a file daemon never loads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from soulflow.agent.approvals import ApprovalMap, ApprovalMessages
+from soulflow.agent.run.store import RunJournal
+from soulflow.agent.run.timing import FinishedListener, TimedThreadStore
+from soulflow.backends.base import Backend
+from soulflow.config import Settings
+from soulflow.session.store import Sessions, SessionStore
+
+if TYPE_CHECKING:
+    from soulflow.backends.redis.sync_client import StateRedis
+
+MAX_CALL_S = 2.0  # the longest one synchronous Redis call may block the event loop
+
+
+def state_redis(settings: Settings) -> StateRedis | None:
+    """The synchronous Redis client of this daemon's stores, or None on the file backend.
+
+    Its timeout is at most a third of the lease TTL: a call that hangs on a dead Redis blocks
+    the event loop, and the loop must still notice in time that its leases lapsed."""
+    if settings["SOULFLOW_BACKEND"] != "redis":
+        return None
+    from soulflow.backends.redis.sync_client import StateRedis, sync_client
+
+    timeout_s = min(MAX_CALL_S, float(settings["REDIS_LEASE_TTL_S"]) / 3)
+    return StateRedis(sync_client(settings["REDIS_URL"], timeout_s=timeout_s),
+                      settings["REDIS_KEY_PREFIX"])
+
+
+def session_store(settings: Settings, state: StateRedis | None, *,
+                  redact: Callable[[str], str]) -> Sessions:
+    """Conversation history: `runtime/sessions/<key>.jsonl`, or a list per session in Redis."""
+    if state is None:
+        return SessionStore(settings.runtime_dir / "sessions", fsync=settings["JOURNAL_FSYNC"],
+                            redact=redact)
+    from soulflow.backends.redis.sessions import RedisSessionStore
+
+    return RedisSessionStore(state, redact=redact)
+
+
+def run_journal(settings: Settings, state: StateRedis | None, backend: Backend | None, *,
+                redact: Callable[[Any], Any], on_finished: FinishedListener) -> RunJournal:
+    """Agent run journals: `runtime/threads/`, or Redis, where each write carries the fencing
+    token of the partition lease under which this node holds the run's chat."""
+    if state is None:
+        return TimedThreadStore(settings.runtime_dir / "threads",
+                                fsync=settings["JOURNAL_FSYNC"], redact=redact,
+                                on_finished=on_finished)
+    from soulflow.backends.redis.backend import RedisBackend
+    from soulflow.backends.redis.runs import RedisThreadStore, no_fence, partition_fence
+
+    fence = partition_fence(backend) if isinstance(backend, RedisBackend) else no_fence
+    return RedisThreadStore(state, redact=redact, on_finished=on_finished, fence=fence)
+
+
+def approval_map(path: Path, state: StateRedis | None, name: str) -> ApprovalMap:
+    """Which platform messages announced which approval: the JSON file at `path`, or the
+    Redis hash `approvals:<name>` (so a reaction landing on any node finds it)."""
+    if state is None:
+        return ApprovalMessages(path)
+    from soulflow.backends.redis.approvals import RedisApprovalMessages
+
+    return RedisApprovalMessages(state, name)
