@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from soulflow import __version__
-from soulflow.agent.approvals import ApprovalMessages, ApproverPolicy
+from soulflow.agent.approvals import ApproverPolicy
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
@@ -42,12 +42,11 @@ from soulflow.ops.assembly import BackgroundServices
 from soulflow.ops.service import loop_and_channel_problems
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
-from soulflow.runtime import wiring
+from soulflow.runtime import agent_state, wiring
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.protected import open_vault
 from soulflow.security.redact import Redactor, install_log_redaction
-from soulflow.session.store import SessionStore
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor
@@ -66,7 +65,6 @@ class Runtime:
         self.settings = settings
         self._lock = lock
         runtime_dir = settings.runtime_dir
-        fsync = settings["JOURNAL_FSYNC"]
         # one redactor for every sink: logs, sessions, journals, events, model requests; it
         # knows the environment's and .env's credentials and learns every secret a tool opens
         self.redactor = Redactor.for_settings(settings)
@@ -86,8 +84,11 @@ class Runtime:
                               outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
                               policy=wiring.retry_policy(settings), on_event=self._publish_event)
         self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
-        self.sessions = SessionStore(runtime_dir / "sessions", fsync=fsync,
-                                     redact=self.redactor.redact)
+        # sessions, run journals, approval prompts (and other synchronous stores): on Redis
+        # they share this daemon's synchronous client (None with files), closed by stop()
+        self.state_redis = agent_state.state_redis(settings)
+        self.sessions = agent_state.session_store(settings, self.state_redis,
+                                                  redact=self.redactor.redact)
         self.memory = MemoryStore(settings.workspace / "memory")
         self.local_model = embedded_model(settings)  # None unless wanted and installed
         self.providers = build_providers(settings, self.local_model)
@@ -105,10 +106,12 @@ class Runtime:
             settings, self.providers, redactor=self.redactor, sessions=self.sessions,
             memory=self.memory, tools=self.tools, context=self.context,
             tool_context=self.tool_bridge.context, tiny_model=tiny_model,
-            on_run_finished=lambda status, seconds, sub: self.run_durations.observe(seconds))
+            on_run_finished=lambda status, seconds, sub: self.run_durations.observe(seconds),
+            state=self.state_redis, backend=self.backend)
         self.threads, self.consolidator = parts.threads, parts.consolidator
         self.model, self._chain = parts.model, parts.chain  # redacting wrapper, failover chain
-        self.approvals = ApprovalMessages(runtime_dir / "approvals" / "messages.json")
+        self.approvals = agent_state.approval_map(runtime_dir / "approvals" / "messages.json",
+                                                  self.state_redis, "messages")
         self.agent = AgentDomain(self.context, self.sessions, parts.loop, self.approvals,
                                  on_turn_finished=self._after_turn,
                                  approvers=ApproverPolicy(self.admins.is_admin),
@@ -182,7 +185,7 @@ class Runtime:
                           exc)
             self.supervisor.spawn("local-model", self.local_model.run_supervisor)
         if self.agent.loop is not None:
-            orphans = cancel_orphaned_subruns(self.agent.loop)
+            orphans = cancel_orphaned_subruns(self.agent.loop, self.backend.owns)
             if orphans:
                 log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
         await self.bus.start()  # the outbox this node must send, and the counts
@@ -232,6 +235,8 @@ class Runtime:
         self.sessions.close()
         if self.threads is not None:
             self.threads.close()
+        if self.state_redis is not None:
+            self.state_redis.close()  # last: every synchronous store above has stopped
         (self.settings.runtime_dir / DAEMON_INFO_FILE).unlink(missing_ok=True)
         self._lock.release()
         self._uninstall_log_redaction()

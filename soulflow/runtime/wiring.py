@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop, ContextFactory
-from soulflow.agent.run.timing import TimedThreadStore
+from soulflow.agent.run.store import RunJournal
 from soulflow.agent.skills import SkillIndex
 from soulflow.agent.tools import CodeSandbox, build_default_registry
 from soulflow.agent.tools.cron_tool import CronTool
@@ -25,6 +25,7 @@ from soulflow.agent.tools.messaging import MessageTool, RequestFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool
+from soulflow.backends.base import Backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.retry import RetryPolicy
 from soulflow.channels.access import AdminPolicy
@@ -46,11 +47,15 @@ from soulflow.cron import CronService
 from soulflow.providers.factory import failover_order
 from soulflow.providers.local_runtime import LocalModelRuntime
 from soulflow.providers.registry import ProviderRegistry
+from soulflow.runtime import agent_state
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.redact import Redactor
 from soulflow.security.redacting_provider import RedactingProvider
 from soulflow.security.vault import SecretVault
-from soulflow.session.store import SessionStore
+from soulflow.session.store import Sessions
+
+if TYPE_CHECKING:
+    from soulflow.backends.redis.sync_client import StateRedis
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -135,16 +140,17 @@ class AgentParts:
     """The agent loop and what hangs off the model: all None without a provider."""
 
     loop: AgentLoop | None = None
-    threads: TimedThreadStore | None = None
+    threads: RunJournal | None = None
     model: Provider | None = None  # the redacting wrapper around the failover chain
     chain: Provider | None = None
     consolidator: Consolidator | None = None
 
 
 def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Redactor,
-                sessions: SessionStore, memory: MemoryStore, tools: ToolRegistry,
+                sessions: Sessions, memory: MemoryStore, tools: ToolRegistry,
                 context: ContextBuilder, tool_context: ContextFactory, tiny_model: bool,
-                on_run_finished: Callable[[str, float, bool], None]) -> AgentParts:
+                on_run_finished: Callable[[str, float, bool], None],
+                state: StateRedis | None = None, backend: Backend | None = None) -> AgentParts:
     """The loop on the failover chain (PROVIDER_FALLBACKS), model calls redacted, memory
     consolidation unless the embedded model answers (its summaries stay out of memory/)."""
     if not providers.names():
@@ -162,8 +168,8 @@ def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Re
         policy = ConsolidationPolicy(threshold_messages=threshold,
                                      keep_last=int(settings["MEMORY_CONSOLIDATION_KEEP_LAST"]))
         consolidator = Consolidator(sessions, memory, lambda: model, policy)
-    threads = TimedThreadStore(settings.runtime_dir / "threads", fsync=settings["JOURNAL_FSYNC"],
-                               redact=redactor.redact_strings, on_finished=on_run_finished)
+    threads = agent_state.run_journal(settings, state, backend, redact=redactor.redact_strings,
+                                      on_finished=on_run_finished)
     loop = AgentLoop(threads, lambda: model, tools, context.system_prompt, tool_context,
                      max_turns=settings["AGENT_MAX_TURNS"])
     return AgentParts(loop, threads, model, chain, consolidator)
