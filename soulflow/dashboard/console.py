@@ -50,7 +50,7 @@ class Console:
             "task_list": self._tasks(),
             "cron_jobs": self._cron(),
             "decisions": self._decisions(),
-            "workflow_events": self.runtime.hub.recent({"workflow"}, limit=RECENT_WORKFLOW),
+            "workflow_events": self._workflow_events(),
             "dlq": {"outbound": self._outbound_dlq(),
                     "inbound": [e.to_dict() for e in
                                 self.runtime.bus.stats.recent_inbound_dlq[:RECENT_DLQ]]},
@@ -115,10 +115,16 @@ class Console:
 
     # -- tasks, cron, decisions ----------------------------------------------------------
 
+    def _workflow_events(self) -> list[dict[str, Any]]:
+        """The newest workflow events from their log (the journal, or the Redis stream every
+        node writes: a task run on another node shows here too), shaped as hub events."""
+        return [{"kind": "workflow", "at": record.get("at"), "data": record}
+                for record in self.runtime.workflow.recent(RECENT_WORKFLOW)]
+
     def _tasks(self) -> list[dict[str, Any]]:
         store = self.runtime.tasks
         rows = []
-        for task in store.list()[:30]:
+        for task in store.list(limit=30):
             data = task.to_dict()
             nodes = data.get("nodes", {})
             current = [node_id for node_id, node in nodes.items()
