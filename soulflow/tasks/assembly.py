@@ -4,16 +4,27 @@ Kept out of runtime/daemon.py (which calls `TaskServices(runtime)`, `start`, `st
 `state`) so the daemon's boot file stays about boot order. The engine starts after the agent
 (its nodes are agent runs) and stops before it; stopping leaves running nodes `running` in the
 checkpoint, and the next start resumes them (docs/tasks.md, "Checkpoints and restarts").
+
+With SOULFLOW_BACKEND=redis the task store and the workflow events live in Redis
+(`soulflow/backends/redis/tasks.py`, `events.py`, on the daemon's synchronous client), a task
+is written only under the lease of its chat's partition, and the engine follows the partitions
+this node holds (the "tasks:ownership" loop): tasks of chats that come to this node resume
+here, those of chats that leave stop here (docs/scaling.md, "Tasks").
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from soulflow.agent.approvals import ApprovalMessages, Decider, parse_reaction
+from soulflow.agent.approvals import ApprovalMap, ApprovalMessages, Decider, parse_reaction
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
+from soulflow.backends.redis.approvals import RedisApprovalMessages
+from soulflow.backends.redis.events import RedisWorkflowLog
+from soulflow.backends.redis.keys import TaskKeys
+from soulflow.backends.redis.tasks import PartitionFence, RedisProposals, RedisTaskStore
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.contracts import ChatRef
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
@@ -23,8 +34,8 @@ from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import AgentParts, DaemonExecutors, is_task_run
 from soulflow.tasks.planner import Planner
 from soulflow.tasks.progress import STATUS_KEY, TaskProgress
-from soulflow.tasks.proposals import ProposalStore
-from soulflow.tasks.store import TaskStore
+from soulflow.tasks.proposals import ProposalMap, ProposalStore
+from soulflow.tasks.store import TaskStore, TaskStoreBase
 from soulflow.tasks.tool import TaskTool
 
 if TYPE_CHECKING:
@@ -35,19 +46,51 @@ __all__ = ["TaskServices", "is_task_run"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class TaskStores:
+    """Where tasks keep their state: files under runtime/, or Redis."""
+
+    store: TaskStoreBase
+    workflow: WorkflowEventService
+    proposals: ProposalMap  # plans under review, one per chat
+    prompts: ApprovalMap  # platform message ids of task prompts, so a reaction decides them
+    #                       (task id in the `run_id` slot, node id in the `approval_id` slot)
+    fence: PartitionFence | None  # Redis: bound to the backend's partition leases at start
+
+
+def task_stores(runtime: Runtime) -> TaskStores:
+    settings = runtime.settings
+    state = runtime.state_redis  # None with files
+    if state is None:
+        tasks_dir = settings.runtime_dir / "tasks"
+        return TaskStores(
+            TaskStore(tasks_dir),
+            WorkflowEventService(settings.runtime_dir / "events", workspace=settings.workspace,
+                                 redactor=runtime.redactor, hub=runtime.hub,
+                                 fsync=settings["JOURNAL_FSYNC"]),
+            ProposalStore(tasks_dir / "proposals.json"),
+            ApprovalMessages(tasks_dir / "prompt-messages.json"), None)
+    keys = TaskKeys(state.prefix)
+    fence = PartitionFence()
+    return TaskStores(
+        RedisTaskStore(state, keys, fence=fence),
+        WorkflowEventService(workspace=settings.workspace, redactor=runtime.redactor,
+                             hub=runtime.hub, log=RedisWorkflowLog(state, keys)),
+        RedisProposals(state, keys), RedisApprovalMessages(state, "task-prompts"), fence)
+
+
 class TaskServices:
     """Everything tasks need in one daemon (see the module docstring)."""
 
     def __init__(self, runtime: Runtime) -> None:
         settings = runtime.settings
-        runtime_dir = settings.runtime_dir
         self._runtime = runtime
-        self.store = TaskStore(runtime_dir / "tasks")
+        stores = task_stores(runtime)
+        self.store, self.workflow = stores.store, stores.workflow
+        self.proposals, self.prompts = stores.proposals, stores.prompts
+        self._fence = stores.fence  # on Redis: writes only under the chat's partition lease
         for problem in self.store.problems:
             log.error("task store: %s", problem)
-        self.workflow = WorkflowEventService(
-            runtime_dir / "events", workspace=settings.workspace, redactor=runtime.redactor,
-            hub=runtime.hub, fsync=settings["JOURNAL_FSYNC"])
         self.workflow.bind_task_store(self.store)
         agent: AgentParts | None = None
         model = runtime.model
@@ -60,14 +103,11 @@ class TaskServices:
                                      interval_s=float(settings["TASK_PROGRESS_INTERVAL_S"]))
         self.engine = TaskEngine(self.store, self.executors.executors(),
                                  tool_names=self.executors.tool_names(), emit=self._emit,
-                                 max_parallel=int(settings["TASK_MAX_PARALLEL"]))
+                                 max_parallel=int(settings["TASK_MAX_PARALLEL"]),
+                                 owns=runtime.backend.owns)
         self.approvers = runtime.agent.approvers  # tasks follow the run approvals' rule
-        self.chat = TaskChat(self.engine, self.executors, self._planner,
-                             ProposalStore(runtime_dir / "tasks" / "proposals.json"),
+        self.chat = TaskChat(self.engine, self.executors, self._planner, self.proposals,
                              self.approvers, agent_waiting=self._agent_waiting)
-        # platform message ids of task prompts, so a reaction decides them (task id in the
-        # `run_id` slot, node id in the `approval_id` slot)
-        self.prompts = ApprovalMessages(runtime_dir / "tasks" / "prompt-messages.json")
         runtime.tools.register(TaskTool(lambda: self.chat, self._publish_text))
         manager = runtime.manager
         manager.commands.register("task", self.chat.command)
@@ -80,6 +120,15 @@ class TaskServices:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> list[str]:
+        """After the backend started (Redis: this node holds its first partitions)."""
+        if self._fence is not None:
+            runtime = self._runtime
+            self._fence.bind(runtime.backend)  # type: ignore[arg-type]  # a RedisBackend
+            runtime.backend.on_partitions_changed(self.engine.partitions_changed)
+            # a lost partition must stop its tasks here well within the third of a TTL
+            # between this node's lease deadline and the lease's expiry in Redis
+            interval = float(runtime.settings["REDIS_LEASE_TTL_S"]) / 8
+            runtime.supervisor.spawn("tasks:ownership", lambda: self.engine.watch(interval))
         resumed = await self.engine.start()
         if resumed:
             log.info("resumed %d task(s) from their checkpoints: %s", len(resumed),

@@ -43,7 +43,7 @@ from soulflow.tasks.executors import DaemonExecutors
 from soulflow.tasks.graph import GraphValidationError
 from soulflow.tasks.model import Choice, NodeKind, TaskGraph, TaskState
 from soulflow.tasks.planner import Plan, PlanError, Planner
-from soulflow.tasks.proposals import Proposal, ProposalStore
+from soulflow.tasks.proposals import Proposal, ProposalMap
 from soulflow.tasks.store import TaskDecisionError
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class TaskChat:
     """The chat side of tasks (see the module docstring)."""
 
     def __init__(self, engine: TaskEngine, executors: DaemonExecutors, planner: PlannerFactory,
-                 proposals: ProposalStore, approvers: ApproverPolicy, *,
+                 proposals: ProposalMap, approvers: ApproverPolicy, *,
                  agent_waiting: AgentWaiting | None = None) -> None:
         self.engine = engine
         self.store = engine.store

@@ -75,8 +75,8 @@ class TaskEngine:
         return self._resume_owned()
 
     def _resume_owned(self) -> list[str]:
-        resumed = [t for t in self.store.unfinished()
-                   if t.task_id not in self._loops and self.owns(task_chat_key(t))
+        resumed = [t for t in self.store.unfinished(chats=self.owns)
+                   if t.task_id not in self._loops
                    and (t.status is TaskStatus.RUNNING
                         or any(s.choice is not None for s in t.nodes.values()))]
         for task in resumed:

@@ -8,37 +8,25 @@ restart still starts the task.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from soulflow.storage.atomic import read_json, write_json_atomic
-from soulflow.tasks.model import TaskGraph, now
+from soulflow.tasks.review import Proposal
+
+__all__ = ["Proposal", "ProposalMap", "ProposalStore"]
 
 
-@dataclass(slots=True)
-class Proposal:
-    """A plan waiting for its requester: the request, its edits so far and the current graph."""
+class ProposalMap(Protocol):
+    """Where plans under review are kept: this file, or a Redis hash shared by every node
+    (soulflow/backends/redis/tasks.py), so an answer handled on another node finds its plan."""
 
-    chat: dict[str, Any]  # provider, chat_id, thread_id
-    requested_by: str
-    request: str
-    title: str
-    graph: dict[str, Any]
-    risks: list[str] = field(default_factory=list)
-    edits: list[str] = field(default_factory=list)
-    created_at: float = field(default_factory=now)
+    def get(self, chat_key: str) -> Proposal | None: ...
 
-    def task_graph(self) -> TaskGraph:
-        return TaskGraph.from_dict(self.graph)
+    def put(self, chat_key: str, proposal: Proposal) -> None: ...
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Proposal:
-        return cls(chat=dict(data["chat"]), requested_by=str(data.get("requested_by", "")),
-                   request=str(data["request"]), title=str(data.get("title", "")),
-                   graph=dict(data["graph"]), risks=list(data.get("risks", [])),
-                   edits=list(data.get("edits", [])),
-                   created_at=float(data.get("created_at", 0.0)))
+    def pop(self, chat_key: str) -> Proposal | None: ...
 
 
 class ProposalStore:

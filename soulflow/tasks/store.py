@@ -22,6 +22,7 @@ import re
 import secrets
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,9 @@ class TaskStoreBase(ABC):
         """Tasks newest first, optionally only one status or one chat, at most `limit`."""
 
     @abstractmethod
-    def unfinished(self) -> list[TaskState]: ...
+    def unfinished(self, *, chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        """Tasks still running or waiting, oldest first; with `chats`, only those whose chat
+        key it accepts (the engine's "chats this node holds": cheap to ask every second)."""
 
     @abstractmethod
     async def add(self, task: TaskState) -> None:
@@ -219,8 +222,9 @@ class TaskStore(TaskStoreBase):
         ]
         return sorted(found, key=lambda t: t.created_at, reverse=True)[:limit]
 
-    def unfinished(self) -> list[TaskState]:
-        return [t for t in self._tasks.values() if not t.status.finished]
+    def unfinished(self, *, chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        return [t for t in self._tasks.values() if not t.status.finished
+                and (chats is None or chats(task_chat_key(t)))]
 
     # -- writing -------------------------------------------------------------------------
 

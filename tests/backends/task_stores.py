@@ -18,10 +18,11 @@ import pytest
 from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.keys import TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
-from soulflow.backends.redis.tasks import Fence, RedisTaskStore
+from soulflow.backends.redis.tasks import Fence, RedisProposals, RedisTaskStore
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEventService
 from soulflow.security.redact import Redactor
+from soulflow.tasks.proposals import ProposalMap, ProposalStore
 from soulflow.tasks.store import STORE_VERSION, TaskStore, TaskStoreBase
 
 
@@ -45,6 +46,11 @@ class TaskWorld:
         if self.kind == "file":
             return TaskStore(self.runtime / "tasks")
         return RedisTaskStore(self.state(), self.keys, fence=fence)
+
+    def proposals(self) -> ProposalMap:
+        if self.kind == "file":
+            return ProposalStore(self.runtime / "tasks" / "proposals.json")
+        return RedisProposals(self.state(), self.keys)
 
     def events(self, *, secret: str = "", hub: EventHub | None = None) -> WorkflowEventService:
         redactor = Redactor([secret]) if secret else None

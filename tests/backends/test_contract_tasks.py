@@ -18,6 +18,7 @@ from soulflow.tasks import (
     TaskStatus,
 )
 from soulflow.tasks import store as store_module
+from soulflow.tasks.review import Proposal
 from tests.backends.task_stores import TaskWorld, redis_world, world
 from tests.tasks.helpers import waiting_task
 
@@ -47,6 +48,7 @@ async def test_a_checkpoint_survives_a_restart_and_lists_by_chat(world: TaskWorl
     assert [t.task_id for t in again.list(chat_id="42")] == ["t-3", "t-1"]
     assert [t.task_id for t in again.list(status=TaskStatus.COMPLETED)] == ["t-3"]
     assert [t.task_id for t in again.unfinished()] == ["t-1", "t-2"]
+    assert [t.task_id for t in again.unfinished(chats=lambda c: c == "telegram:7")] == ["t-2"]
     with pytest.raises(ValueError, match="already exists"):
         await again.add(TaskState("t-1", "dup", graph()))
     with pytest.raises(ValueError, match="bad task id"):
@@ -130,6 +132,24 @@ async def test_an_answer_is_stored_before_anyone_acts_on_it(world: TaskWorld) ->
     assert stored.status is TaskStatus.CANCELLED and stored.error == "stopped by the operator"
     with pytest.raises(TaskDecisionError, match="already cancelled"):
         await world.store().decide("t-a", "ok", Choice.APPROVE)
+
+
+async def test_a_plan_under_review_is_found_after_a_restart(world: TaskWorld) -> None:
+    proposals = world.proposals()
+    plan = Proposal(chat={"provider": "telegram", "chat_id": "5", "thread_id": None},
+                    requested_by="dana", request="mail the vendors", title="Mail",
+                    graph=graph().to_dict(), risks=["write_file changes files"])
+    assert proposals.get("telegram:5") is None
+    proposals.put("telegram:5", plan)
+    proposals.put("telegram:6", Proposal(chat={}, requested_by="x", request="y", title="z",
+                                         graph=graph().to_dict()))
+    again = world.proposals()  # a restart, or the node that took the chat over
+    found = again.get("telegram:5")
+    assert found == plan and found.task_graph().to_dict() == graph().to_dict()
+    assert again.pop("telegram:5") == plan
+    assert world.proposals().get("telegram:5") is None
+    assert again.pop("telegram:5") is None
+    assert world.proposals().get("telegram:6") is not None
 
 
 # -- Redis only: who may write ----------------------------------------------------------------

@@ -226,6 +226,11 @@ class TaskKeys:
         return f"{self.prefix}tasks:details:{task_id}"
 
     @property
+    def proposals(self) -> str:
+        """Hash: chat key → the task plan under review in that chat (json)."""
+        return f"{self.prefix}tasks:proposals"
+
+    @property
     def workflow_events(self) -> str:
         """Stream (capped with MAXLEN ~): workflow events, field `e` = the event's json."""
         return f"{self.prefix}events:workflow"

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Protocol
 
 from soulflow.backends.base import Lease
@@ -32,6 +33,7 @@ from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.tasks import store as task_store
 from soulflow.tasks.model import TaskState, TaskStatus, now
+from soulflow.tasks.review import Proposal
 from soulflow.tasks.store import (
     TaskFenced,
     TaskStoreBase,
@@ -161,7 +163,7 @@ class RedisTaskStore(TaskStoreBase):
             return None
         return self._keep(task)
 
-    def _many(self, ids: list[bytes | str]) -> list[TaskState]:
+    def _many(self, ids: Sequence[bytes | str]) -> list[TaskState]:
         if not ids:
             return []
         names = [_text(i) for i in ids]
@@ -189,9 +191,15 @@ class RedisTaskStore(TaskStoreBase):
                  and (provider is None or t.provider == provider)]
         return found[:limit]
 
-    def unfinished(self) -> list[TaskState]:
-        tasks = [t for t in self._many(sorted(self._redis.smembers(self.keys.tasks_open)))
-                 if not t.status.finished]
+    def unfinished(self, *, chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        """With `chats`, the index (`revision|chat`) is read first and only the records of
+        accepted chats are fetched: the engine asks this every few seconds."""
+        ids = sorted(_text(i) for i in self._redis.smembers(self.keys.tasks_open))
+        if chats is not None and ids:
+            index = self._redis.hmget(self.keys.tasks_index, ids)
+            ids = [i for i, entry in zip(ids, index, strict=True)
+                   if entry is not None and chats(_text(entry).partition("|")[2])]
+        tasks = [t for t in self._many(ids) if not t.status.finished]
         return sorted(tasks, key=lambda t: t.created_at)
 
     # -- writing -------------------------------------------------------------------------
@@ -285,6 +293,39 @@ class PartitionFence:
     def owns(self, chat_key: str) -> bool:
         """The engine's `owns`: this node runs the chat's tasks now."""
         return self(chat_key) is not None
+
+
+class RedisProposals:
+    """`ProposalMap` on Redis: the hash `tasks:proposals`, chat key → the plan under review
+    (json). One field per chat, each write one command: the chat's holder writes it, and the
+    node that takes the chat over finds it."""
+
+    def __init__(self, state: StateRedis, keys: TaskKeys) -> None:
+        self._redis = state.client
+        self._key = keys.proposals
+
+    def get(self, chat_key: str) -> Proposal | None:
+        return _proposal(self._redis.hget(self._key, chat_key))
+
+    def put(self, chat_key: str, proposal: Proposal) -> None:
+        self._redis.hset(self._key, chat_key, json.dumps(asdict(proposal), default=str))
+
+    def pop(self, chat_key: str) -> Proposal | None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hget(self._key, chat_key)
+        pipe.hdel(self._key, chat_key)
+        raw, _ = pipe.execute()
+        return _proposal(raw)
+
+
+def _proposal(raw: bytes | str | None) -> Proposal | None:
+    if raw is None:
+        return None
+    try:
+        return Proposal.from_dict(json.loads(raw))
+    except (KeyError, TypeError, ValueError):
+        log.error("a task plan under review in Redis could not be read; ignored")
+        return None
 
 
 class _Leases(Protocol):
