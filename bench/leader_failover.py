@@ -4,7 +4,8 @@ Two node processes run `LeaderElection` for one lease on a private redis-server.
 kills the leader with SIGKILL at a random moment and measures the time until the other
 announces leadership (CLOCK_MONOTONIC is system-wide on Linux, so the two processes' stamps
 compare); the killed node is restarted as the new follower. This is the lease alone: a
-daemon's first reply after a takeover adds its first poll and the answer.
+daemon's first reply after a takeover adds its first poll and the answer (measured with real
+daemons by `python bench/cluster.py failover`).
 
     python bench/leader_failover.py [--kills 20] [--ttl 6]
 """
