@@ -6,10 +6,14 @@ it as a quiet turn in the `heartbeat` session (see `turns.py`): bounded history,
 memory consolidation, and a message to the heartbeat chat only when the answer is not
 `HEARTBEAT_OK`. A heartbeat still waiting for an approval is not started again.
 
-The time of the last tick is kept in `runtime/heartbeat/state.json`, so a restart neither
-runs an extra heartbeat nor postpones the next one by a whole interval. Clock and sleep are
-injected (tests run without waiting); the loop runs under the daemon's Supervisor as
-`heartbeat` and stops by cancellation.
+The time of the last tick is kept in `runtime/heartbeat/state.json` (`HeartbeatStateFile`),
+so a restart neither runs an extra heartbeat nor postpones the next one by a whole interval.
+With the Redis backend it is a hash every node reads (`soulflow/backends/redis/services.py`):
+the heartbeat runs on one node at a time (the holder of the `service:ops` lease, see
+`soulflow/ops/single.py`), and the node that takes over goes on from the last tick of the
+one before, so the interval holds across a failover. The loop re-reads the state before
+each sleep for that reason. Clock and sleep are injected (tests run without waiting); the
+loop runs under the daemon's Supervisor as `heartbeat` and stops by cancellation.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Protocol
 
 from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import actionable_lines, heartbeat_prompt
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner, TurnOutcome, TurnStatus
 from soulflow.storage.atomic import read_json, write_json_atomic
 
-__all__ = ["HEARTBEAT_SESSION", "HeartbeatService", "TickResult", "TickStatus"]
+__all__ = ["HEARTBEAT_SESSION", "HeartbeatService", "HeartbeatState", "HeartbeatStateFile",
+           "HeartbeatStateStore", "TickResult", "TickStatus"]
 
 log = logging.getLogger(__name__)
 
@@ -59,24 +65,61 @@ class TickResult:
         return data
 
 
-@dataclass(slots=True)
-class _State:
+@dataclass(frozen=True, slots=True)
+class HeartbeatState:
+    """The last tick: when, and how it went."""
+
     last_tick_at: float | None = None
     last_status: str = ""
     last_outcome: str = ""
+
+    @classmethod
+    def from_dict(cls, data: object) -> HeartbeatState:
+        """From what `asdict` wrote; anything unreadable is "never ticked"."""
+        if not isinstance(data, dict):
+            return cls()
+        last = data.get("last_tick_at")
+        try:
+            at = float(last) if isinstance(last, int | float | str) and last != "" else None
+        except ValueError:
+            at = None
+        return cls(at, str(data.get("last_status") or ""), str(data.get("last_outcome") or ""))
+
+
+class HeartbeatStateStore(Protocol):
+    """Where `HeartbeatState` is kept, as the plain mapping `asdict` makes of it."""
+
+    def load(self) -> dict[str, object]: ...
+
+    def save(self, data: dict[str, object]) -> None: ...
+
+
+class HeartbeatStateFile:
+    """`runtime/heartbeat/state.json`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, object]:
+        data = read_json(self.path, None)
+        return data if isinstance(data, dict) else {}
+
+    def save(self, data: dict[str, object]) -> None:
+        write_json_atomic(self.path, data)
 
 
 class HeartbeatService:
     def __init__(self, workspace: Path, runtime_dir: Path, runner: QuietTurnRunner,
                  target: ChatRef, *, interval_s: float, clock: Clock = time.time,
-                 sleep: Sleep = asyncio.sleep) -> None:
+                 sleep: Sleep = asyncio.sleep,
+                 state: HeartbeatStateStore | None = None) -> None:
         self.workspace = workspace
         self.runner = runner
         self.target = target
         self.interval_s = interval_s
         self._clock = clock
         self._sleep = sleep
-        self._state_path = runtime_dir / "heartbeat" / "state.json"
+        self._store = state or HeartbeatStateFile(runtime_dir / "heartbeat" / "state.json")
         self._state = self._load()
         self.ticks = 0
         self.model_calls = 0  # ticks that ran the agent (the rest were skipped for free)
@@ -90,6 +133,7 @@ class HeartbeatService:
         if not self.enabled:
             return
         while True:
+            self._state = self._load()  # another node may have ticked (Redis)
             await self._sleep(self.seconds_until_next())
             await self.tick()
 
@@ -123,10 +167,13 @@ class HeartbeatService:
                 if outcome.status is TurnStatus.NOTIFIED:
                     log.info("heartbeat: sent a notice to %s", self.target.key)
                 result = TickResult(TickStatus.RAN, now, outcome)
-        self._state = _State(now, result.status.value,
-                             result.outcome.status.value if result.outcome else "")
-        write_json_atomic(self._state_path, asdict(self._state))
+        self._state = HeartbeatState(now, result.status.value,
+                                     result.outcome.status.value if result.outcome else "")
+        self._store.save(asdict(self._state))
         return result
+
+    def _load(self) -> HeartbeatState:
+        return HeartbeatState.from_dict(self._store.load())
 
     def status(self) -> dict[str, object]:
         """For /api/state: when it last ran, with what result, and where notices go."""
@@ -135,11 +182,3 @@ class HeartbeatService:
                 "model_calls": self.model_calls, "last_tick_at": self._state.last_tick_at,
                 "last_status": self._state.last_status,
                 "last_outcome": self._state.last_outcome}
-
-    def _load(self) -> _State:
-        data = read_json(self._state_path, None)
-        if not isinstance(data, dict):
-            return _State()
-        last = data.get("last_tick_at")
-        return _State(float(last) if isinstance(last, int | float) else None,
-                      str(data.get("last_status") or ""), str(data.get("last_outcome") or ""))

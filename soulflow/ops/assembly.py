@@ -2,6 +2,11 @@
 
 Kept out of runtime/daemon.py (which only calls `build`, `cancel_interrupted`, `start`, `close`,
 `state` and `fire_event`) so the daemon's boot file stays about boot order.
+
+On the Redis backend (several nodes): the heartbeat runs only on the holder of the
+`service:ops` lease (`SingleRunner`), from the last tick any node recorded in Redis; the ops
+loop runs on every node (its reading, its channel loops) with the stuck-run watchdog and the
+decision dedupe on the lease holder only, and each notice told once across the nodes.
 """
 
 from __future__ import annotations
@@ -12,14 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
+from soulflow.backends.base import BackendKind
 from soulflow.contracts import ChatRef
 from soulflow.cron.service import occurrence_stamp
 from soulflow.cron.store import Job
-from soulflow.heartbeat.service import HeartbeatService
+from soulflow.heartbeat.service import HeartbeatService, HeartbeatStateStore
 from soulflow.heartbeat.targets import notice_target
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner
-from soulflow.ops.notices import NoticeBoard
+from soulflow.ops.notices import Claim, NoticeBoard
 from soulflow.ops.service import OpsPolicy, OpsProbes, OpsRuntimeService
+from soulflow.ops.single import SingleRunner
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 from soulflow.providers.base import Provider
 from soulflow.providers.failover import FailoverProvider
@@ -45,6 +52,11 @@ class BackgroundServices:
         self._runtime = runtime
         self._provider = chain
         channels = runtime.channels.names()
+        heartbeat_state, notice_claim = self._shared_state(runtime)
+        backend = runtime.backend
+        self.single = SingleRunner(
+            backend.leases if backend.kind is BackendKind.REDIS else None, backend.node_id,
+            ttl_s=float(setting("REDIS_LEASE_TTL_S")))
         context = ContextBuilder(settings.workspace, runtime.memory, runtime.decisions,
                                  runtime.sessions,
                                  history_messages=int(setting("HEARTBEAT_HISTORY_MESSAGES")),
@@ -63,7 +75,7 @@ class BackgroundServices:
             settings.workspace, settings.runtime_dir, self.quiet,
             notice_target(setting, channels, explicit=setting("HEARTBEAT_CHAT"),
                           fallback_chat_id="heartbeat"),
-            interval_s=float(setting("HEARTBEAT_INTERVAL")))
+            interval_s=float(setting("HEARTBEAT_INTERVAL")), state=heartbeat_state)
         self.notice_chat = notice_target(setting, channels, fallback_chat_id="ops")
         policy = OpsPolicy.from_settings(setting)
         watch_log = WatchLog()
@@ -80,30 +92,49 @@ class BackgroundServices:
                                   stall_after_s=policy.channel_stall_after_s,
                                   restart=self._restart_channel, log_=watch_log),
             notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
-                                interval_s=policy.notice_interval_s),
-            watch_log=watch_log, decisions=runtime.decisions)
+                                interval_s=policy.notice_interval_s, claim=notice_claim),
+            watch_log=watch_log, decisions=runtime.decisions, is_leader=self.single.is_leader)
+
+    @staticmethod
+    def _shared_state(runtime: Runtime) -> tuple[HeartbeatStateStore | None, Claim | None]:
+        """On Redis: the heartbeat's last tick and the notice claims, shared by the nodes."""
+        state = runtime.state_redis
+        if state is None:
+            return None, None
+        from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
+
+        return RedisHeartbeatState(state), RedisNoticeClaims(state, runtime.backend.node_id)
 
     # -- lifecycle (called by Runtime) -----------------------------------------------------
 
     def cancel_interrupted(self) -> None:
-        """Before unfinished runs resume: quiet turns a stop cut off are cancelled."""
+        """Before unfinished runs resume: quiet turns a stop cut off are cancelled. Not with
+        shared run journals (Redis): a quiet turn there may be another node's, running; one a
+        dead node left is cancelled by the watchdog once it has been idle for
+        OPS_RUN_STUCK_AFTER_S, and the next occurrence runs regardless."""
+        if self.single.shared:
+            return
         cancelled = self.quiet.cancel_interrupted()
         if cancelled:
             log.info("cancelled %d heartbeat/system-event run(s) interrupted by the last stop",
                      cancelled)
 
     def start(self, supervisor: Supervisor) -> None:
+        """Loops `heartbeat` (on the `service:ops` holder only, in a cluster) and `ops`."""
+        self.single.start()
         if self.heartbeat.enabled:
-            supervisor.spawn("heartbeat", self.heartbeat.run)
+            supervisor.spawn("heartbeat", self.single.gated("heartbeat", self.heartbeat.run))
         supervisor.spawn("ops", self.ops.run)
 
     async def close(self) -> None:
+        await self.single.stop()  # after the Supervisor stopped the loops: hand over at once
         await self.quiet.close()
         if self.consolidator is not None:
             await self.consolidator.stop()
 
     def state(self) -> dict[str, Any]:
-        return {"ops": self.ops.snapshot(), "heartbeat": self.heartbeat.status()}
+        return {"ops": self.ops.snapshot(),
+                "heartbeat": {**self.heartbeat.status(), "runs_here": self.single.is_leader()}}
 
     def fire_event(self, job: Job, scheduled: datetime) -> None:
         """A due `system_event` cron job: a quiet turn in the job's own session."""

@@ -4,12 +4,20 @@ A problem is a key (`channel:slack`, `loop:cron`, `provider`) and a sentence. It
 reported when it has lasted `after_s`, again only after `interval_s` if it is still there,
 and a short "resolved" follows when it goes away after having been reported. A flapping
 channel thus costs one message per interval, not one per tick.
+
+In a cluster every node keeps its own board (its loops and channels are its own), and `claim`
+makes a notice once per interval across the nodes: a problem several nodes see at once (a model
+provider down) is told by whichever node claims it first; the others count it as told and send
+no "resolved" for it either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+Claim = Callable[[str, float], bool]
+"""`claim(problem key, interval_s)`: may this node tell the problem now?"""
 
 __all__ = ["NoticeBoard", "Problem"]
 
@@ -20,18 +28,20 @@ class Problem:
     message: str
     since: float
     notified_at: float | None = None
+    told_elsewhere: bool = False  # another node told it (a cluster): no "resolved" from here
 
     def to_dict(self) -> dict[str, object]:
         return {"key": self.key, "message": self.message, "since": self.since,
-                "notified_at": self.notified_at}
+                "notified_at": self.notified_at, "told_elsewhere": self.told_elsewhere}
 
 
 class NoticeBoard:
     def __init__(self, send: Callable[[str], None], *, after_s: float,
-                 interval_s: float) -> None:
+                 interval_s: float, claim: Claim | None = None) -> None:
         self._send = send
         self.after_s = after_s
         self.interval_s = interval_s
+        self._claim = claim
         self.problems: dict[str, Problem] = {}
         self.sent = 0
 
@@ -40,7 +50,7 @@ class NoticeBoard:
         sent: list[str] = []
         for key in [k for k in self.problems if k not in current]:
             gone = self.problems.pop(key)
-            if gone.notified_at is not None:
+            if gone.notified_at is not None and not gone.told_elsewhere:
                 sent.append(self._notify(f"Resolved: {gone.message}"))
         due: list[Problem] = []
         for key, message in current.items():
@@ -52,6 +62,12 @@ class NoticeBoard:
             quiet = problem.notified_at is None or now - problem.notified_at >= self.interval_s
             if lasted and quiet:
                 due.append(problem)
+        if self._claim is not None:
+            for problem in [p for p in due if not self._claim(p.key, self.interval_s)]:
+                due.remove(problem)
+                problem.notified_at, problem.told_elsewhere = now, True
+        for problem in due:
+            problem.told_elsewhere = False
         if due:
             lines = [f"- {p.message} (for {(now - p.since) / 60:.0f} min)" for p in due]
             sent.append(self._notify("SoulFlow ops: something stays broken\n" +

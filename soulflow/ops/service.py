@@ -7,6 +7,11 @@ every `decision_dedupe_s`; and tells the notice chat about problems that last (s
 `notices.py`). It only reads other services' state and acts through their own controls
 (abort events, `Supervisor.restart`, `AgentLoop.cancel`), so a bug here cannot corrupt them.
 It runs as the supervised loop `ops`; clock and sleep are injected for tests.
+
+In a cluster (Redis) every node takes its own reading and watches its own channel loops, but
+the stuck-run watchdog (the run journals are shared) and the decision dedupe run only on the
+node `is_leader()` names (the holder of `service:ops`, see `single.py`), and a notice is told
+once across the nodes (`NoticeBoard` claim).
 """
 
 from __future__ import annotations
@@ -77,7 +82,8 @@ class OpsRuntimeService:
     def __init__(self, policy: OpsPolicy, probes: OpsProbes, *, health: HealthBoard,
                  runs: RunWatch, channels: ChannelWatch, notices: NoticeBoard,
                  watch_log: WatchLog, decisions: DecisionService | None = None,
-                 clock: Clock = time.time, sleep: Sleep = asyncio.sleep) -> None:
+                 clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
         self.policy = policy
         self._probes = probes
         self._health = health
@@ -86,6 +92,7 @@ class OpsRuntimeService:
         self.notices = notices
         self._log = watch_log
         self._decisions = decisions
+        self._is_leader = is_leader
         self._clock = clock
         self._sleep = sleep
         self._last_dedupe: float | None = None
@@ -106,19 +113,22 @@ class OpsRuntimeService:
         """One reading: watchdog, decision dedupe when due, problems, notices, snapshot."""
         now = self._clock()
         self.ticks += 1
-        self.runs.check(now)
+        leader = self._is_leader()
+        if leader:  # shared run journals and decisions: one node acts on them
+            self.runs.check(now)
         self.channels.check(now)
-        self._dedupe_decisions(now)
+        if leader:
+            self._dedupe_decisions(now)
         loops = self._probes.loops()
         providers = self._probes.providers()
         problems = self._problems(loops, providers)
         self.notices.update(problems, now)
         self._snapshot = {
-            "at": now, "ticks": self.ticks, "tick_s": self.policy.tick_s,
+            "at": now, "ticks": self.ticks, "tick_s": self.policy.tick_s, "leader": leader,
             "loops": loops, "queues": self._probes.queues(), "providers": providers,
             "channels": self._channels(now),
             "runs": [{"run_id": run_id, "idle_s": round(idle, 1)}
-                     for run_id, idle in self.runs.running(now)],
+                     for run_id, idle in (self.runs.running(now) if leader else [])],
             "problems": [p.to_dict() for p in self.notices.problems.values()],
             "actions": [a.to_dict() for a in list(self._log.actions)[-10:]],
             "notices_sent": self.notices.sent,
