@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,7 +194,8 @@ class AgentDomain:
         return [run_id for run_id in self.loop.store.find(statuses=frozenset({ev.RUNNING}))
                 if not _is_task_run(self.loop.store.state(run_id).chat)]
 
-    def resumable_runs(self, owns: Callable[[str], bool] | None = None) -> list[str]:
+    def resumable_runs(self, owns: Callable[[str], bool] | None = None, *,
+                       pending_inbound: Collection[str] = ()) -> list[str]:
         """Runs left `running` that this process should `resume()` now: at boot, and (several
         daemons on Redis) whenever this node comes to hold more chats, with `owns` the
         backend's: only runs of chats it holds, since their node stopped or died.
@@ -203,7 +204,9 @@ class AgentDomain:
         process is driving already, so calling this on every partition change is safe. Sub-agent
         runs of those chats are cancelled first, as `cancel_orphaned_subruns` does at boot: the
         parent's `spawn` call was interrupted with them. A task step's run is left to the task
-        engine. Driving claims the run in the store, so a run is never driven on two nodes."""
+        engine, and a run whose inbound message is still pending (`pending_inbound`) to that
+        message's turn, which continues it. Driving claims the run in the store, so a run is
+        never driven on two nodes."""
         if self.loop is None:
             return []
         loop = self.loop
@@ -212,8 +215,9 @@ class AgentDomain:
         for run_id in loop.store.find(statuses=frozenset({ev.RUNNING})):
             if run_id in self._resuming or run_id in loop.driving:
                 continue
-            chat = loop.store.state(run_id).chat
-            if _is_task_run(chat) or (owns is not None and not owns(chat.key)):
+            state = loop.store.state(run_id)
+            if _is_task_run(state.chat) or state.inbound_key in pending_inbound or \
+                    (owns is not None and not owns(state.chat.key)):
                 continue
             self._resuming.add(run_id)
             found.append(run_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, Decider, parse_decision, parse_reaction
 from soulflow.agent.domain import AgentDomain, AgentReply
+from soulflow.agent.run.store import RunMoved
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage, OutboundMessage
@@ -326,7 +327,11 @@ class ChannelManager:
                 await self._publish(first, secret_resolution_required_message(report))
                 await self._complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
                 return
-        reply = await self._run_agent(batch, adapter, text)
+        try:
+            reply = await self._run_agent(batch, adapter, text)
+        except RunMoved:  # the chat is another node's now: it runs this message again
+            log.info("%s: its chat moved to another node, which answers it", first.key)
+            return
         await self._publish(batch[-1], reply.content, inbound_key=first.key,
                       metadata=self._reply_metadata(reply))
         await self._complete(keys, reply.status, reply.error)
@@ -381,18 +386,20 @@ class ChannelManager:
 
     async def resume_runs(self) -> int:
         """Continue runs that were mid-way when the daemon stopped (their inbound is done),
-        in the chats this node owns."""
+        in the chats this node owns; with Redis also whenever it comes to own more chats (a
+        node died), each run once (`AgentDomain.resumable_runs`). A run whose inbound message
+        is still pending is continued by that message's turn instead."""
         resumed = 0
         pending = {m.key for m in await self.bus.inbound.pending()}
-        for run_id in self.agent.running_runs():
-            if self.agent.inbound_key_of(run_id) in pending:
-                continue  # resume_pending() answers it through its inbound message
+        for run_id in self.agent.resumable_runs(self.bus.backend.owns, pending_inbound=pending):
             chat = self.agent.chat_of_run(run_id)
-            if not self.bus.backend.owns(chat.key):
-                continue  # another node's chat: that node resumes it
 
             async def job(run_id: str = run_id, chat: ChatRef = chat) -> None:
-                reply = await self.agent.resume(run_id)
+                try:
+                    reply = await self.agent.resume(run_id)
+                except RunMoved:  # taken over again by a newer holder of the chat
+                    log.info("run %s moved to another node, which continues it", run_id)
+                    return
                 self.publish_to_chat(chat, reply.content, self._reply_metadata(reply))
 
             self._executor.submit(chat.key, job)
@@ -413,6 +420,8 @@ class ChannelManager:
             async with self.feedback.typing_while(adapter, first.chat_id):
                 with self.runs.track(first.chat_key) as abort:
                     reply = await self.agent.respond(first, text, abort=abort)
+        except RunMoved:
+            raise  # not a failure: the run goes on at the chat's new node (_process)
         except Exception as exc:  # a bug must still end in a recorded failure, not silence
             log.exception("answering %s failed", first.key)
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "

@@ -29,6 +29,7 @@ from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.tools import CodeSandbox
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
+from soulflow.backends.base import BackendKind
 from soulflow.backends.factory import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
@@ -140,6 +141,7 @@ class Runtime:
         # the runtime never imports the layer above it; started last, stopped first
         self.dashboard: FrontEnd | None = None
         self.started_at = 0.0
+        self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False
 
     def _publish_event(self, kind: str, data: dict[str, Any]) -> None:
@@ -197,6 +199,8 @@ class Runtime:
             self.supervisor.spawn(f"channel:{adapter.name}",
                                   lambda a=adapter: self.manager.channel_loop(a))
         self.supervisor.spawn("inbound:claim", self.manager.claim_loop)
+        if self.backend.kind is not BackendKind.FILE:
+            self.supervisor.spawn("agent:takeover", self._takeover_loop)
         self.supervisor.spawn("bus:stats", self.bus.stats_loop)
         self.supervisor.spawn("journals:sync", self._sync_loop)
         self.supervisor.spawn("cron", self.cron.run)
@@ -258,8 +262,26 @@ class Runtime:
     def _partitions_changed(self) -> None:
         """Chats moved to or from this node (Redis): send the replies it now holds. Their
         inbound messages come through the claim loop, which takes over a partition's
-        unfinished entries when it acquires it."""
+        unfinished entries when it acquires it; the runs they left running are resumed by
+        the "agent:takeover" loop."""
         self.bus.dispatcher.requeue_pending()
+        self._chats_moved.set()
+
+    async def _takeover_loop(self) -> None:
+        """With several daemons: when this node comes to hold chats another node held (it
+        died, or let them go), resume the runs it left running there, as at boot (the
+        interrupted-tool rules; each run once, never one another node still drives)."""
+        while True:
+            await self._chats_moved.wait()
+            self._chats_moved.clear()
+            try:
+                resumed = await self.manager.resume_runs()
+            except Exception as exc:  # Redis lost: the next change (it is back) tries again
+                log.warning("resuming the runs of chats taken over failed (%s: %s)",
+                            type(exc).__name__, exc)
+                continue
+            if resumed:
+                log.info("resumed %d run(s) left running in chats taken over", resumed)
 
     async def _sync_loop(self) -> None:
         """fsync in a worker thread so the disk never stalls the event loop."""
