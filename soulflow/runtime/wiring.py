@@ -25,7 +25,8 @@ from soulflow.agent.tools.messaging import MessageTool, RequestFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool
-from soulflow.backends.base import Backend
+from soulflow.backends.base import Backend, BackendKind
+from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.retry import RetryPolicy
 from soulflow.channels.access import AdminPolicy
@@ -90,15 +91,23 @@ def tool_registry(settings: Settings, redactor: Redactor, sandbox: CodeSandbox,
 
 
 def channel_registry(settings: Settings, runtime_dir: Path,
-                     on_local_event: Callable[[str, dict[str, Any]], None]
-                     ) -> tuple[ChannelRegistry, LocalChannel]:
-    """The local channel (always) and every platform whose credentials are set."""
+                     on_local_event: Callable[[str, dict[str, Any]], None],
+                     backend: Backend | None = None) -> tuple[ChannelRegistry, LocalChannel]:
+    """The local channel (always) and every platform whose credentials are set. On a shared
+    backend (redis) each platform account is read by one node at a time: the node holding the
+    lease `account:<name>` (the local channel is this node's own)."""
     channels = ChannelRegistry()
     local = LocalChannel(runtime_dir / "local",
                          send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
                          on_event=on_local_event)
     channels.register(local)
+    shared = backend is not None and backend.kind is not BackendKind.FILE
     for adapter in build_platform_channels(settings, runtime_dir):
+        if shared:
+            assert backend is not None
+            adapter.share_account(LeaderElection(
+                backend.leases, f"account:{adapter.name}", backend.node_id,
+                ttl_s=float(settings["REDIS_LEASE_TTL_S"])), backend.cursors)
         channels.register(adapter)
     return channels, local
 
