@@ -118,7 +118,7 @@ class Runtime:
                                  approvers=ApproverPolicy(self.admins.is_admin),
                                  redact=self.redactor.redact)
         self.channels, self.local = wiring.channel_registry(settings, runtime_dir,
-                                                            self.hub.publish)
+                                                            self.hub.publish, self.backend)
         self.bus.bind_senders(self.channels.get)
         self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
         self.bus.dispatcher.outcome_listeners.append(self.traffic.send_outcome)
