@@ -36,17 +36,15 @@ from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.access import AdminPolicy
 from soulflow.config import Settings
-from soulflow.cron import CronService, CronStore, Job, PayloadKind, cron_inbound_message
-from soulflow.decision.service import DecisionService
+from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
 from soulflow.ops.service import loop_and_channel_problems
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
-from soulflow.runtime import agent_state, wiring
+from soulflow.runtime import agent_state, service_state, wiring
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.scaffold import ensure_workspace
-from soulflow.security.protected import open_vault
 from soulflow.security.redact import Redactor, install_log_redaction
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.lock import WorkspaceLock
@@ -76,7 +74,12 @@ class Runtime:
         # dashboard and /metrics; the bus and the manager publish through _publish_event
         self.traffic = TrafficCounters()
         self.run_durations = Histogram(RUN_BUCKETS_S)
-        self.vault = open_vault(settings)  # the key where SOULFLOW_MASTER_KEY_FILE says
+        # sessions, run journals, approval prompts, cron, decisions, the vault's entries (the
+        # synchronous stores): on Redis they share this daemon's synchronous client (None with
+        # files), closed by stop()
+        self.state_redis = agent_state.state_redis(settings)
+        # the key where SOULFLOW_MASTER_KEY_FILE says (this node's disk, also on Redis)
+        self.vault = service_state.vault(settings, self.state_redis)
         # the durable stores of the bus (and, for the helpers that move their stores onto it,
         # the Redis client): files under runtime/, or Redis; connected in start()
         self.backend = build_backend(BackendConfig.from_settings(settings), runtime_dir,
@@ -84,10 +87,7 @@ class Runtime:
         self.bus = MessageBus(self.backend,
                               outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
                               policy=wiring.retry_policy(settings), on_event=self._publish_event)
-        self.decisions = DecisionService(runtime_dir / "decisions" / "index.json")
-        # sessions, run journals, approval prompts (and other synchronous stores): on Redis
-        # they share this daemon's synchronous client (None with files), closed by stop()
-        self.state_redis = agent_state.state_redis(settings)
+        self.decisions = service_state.decision_service(settings, self.state_redis)
         self.sessions = agent_state.session_store(settings, self.state_redis,
                                                   redact=self.redactor.redact)
         self.memory = MemoryStore(settings.workspace / "memory")
@@ -125,7 +125,7 @@ class Runtime:
         self.manager = wiring.channel_manager(
             settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
             on_event=self._publish_event, redact=self.redactor.redact)
-        self.cron = CronService(CronStore(runtime_dir / "cron" / "cron-store.json"),
+        self.cron = CronService(service_state.cron_store(settings, self.state_redis),
                                 self._fire_cron)
         wiring.register_commands(self.manager, vault=self.vault, admins=self.admins,
                                  sandbox=self.sandbox, cron=self.cron)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from soulflow.config import Settings
     from soulflow.security.vault import SecretVault
+    from soulflow.security.vault_entries import SecretEntries
 
 RUNTIME_DIR = "runtime"
 SECURITY_DIR = "security"
@@ -76,15 +77,16 @@ def key_file_path(workspace: Path, configured: str = "") -> Path:
     return Path(workspace) / RUNTIME_DIR / SECURITY_DIR / KEY_FILE_NAME
 
 
-def open_vault(settings: Settings) -> SecretVault:
+def open_vault(settings: Settings, *, entries: SecretEntries | None = None) -> SecretVault:
     """The workspace's vault, with its key where ``SOULFLOW_MASTER_KEY_FILE`` says (the daemon
-    and `soulflow secret` must agree on it, so both call this)."""
+    and `soulflow secret` must agree on it, so both call this). `entries`: where the sealed
+    entries live when not in ``secrets.json`` (the Redis backend's hash)."""
     from soulflow.security.vault import SecretVault
 
     configured = str(settings.values.get("SOULFLOW_MASTER_KEY_FILE", "") or "")
     security_dir = Path(settings.workspace) / RUNTIME_DIR / SECURITY_DIR
     key = key_file_path(settings.workspace, configured) if configured.strip() else None
-    return SecretVault(security_dir, key_path=key)
+    return SecretVault(security_dir, key_path=key, entries=entries)
 
 
 def chat_dir_name(chat_id: str) -> str:

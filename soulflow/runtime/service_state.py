@@ -1,0 +1,52 @@
+"""Where the cluster services' state lives: files under runtime/, or Redis
+(SOULFLOW_BACKEND=redis): the cron jobs, the decisions and the vault's sealed entries.
+
+They keep their synchronous API and, on Redis, use the daemon's one synchronous client
+(`agent_state.state_redis`); `soulflow cron` and `soulflow secret` open the same stores the
+same way, so on Redis they write where every node reads. The Redis stores are imported only on
+the redis backend. The heartbeat's state and the ops notices are wired in ops/assembly.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from soulflow.config import Settings
+from soulflow.cron.store import CronStore, JobStore
+from soulflow.decision.service import DecisionService
+from soulflow.security.protected import open_vault
+from soulflow.security.vault import SecretVault
+
+if TYPE_CHECKING:
+    from soulflow.backends.redis.sync_client import StateRedis
+
+__all__ = ["cron_store", "decision_service", "vault"]
+
+
+def cron_store(settings: Settings, state: StateRedis | None) -> JobStore:
+    """`runtime/cron/cron-store.json`, or the Redis hash every node's scheduler reads. An
+    occurrence a node claimed and did not finish (it died) waits one lease TTL."""
+    if state is None:
+        return CronStore(settings.runtime_dir / "cron" / "cron-store.json")
+    from soulflow.backends.redis.cron import RedisCronStore
+
+    return RedisCronStore(state, claim_ttl_s=float(settings["REDIS_LEASE_TTL_S"]))
+
+
+def decision_service(settings: Settings, state: StateRedis | None) -> DecisionService:
+    """`runtime/decisions/index.json`, or the Redis hash."""
+    if state is None:
+        return DecisionService(settings.runtime_dir / "decisions" / "index.json")
+    from soulflow.backends.redis.decisions import RedisDecisions
+
+    return DecisionService(records=RedisDecisions(state))
+
+
+def vault(settings: Settings, state: StateRedis | None) -> SecretVault:
+    """The vault with the key from this node's disk (`SOULFLOW_MASTER_KEY_FILE`) and its
+    sealed entries in `secrets.json`, or in the Redis hash (the key never goes there)."""
+    if state is None:
+        return open_vault(settings)
+    from soulflow.backends.redis.vault import RedisSecretEntries
+
+    return open_vault(settings, entries=RedisSecretEntries(state))
