@@ -55,6 +55,7 @@ class AccountLeadership:
         self.election = election
         self._fenced = asyncio.Event()
         self._fenced_reason = ""
+        self._fenced_token: int | None = None  # the term a refused write ended
         self._running = False
 
     @property
@@ -84,10 +85,12 @@ class AccountLeadership:
             await self.election.stop()
 
     async def acquired(self) -> Lease:
-        """Wait until this node holds the account; a new term clears an earlier fence."""
+        """Wait until this node holds the account; a new term clears an earlier fence (a
+        fenced term is over even while the election still believes in it: its next renewal
+        fails, and only a new lease, with a new token, starts a term)."""
         while True:
             lease = self.election.lease
-            if lease is not None:
+            if lease is not None and lease.token != self._fenced_token:
                 self._fenced.clear()
                 self._fenced_reason = ""
                 return lease
@@ -121,5 +124,7 @@ class AccountLeadership:
         """A write under our lease was refused: stop reading now."""
         if not self._fenced.is_set():
             log.warning("%s: %s; this node stops reading the account", self.name, reason)
+            lease = self.election.lease
+            self._fenced_token = lease.token if lease is not None else self._fenced_token
             self._fenced_reason = reason
             self._fenced.set()

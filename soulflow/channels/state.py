@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,10 @@ class _SharedCursors:
     async def drain(self, timeout: float) -> bool:
         if self._task is None:
             return not self._refused
+        lease = self._leadership.lease
+        if lease is None:  # no longer the reader: nothing more can be stored
+            return False
+        timeout = min(timeout, max(0.0, lease.deadline - time.monotonic()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout)
         return self._idle.is_set() and not self._refused

@@ -2,13 +2,15 @@
 
 Point python-telegram-bot at it with ``base_url=f"{fake.url}/bot"`` and
 ``base_file_url=f"{fake.url}/file/bot"``. Routes: ``GET|POST /bot<token>/<method>`` and
-``GET /file/bot<token>/<file_path>``. Run standalone with
+``GET /file/bot<token>/<file_path>``; the same under ``/i/<tag>/`` for a test that runs
+several bot instances on one token and counts each one's polls. Run standalone with
 ``python -m tests.fakes.telegram_api --port 0`` (prints ``READY <url>``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +83,11 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
         self._init_pacing(limits)
         self._polls: list[_Poll] = []
         self._closing = False
+        #: 409 "terminated by other getUpdates request" answers a poller actually received
+        #: (one whose connection was still open): two bot instances polled at once
+        self.conflicts = 0
+        #: getUpdates calls per instance tag (`{url}/i/<tag>` as the API URL; "" untagged)
+        self.polls_by: Counter[str] = Counter()
 
     # -- test-side API: faults and polls -----------------------------------------------
     def fail_next(
@@ -114,6 +121,10 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
             raise ApiError(429, f"Too Many Requests: retry after {seconds}",
                            {"retry_after": seconds})
 
+    def stats(self) -> dict[str, Any]:
+        """Replies, 429s and best-effort calls (see `PacedFake.stats`), and 409 conflicts."""
+        return {**self.counters.snapshot(), "conflicts": self.conflicts}
+
     @property
     def pending_polls(self) -> int:
         """Number of ``getUpdates`` calls currently held open by long polling."""
@@ -130,6 +141,8 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
     def _build_app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
+        # a tagged base URL tells bot instances sharing one token apart (see `polls_by`)
+        app.router.add_route("*", "/i/{instance}/bot{token}/{method}", self._handle_api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._handle_file)
         return app
 
@@ -156,6 +169,8 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
 
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
+        if method.lower() == "getupdates":
+            self.polls_by[request.match_info.get("instance", "")] += 1
         try:
             params = await read_params(request)
             self._record(method, params.record(), request.method)
@@ -167,6 +182,8 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
         except ApiError as error:
             if error.status == 429:
                 self.counters.rate_limited[method] += 1
+            if error.status == 409 and method.lower() == "getupdates" and _connected(request):
+                self.conflicts += 1
             return web.json_response(error.body(), status=error.status)
         except _DropConnection:
             if request.transport is not None:
@@ -238,6 +255,12 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
             await self._wait_changed(remaining)
 
 
+def _connected(request: web.Request) -> bool:
+    """The client is still there to read the answer (a poller that gave up has closed it)."""
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
 def _default_description(status: int, retry_after: int | None) -> str:
     if status == 429:
         return f"Too Many Requests: retry after {retry_after or 1}"
@@ -288,6 +311,13 @@ class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram], PacedFakeThre
 
     def drop_long_polls(self) -> int:
         return self.call(self.fake.drop_long_polls)
+
+    def conflicts(self) -> int:
+        """409 conflicts delivered to a poller (two instances polled at once)."""
+        return self.call(lambda: self.fake.conflicts)
+
+    def pending_polls(self) -> int:
+        return self.call(lambda: self.fake.pending_polls)
 
     def sent_texts(self, chat_id: int | str | None = None) -> list[str]:
         return self.call(self.fake.sent_texts, chat_id)
