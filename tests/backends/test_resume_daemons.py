@@ -1,0 +1,86 @@
+"""Two `soulflow run` daemons with workspaces of their own on one Redis: an agent run that
+daemon A was in the middle of is finished by daemon B after A is SIGKILLed.
+
+Nothing of the run is in either workspace: its journal, the chat's session and the approval
+prompts are in Redis, so B (another machine, as far as the state goes) takes A's chats over
+when A's partition leases expire and goes on with the same rules as a restarted daemon:
+- a tool call A had started is reported to the model as interrupted, not run again;
+- an approval A asked for is decided by a reply that reaches B, and the call runs on B.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.backends.redis_server import RedisServer
+from tests.e2e.harness import Daemon, daemon_factory, wait_for
+from tests.fakes.openai_api import FakeOpenAIThread
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path, fake_llm: FakeOpenAIThread,
+              redis_server: RedisServer) -> Iterator[tuple[Daemon, Daemon]]:
+    """Daemons A and B (not started): one Redis key prefix, one workspace each."""
+    settings = {"SOULFLOW_BACKEND": "redis", "REDIS_URL": redis_server.url,
+                "REDIS_KEY_PREFIX": f"r{uuid.uuid4().hex[:8]}:", "REDIS_PARTITIONS": "4",
+                "REDIS_LEASE_TTL_S": "1"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with ExitStack() as stack:
+        node_a = stack.enter_context(daemon_factory(tmp_path / "a", fake_llm.base_url,
+                                                    **settings))()
+        node_b = stack.enter_context(daemon_factory(tmp_path / "b", fake_llm.base_url,
+                                                    **settings))()
+        yield node_a, node_b
+
+
+def replies_to(daemon: Daemon, message_id: str) -> list[str]:
+    return [m["content"] for m in daemon.replies() if m.get("reply_to") == message_id]
+
+
+def test_a_run_cut_off_mid_tool_is_finished_by_the_other_daemon(
+        two_nodes: tuple[Daemon, Daemon], fake_llm: FakeOpenAIThread) -> None:
+    node_a, node_b = two_nodes
+    node_a.start()
+    marker = node_a.workspace / "ran.txt"
+    fake_llm.script_tool_call("exec", {"command": "echo run >> ran.txt; sleep 30"})
+    fake_llm.script_reply("The command was interrupted; I did not run it again.")
+    message_id = node_a.say("run the long job")
+    wait_for(lambda: marker.exists(), what="the tool to start on A")
+    node_a.kill()
+    node_b.start()
+    reply = node_b.wait_reply(message_id, timeout=30)
+    assert reply["content"] == "The command was interrupted; I did not run it again."
+    assert marker.read_text() == "run\n"  # not run a second time, on A or on B
+    assert not (node_b.workspace / "ran.txt").exists()
+    assert "interrupted" in fake_llm.requests[-1].json["messages"][-1]["content"]
+    wait_for(lambda: node_b.state()["queues"]["inbound_pending"] == 0, what="nothing pending")
+    assert replies_to(node_b, message_id) == [reply["content"]]  # answered once
+    assert node_b.stop() == 0
+
+
+def test_an_approval_asked_by_a_killed_daemon_is_decided_on_the_other(
+        two_nodes: tuple[Daemon, Daemon], fake_llm: FakeOpenAIThread) -> None:
+    node_a, node_b = two_nodes
+    node_a.start()
+    fake_llm.script_tool_call("write_file", {"path": "notes/plan.txt", "content": "step 1"})
+    fake_llm.script_reply("Saved your plan.")
+    asked = node_a.say("write my plan to notes/plan.txt")
+    prompt = wait_for(lambda: next((t for t in replies_to(node_a, asked)
+                                    if t.startswith("Approval needed")), None),
+                      what="the approval request on A")
+    node_a.kill()
+    node_b.start()
+    decided = node_b.say("approve")
+    assert node_b.wait_reply(decided, timeout=30)["content"] == "Saved your plan."
+    assert (node_b.workspace / "notes" / "plan.txt").read_text() == "step 1"
+    assert not (node_a.workspace / "notes" / "plan.txt").exists()
+    assert "ap_" in prompt
+    requests = fake_llm.requests
+    assert requests[-1].json["messages"][-1]["role"] == "tool"
+    assert node_b.stop() == 0
