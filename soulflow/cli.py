@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
     print(f"  workspace  {state['workspace']}")
     print(f"  provider   {state['provider'] or 'none configured'}")
+    _print_backend(state.get("backend") or {})
     if state.get("sandbox"):
         sandbox = state["sandbox"]
         print(f"  sandbox    {sandbox['mode']} ({sandbox['detail']})")
@@ -107,6 +109,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
     print(f"  sessions   {len(state['sessions'])}")
     return 0
+
+
+def _print_backend(backend: dict[str, Any]) -> None:
+    """Where the bus's state lives; with Redis: this node, its partitions, and whether Redis
+    answers (a node that lost it takes no new work)."""
+    if backend.get("kind") != "redis":
+        return
+    partitions = backend.get("partitions") or {}
+    line = (f"  backend    redis {backend.get('url', '')}, node {backend.get('node_id')}, "
+            f"partitions {len(partitions.get('held', []))}/{partitions.get('total', '?')}")
+    if not backend.get("connected", True):
+        since = backend.get("since")
+        when = time.strftime("%H:%M:%S", time.localtime(since)) if since else "?"
+        line += f"; UNREACHABLE since {when}: {str(backend.get('last_error', ''))[:100]}"
+    print(line)
 
 
 def _print_channels(state: dict[str, Any]) -> None:

@@ -93,6 +93,7 @@ class DashboardService:
         self._state = state
         self._local = local
         self._bus = bus
+        self._sections_failing = False  # the console's sections failed to read last time
         self._ready = ready
         self._routes = list(routes)  # other services' endpoints (cron), under the same guard
         # the operator's console (state sections, actions, /metrics) needs the whole daemon
@@ -213,8 +214,16 @@ class DashboardService:
 
     def _full_state(self) -> dict[str, Any]:
         state = self._state()
-        if self._console is not None:
-            state.update(self._console.snapshot())
+        if self._console is not None and (state.get("backend") or {}).get("connected", True):
+            try:  # runs, tasks, cron, decisions: in Redis with that backend
+                state.update(self._console.snapshot())
+            except Exception as exc:  # the summary still answers, and says why
+                if not self._sections_failing:  # once per outage, not per page refresh
+                    log.warning("dashboard: the page's sections could not be read (%s: %s)",
+                                type(exc).__name__, exc)
+                self._sections_failing = True
+            else:
+                self._sections_failing = False
         return state
 
     async def _page(self, request: web.Request) -> web.Response:

@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from soulflow import __version__
 from soulflow.agent.approvals import ApproverPolicy
@@ -55,6 +55,7 @@ from soulflow.telemetry import RUN_BUCKETS_S, Histogram
 log = logging.getLogger(__name__)
 
 DAEMON_INFO_FILE = "daemon.json"
+T = TypeVar("T")
 
 
 class Runtime:
@@ -323,7 +324,7 @@ class Runtime:
         (the ops reading in `state()["ops"]` adds providers and how long problems last)."""
         found = loop_and_channel_problems(self.supervisor.status(), self.manager.health)
         return [*backend_problems(self.backend.status()), *found.values(),
-                *self.tasks.problems]
+                *self._shared(lambda: list(self.tasks.problems), [])]
 
     def queue_depths(self) -> dict[str, int]:
         """Work waiting in the bus and the manager (the dashboard's and the ops reading's)."""
@@ -361,16 +362,30 @@ class Runtime:
             "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
                           **self.manager.health.get(a.name).to_dict()} for a in self.channels],
             "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
-            "sessions": [{"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
-                         for s in self.sessions.list_sessions()[:20]],
+            "sessions": self._shared(lambda: [
+                {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
+                for s in self.sessions.list_sessions()[:20]], []),
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
             "loops": self.supervisor.status(),
             "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
-            "cron": {"jobs": len(self.cron.store), "fired": self.cron.fired_count},
-            "task_graphs": self.task_services.state(),
+            "cron": {"jobs": self._shared(lambda: len(self.cron.store), None),
+                     "fired": self.cron.fired_count},
+            "task_graphs": self._shared(self.task_services.state, {}),
             "sandbox": self.sandbox.status().as_dict(),
-            **self.background.state(),  # "ops", "heartbeat"
+            **self._shared(self.background.state, {}),  # "ops", "heartbeat"
         }
+
+    def _shared(self, read: Callable[[], T], default: T) -> T:
+        """A read for `state()` of what may live in Redis (sessions, cron, tasks, ...): not
+        tried while the backend is unreachable, and a failure gives `default`, so /api/state
+        keeps answering, and says why, when Redis is lost."""
+        if not self.backend.status()["connected"]:
+            return default
+        try:
+            return read()
+        except Exception as exc:
+            log.debug("state: a store did not answer (%s: %s)", type(exc).__name__, exc)
+            return default
 
 
 def backend_problems(status: dict[str, Any]) -> list[str]:

@@ -2,6 +2,8 @@
 answers through the local channel, shows its backend in /api/state, and after a SIGKILL in the
 middle of a batch a restarted daemon answers every message exactly once (the bus's state is in
 Redis: the new process, a new node, takes the dead one's partitions and their unfinished work).
+With Redis itself gone for a while the daemon says so (state, problems), takes no new work,
+and answers what was said meanwhile once Redis is back.
 """
 
 from __future__ import annotations
@@ -20,14 +22,18 @@ from tests.fakes.openai_api import FakeOpenAIThread
 TTL_S = "1"  # partition leases: a dead node's chats move after about a second
 
 
+def redis_settings(url: str) -> dict[str, str]:
+    return {"SOULFLOW_BACKEND": "redis", "REDIS_URL": url,
+            "REDIS_KEY_PREFIX": f"d{uuid.uuid4().hex[:8]}:", "REDIS_PARTITIONS": "4",
+            "REDIS_LEASE_TTL_S": TTL_S, "CHANNEL_FOLD_MAX": "1"}
+
+
 @pytest.fixture
 def redis_daemon(tmp_path: Path, fake_llm: FakeOpenAIThread,
                  redis_server: RedisServer) -> Iterator[Daemon]:
     """A daemon (not started) on the private Redis, under a key prefix of its own."""
-    with daemon_factory(tmp_path, fake_llm.base_url, SOULFLOW_BACKEND="redis",
-                        REDIS_URL=redis_server.url,
-                        REDIS_KEY_PREFIX=f"d{uuid.uuid4().hex[:8]}:", REDIS_PARTITIONS="4",
-                        REDIS_LEASE_TTL_S=TTL_S, CHANNEL_FOLD_MAX="1") as factory:
+    with daemon_factory(tmp_path, fake_llm.base_url,
+                        **redis_settings(redis_server.url)) as factory:
         yield factory()
 
 
@@ -66,3 +72,42 @@ def test_a_sigkill_mid_batch_loses_nothing_and_answers_nothing_twice(
         first = [r["content"] for r in replies if counts[r["reply_to"]] >= 1]
         assert list(dict.fromkeys(first)) == [f"echo: {chat} n{n}" for n in range(3)]
     assert daemon.stop() == 0
+
+
+def _say_or_none(daemon: Daemon, text: str) -> str | None:
+    response = daemon.api("POST", "/api/chat", json={"chat_id": "test", "text": text})
+    return response.json()["message_id"] if response.status_code == 202 else None
+
+
+def test_redis_lost_while_running_is_shown_and_work_resumes_when_it_is_back(
+        tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
+    """Redis killed under a running daemon: /api/state says so (connected false, a problem
+    naming since when, no partitions held: no new work), one log line for the outage, and
+    once Redis is back the daemon takes work again."""
+    redis = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
+    redis.start()
+    try:
+        with daemon_factory(tmp_path, fake_llm.base_url, **redis_settings(redis.url),
+                            CHANNEL_RESTART_AFTER_FAILURES="1") as factory:
+            daemon = factory().start()
+            assert daemon.wait_reply(daemon.say("before"))["content"] == "echo: before"
+            redis.stop()  # kill -9
+            state = wait_for(lambda: (s := daemon.state())["backend"]["connected"] is False
+                             and s, what="the state to say Redis is unreachable")
+            wait_for(lambda: daemon.state()["backend"]["partitions"]["held"] == [],
+                     what="the node to stop acting on its partitions (no new work)")
+            assert state["ok"] is False
+            [problem] = [p for p in state["problems"] if p.startswith("Redis unreachable")]
+            assert "since" in problem
+            redis.start()
+            wait_for(lambda: daemon.state()["backend"]["connected"], what="connected again")
+            after = wait_for(lambda: _say_or_none(daemon, "after the outage"), timeout=30,
+                             what="the local channel to take messages in again")
+            assert daemon.wait_reply(after, timeout=30)["content"] == "echo: after the outage"
+            assert [r["content"] for r in daemon.replies()] == ["echo: before",
+                                                              "echo: after the outage"]
+            log = daemon.log()
+            assert log.count("Redis unreachable (") == 1  # one line per outage, not per try
+            assert daemon.stop() == 0
+    finally:
+        redis.stop()

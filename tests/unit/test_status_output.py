@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from soulflow.cli import _print_channels
+from soulflow.cli import _print_backend, _print_channels
 
 
 def test_status_shows_failing_channels_and_the_quarantine(
@@ -32,3 +32,19 @@ def test_status_shows_failing_channels_and_the_quarantine(
     assert "quarantined 2 inbound message(s)" in out[3]
     assert out[4:] == ["    telegram:-100 at parse: KeyError: 'date'",
                        "    slack:C1 at seal: OSError: full"]
+
+
+def test_status_names_the_redis_backend_and_a_lost_redis(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _print_backend({"kind": "file"})
+    assert capsys.readouterr().out == ""  # the default says nothing
+    backend = {"kind": "redis", "url": "redis://10.0.0.5:6379/0", "node_id": "n1",
+               "connected": True, "since": None, "last_error": "",
+               "partitions": {"held": [0, 3], "total": 16}}
+    _print_backend(backend)
+    assert capsys.readouterr().out.split() == [
+        "backend", "redis", "redis://10.0.0.5:6379/0,", "node", "n1,", "partitions", "2/16"]
+    _print_backend({**backend, "connected": False, "since": 1.0e9,
+                    "last_error": "Error 111 connecting"})
+    line = capsys.readouterr().out
+    assert "UNREACHABLE since" in line and line.rstrip().endswith("Error 111 connecting")

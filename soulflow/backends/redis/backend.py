@@ -11,6 +11,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
 from soulflow.backends.base import BackendKind, BackendUnavailable
@@ -39,10 +41,18 @@ def shown_url(url: str) -> str:
 
 
 def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
-    """A client for `url` (no connection yet), or BackendUnavailable naming a malformed URL."""
+    """A client for `url` (no connection yet), or BackendUnavailable naming a malformed URL.
+
+    A command that fails on a connection error is tried again twice on a new connection: after
+    a Redis restart every pooled connection is dead, and without this the first command on
+    each (a turn's completion, say) would fail although Redis is back. A retried command may
+    have run once already (Redis died after running it, before answering); every write here
+    is idempotent or says so (`accept` of a stored message answers "seen", an entry read and
+    never handed out is swept after a TTL)."""
     try:
         return Redis.from_url(url, socket_connect_timeout=timeout_s,
-                              socket_timeout=socket_timeout_s, health_check_interval=30)
+                              socket_timeout=socket_timeout_s, health_check_interval=30,
+                              retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2))
     except ValueError as exc:
         raise BackendUnavailable(f"REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc}); "
                                  "use redis://host:6379/0, rediss:// for TLS, or "

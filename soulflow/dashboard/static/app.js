@@ -32,8 +32,14 @@ function renderSummary(s) {
   const parts = [`v${s.version}`, `up ${ago(s.started_at || (Date.now() / 1000 - s.uptime_s)).replace(" ago", "")}`,
     `model: ${s.provider || "none configured"}`];
   if (s.sandbox) parts.push(`sandbox: ${s.sandbox.mode}`);
+  const b = s.backend;
+  if (b && b.kind === "redis") {
+    const held = b.partitions ? ` · partitions ${b.partitions.held.length}/${b.partitions.total}` : "";
+    parts.push(`backend: redis${b.connected ? "" : " (unreachable)"}, node ${b.node_id}${held}`);
+  }
   $("summary").textContent = parts.join(" · ");
   $("problems").replaceChildren();
+  for (const p of (s.problems || [])) if (p.startsWith("Redis unreachable")) problem(p);
   for (const c of s.channels) if (c.status === "failing") problem(`${c.name} is failing: ${c.last_error}`);
   if (s.sandbox && s.sandbox.mode !== "bubblewrap")
     problem(`No OS sandbox: every exec / python_repl call asks for approval (${s.sandbox.detail}).`);
