@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,6 +34,7 @@ from soulflow.channels.slack_format import (
     thread_context_lines,
 )
 from soulflow.channels.slack_socket import (
+    FOLLOW_PREFIX,
     NETWORK_ERRORS,
     HistoryPoller,
     RecentKeys,
@@ -119,6 +121,7 @@ class SlackChannel(ChannelAdapter):
         self._recent = RecentKeys()
         self._names: dict[str, str] = {}
         self._poller: HistoryPoller | None = None
+        self._followed: dict[str, float] = {}  # threads answered here while another node polls
 
     @property
     def socket_mode(self) -> bool:
@@ -341,9 +344,29 @@ class SlackChannel(ChannelAdapter):
         except NETWORK_ERRORS as exc:
             raise SendError(f"network error talking to Slack: {type(exc).__name__}: {exc}"
                             ) from None
-        if thread_ts and self._poller is not None and message.chat_id == self._poller.channel:
-            self._poller.follow(thread_ts)
+        if thread_ts and not self.socket_mode and message.chat_id == self.default_channel:
+            await self._follow(thread_ts)
         return SendResult(platform_message_ids=ids)
+
+    async def _follow(self, thread_ts: str) -> None:
+        """Polling: read the replies of a thread the bot answered in. On a shared account the
+        reply may go out from a node that does not poll: it publishes the threads it answered
+        in (under `follow:<node id>`, written by this node only), and the poller adopts them."""
+        if self._poller is not None:
+            self._poller.follow(thread_ts)
+            return
+        if self.leadership is None:
+            return
+        now = time.time()
+        self._followed = {ts: at for ts, at in self._followed.items()
+                          if now - at <= self.thread_follow_s}
+        self._followed[thread_ts] = now
+        try:
+            await self._state.publish(f"{FOLLOW_PREFIX}{self.leadership.node_id}",
+                                      dict(self._followed))
+        except Exception as exc:  # the reply is out; only the thread's follow-ups are missed
+            log.warning("slack: cannot share the thread %s to follow (%s: %s)", thread_ts,
+                        type(exc).__name__, exc)
 
     async def _already_posted(self, message: OutboundMessage, thread_ts: str | None
                               ) -> list[str]:

@@ -39,6 +39,8 @@ from soulflow.channels.state import ChannelState
 
 log = logging.getLogger(__name__)
 
+#: state keys `follow:<node id>`: threads a node that does not poll answered in (shared account)
+FOLLOW_PREFIX = "follow:"
 EVENT_TYPES = frozenset({"message", "app_mention", "reaction_added"})
 NETWORK_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 _APP_TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "not_allowed_token_type",
@@ -182,7 +184,24 @@ class HistoryPoller:
         if delay > 0:
             await asyncio.sleep(delay)
         self._next_poll = loop.time() + self.interval_s
+        if self._state.shared:
+            await self._adopt_followed()
         return await self._poll_history() + await self._poll_threads()
+
+    async def _adopt_followed(self) -> None:
+        """Threads the other nodes answered in (shared account), followed from their reply."""
+        try:
+            published = await self._state.fetch(FOLLOW_PREFIX)
+        except Exception as exc:  # Redis away: the next poll tries again
+            log.debug("slack: cannot read the threads other nodes follow (%s)", exc)
+            return
+        now = time.time()
+        for threads in published.values():
+            for thread_ts, at in (threads.items() if isinstance(threads, dict) else ()):
+                if (isinstance(at, int | float) and now - at <= self.follow_s
+                        and at > self.threads.get(thread_ts, 0.0)):
+                    self.threads[thread_ts] = float(at)
+                    self._thread_pos.setdefault(thread_ts, thread_ts)
 
     async def _fetch(self, method: str, all_pages: bool, **kwargs: Any) -> list[Any] | None:
         """Messages of one (paginated) call; None (logged) when it failed."""

@@ -95,6 +95,22 @@ class ChannelState:
     def snapshot(self) -> dict[str, Any]:
         return dict(self._data)
 
+    async def publish(self, key: str, value: Any) -> None:
+        """Store one value now, outside the reader's fence: for a key only this node writes,
+        which the reader (perhaps on another node) picks up with `fetch()`. Raises if the
+        backend cannot be reached. File state: the same as `set()`."""
+        if self._shared is None:
+            self.set(key, value)
+            return
+        await self._shared.store.update(self._shared.channel, {key: value})
+
+    async def fetch(self, prefix: str) -> dict[str, Any]:
+        """The values of the keys starting with `prefix` as stored now (other nodes write
+        them on a shared account). Raises if the backend cannot be reached."""
+        data = (self._data if self._shared is None
+                else await self._shared.store.load(self._shared.channel))
+        return {k: v for k, v in data.items() if k.startswith(prefix)}
+
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until the last update is on disk (file state; tests)."""
         return self._file.flush(timeout)

@@ -222,3 +222,34 @@ async def test_a_node_that_never_leads_never_reads(
             assert await stored_cursors(redis, keys, "telegram") == {}
         finally:
             await node.stop()
+
+
+async def test_slack_polling_follows_a_thread_the_standby_node_answered_in(
+        redis: Redis, keys: Keys, tmp_path: Path) -> None:
+    """Without Socket Mode the poller reads threads the bot answered in; the answer may go
+    out from a node that does not poll, which publishes the thread for the poller."""
+    async with running(FakeSlack()) as fake:
+        general = "C0GENERAL1"
+        first, second = (ReaderNode.on(slack_adapter(fake.base_url, tmp_path / name,
+                                                      default_channel=general,
+                                                      poll_interval_s=0.02),
+                                       redis, keys, f"node-{name}", ttl_s=TTL_S)
+                         for name in "ab")
+        try:
+            first.start()
+            await until(first.leads, TIMEOUT)
+            second.start()
+            await until(second.on_standby, TIMEOUT)
+            question = fake.post_user_message(general, "a question")
+            await until(lambda: "a question" in first.texts(), TIMEOUT)
+            await second.adapter.send(OutboundMessage(provider="slack", chat_id=general,
+                                                      content="an answer",
+                                                      thread_id=question["ts"]))
+            fake.post_user_message(general, "a follow-up", thread_ts=question["ts"])
+            await until(lambda: "a follow-up" in first.texts(), TIMEOUT)
+            (follow_up,) = [m for m in first.received if m.text == "a follow-up"]
+            assert follow_up.metadata.get("bot_thread")
+            assert not second.received
+        finally:
+            await second.stop()
+            await first.stop()
