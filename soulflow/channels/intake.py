@@ -24,6 +24,10 @@ from soulflow.security.inbound import InboundSealer
 Handler = Callable[[InboundMessage], None]
 
 
+def _every_chat(chat_key: str) -> bool:
+    return True
+
+
 class Journal(Protocol):
     """The backend's inbound store, as far as intake uses it (backends/base.py InboundStore)."""
 
@@ -41,7 +45,8 @@ class Verdict(StrEnum):
 class InboundScreen:
     def __init__(self, journal: Journal, access: AccessPolicy,
                  sealer: InboundSealer | None, quarantine: Quarantine, *,
-                 on_reaction: Handler, refuse: Handler, apologise: Handler) -> None:
+                 on_reaction: Handler, refuse: Handler, apologise: Handler,
+                 owns: Callable[[str], bool] = _every_chat) -> None:
         self._journal = journal
         self._access = access
         self._sealer = sealer
@@ -49,6 +54,9 @@ class InboundScreen:
         self._on_reaction = on_reaction
         self._refuse = refuse
         self._apologise = apologise
+        # which chats this node acts on (backend.owns): with several daemons, a reaction read
+        # here for another node's chat is journaled for that node, like a message
+        self._owns = owns
 
     async def screen(self, batch: list[InboundMessage]) -> tuple[list[InboundMessage], list[str]]:
         """(journaled messages to answer, keys to record as seen); poison is quarantined."""
@@ -82,9 +90,12 @@ class InboundScreen:
             if message.priming or message.from_bot:
                 return Verdict.SEEN
             if message.kind == "reaction":
-                self._on_reaction(message)
-                return Verdict.SEEN
-            if not (message.is_mention or message.is_direct):
+                if self._owns(message.chat_key):
+                    self._on_reaction(message)
+                    return Verdict.SEEN
+                if not self._access.is_allowed(message.provider, message.sender_id):
+                    return Verdict.SEEN  # ignored, as `on_reaction` would
+            elif not (message.is_mention or message.is_direct):
                 return Verdict.SEEN
             if not self._access.is_allowed(message.provider, message.sender_id):
                 self._refuse(message)

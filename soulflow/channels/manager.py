@@ -89,7 +89,7 @@ class ChannelManager:
                 "stage": e.stage, "error": e.error})))
         self._screen = InboundScreen(bus.inbound, access, sealer, self.quarantine,
                                      on_reaction=self._on_reaction, refuse=self._refuse,
-                                     apologise=self._apologise)
+                                     apologise=self._apologise, owns=bus.backend.owns)
         self._backlog = ChatBacklog(fold_max)
         self._fold_rule = FoldRule(registry, agent)
         self.runs = ActiveRuns()
@@ -209,6 +209,10 @@ class ChannelManager:
             "text": message.text[:500]})
 
     async def _queue(self, message: InboundMessage) -> None:
+        if message.kind == "reaction":  # read by another node for this node's chat (intake)
+            self._on_reaction(message)
+            await self._complete([message.key], ReplyStatus.IGNORED)
+            return
         if await self._stop_now(message):
             return
         if self._grouper is not None and message.provider != "local":

@@ -1,0 +1,128 @@
+"""Approvals across nodes, through the real inbound pipeline on Redis.
+
+Two nodes share one Redis: the owner holds every partition of chats (it runs the chat's turns,
+sends its replies), the reader holds none (as a node that only reads a platform account, or
+one whose partitions are elsewhere). Everything is read on the reader. Messages are journaled
+for the owner as always; a reaction to an approval prompt, which a single daemon acts on as it
+reads it, is journaled too when its chat is another node's, so the owner decides it: the run
+and the approved tool call stay on the chat's node, and who may decide is checked there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from soulflow.agent.approvals import ApproverPolicy
+from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.agent.run.loop import AgentLoop
+from soulflow.agent.tools.base import ChatRef, ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.redis.approvals import RedisApprovalMessages
+from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
+from soulflow.backends.redis.sessions import RedisSessionStore
+from soulflow.backends.redis.sync_client import StateRedis, sync_client
+from soulflow.bus.bus import MessageBus
+from soulflow.bus.messages import OutboundMessage, SendResult
+from soulflow.channels.access import AccessPolicy
+from soulflow.channels.manager import ChannelManager
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.decision.service import DecisionService
+from tests.agent.recorder import Recorder
+from tests.agent.test_approval_people import (
+    ALICE,
+    BOB,
+    CAROL,
+    ChatAdapter,
+    Pipeline,
+    RiskyModel,
+)
+from tests.backends.redis_server import RedisServer
+
+
+@asynccontextmanager
+async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: list[int], *,
+               owner: bool) -> AsyncIterator[Pipeline]:
+    """One node's pipeline on the shared Redis; only the owner takes partitions and claims."""
+    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix=prefix, partitions=4,
+                           lease_ttl_s=3.0)
+    if owner:
+        await backend.start()
+    state = StateRedis(sync_client(url), prefix)
+    bus = MessageBus(backend)
+    sessions = RedisSessionStore(state)
+    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+                             DecisionService(tmp_path / "d.json"), sessions)
+    tool = Recorder(risky=True)
+    tools = ToolRegistry()
+    tools.register(tool)
+    loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(backend)), RiskyModel, tools,
+                     context.system_prompt,
+                     lambda run, approved: ToolContext(tmp_path, ChatRef("chat", "team"),
+                                                       approved=approved))
+    approvals = RedisApprovalMessages(state)
+    agent = AgentDomain(context, sessions, loop, approvals,
+                        approvers=ApproverPolicy(lambda p, u: (p, u) == ("chat", CAROL)))
+    adapter = ChatAdapter()
+    registry = ChannelRegistry()
+    registry.register(adapter)
+    bus.bind_senders(registry.get)
+
+    def remember(message: OutboundMessage, result: SendResult) -> None:  # as the runtime does
+        approval_id = message.metadata.get("approval_id")
+        if approval_id and result.platform_message_ids:
+            approvals.remember(message.chat_key, result.platform_message_ids,
+                               str(message.metadata.get("run_id")), str(approval_id))
+
+    bus.dispatcher.sent_listeners.append(remember)
+    manager = ChannelManager(registry, bus, agent,
+                             access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
+                             files_dir=tmp_path / "files")
+    await bus.start()
+    claiming = asyncio.create_task(manager.claim_loop(), name=f"inbound:claim:{node_id}") \
+        if owner else None
+    try:
+        yield Pipeline(manager, agent, adapter, tool, bus, counter)
+    finally:
+        if claiming is not None:
+            claiming.cancel()
+            await asyncio.gather(claiming, return_exceptions=True)
+        await manager.stop(5)
+        await bus.stop(5)
+        await bus.close()
+        state.close()
+
+
+async def test_a_reaction_read_on_another_node_is_decided_on_the_chats_node(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    prefix, counter = f"t{uuid.uuid4().hex[:10]}:", [0]
+    async with node(redis_server.url, prefix, "owner", tmp_path / "o", counter,
+                    owner=True) as chats_node, \
+            node(redis_server.url, prefix, "reader", tmp_path / "r", counter,
+                 owner=False) as reader:
+        await reader.say(ALICE, "plan A")
+        request = await chats_node.sent_after(0, lambda c: c.startswith("Approval needed"))
+        approvals = chats_node.agent.approvals
+        assert approvals is not None
+        async with asyncio.timeout(5):
+            while approvals.lookup("chat:team", request.message_id) is None:
+                await asyncio.sleep(0.005)
+        sent = len(chats_node.adapter.sent)
+        await reader.react(BOB, "👍", request)  # not his to decide: ignored on the chat's node
+        await reader.react(ALICE, "👍", request)
+        done = await chats_node.sent_after(sent, lambda c: c.startswith("done:"))
+        assert done.content == "done: recorded plan A"
+        assert chats_node.tool.calls == ["plan A"] and reader.tool.calls == []
+        assert reader.adapter.sent == []  # the reader answers nothing: the chat is not its own
+        assert [m.content for m in chats_node.adapter.sent[sent:]] == ["done: recorded plan A"]
+        async with asyncio.timeout(5):
+            while await chats_node.bus.inbound.pending_count():
+                await asyncio.sleep(0.01)
