@@ -8,6 +8,7 @@ and answers what was said meanwhile once Redis is back.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -15,11 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.backends.redis.keys import partition_of
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, daemon_factory, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
+from tests.fakes.rate_limits import TELEGRAM_LIMITS
+from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegramThread
 
 TTL_S = "1"  # partition leases: a dead node's chats move after about a second
+TELEGRAM_USER = 111111
 
 
 def redis_settings(url: str) -> dict[str, str]:
@@ -111,3 +116,56 @@ def test_redis_lost_while_running_is_shown_and_work_resumes_when_it_is_back(
             assert daemon.stop() == 0
     finally:
         redis.stop()
+
+
+def _chats_over_every_partition(partitions: int) -> list[int]:
+    """Telegram supergroup ids whose chats fall one in each partition (so two nodes holding
+    half the partitions each certainly share the chats)."""
+    found: dict[int, int] = {}
+    chat_id = -1005000000000
+    while len(found) < partitions:
+        chat_id -= 1
+        found.setdefault(partition_of(f"telegram:{chat_id}", partitions), chat_id)
+    return [found[p] for p in range(partitions)]
+
+
+def test_two_daemons_on_one_redis_share_the_chats_each_answered_once_in_order(
+        tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisServer) -> None:
+    """Two nodes read one Telegram account (one of them at a time: its leader) and answer the
+    chats of their own partitions: every message once, each chat's replies in order, and
+    both nodes do part of the work."""
+    partitions = 4
+    with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
+        chats = _chats_over_every_partition(partitions)
+        for chat in chats:
+            tg.add_chat(chat, "supergroup", title=f"shared {chat}")
+        settings = {**redis_settings(redis_server.url), "REDIS_PARTITIONS": str(partitions),
+                    "REDIS_LEASE_TTL_S": "2", "TELEGRAM_API_URL": tg.url,
+                    "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN, "CHANNEL_POLL_TIMEOUT_S": "1",
+                    "TELEGRAM_ALLOWED_USERS": str(TELEGRAM_USER)}
+        with contextlib.ExitStack() as stack:
+            nodes = []
+            for name in ("node-a", "node-b"):  # own workspaces, as on two machines
+                (tmp_path / name).mkdir()
+                factory = stack.enter_context(daemon_factory(
+                    tmp_path / name, fake_llm.base_url, SOULFLOW_NODE_ID=name, **settings))
+                nodes.append(factory())
+            for node in nodes:
+                node.start()
+            wait_for(lambda: all(n.state()["backend"]["partitions"]["held"] for n in nodes),
+                     what="both nodes holding partitions")
+            for n in range(3):
+                for chat in chats:
+                    tg.push_message(chat, f"@soulflow_test_bot {chat} m{n}",
+                                    from_id=TELEGRAM_USER, chat_type="supergroup")
+            for chat in chats:
+                wait_for(lambda chat=chat: len(tg.sent_texts(chat)) >= 3, timeout=30,
+                         what=f"three replies in {chat}")
+            for chat in chats:
+                assert tg.sent_texts(chat) == [f"echo: {chat} m{n}" for n in range(3)]
+            answered = [n.state()["counters"]["answered"] for n in nodes]
+            assert sum(answered) == 3 * len(chats) and all(answered), answered
+            held = [set(n.state()["backend"]["partitions"]["held"]) for n in nodes]
+            assert not held[0] & held[1] and held[0] | held[1] == set(range(partitions))
+            for node in nodes:
+                assert node.stop() == 0
