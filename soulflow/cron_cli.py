@@ -3,7 +3,9 @@
 Only the process holding the workspace lock writes the cron store, so with a daemon running
 these commands go through its API (`/api/cron…`, see soulflow/cron/api.py) and the daemon's
 scheduler sees a change at once; without one they take the lock and edit the store, and the
-daemon picks the jobs up when it starts. `run` fires a job immediately through a running
+daemon picks the jobs up when it starts. With the Redis backend and no daemon on this node
+they write the jobs in Redis (atomic per job, no lock needed), where the daemons of the other
+nodes see them within a second. `run` fires a job immediately through a running
 daemon; offline it makes the job due now, so it fires as soon as the daemon starts.
 
 Unlike the agent's `cron` tool, the operator may target any chat of any configured channel
@@ -24,6 +26,7 @@ from soulflow.settings_catalog import parse_duration_s
 
 if TYPE_CHECKING:  # the parser is built on every `soulflow` call: import the rest on use
     from soulflow.client import DaemonClient
+    from soulflow.cron.store import JobStore
 
 __all__ = ["CronCommandError", "add_cron_parser", "run_cron_command"]
 
@@ -64,21 +67,28 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _offline(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    from soulflow.cron.admin import CronRequestError, apply_action, list_jobs
-    from soulflow.cron.service import CronService
-    from soulflow.cron.store import CronStore
+    from soulflow.runtime.service_state import cli_state, cron_store
     from soulflow.storage.lock import WorkspaceLock
 
-    with WorkspaceLock(settings.runtime_dir / "daemon.lock"):
-        service = CronService(CronStore(settings.runtime_dir / "cron" / "cron-store.json"),
-                              _no_fire)
-        if args.cron_command == "list":
-            return list_jobs(service, args.chat)
-        try:
-            return asyncio.run(apply_action(service, args.cron_command, _body(args),
-                                            configured_channels(settings), can_fire=False))
-        except CronRequestError as exc:
-            raise CronCommandError(str(exc)) from None
+    with cli_state(settings) as state:
+        if state is not None:  # Redis: the store is shared and atomic, not this workspace's
+            return _apply(settings, args, cron_store(settings, state))
+        with WorkspaceLock(settings.runtime_dir / "daemon.lock"):
+            return _apply(settings, args, cron_store(settings, None))
+
+
+def _apply(settings: Settings, args: argparse.Namespace, store: JobStore) -> dict[str, Any]:
+    from soulflow.cron.admin import CronRequestError, apply_action, list_jobs
+    from soulflow.cron.service import CronService
+
+    service = CronService(store, _no_fire)
+    if args.cron_command == "list":
+        return list_jobs(service, args.chat)
+    try:
+        return asyncio.run(apply_action(service, args.cron_command, _body(args),
+                                        configured_channels(settings), can_fire=False))
+    except CronRequestError as exc:
+        raise CronCommandError(str(exc)) from None
 
 
 def _no_fire(*_: object) -> None:
@@ -106,8 +116,11 @@ def run_cron_command(settings: Settings, args: argparse.Namespace) -> int:
     job = result.get("job") or {}
     verb = {"add": "Added", "rm": "Removed", "enable": "Enabled", "disable": "Disabled"}
     if args.cron_command == "run":
+        later = ("a running node fires it within a second, or the first node that starts"
+                 if settings["SOULFLOW_BACKEND"] == "redis" else
+                 "it fires when the daemon starts")
         print(f"Fired job {job.get('id')} now." if result.get("fired") else
-              f"Job {job.get('id')} is due now; it fires when the daemon starts.")
+              f"Job {job.get('id')} is due now; {later}.")
     else:
         print(f"{verb[args.cron_command]} job {job.get('id')}.")
     if job and args.cron_command != "rm":

@@ -1,7 +1,10 @@
 """`soulflow secret set|list|rm|rotate-key`.
 
 The vault serialises writers with its own file lock and re-reads its file on every
-operation, so these commands are safe while the daemon runs. The operator is the admin of
+operation, so these commands are safe while the daemon runs. With the Redis backend the
+entries are in Redis (every node's daemon sees a change at once) and the key is this node's
+key file, which every node must share (`rotate-key` then needs the new key file copied to the
+other nodes; see docs/operations.md). The operator is the admin of
 the vault: secrets set here are global (usable in every chat), `list` shows every name with
 the chat it belongs to, and `rm` removes any of them.
 """
@@ -13,7 +16,7 @@ import getpass
 import sys
 
 from soulflow.config import Settings
-from soulflow.security.protected import open_vault
+from soulflow.security.vault import SecretVault
 
 
 def _read_value(name: str) -> str:
@@ -27,7 +30,13 @@ def _read_value(name: str) -> str:
 
 
 def run_secret_command(settings: Settings, args: argparse.Namespace) -> int:
-    vault = open_vault(settings)
+    from soulflow.runtime.service_state import cli_state, vault
+
+    with cli_state(settings) as state:
+        return _run(vault(settings, state), args, shared=state is not None)
+
+
+def _run(vault: SecretVault, args: argparse.Namespace, *, shared: bool) -> int:
     action = args.secret_command
     if action == "set":
         try:
@@ -50,4 +59,7 @@ def run_secret_command(settings: Settings, args: argparse.Namespace) -> int:
     else:
         count = vault.rotate_key()
         print(f"New master key; re-encrypted {count} secret(s).")
+        if shared:
+            print(f"Copy {vault.key_path} to every other node now (same path there): until "
+                  "then they cannot open the secrets.")
     return 0

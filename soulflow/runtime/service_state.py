@@ -9,18 +9,21 @@ the redis backend. The heartbeat's state and the ops notices are wired in ops/as
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from soulflow.config import Settings
 from soulflow.cron.store import CronStore, JobStore
 from soulflow.decision.service import DecisionService
+from soulflow.runtime.agent_state import state_redis
 from soulflow.security.protected import open_vault
 from soulflow.security.vault import SecretVault
 
 if TYPE_CHECKING:
     from soulflow.backends.redis.sync_client import StateRedis
 
-__all__ = ["cron_store", "decision_service", "vault"]
+__all__ = ["cli_state", "cron_store", "decision_service", "vault"]
 
 
 def cron_store(settings: Settings, state: StateRedis | None) -> JobStore:
@@ -50,3 +53,27 @@ def vault(settings: Settings, state: StateRedis | None) -> SecretVault:
     from soulflow.backends.redis.vault import RedisSecretEntries
 
     return open_vault(settings, entries=RedisSecretEntries(state))
+
+
+@contextmanager
+def cli_state(settings: Settings) -> Iterator[StateRedis | None]:
+    """For `soulflow cron` / `soulflow secret` without a daemon: the synchronous Redis client
+    (None on the file backend), closed afterwards; a Redis that fails meanwhile is one
+    sentence for the operator (`BackendUnavailable`), not a traceback."""
+    state = state_redis(settings)
+    if state is None:
+        yield None
+        return
+    from redis.exceptions import RedisError
+
+    from soulflow.backends.base import BackendUnavailable
+    from soulflow.backends.redis.backend import shown_url
+
+    try:
+        yield state
+    except RedisError as exc:
+        reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
+        raise BackendUnavailable(f"Redis at {shown_url(settings['REDIS_URL'])} (REDIS_URL) "
+                                 f"failed: {reason}") from None
+    finally:
+        state.close()
