@@ -319,6 +319,10 @@ class FakeTelegramThread(_BotUrls, FakeServerThread[FakeTelegram], PacedFakeThre
     def pending_polls(self) -> int:
         return self.call(lambda: self.fake.pending_polls)
 
+    def polls_by(self) -> dict[str, int]:
+        """getUpdates calls per instance tag (see `FakeTelegram.polls_by`)."""
+        return self.call(lambda: dict(self.fake.polls_by))
+
     def sent_texts(self, chat_id: int | str | None = None) -> list[str]:
         return self.call(self.fake.sent_texts, chat_id)
 
