@@ -18,7 +18,13 @@ from soulflow.tasks.model import (
     TaskStatus,
 )
 from soulflow.tasks.runner import NodeExecutors, TaskEvent, run_task_loop
-from soulflow.tasks.store import TaskDecisionError, TaskFenced, TaskStore, TaskStoreBase
+from soulflow.tasks.store import (
+    TaskDecisionError,
+    TaskFenced,
+    TaskStore,
+    TaskStoreBase,
+    TaskStoreUnavailable,
+)
 
 __all__ = [
     "Choice",
@@ -41,6 +47,7 @@ __all__ = [
     "TaskStatus",
     "TaskStore",
     "TaskStoreBase",
+    "TaskStoreUnavailable",
     "execution_groups",
     "run_task_loop",
     "validate_graph",

@@ -144,7 +144,13 @@ class TaskServices:
         await self.workflow.close()
 
     def state(self) -> dict[str, Any]:
-        return {"unfinished": len(self.store.unfinished()), "problems": self.store.problems,
+        """For /api/state; `unfinished` is None while the store does not answer (Redis away:
+        the backend's own status says so)."""
+        try:
+            unfinished: int | None = self.store.count_unfinished()
+        except Exception:
+            unfinished = None
+        return {"unfinished": unfinished, "problems": self.store.problems,
                 "running": len(self.engine.running_ids())}
 
     # -- pieces --------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from soulflow.tasks.store import (
     TaskDecisionError,
     TaskFenced,
     TaskStoreBase,
+    TaskStoreUnavailable,
     new_task_id,
     task_chat_key,
 )
@@ -200,13 +201,20 @@ class TaskEngine:
         chat = self._chats.pop(task_id, "")
         if loop.cancelled() or not self.owns(chat):
             return
-        task = self.store.get(task_id)
+        try:
+            task = self.store.get(task_id)
+        except TaskStoreUnavailable:
+            return  # `reconcile` resumes it once the store answers
         if (task is not None and not task.status.finished
                 and any(s.choice is not None for s in task.nodes.values())):
             self._spawn(task)  # a decision arrived while the loop was finishing
 
     async def _drive(self, task_id: str, abort: asyncio.Event, wake: asyncio.Event) -> None:
-        task = self.store.require(task_id)
+        try:
+            task = self.store.require(task_id)
+        except TaskStoreUnavailable as exc:
+            log.warning("task %s paused: %s", task_id, exc)
+            return
         try:
             await run_task_loop(task, self.store, self.executors, emit=self.emit,
                                 max_parallel=self.max_parallel, abort=abort, wake=wake)
@@ -214,11 +222,13 @@ class TaskEngine:
             raise
         except TaskFenced as exc:  # its chat is another node's now: that node resumes it
             log.warning("task %s stops on this node: %s", task_id, exc)
+        except TaskStoreUnavailable as exc:  # resumed by `reconcile` once the store answers
+            log.warning("task %s paused: %s", task_id, exc)
         except Exception as exc:  # a bug in the loop: say so on the task, never hang it
             log.exception("the loop of task %s crashed", task_id)
             task.status, task.error = TaskStatus.FAILED, f"internal error: {exc!r}"
             try:
                 await self.store.checkpoint(task)
-            except TaskFenced:
+            except (TaskFenced, TaskStoreUnavailable):
                 log.warning("task %s: its failure could not be recorded here (its chat is "
                             "another node's now)", task_id)

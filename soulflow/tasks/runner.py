@@ -40,7 +40,12 @@ from soulflow.tasks.model import (
     TaskStatus,
     now,
 )
-from soulflow.tasks.store import TaskDecisionError, TaskFenced, TaskStoreBase
+from soulflow.tasks.store import (
+    TaskDecisionError,
+    TaskFenced,
+    TaskStoreBase,
+    TaskStoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +154,10 @@ class _TaskRun:
                     if self.abort.is_set():
                         break  # a step that ended because of the cancel is cancelled, not failed
                     await self._record(self.running.pop(child), child)
-        except (asyncio.CancelledError, TaskFenced):
-            # shutdown, or the task's chat moved to another node (a checkpoint was refused):
-            # stop the steps, mark nothing; the checkpoint says where to pick up
+        except (asyncio.CancelledError, TaskFenced, TaskStoreUnavailable):
+            # shutdown, the task's chat moved to another node (a checkpoint was refused), or
+            # the store is away: stop the steps, mark nothing; the checkpoint says where to
+            # pick up
             await self._shutdown_children()
             raise
         finally:

@@ -49,6 +49,12 @@ class TaskFenced(TaskDecisionError):
     here is refused with this message (answer in the task's chat instead)."""
 
 
+class TaskStoreUnavailable(RuntimeError):
+    """The store did not answer (Redis away): nothing was written. A runner stops without
+    marking anything, as at shutdown; the engine resumes the task from its last checkpoint
+    once the store answers again (if this node still holds the chat)."""
+
+
 def _encode_task(record: Any) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -109,6 +115,10 @@ class TaskStoreBase(ABC):
     @abstractmethod
     def detail_tail(self, task_id: str, count: int) -> list[str]:
         """The last `count` lines of the task's story (`- <time> <text>`), oldest first."""
+
+    def count_unfinished(self) -> int:
+        """How many tasks are running or waiting (for /api/state: cheap on every store)."""
+        return len(self.unfinished())
 
     def require(self, task_id: str) -> TaskState:
         task = self.get(task_id)

@@ -22,11 +22,14 @@ are removed, their stories kept 30 days), `tasks:details:<id>` (the story, cappe
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
+
+from redis.exceptions import RedisError
 
 from soulflow.backends.base import Lease
 from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
@@ -37,12 +40,16 @@ from soulflow.tasks.review import Proposal
 from soulflow.tasks.store import (
     TaskFenced,
     TaskStoreBase,
+    TaskStoreUnavailable,
     check_task_id,
     detail_entry,
     task_chat_key,
 )
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DETAIL_CAP = 2000  # lines kept per task story
 DETAIL_TTL_S = 30 * 24 * 3600  # a pruned task's story stays this long
@@ -101,6 +108,20 @@ redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 return 1
 """
+
+
+def _answered(method: Callable[P, R]) -> Callable[P, R]:
+    """Redis not answering becomes `TaskStoreUnavailable`, which the task code knows (it
+    never imports redis): a runner pauses, the engine retries at its next reconcile."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except (RedisError, OSError) as exc:
+            raise TaskStoreUnavailable(f"Redis did not answer ({exc})") from exc
+
+    return call
 
 
 class RedisTaskStore(TaskStoreBase):
@@ -171,12 +192,14 @@ class RedisTaskStore(TaskStoreBase):
         return [t for name, raw in zip(names, raws, strict=True)
                 if (t := self._parse(name, raw)) is not None]
 
+    @_answered
     def get(self, task_id: str) -> TaskState | None:
         cached = self._cached(task_id)
         if cached is not None:
             return cached
         return self._parse(task_id, self._redis.hget(self.keys.tasks, task_id))
 
+    @_answered
     def list(self, *, status: TaskStatus | None = None, chat_id: str | None = None,
              provider: str | None = None, limit: int | None = None) -> list[TaskState]:
         listing, filtered = self.keys.tasks_created, status is not None
@@ -191,6 +214,11 @@ class RedisTaskStore(TaskStoreBase):
                  and (provider is None or t.provider == provider)]
         return found[:limit]
 
+    @_answered
+    def count_unfinished(self) -> int:
+        return int(self._redis.scard(self.keys.tasks_open))
+
+    @_answered
     def unfinished(self, *, chats: Callable[[str], bool] | None = None) -> list[TaskState]:
         """With `chats`, the index (`revision|chat`) is read first and only the records of
         accepted chats are fetched: the engine asks this every few seconds."""
@@ -225,14 +253,14 @@ class RedisTaskStore(TaskStoreBase):
         text = json.dumps(task.to_dict(), ensure_ascii=False, separators=(",", ":"),
                           default=str)
         lease_key, lease_value = lease
-        result = int(self._checkpoint(
-            keys=[self.keys.tasks, self.keys.tasks_index, self.keys.tasks_open,
-                  self.keys.tasks_created, self.keys.tasks_finished,
-                  self.keys.tasks_of_chat(chat), lease_key or self.keys.tasks],
-            args=[task.task_id, text, "new" if new else expected, task.revision, lease_value,
-                  FINISHED if task.status.finished else "0", task.created_at,
-                  task.updated_at, chat, task_store.KEEP_FINISHED, self.keys.prefix,
-                  DETAIL_TTL_S]))
+        try:
+            result = self._run_checkpoint(task, text, chat, lease_key, lease_value,
+                                          "new" if new else str(expected))
+        except (RedisError, OSError) as exc:
+            task.revision = expected  # perhaps not written: read it again before going on
+            self._live.pop(task.task_id, None)
+            raise TaskStoreUnavailable(f"Redis did not take the checkpoint of task "
+                                       f"{task.task_id} ({exc})") from exc
         if result == 1:
             self._keep(task)
             return
@@ -246,18 +274,31 @@ class RedisTaskStore(TaskStoreBase):
         raise TaskFenced(f"task {task.task_id} was written elsewhere since this node read it "
                          f"(revision {expected}); it is read again before going on")
 
+    def _run_checkpoint(self, task: TaskState, text: str, chat: str, lease_key: str,
+                        lease_value: str, expected: str) -> int:
+        return int(self._checkpoint(
+            keys=[self.keys.tasks, self.keys.tasks_index, self.keys.tasks_open,
+                  self.keys.tasks_created, self.keys.tasks_finished,
+                  self.keys.tasks_of_chat(chat), lease_key or self.keys.tasks],
+            args=[task.task_id, text, expected, task.revision, lease_value,
+                  FINISHED if task.status.finished else "0", task.created_at,
+                  task.updated_at, chat, task_store.KEEP_FINISHED, self.keys.prefix,
+                  DETAIL_TTL_S]))
+
     # -- detail logs ---------------------------------------------------------------------
 
     def detail_location(self, task_id: str) -> str:
         check_task_id(task_id)
         return f"redis:{self.keys.task_details(task_id)}"
 
+    @_answered
     def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> str:
         check_task_id(task_id)
         self._append(keys=[self.keys.task_details(task_id)],
                      args=[detail_entry(line, at), DETAIL_CAP])
         return self.detail_location(task_id)
 
+    @_answered
     def detail_tail(self, task_id: str, count: int) -> list[str]:
         try:
             check_task_id(task_id)
