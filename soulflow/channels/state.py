@@ -185,8 +185,8 @@ class _SharedCursors:
             while self._pending:
                 values, self._pending = self._pending, {}
                 lease = self._leadership.lease
-                if lease is None:
-                    self._refuse("the account's lease is no longer held")
+                if lease is None:  # the term is over already: the next reader moves it
+                    self._refuse(None)
                     return
                 try:
                     stored = await self.store.update(self.channel, values, lease=lease)
@@ -207,8 +207,11 @@ class _SharedCursors:
                     return
             self._idle.set()
 
-    def _refuse(self, reason: str) -> None:
+    def _refuse(self, reason: str | None) -> None:
+        """Drop what is queued; with a `reason` (the backend refused a write under a lease we
+        still believed in) end the reader's term too."""
         self._refused = True
         self._pending.clear()
         self._idle.set()
-        self._leadership.fence(reason)
+        if reason is not None:
+            self._leadership.fence(reason)
