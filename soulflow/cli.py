@@ -134,7 +134,7 @@ def _print_channels(state: dict[str, Any]) -> None:
         if channel.get("role") == "leader":  # a shared account (redis): this node reads it
             line += f", reading as leader (lease token {channel.get('lease_token')})"
         elif channel.get("role") == "standby":
-            line += ", standby: another node reads the account, this one sends"
+            line += ", another node reads the account (this one sends)"
         if channel.get("consecutive_failures"):
             line += f", {channel['consecutive_failures']} failed read(s) in a row"
         if channel.get("send_failures"):

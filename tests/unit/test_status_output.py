@@ -48,3 +48,18 @@ def test_status_names_the_redis_backend_and_a_lost_redis(
                     "last_error": "Error 111 connecting"})
     line = capsys.readouterr().out
     assert "UNREACHABLE since" in line and line.rstrip().endswith("Error 111 connecting")
+
+
+def test_status_shows_which_node_reads_a_shared_account(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    channel = {"name": "telegram", "consecutive_failures": 0, "send_failures": 0,
+               "restarts": 0, "last_error": ""}
+    _print_channels({"queues": {}, "channels": [
+        {**channel, "status": "connected", "role": "leader", "lease_token": 7},
+        {**channel, "name": "discord", "status": "standby", "role": "standby",
+         "lease_token": None},
+        {**channel, "name": "slack", "status": "connected", "role": None}]})
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "    telegram   connected, reading as leader (lease token 7)"
+    assert out[2] == "    discord    standby, another node reads the account (this one sends)"
+    assert out[3] == "    slack      connected"  # file backend: no role
