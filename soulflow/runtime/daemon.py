@@ -323,7 +323,8 @@ class Runtime:
         task store. `state()["ok"]` is true only when the daemon is ready with none of them
         (the ops reading in `state()["ops"]` adds providers and how long problems last)."""
         found = loop_and_channel_problems(self.supervisor.status(), self.manager.health)
-        return [*backend_problems(self.backend.status()), *found.values(),
+        vault = [self.vault.key_problem] if self.vault.key_problem else []  # another key (Redis)
+        return [*backend_problems(self.backend.status()), *found.values(), *vault,
                 *self._shared(lambda: list(self.tasks.problems), [])]
 
     def queue_depths(self) -> dict[str, int]:

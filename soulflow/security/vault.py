@@ -68,6 +68,7 @@ except ImportError:  # pragma: no cover - Windows
 log = logging.getLogger(__name__)
 
 KEY_FILE = "master.key"
+KEY_CHECK = "soulflow vault key check"  # what the key's recorded fingerprint is a hash of
 PENDING_KEY_FILE = "master.key.new"
 SECRETS_FILE = "secrets.json"
 LOCK_FILE = ".vault.lock"
@@ -92,8 +93,13 @@ class SecretVault:
         ensure_private_dir(self.dir)
         if self.key_path.parent != self.dir:
             ensure_private_dir(self.key_path.parent)
+        # shared entries (Redis) sealed with another key than this node's: why, for the log
+        # and the daemon's problems (secrets sealed elsewhere will not open here)
+        self.key_problem: str | None = None
         with self._locked():
-            self._sealer()  # create or vet the key now: fail at startup, not mid-conversation
+            sealer = self._sealer()  # create or vet the key now: fail at startup, not later
+            if self._entries.shared:
+                self._check_shared_key(sealer)
 
     def __repr__(self) -> str:
         return f"SecretVault({str(self.dir)!r})"
@@ -244,7 +250,8 @@ class SecretVault:
             try:
                 self._write_entries(entries, {
                     n: StoredSecret(new.encrypt(n, plain[n]), entries[n].updated_at,
-                                    entries[n].scope) for n in entries})
+                                    entries[n].scope) for n in entries},
+                    key_fingerprint=new.fingerprint(KEY_CHECK))
             except EntriesChanged:
                 os.unlink(self.pending_key_path)
                 raise
@@ -330,6 +337,33 @@ class SecretVault:
         return self._entries.read()
 
     def _write_entries(self, expected: Mapping[str, StoredSecret],
-                       entries: Mapping[str, StoredSecret]) -> None:
+                       entries: Mapping[str, StoredSecret], *, key_fingerprint: str) -> None:
         """Step 3 of a rotation: every entry re-sealed, swapped at once."""
-        self._entries.replace(expected, entries)
+        self._entries.replace(expected, entries, key_fingerprint=key_fingerprint)
+
+    def _check_shared_key(self, sealer: Sealer) -> None:
+        """Is this node's key the one the shared entries are sealed with? A node that holds
+        another key (a fresh one it made, a stale one from before a rotation) is reported
+        at startup instead of failing on each secret later. The first node records its key's
+        fingerprint, provided its key opens an entry already stored."""
+        mine = sealer.fingerprint(KEY_CHECK)
+        entries = self._entries.read()
+        sample = next(iter(entries.items()), None)
+        if sample is not None and not self._opens(sealer, *sample):
+            recorded = ""
+        else:
+            recorded = self._entries.key_fingerprint(mine)
+        if recorded != mine:
+            self.key_problem = (
+                f"this node's vault key {self.key_path} is not the key the secrets in "
+                f"{self._entries.location} are sealed with, so they will not open here: copy "
+                "the key file from another node (the same key on every node)")
+            log.error("vault: %s", self.key_problem)
+
+    @staticmethod
+    def _opens(sealer: Sealer, name: str, entry: StoredSecret) -> bool:
+        try:
+            sealer.decrypt(name, entry.ciphertext)
+        except InvalidCiphertext:
+            return False
+        return True

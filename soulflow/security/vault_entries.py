@@ -37,6 +37,14 @@ class SecretEntries(Protocol):
     def location(self) -> str:
         """Where the entries are, for messages (a path, or a Redis key)."""
 
+    @property
+    def shared(self) -> bool:
+        """Other nodes, with their own copies of the key file, use the same entries."""
+
+    def key_fingerprint(self, mine: str) -> str:
+        """The fingerprint of the key the entries are sealed with (shared entries): `mine`
+        is recorded if none is yet. Not the key: a keyed hash that reveals nothing of it."""
+
     def read(self) -> dict[str, StoredSecret]:
         """Every entry by name."""
 
@@ -48,9 +56,9 @@ class SecretEntries(Protocol):
         """Delete `name` (only if its scope is `scope`, unless `any_scope`); whether it went."""
 
     def replace(self, expected: Mapping[str, StoredSecret],
-                entries: Mapping[str, StoredSecret]) -> None:
-        """Swap every entry at once (key rotation); `EntriesChanged` if the stored entries
-        are no longer `expected`."""
+                entries: Mapping[str, StoredSecret], *, key_fingerprint: str) -> None:
+        """Swap every entry at once (key rotation), and the key fingerprint with them;
+        `EntriesChanged` if the stored entries are no longer `expected`."""
 
 
 class FileSecretEntries:
@@ -58,12 +66,17 @@ class FileSecretEntries:
     "scope"?}}}``, replaced atomically with mode 0600. A file that cannot be read is moved
     aside and reported (`VaultCorruptError`), never treated as empty."""
 
+    shared = False  # the key file sits next to it, on the same disk
+
     def __init__(self, path: Path) -> None:
         self.path = path
 
     @property
     def location(self) -> str:
         return str(self.path)
+
+    def key_fingerprint(self, mine: str) -> str:
+        return mine
 
     def read(self) -> dict[str, StoredSecret]:
         try:
@@ -114,7 +127,7 @@ class FileSecretEntries:
         return True
 
     def replace(self, expected: Mapping[str, StoredSecret],
-                entries: Mapping[str, StoredSecret]) -> None:
+                entries: Mapping[str, StoredSecret], *, key_fingerprint: str) -> None:
         # the vault's lock is held since `expected` was read: nobody else wrote meanwhile
         self._write(entries)
 

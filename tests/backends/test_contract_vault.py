@@ -141,9 +141,13 @@ def test_the_key_never_reaches_redis(redis_server: RedisServer, tmp_path: Path) 
     vault.set_many({"A": "alpha", "B": "beta"})
     vault.rotate_key()
     key = vault.key_path.read_bytes()
-    everything = b"".join(
-        k + b"".join(sum(state.client.hgetall(k).items(), ()))
-        for k in state.client.keys(f"{state.prefix}*"))
+    everything = b""
+    for name in state.client.keys(f"{state.prefix}*"):
+        if state.client.type(name) == b"hash":
+            everything += b"".join(sum(state.client.hgetall(name).items(), ()))
+        else:
+            everything += state.client.get(name) or b""
+    assert state.client.exists(f"{state.prefix}vault:key_check")
     assert key not in everything and key.hex().encode() not in everything
     assert b"alpha" not in everything and b"beta" not in everything
     state.close()
@@ -171,6 +175,21 @@ def test_a_rotation_reaches_a_node_when_its_key_file_is_replaced(redis_vaults: O
     assert node_b.get("A") == "alpha"  # re-read without a restart
 
 
+def test_a_node_with_another_key_says_so_at_startup(redis_vaults: OpenVault,
+                                                      tmp_path: Path) -> None:
+    node_a = redis_vaults(tmp_path / "a")
+    assert node_a.key_problem is None
+    stray = redis_vaults(tmp_path / "stray")  # started before any secret: made its own key
+    assert stray.key_problem is not None and "copy the key file" in stray.key_problem
+    copy_key(node_a, tmp_path / "b")
+    assert redis_vaults(tmp_path / "b").key_problem is None
+    node_a.set("A", "alpha")
+    node_a.rotate_key()  # the recorded fingerprint follows the rotation
+    assert redis_vaults(tmp_path / "b").key_problem is not None  # b still has the old key
+    copy_key(node_a, tmp_path / "b")
+    assert redis_vaults(tmp_path / "b").key_problem is None
+
+
 def test_a_rotation_never_swaps_over_another_nodes_write(redis_server: RedisServer) -> None:
     state = fresh_state(redis_server.url)
     here = RedisSecretEntries(state)
@@ -180,7 +199,8 @@ def test_a_rotation_never_swaps_over_another_nodes_write(redis_server: RedisServ
     there.put({"B": StoredSecret("sv1.other", "2030-01-01T00:00:01+00:00")},
               keep_foreign=False)
     with pytest.raises(EntriesChanged):
-        here.replace(read, {"A": StoredSecret("sv1.new", "2030-01-01T00:00:00+00:00")})
+        here.replace(read, {"A": StoredSecret("sv1.new", "2030-01-01T00:00:00+00:00")},
+                     key_fingerprint="f" * 12)
     assert {n: e.ciphertext for n, e in here.read().items()} == {"A": "sv1.old",
                                                                  "B": "sv1.other"}
     state.close()

@@ -289,7 +289,7 @@ def test_crash_before_secrets_rewrite_keeps_old_key(
     vault.set("A", "alpha")
     old_key = vault.key_path.read_bytes()
 
-    def crash(*_: object) -> None:
+    def crash(*_: object, **__: object) -> None:
         raise KeyboardInterrupt("simulated crash")
 
     monkeypatch.setattr(vault, "_write_entries", crash)

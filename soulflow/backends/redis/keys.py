@@ -175,6 +175,12 @@ class ServiceKeys:
         return f"{self.prefix}vault:secrets"
 
     @property
+    def vault_key_check(self) -> str:
+        """String: a keyed fingerprint of the key the vault's entries are sealed with (not
+        the key; it tells a node with another key file at startup)."""
+        return f"{self.prefix}vault:key_check"
+
+    @property
     def heartbeat_state(self) -> str:
         """Hash: the heartbeat's last tick (last_tick_at, last_status, last_outcome)."""
         return f"{self.prefix}heartbeat:state"

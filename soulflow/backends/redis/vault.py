@@ -7,6 +7,10 @@ Storing several values (with the "leave another scope's name alone" rule) and de
 (only if it has the expected scope) are Lua scripts; a key rotation swaps every entry in a
 WATCH transaction, so an entry another node writes meanwhile aborts the swap
 (`EntriesChanged`) instead of being lost or left sealed under the old key.
+
+`vault:key_check` holds a fingerprint of the key the entries are sealed with (an HMAC under a
+subkey derived from the key, of a fixed text: it reveals nothing of the key), so a node
+started with another key file says so at startup (`SecretVault.key_problem`).
 """
 
 from __future__ import annotations
@@ -69,15 +73,23 @@ return 1
 class RedisSecretEntries:
     """`SecretEntries` on Redis (see the module docstring)."""
 
+    shared = True
+
     def __init__(self, state: StateRedis) -> None:
         self._client: Redis = state.client
         self._key = ServiceKeys(state.prefix).vault
+        self._key_check = ServiceKeys(state.prefix).vault_key_check
         self._put = self._client.register_script(VAULT_PUT)
         self._delete = self._client.register_script(VAULT_DELETE)
 
     @property
     def location(self) -> str:
         return f"the Redis hash {self._key}"
+
+    def key_fingerprint(self, mine: str) -> str:
+        self._client.set(self._key_check, mine, nx=True)
+        recorded = self._client.get(self._key_check)
+        return mine if recorded is None else _text(recorded)
 
     def read(self) -> dict[str, StoredSecret]:
         return self._parse_all(self._client.hgetall(self._key))
@@ -95,7 +107,7 @@ class RedisSecretEntries:
                                  args=[name, "1" if any_scope else "0", scope or ""]))
 
     def replace(self, expected: Mapping[str, StoredSecret],
-                entries: Mapping[str, StoredSecret]) -> None:
+                entries: Mapping[str, StoredSecret], *, key_fingerprint: str) -> None:
         def swap(pipe: Pipeline) -> None:
             if self._parse_all(pipe.hgetall(self._key)) != dict(expected):
                 raise EntriesChanged(
@@ -106,6 +118,7 @@ class RedisSecretEntries:
             if entries:
                 pipe.hset(self._key, mapping={n: json.dumps(entry_json(e))
                                               for n, e in entries.items()})
+            pipe.set(self._key_check, key_fingerprint)
 
         self._client.transaction(swap, self._key)
 
