@@ -20,14 +20,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from soulflow.agent.approvals import CLARIFY, Decider, parse_decision, parse_reaction
-from soulflow.agent.domain import AgentDomain, AgentReply
+from soulflow.agent.approvals import CLARIFY, parse_reaction
+from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run.store import RunMoved
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.inbound_dlq import IntakeStage
-from soulflow.bus.messages import InboundMessage, OutboundMessage
+from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.access import AccessPolicy, refusal_text
+from soulflow.channels.answering import AgentAnswers, decider_of, reply_metadata
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.claiming import ClaimLoop
 from soulflow.channels.commands import STOP_NAMES, CommandRouter
@@ -35,12 +36,11 @@ from soulflow.channels.feedback import ChannelFeedback, FeedbackPolicy
 from soulflow.channels.folding import ChatBacklog, FoldRule, Turn
 from soulflow.channels.grouping import Grouper
 from soulflow.channels.health import HealthBoard
-from soulflow.channels.input_text import input_text
 from soulflow.channels.intake import InboundScreen
 from soulflow.channels.poison import APOLOGY, Quarantine
 from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.rendering import render_reply
+from soulflow.channels.replies import BusReplies
 from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ChatRef, ReplyStatus
 from soulflow.logs import log_context
@@ -57,11 +57,6 @@ EMPTY_MESSAGE_REPLY = "I received an empty message; write something and I'll ans
 STOP_REACTIONS = frozenset({"🛑", "⛔", "octagonal_sign", "no_entry", "stop_sign"})
 
 EventSink = Callable[[str, dict[str, Any]], None]
-
-
-def decider_of(message: InboundMessage) -> Decider:
-    """The person deciding an approval by this reply or reaction."""
-    return Decider(message.provider, message.sender_id, message.sender_name)
 
 
 class ChannelManager:
@@ -100,6 +95,9 @@ class ChannelManager:
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
         self._on_event = on_event or (lambda kind, data: None)
+        self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
+        self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs, files_dir,
+                                    max_inbound_chars, self.backlog_for)
         # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
         # meant for a task (its plan review, a waiting step) is answered there; None: not one
         self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None
@@ -176,7 +174,7 @@ class ChannelManager:
     def _apologise(self, message: InboundMessage) -> None:
         """Tell the sender their message was set aside (it holds nothing of the message)."""
         try:
-            self._publish(message, APOLOGY, inbound_key=None)
+            self.replies.reply(message, APOLOGY, inbound_key=None)
         except Exception:
             log.exception("could not tell %s that its message was quarantined", message.key)
 
@@ -185,7 +183,7 @@ class ChannelManager:
         reply): quarantine it, finish it as failed, tell the sender."""
         for message in batch:
             await self.quarantine.record(message, IntakeStage.PROCESS, error)
-        await self._complete([m.key for m in batch], ReplyStatus.FAILED, error)
+        await self.replies.complete([m.key for m in batch], ReplyStatus.FAILED, error)
         self.failed_count += 1
         self._apologise(batch[-1])
 
@@ -211,7 +209,7 @@ class ChannelManager:
     async def _queue(self, message: InboundMessage) -> None:
         if message.kind == "reaction":  # read by another node for this node's chat (intake)
             self._on_reaction(message)
-            await self._complete([message.key], ReplyStatus.IGNORED)
+            await self.replies.complete([message.key], ReplyStatus.IGNORED)
             return
         if await self._stop_now(message):
             return
@@ -226,8 +224,8 @@ class ChannelManager:
         command = adapter.parse_command(message.text) if adapter is not None else None
         if command is None or command.name not in STOP_NAMES:
             return False
-        await self._publish(message, self.commands.stop(message.chat_key))
-        await self._complete([message.key], ReplyStatus.ANSWERED)
+        await self.replies.reply(message, self.commands.stop(message.chat_key))
+        await self.replies.complete([message.key], ReplyStatus.ANSWERED)
         return True
 
     def _submit(self, batch: list[InboundMessage]) -> None:
@@ -278,7 +276,7 @@ class ChannelManager:
             # let anyone make the bot post at will (a reply "ok" is answered, once per message)
             if reply is not None and reply.status is not ReplyStatus.REFUSED:
                 self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
-                                      self._reply_metadata(reply))
+                                      reply_metadata(reply))
 
         self._executor.submit(message.chat_key, decide)
 
@@ -292,8 +290,8 @@ class ChannelManager:
         log.info("refused %s user %s (not on the allow-list)", message.provider,
                  message.sender_id)
         if self.access.should_explain_refusal(message.provider, message.sender_id):
-            self._publish(message, refusal_text(message.provider, message.sender_id),
-                          inbound_key=None)
+            self.replies.reply(message, refusal_text(message.provider, message.sender_id),
+                               inbound_key=None)
 
     # -- answering -----------------------------------------------------------------------
 
@@ -302,91 +300,50 @@ class ChannelManager:
         first, keys = batch[0], [m.key for m in batch]
         for key in keys:
             if await self.bus.outbox.has_answered(key):  # crashed (or moved) after replying
-                await self._complete(keys, ReplyStatus.ANSWERED)
+                await self.replies.complete(keys, ReplyStatus.ANSWERED)
                 return
         adapter = self.registry.get(first.provider)
         internal = first.metadata.get("origin") == "cron"  # never a command, answer or decision
         if len(batch) == 1 and adapter is not None and not internal and \
                 (command := adapter.parse_command(first.text)) is not None:
-            await self._publish(first, await self.commands.handle(command, first))
-            await self._complete(keys, ReplyStatus.ANSWERED)
+            await self.replies.reply(first, await self.commands.handle(command, first))
+            await self.replies.complete(keys, ReplyStatus.ANSWERED)
             return
         if len(batch) == 1 and not internal and self.task_replies is not None and \
                 (answer := await self.task_replies(first)) is not None:
-            await self._publish(first, answer)
-            await self._complete(keys, ReplyStatus.ANSWERED)
+            await self.replies.reply(first, answer)
+            await self.replies.complete(keys, ReplyStatus.ANSWERED)
             return
-        if len(batch) == 1 and not internal and await self._continue_open_run(first, adapter):
-            await self._complete(keys, ReplyStatus.ANSWERED)
+        if len(batch) == 1 and not internal and \
+                await self.answers.continue_open_run(first, adapter):
+            await self.replies.complete(keys, ReplyStatus.ANSWERED)
             return
-        text = await self._input_text(batch, adapter, attributed=turn.folded)
+        text = await self.answers.input_text(batch, adapter, attributed=turn.folded)
         if not text.strip():
-            await self._publish(first, EMPTY_MESSAGE_REPLY)
-            await self._complete(keys, ReplyStatus.IGNORED, "empty message")
+            await self.replies.reply(first, EMPTY_MESSAGE_REPLY)
+            await self.replies.complete(keys, ReplyStatus.IGNORED, "empty message")
             return
         if self.sealer is not None:
             report = inspect_secret_references_for_orchestration(
                 text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
-                await self._publish(first, secret_resolution_required_message(report))
-                await self._complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
+                await self.replies.reply(first, secret_resolution_required_message(report))
+                await self.replies.complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
                 return
         try:
-            reply = await self._run_agent(batch, adapter, text)
+            reply = await self.answers.run_agent(batch, adapter, text)
         except RunMoved:  # the chat is another node's now: it runs this message again
             log.info("%s: its chat moved to another node, which answers it", first.key)
             return
-        await self._publish(batch[-1], reply.content, inbound_key=first.key,
-                      metadata=self._reply_metadata(reply))
-        await self._complete(keys, reply.status, reply.error)
+        await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
+                                 metadata=reply_metadata(reply))
+        await self.replies.complete(keys, reply.status, reply.error)
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
         elif reply.status is ReplyStatus.MAX_TURNS:
             self.max_turns_count += 1  # answered with a best effort: counted on its own
         else:
             self.answered_count += 1
-
-    async def _continue_open_run(self, message: InboundMessage,
-                                 adapter: ChannelAdapter | None) -> bool:
-        """Route a message to the chat's run that waits for a decision or an answer."""
-        # a decision goes to the latest approval its author may decide (their own, in a group)
-        parsed = parse_decision(message.text)
-        deciding = decider_of(message) if parsed is not None else None
-        open_run = self.agent.open_run(message.chat_key, by=deciding)
-        if open_run is None:
-            return False
-        run_id, status = open_run
-        if status == "waiting_approval":
-            if parsed is None:
-                return False  # an ordinary message: the approval stays pending
-            decision, approval_id = parsed
-            if decision == CLARIFY:
-                await self._publish(message, self.agent.pending_approval_text(run_id))
-                return True
-            reply = await self._with_feedback(message, adapter, lambda abort: self.agent.decide(
-                run_id, decision, by=decider_of(message), approval_id=approval_id, abort=abort))
-            if reply is None:
-                await self._publish(message,
-                                    f"There is no pending approval {approval_id} here.")
-                return True
-        else:
-            text = await self._input_text([message], adapter)  # saves attachments (request_file)
-            reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
-                run_id, message, text, abort=abort))
-        await self._publish(message, reply.content, metadata=self._reply_metadata(reply))
-        return True
-
-    async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
-                             work: Callable[[asyncio.Event], Awaitable[Any]]) -> Any:
-        async with self.feedback.typing_while(adapter, message.chat_id):
-            with self.runs.track(message.chat_key) as abort:
-                return await work(abort)
-
-    @staticmethod
-    def _reply_metadata(reply: AgentReply) -> dict[str, Any]:
-        if reply.approval_id and reply.status is ReplyStatus.WAITING_APPROVAL:
-            return {"approval_id": reply.approval_id, "run_id": reply.run_id}
-        return {}
 
     async def resume_runs(self) -> int:
         """Continue runs that were mid-way when the daemon stopped (their inbound is done),
@@ -404,72 +361,16 @@ class ChannelManager:
                 except RunMoved:  # taken over again by a newer holder of the chat
                     log.info("run %s moved to another node, which continues it", run_id)
                     return
-                self.publish_to_chat(chat, reply.content, self._reply_metadata(reply))
+                self.publish_to_chat(chat, reply.content, reply_metadata(reply))
 
             self._executor.submit(chat.key, job)
             resumed += 1
         return resumed
 
-    async def _input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                          *, attributed: bool = False) -> str:
-        return await input_text(batch, adapter, files_dir=self.files_dir,
-                                max_chars=self.max_inbound_chars, attributed=attributed)
-
-    async def _run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                         text: str) -> AgentReply:
-        first, last = batch[0], batch[-1]
-        self.feedback.acknowledge(adapter, last.chat_id, last.message_id,
-                                  backlog=self.backlog_for(first.chat_key))
-        try:
-            async with self.feedback.typing_while(adapter, first.chat_id):
-                with self.runs.track(first.chat_key) as abort:
-                    reply = await self.agent.respond(first, text, abort=abort)
-        except RunMoved:
-            raise  # not a failure: the run goes on at the chat's new node (_process)
-        except Exception as exc:  # a bug must still end in a recorded failure, not silence
-            log.exception("answering %s failed", first.key)
-            reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
-                               "the error is in the daemon's log.", ReplyStatus.FAILED,
-                               f"{type(exc).__name__}: {exc}")
-        note = first.metadata.get("truncation_note")
-        if note:
-            reply.content = f"{note}\n\n{reply.content}"
-        return reply
-
-    async def _complete(self, keys: list[str], status: ReplyStatus,
-                        error: str | None = None) -> None:
-        for key in keys:
-            done = await self.bus.inbound.complete(key, status, error)
-            if str(done) == "fenced":  # Completion.FENCED: the chat moved while it ran here
-                log.warning("completed %s after its chat moved to another node, which runs it "
-                            "again (docs/scaling.md, the duplicate window)", key)
-
-    def _publish(self, message: InboundMessage, content: str, *,
-                 inbound_key: str | None = "",
-                 metadata: dict[str, Any] | None = None) -> Awaitable[list[bool]]:
-        """Queue a reply to `message`; await the result to know it is in the outbox."""
-        return self.publish_to_chat(
-            message.chat, content, metadata, reply_to=message.message_id,
-            inbound_key=message.key if inbound_key == "" else inbound_key)
-
     def publish_to_chat(self, chat: ChatRef, content: str,
-                         metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
-                         inbound_key: str | None = None) -> Awaitable[list[bool]]:
-        """Queue a message, split or turned into a file as the platform needs, in order. The
-        parts are stored by the outbox writer in this order; await the result where they must
-        be stored before going on (callers that only notify may ignore it)."""
-        provider, chat_id = chat.provider, chat.chat_id
-        adapter = self.registry.get(provider)
-        parts = render_reply(content, adapter.limits) if adapter is not None else []
-        stored: list[asyncio.Future[bool]] = []
-        for part in parts or [None]:
-            extra: dict[str, Any] = dict(metadata or {})
-            if part is not None and part.as_file:
-                extra.update({"as_file": True, "filename": part.filename, "note": part.note})
-            stored.append(self.bus.publish_outbound(OutboundMessage(
-                provider=provider, chat_id=chat_id,
-                content=part.text if part is not None else content, reply_to=reply_to,
-                thread_id=chat.thread_id, inbound_key=inbound_key, metadata=extra)))
-        self._on_event("agent.reply", {"provider": provider, "chat_id": chat_id,
-                                       "reply_to": reply_to, "text": content[:500]})
-        return asyncio.gather(*stored)
+                        metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
+                        inbound_key: str | None = None) -> Awaitable[list[bool]]:
+        """Queue a message to a chat, split as the platform needs (replies.py); await the
+        result where it must be stored before going on."""
+        return self.replies.publish_to_chat(chat, content, metadata, reply_to=reply_to,
+                                            inbound_key=inbound_key)
