@@ -123,7 +123,8 @@ class TaskServices:
         """After the backend started (Redis: this node holds its first partitions)."""
         if self._fence is not None:
             runtime = self._runtime
-            self._fence.bind(runtime.backend)  # type: ignore[arg-type]  # a RedisBackend
+            self._fence.bind(runtime.backend,  # type: ignore[arg-type]  # a RedisBackend
+                             running=self.engine.running_chats)
             runtime.backend.on_partitions_changed(self.engine.partitions_changed)
             # a lost partition must stop its tasks here well within the third of a TTL
             # between this node's lease deadline and the lease's expiry in Redis

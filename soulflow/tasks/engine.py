@@ -174,6 +174,10 @@ class TaskEngine:
     def running_ids(self) -> list[str]:
         return list(self._loops)
 
+    def running_chats(self) -> set[str]:
+        """Chat keys of the tasks whose loops run here (their partitions stay here)."""
+        return set(self._chats.values())
+
     async def wait(self, task_id: str) -> TaskState:
         """Until the task's current loop returns (finished or waiting)."""
         loop = self._loops.get(task_id)

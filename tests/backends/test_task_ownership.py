@@ -72,9 +72,9 @@ async def open_node(name: str, harness: Harness, world: TaskWorld, cluster: Clus
     backend = await harness.open(name, lease_ttl_s=TTL_S, partitions=PARTITIONS)
     assert isinstance(backend, RedisBackend)
     fence = PartitionFence()
-    fence.bind(backend)
     store = RedisTaskStore(world.state(), world.keys, fence=fence)
     engine = TaskEngine(store, cluster.toolbox(name).executors(), owns=fence.owns)
+    fence.bind(backend, running=engine.running_chats)
     backend.on_partitions_changed(engine.partitions_changed)
     await engine.start()
     watch = asyncio.create_task(engine.watch(0.05), name=f"tasks:ownership:{name}")
@@ -202,5 +202,29 @@ async def test_a_dead_node_s_tasks_resume_on_the_node_that_takes_its_chats(
     with pytest.raises(TaskFenced):  # A, cut off, can no longer start work in those chats
         await a.engine.submit(graph("late"), title="late", provider="telegram",
                               chat_id=chat_ask)
+    await stop_node(a)
+    await stop_node(b)
+
+
+async def test_a_node_joining_does_not_take_a_chat_whose_task_is_mid_step(
+        harness: Harness, redis_world: TaskWorld) -> None:
+    cluster = Cluster()
+    a = await open_node("node-a", harness, redis_world, cluster)
+    # the chat of the partition a rebalance would give away first (the highest held)
+    part = max(a.backend.partitions.held())
+    chat = next(c for c in chats_of(a, 20) if partition_of(f"telegram:{c}", PARTITIONS) == part)
+    busy = await a.engine.submit(graph("busy", wait=True, writes=True), title="busy",
+                                 provider="telegram", chat_id=chat)
+    await until(lambda: cluster.active.get("busy") == {"node-a"})
+    b = await open_node("node-b", harness, redis_world, cluster)
+    # the share moves to B, but not the partition whose task is mid-step
+    await until(lambda: len(a.backend.partitions.held()) == 2
+                and len(b.backend.partitions.held()) == 2, timeout=10)
+    assert part in a.backend.partitions.held() and part not in b.backend.partitions.held()
+    cluster.release.set()
+    done = await a.engine.wait(busy.task_id)
+    assert done.status is TaskStatus.COMPLETED
+    assert [(n, s) for n, t, s in cluster.ran if t == "busy"] == [
+        ("node-a", "one"), ("node-a", "two")]  # never interrupted, never moved mid-step
     await stop_node(a)
     await stop_node(b)

@@ -127,7 +127,10 @@ class RedisBackend:
         self.inbound = RedisInbound(client, self.keys, self.partitions, seen_ttl_s=seen_ttl_s,
                                     clock=clock)
         self.outbox = RedisOutbox(client, self.keys, self.partitions, answered_ttl_s=seen_ttl_s)
-        self.partitions.busy = lambda part: self.inbound.busy(part) or self.outbox.busy(part)
+        # other work held per partition (e.g. running task graphs): not given away either
+        self.busy_checks: list[Callable[[int], bool]] = []
+        self.partitions.busy = lambda part: self.inbound.busy(part) or self.outbox.busy(
+            part) or any(check(part) for check in self.busy_checks)
         self.dlq = RedisDeadLetters(client, self.keys, clock=clock)
         self.inbound_dlq = RedisInboundDeadLetters(client, self.keys, redact=redact, clock=clock)
         self.cursors = RedisCursors(client, self.keys)

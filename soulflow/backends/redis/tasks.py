@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import ParamSpec, Protocol, TypeVar
 
@@ -319,8 +319,16 @@ class PartitionFence:
     def __init__(self) -> None:
         self._backend: _PartitionSource | None = None
 
-    def bind(self, backend: _PartitionSource) -> None:
+    def bind(self, backend: _PartitionSource, *,
+             running: Callable[[], Iterable[str]] | None = None) -> None:
+        """`running`: the chats whose tasks run on this node now. Their partitions count as
+        work in hand, which a rebalance never gives away: a node joining the cluster must not
+        interrupt a task mid-step (it moves when its loop has finished or waits)."""
         self._backend = backend
+        if running is not None:
+            parts = backend.keys.partitions
+            backend.busy_checks.append(
+                lambda part: any(partition_of(chat, parts) == part for chat in running()))
 
     def __call__(self, chat_key: str) -> tuple[str, str] | None:
         backend = self._backend
@@ -381,6 +389,9 @@ class _PartitionSource(Protocol):
 
     @property
     def partitions(self) -> _Leases: ...
+
+    @property
+    def busy_checks(self) -> list[Callable[[int], bool]]: ...
 
 
 def _text(value: bytes | str) -> str:
