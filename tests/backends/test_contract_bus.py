@@ -1,0 +1,179 @@
+"""The bus over each backend (file and Redis), as the daemon runs it: the outbox writer and
+dispatcher, the claim loop, a restart, and (Redis) replies moving with their chat's partition.
+The same assertions run against both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pytest
+
+from soulflow.backends.base import Backend, Completion
+from soulflow.bus.bus import MessageBus
+from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
+from soulflow.channels.claiming import ClaimLoop
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.channels.replies import BusReplies
+from soulflow.contracts import ReplyStatus
+from tests.backends.conftest import Harness
+from tests.backends.helpers import eventually, inbound, outbound
+
+
+@dataclass
+class Recorder:
+    """A sender that records what it sent, per chat."""
+
+    name: str = "telegram"
+    sent: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    send_interval_s: float = 0.0
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        self.sent[message.chat_id].append(message.content)
+        return SendResult(platform_message_ids=[f"p{sum(map(len, self.sent.values()))}"])
+
+
+async def started_bus(backend: Backend, sender: Recorder) -> MessageBus:
+    bus = MessageBus(backend)
+    bus.bind_senders(lambda provider: sender if provider == sender.name else None)
+    await bus.start()
+    return bus
+
+
+async def test_published_replies_are_stored_then_sent_in_order_per_chat(
+        harness: Harness) -> None:
+    backend, sender = await harness.open(), Recorder()
+    bus = await started_bus(backend, sender)
+    stored = [bus.publish_outbound(outbound(chat, f"{chat}{n}"))
+              for n in range(5) for chat in ("a", "b")]
+    assert await asyncio.gather(*stored) == [True] * 10  # in the outbox once awaited
+
+    async def all_sent() -> bool:
+        return sum(map(len, sender.sent.values())) == 10 and await backend.outbox.count() == 0
+
+    await eventually(all_sent, what="every reply sent")
+    assert sender.sent == {chat: [f"{chat}{n}" for n in range(5)] for chat in ("a", "b")}
+    assert (await bus.refresh_stats()).outbox_pending == 0
+    await bus.stop(1)
+
+
+async def test_replies_left_in_the_outbox_are_sent_after_a_restart(harness: Harness) -> None:
+    backend = await harness.open()
+    for n in range(3):
+        await backend.outbox.put(outbound("a", f"left {n}"))
+    backend = await harness.reopen(backend)
+    sender = Recorder()
+    bus = await started_bus(backend, sender)
+
+    async def sent() -> bool:
+        return len(sender.sent["a"]) == 3
+
+    await eventually(sent, what="the replies of the last run")
+    assert sender.sent["a"] == ["left 0", "left 1", "left 2"]
+    await bus.stop(1)
+
+
+async def test_the_claim_loop_hands_each_message_once_and_a_restart_resumes_the_rest(
+        harness: Harness) -> None:
+    backend = await harness.open()
+    taken: list[InboundMessage] = []
+
+    async def take(message: InboundMessage) -> None:
+        taken.append(message)
+
+    loop = ClaimLoop(backend.inbound.claim, take, wait_s=0.05)
+    task = asyncio.create_task(loop.run(), name="inbound:claim")
+    messages = [inbound(chat, n) for n in range(3) for chat in ("a", "b")]
+    for message in messages:
+        assert await backend.inbound.accept(message)
+
+    async def all_taken() -> bool:
+        return len(taken) >= len(messages)
+
+    await eventually(all_taken, what="every message claimed")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert await backend.inbound.claim(100) == []  # nothing is handed out twice
+    assert sorted(m.key for m in taken) == sorted(m.key for m in messages)
+    for chat in ("a", "b"):
+        assert [m.message_id for m in taken if m.chat_id == chat] == ["0", "1", "2"]
+    replies = BusReplies(ChannelRegistry(), MessageBus(backend), lambda kind, data: None)
+    await replies.complete([m.key for m in taken[:4]], ReplyStatus.ANSWERED)
+    unfinished = sorted(m.key for m in taken[4:])
+
+    backend = await harness.reopen(backend)  # a new process: what was not completed comes back
+    again = ClaimLoop(backend.inbound.claim, take, wait_s=0.05)
+    taken.clear()
+    assert await again.round() == 2
+    assert sorted(m.key for m in taken) == unfinished
+    assert await again.round() == 0
+
+
+async def test_a_failing_claim_is_retried_and_logged_once(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    backend = await harness.open()
+    failures = 3
+
+    async def claim(limit: int, *, wait_s: float = 0.0) -> list[InboundMessage]:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise ConnectionError("store unreachable")
+        return await backend.inbound.claim(limit, wait_s=wait_s)
+
+    taken: list[InboundMessage] = []
+
+    async def take(message: InboundMessage) -> None:
+        taken.append(message)
+
+    await backend.inbound.accept(inbound("a", 1))
+    loop = ClaimLoop(claim, take, wait_s=0.05, backoff=(0.001, 0.01))
+    with caplog.at_level(logging.INFO, logger="soulflow.channels.claiming"):
+        task = asyncio.create_task(loop.run(), name="inbound:claim")
+
+        async def recovered() -> bool:
+            return bool(taken)
+
+        await eventually(recovered, what="the message claimed after the failures")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "soulflow.channels.claiming"]
+    assert len(lines) == 2, lines  # one when it started failing, one when it recovered
+    assert "claiming work failed" in lines[0] and "claiming work again" in lines[1]
+
+
+async def test_a_dead_nodes_queued_replies_are_sent_by_the_new_holder_of_their_chats(
+        redis_harness: Harness) -> None:
+    """Replies queued on node A (which has no channel to send them) move with their chats'
+    partitions when A stops: node B's dispatcher queues them on the partitions change."""
+    a = await redis_harness.open("node-a", lease_ttl_s=1.0, partitions=2)
+    sender = Recorder()
+    b = await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=2)
+    bus_b = await started_bus(b, sender)
+    b.on_partitions_changed(bus_b.dispatcher.requeue_pending)
+    bus_a = MessageBus(a)  # A never starts sending
+    chats = [f"c{i}" for i in range(6)]
+    for n in range(2):
+        for chat in chats:
+            assert await bus_a.publish_outbound(outbound(chat, f"{chat}-{n}"))
+    await bus_a.stop(1)
+    await redis_harness.close(a)  # a clean stop hands its partitions back
+
+    async def all_sent() -> bool:
+        return sum(map(len, sender.sent.values())) == 2 * len(chats)
+
+    await eventually(all_sent, what="node B sending node A's replies")
+    assert dict(sender.sent) == {chat: [f"{chat}-0", f"{chat}-1"] for chat in chats}
+    assert b.status()["partitions"] == {"held": [0, 1], "total": 2}
+    await bus_b.stop(1)
+
+
+async def test_backend_status_and_ownership(harness: Harness) -> None:
+    backend = await harness.open("node-a")
+    status = backend.status()
+    assert status["kind"] == harness.kind and status["node_id"] == "node-a"
+    assert status["connected"] is True and status["since"] is None
+    assert backend.owns("telegram:any-chat")  # the only node holds every partition
+    assert await backend.inbound.complete("telegram:x:1", "answered") is Completion.UNKNOWN
