@@ -104,6 +104,7 @@ class ConsoleActions:
                                    f"{' ' + approval_id if approval_id else ''}; it was "
                                    "decided or cancelled already")
         chat = agent.chat_of_run(run_id)
+        self._require_held(chat, run_id)
         self._spawn(f"decide:{run_id}", self._continue(run_id, approval["approval_id"],
                                                        decision, operator, chat))
         await asyncio.sleep(0)  # the task records the decision in its first step
@@ -111,6 +112,15 @@ class ConsoleActions:
                       tool=approval.get("tool", ""))
         return {"ok": True, "run_id": run_id, "approval_id": approval["approval_id"],
                 "decision": decision}
+
+    def _require_held(self, chat: ChatRef, run_id: str) -> None:
+        """With several daemons (Redis), a run is driven, decided and stopped only on the node
+        holding its chat: another node's write would be refused (and its /stop would not reach
+        the run). Say where to act instead of answering ok and doing nothing."""
+        if not self._runtime.backend.owns(chat.key):
+            raise ActionError(409, f"run {run_id} is in {chat.key}, which another node holds "
+                                   "right now: act on it from that node's dashboard, or in "
+                                   "the chat")
 
     async def _decide_task(self, task_id: str, decision: str,
                            operator: Operator) -> dict[str, Any]:
@@ -154,6 +164,7 @@ class ConsoleActions:
         if state.finished:
             raise ActionError(409, f"run {run_id} already ended ({state.status})")
         chat = state.chat
+        self._require_held(chat, run_id)
         if state.status in WAITING:
             outcome = agent.loop.cancel(run_id, f"cancelled by the {operator.who} from the "
                                                 "dashboard")

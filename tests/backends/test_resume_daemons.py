@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.backends.redis.keys import partition_of
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, daemon_factory, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
@@ -84,3 +85,34 @@ def test_an_approval_asked_by_a_killed_daemon_is_decided_on_the_other(
     requests = fake_llm.requests
     assert requests[-1].json["messages"][-1]["role"] == "tool"
     assert node_b.stop() == 0
+
+
+def test_a_run_is_decided_on_the_daemon_that_holds_its_chat(
+        two_nodes: tuple[Daemon, Daemon], fake_llm: FakeOpenAIThread) -> None:
+    """Both daemons list the approval (the runs are shared); only the one holding the chat
+    acts on it, the other's dashboard says where to go instead of pretending."""
+    node_a, node_b = two_nodes
+    node_a.start()
+    node_b.start()
+
+    def held(daemon: Daemon) -> set[int]:
+        return set(daemon.state()["backend"]["partitions"]["held"])
+
+    wait_for(lambda: len(held(node_a)) == 2 and held(node_a) | held(node_b) == {0, 1, 2, 3},
+             what="the partitions shared between the two daemons")
+    chat = next(f"c{n}" for n in range(100) if partition_of(f"local:c{n}", 4) in held(node_a))
+    fake_llm.script_tool_call("write_file", {"path": "notes/a.txt", "content": "from A"})
+    fake_llm.script_reply("Done.")
+    node_a.say("write notes/a.txt", chat_id=chat)
+    approval = wait_for(lambda: next((a for a in node_b.state()["approvals"]
+                                      if a["chat_id"] == chat), None),
+                        what="the approval, listed by B too")
+    body = {"run_id": approval["run_id"], "approval_id": approval["approval_id"],
+            "decision": "approve"}
+    refused = node_b.api("POST", "/api/approvals/decide", json=body)
+    assert refused.status_code == 409 and "another node holds" in refused.text
+    assert node_a.api("POST", "/api/approvals/decide", json=body).status_code == 200
+    wait_for(lambda: "Done." in [m["content"] for m in node_a.replies(chat)],
+             what="the run's answer on A")
+    assert (node_a.workspace / "notes" / "a.txt").read_text() == "from A"
+    assert node_a.stop() == 0 and node_b.stop() == 0
