@@ -22,16 +22,17 @@ from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, Chan
 from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import split_text
+from soulflow.channels.slack_enrich import SlackEnricher
 from soulflow.channels.slack_files import fetch_file, trusted_file_host
 from soulflow.channels.slack_format import (
-    THREAD_CONTEXT_LINES,
+    BOT_TOKEN_REJECTED,
+    CONTENT_ERRORS,
     SlackEventParser,
+    api_send_error,
     error_code,
     escape,
     markdown_to_mrkdwn,
-    retry_after,
     safe_filename,
-    thread_context_lines,
 )
 from soulflow.channels.slack_socket import (
     FOLLOW_PREFIX,
@@ -48,31 +49,11 @@ from soulflow.storage.atomic import write_bytes_atomic
 log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://slack.com/api/"
-BOT_TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive",
-                                "token_revoked", "token_expired"})
-#: Errors that no retry can fix: the dispatcher sends these straight to the DLQ.
-PERMANENT_ERRORS = BOT_TOKEN_REJECTED | {
-    "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text",
-    "missing_scope", "restricted_action", "invalid_blocks", "invalid_blocks_format",
-    "not_allowed_token_type", "invalid_arguments", "cannot_reply_to_message"}
-#: Rejections of the converted text itself: worth one more try as plain text.
-CONTENT_ERRORS = frozenset({"msg_too_long", "invalid_blocks", "invalid_blocks_format", "no_text"})
-_NAME_LOOKUP_S = 3.0
 _REPLY_TIMEOUT_S = 30.0  # slack_sdk's own default
 
 
 class SlackStartError(RuntimeError):
     """The Slack channel cannot start; the message is one sentence saying what to fix."""
-
-
-def api_send_error(exc: SlackApiError) -> SendError:
-    """Classify a Web API failure for the dispatcher: wait, retry, or give up."""
-    code, status = error_code(exc), exc.response.status_code
-    if status == 429 or code == "ratelimited":
-        wait = retry_after(exc)
-        return SendError(f"Slack rate limit; retry after {wait:g}s", retry_after=wait)
-    return SendError(f"Slack rejected the request: {code} (HTTP {status})",
-                     permanent=code in PERMANENT_ERRORS)
 
 
 class SlackChannel(ChannelAdapter):
@@ -119,7 +100,7 @@ class SlackChannel(ChannelAdapter):
         self._socket: SocketReceiver | None = None
         self._parser = SlackEventParser(bot_user_id="")
         self._recent = RecentKeys()
-        self._names: dict[str, str] = {}
+        self._enricher = SlackEnricher(self._api)
         self._poller: HistoryPoller | None = None
         self._followed: dict[str, float] = {}  # threads answered here while another node polls
 
@@ -251,8 +232,7 @@ class SlackChannel(ChannelAdapter):
             return []
         try:
             batch = await (self._poller.poll() if self._poller else self._read_socket())
-            await self._fill_names(batch)
-            await self._fill_thread_context(batch)
+            await self._enricher.fill(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -276,43 +256,6 @@ class SlackChannel(ChannelAdapter):
             if message is not None and self._recent.add(message.key):
                 fresh.append(message)
         return fresh
-
-    async def _fill_thread_context(self, batch: list[InboundMessage]) -> None:
-        """Earlier messages of a mention's thread for the agent (sealed by the manager like
-        the message). Best effort: a failure skips it."""
-        for message in batch:
-            if message.priming or not (message.thread_id and message.is_mention):
-                continue
-            try:
-                reply = await asyncio.wait_for(self._api().conversations_replies(
-                    channel=message.chat_id, ts=message.thread_id, limit=THREAD_CONTEXT_LINES + 1),
-                    timeout=3.0)
-            except Exception as exc:
-                log.debug("slack: no thread context for %s: %s", message.key, exc)
-                continue
-            message.metadata["thread_context"] = thread_context_lines(
-                reply.get("messages") or [], exclude_ts=message.message_id)
-
-    async def _fill_names(self, batch: list[InboundMessage]) -> None:
-        """Display names for the agent (`users.info`, cached; a failure leaves it empty)."""
-        for message in batch:
-            if not message.priming and not message.from_bot and not message.sender_name:
-                message.sender_name = await self._user_name(message.sender_id)
-
-    async def _user_name(self, user_id: str) -> str:
-        if user_id not in self._names:
-            name = ""
-            try:
-                reply = await asyncio.wait_for(self._api().users_info(user=user_id),
-                                               _NAME_LOOKUP_S)
-                user = reply["user"]
-                profile = user.get("profile") or {}
-                name = str(profile.get("display_name") or user.get("real_name")
-                           or user.get("name") or "")
-            except (SlackApiError, *NETWORK_ERRORS, KeyError, TypeError, AttributeError) as exc:
-                log.debug("slack: no name for %s (%s)", user_id, exc)
-            self._names[user_id] = name
-        return self._names[user_id]
 
     def cursor_state(self) -> ChannelState:
         return self._state

@@ -18,7 +18,7 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from soulflow.bus.messages import Attachment, InboundMessage
+from soulflow.bus.messages import Attachment, InboundMessage, SendError
 from soulflow.channels.files import safe_filename  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,27 @@ def retry_after(exc: SlackApiError, default: float = 1.0) -> float:
             except ValueError:
                 break
     return default
+
+
+BOT_TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "account_inactive",
+                                "token_revoked", "token_expired"})
+#: Errors that no retry can fix: the dispatcher sends these straight to the DLQ.
+PERMANENT_ERRORS = BOT_TOKEN_REJECTED | {
+    "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text",
+    "missing_scope", "restricted_action", "invalid_blocks", "invalid_blocks_format",
+    "not_allowed_token_type", "invalid_arguments", "cannot_reply_to_message"}
+#: Rejections of the converted text itself: worth one more try as plain text.
+CONTENT_ERRORS = frozenset({"msg_too_long", "invalid_blocks", "invalid_blocks_format", "no_text"})
+
+
+def api_send_error(exc: SlackApiError) -> SendError:
+    """Classify a Web API failure for the dispatcher: wait, retry, or give up."""
+    code, status = error_code(exc), exc.response.status_code
+    if status == 429 or code == "ratelimited":
+        wait = retry_after(exc)
+        return SendError(f"Slack rate limit; retry after {wait:g}s", retry_after=wait)
+    return SendError(f"Slack rejected the request: {code} (HTTP {status})",
+                     permanent=code in PERMANENT_ERRORS)
 
 
 # -- events ------------------------------------------------------------------------------
