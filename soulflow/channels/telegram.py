@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable
@@ -26,18 +25,23 @@ from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, Chan
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
+from soulflow.channels.telegram_files import download_file
 from soulflow.channels.telegram_format import (
     UpdateParser,
     chat_ref,
     int_or_none,
     markdown_to_telegram_html,
-    megabytes,
-    safe_filename,
     send_options,
     split_for_telegram,
 )
-from soulflow.channels.telegram_http import AiohttpRequest, retry_seconds, send_error
-from soulflow.storage.atomic import write_bytes_atomic
+from soulflow.channels.telegram_http import (
+    TOKEN_REJECTED,
+    AiohttpRequest,
+    TelegramStartError,
+    retry_seconds,
+    send_error,
+    start_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +51,6 @@ _BATCH_LIMIT = 100  # getUpdates maximum; a full batch means more backlog is wai
 _POLL_READ_MARGIN_S = 10.0  # the HTTP read timeout must outlast the server-side long poll
 _MAX_CAPTION = 1024
 _REMEMBERED_SENT = 2048
-_TOKEN_REJECTED = ("Telegram rejected TELEGRAM_BOT_TOKEN ({reason}); create a token with "
-                   "@BotFather (/newbot or /token) and set TELEGRAM_BOT_TOKEN to it.")
-
-
-class TelegramStartError(Exception):
-    """The channel cannot start: the token is wrong or the Bot API is unreachable."""
-
-
 class _Stopped(Exception):
     """The adapter was stopped while waiting."""
 
@@ -115,7 +111,7 @@ class TelegramChannel(ChannelAdapter):
                           pool_size=1, write_timeout=10.0,
                           read_timeout=self.poll_timeout_s + _POLL_READ_MARGIN_S))
         except InvalidToken:
-            raise TelegramStartError(_TOKEN_REJECTED.format(reason="it is empty")) from None
+            raise TelegramStartError(TOKEN_REJECTED.format(reason="it is empty")) from None
         try:
             await bot.initialize()
         except TelegramError as exc:
@@ -154,12 +150,7 @@ class TelegramChannel(ChannelAdapter):
         await self.state.close()
 
     def _start_error(self, exc: TelegramError) -> TelegramStartError:
-        if isinstance(exc, InvalidToken):  # no `exc` in the text: PTB's message quotes the token
-            said = str(exc.__cause__ or exc).lower()  # PTB wraps the server's answer
-            reason = "401 Unauthorized" if "unauthorized" in said else "404 Not Found"
-            return TelegramStartError(_TOKEN_REJECTED.format(reason=reason))
-        return TelegramStartError(f"Cannot reach the Telegram Bot API at {self.api_url} "
-                                  f"({self._redact(exc)}); check the network.")
+        return start_error(exc, self.api_url, self._redact)
 
     async def _start_feedback_bot(self) -> None:
         """A second `Bot` for best-effort calls, never retried and bounded by short timeouts.
@@ -384,26 +375,8 @@ class TelegramChannel(ChannelAdapter):
 
     async def download(self, attachment: Attachment, directory: Path) -> Path:
         """Fetch a user's file into `directory` under a sanitised, collision-free name."""
-        if not attachment.file_id:
-            raise OSError(f"{attachment.name} has no Telegram file id to download")
-        self._check_size(attachment.name, attachment.size)
-        try:
-            file = await self._require_bot().get_file(attachment.file_id)
-            self._check_size(attachment.name, file.file_size)
-            data = bytes(await file.download_as_bytearray())
-        except (TelegramError, SendError) as exc:
-            raise OSError(f"Telegram could not deliver {attachment.name}: "
-                          f"{self._redact(exc)}") from None
-        self._check_size(attachment.name, len(data))
-        tag = hashlib.sha256(attachment.file_id.encode()).hexdigest()[:12]
-        target = directory / safe_filename(attachment.name, tag)
-        await asyncio.to_thread(write_bytes_atomic, target, data)
-        return target
-
-    def _check_size(self, name: str, size: int | None) -> None:
-        if size is not None and size > self.max_download_bytes:
-            raise OSError(f"{name} is {megabytes(size)}; the limit is "
-                          f"{megabytes(self.max_download_bytes)}")
+        return await download_file(self._require_bot, attachment, directory,
+                                   limit=self.max_download_bytes, redact=self._redact)
 
     # -- helpers -----------------------------------------------------------------------
 

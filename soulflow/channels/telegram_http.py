@@ -129,6 +129,26 @@ def _body(request_data: RequestData | None) -> aiohttp.FormData | dict[str, str]
     return form
 
 
+TOKEN_REJECTED = ("Telegram rejected TELEGRAM_BOT_TOKEN ({reason}); create a token with "
+                  "@BotFather (/newbot or /token) and set TELEGRAM_BOT_TOKEN to it.")
+
+
+class TelegramStartError(Exception):
+    """The channel cannot start: the token is wrong or the Bot API is unreachable."""
+
+
+def start_error(exc: TelegramError, api_url: str,
+                redact: Callable[[BaseException], str]) -> TelegramStartError:
+    """One sentence for a failed getMe/deleteWebhook; never the token (PTB's message quotes
+    it, so an InvalidToken is described, not repeated)."""
+    if isinstance(exc, InvalidToken):
+        said = str(exc.__cause__ or exc).lower()  # PTB wraps the server's answer
+        reason = "401 Unauthorized" if "unauthorized" in said else "404 Not Found"
+        return TelegramStartError(TOKEN_REJECTED.format(reason=reason))
+    return TelegramStartError(f"Cannot reach the Telegram Bot API at {api_url} "
+                              f"({redact(exc)}); check the network.")
+
+
 def retry_seconds(exc: RetryAfter) -> float:
     """`retry_after` in seconds (PTB 22 returns int or timedelta depending on PTB_TIMEDELTA)."""
     with warnings.catch_warnings():
