@@ -24,7 +24,8 @@ from soulflow.agent.tools.base import ToolContext
 from soulflow.backends.redis.approvals import RedisApprovalMessages
 from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.keys import TaskKeys
-from soulflow.backends.redis.tasks import PartitionFence, RedisProposals, RedisTaskStore
+from soulflow.backends.redis.proposals import RedisProposals
+from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.contracts import ChatRef
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService

@@ -148,6 +148,8 @@ class TaskEngine:
                      by: str = "") -> TaskState:
         """Record the answer (checkpointed first), then continue the task."""
         task = await self.store.decide(task_id, node_id, choice, by)
+        if not self.owns(task_chat_key(task)):
+            return task  # recorded; the node holding the chat runs it (next `reconcile`)
         wake = self._wakes.get(task_id)
         if wake is not None:
             wake.set()  # the running loop applies it at once (other branches keep running)

@@ -92,7 +92,7 @@ async def cancel_idle_task(task: TaskState, store: TaskStoreBase, *, emit: EmitF
     if task.status.finished:
         raise TaskDecisionError(f"task {task.task_id} is already {task.status.value}")
     mark_cancelled(task, by)
-    await store.checkpoint(task)
+    await store.record_answer(task)
     summary = "task cancelled" + (f" by {by}" if by else "")
     await _send_event(emit, TaskEvent(task, "done", summary, f"{task.task_id}:task:cancelled",
                                       None, {"status": TaskStatus.CANCELLED.value, "by": by}))

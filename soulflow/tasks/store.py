@@ -116,6 +116,12 @@ class TaskStoreBase(ABC):
     def detail_tail(self, task_id: str, count: int) -> list[str]:
         """The last `count` lines of the task's story (`- <time> <text>`), oldest first."""
 
+    async def record_answer(self, task: TaskState) -> None:
+        """Record a person's answer, or a cancel, on a task no loop drives here (`decide`, and
+        cancelling an idle task). A checkpoint here; on Redis it may also come from a node that
+        does not hold the task's chat, for a task that waits (backends/redis/tasks.py)."""
+        await self.checkpoint(task)
+
     def count_unfinished(self) -> int:
         """How many tasks are running or waiting (for /api/state: cheap on every store)."""
         return len(self.unfinished())
@@ -164,7 +170,7 @@ class TaskStoreBase(ABC):
             raise TaskDecisionError(f"node {node_id} takes one of: {names}")
         state.choice = choice.value
         state.decided_by = by
-        await self.checkpoint(task)
+        await self.record_answer(task)
         return task
 
 

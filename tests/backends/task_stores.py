@@ -17,8 +17,9 @@ import pytest
 
 from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.keys import TaskKeys
+from soulflow.backends.redis.proposals import RedisProposals
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
-from soulflow.backends.redis.tasks import Fence, RedisProposals, RedisTaskStore
+from soulflow.backends.redis.tasks import Fence, RedisTaskStore
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEventService
 from soulflow.security.redact import Redactor

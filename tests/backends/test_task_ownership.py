@@ -24,7 +24,7 @@ from soulflow.tasks import (
 )
 from tests.backends.conftest import Harness
 from tests.backends.task_stores import TaskWorld, redis_world
-from tests.tasks.helpers import Toolbox, tool
+from tests.tasks.helpers import Toolbox, gate, tool
 from tests.waiting import until
 
 __all__ = ["redis_world"]  # fixture, imported for pytest
@@ -226,5 +226,48 @@ async def test_a_node_joining_does_not_take_a_chat_whose_task_is_mid_step(
     assert done.status is TaskStatus.COMPLETED
     assert [(n, s) for n, t, s in cluster.ran if t == "busy"] == [
         ("node-a", "one"), ("node-a", "two")]  # never interrupted, never moved mid-step
+    await stop_node(a)
+    await stop_node(b)
+
+
+async def test_an_answer_given_on_another_node_is_run_by_the_chat_s_node(
+        harness: Harness, redis_world: TaskWorld) -> None:
+    cluster = Cluster()
+    a = await open_node("node-a", harness, redis_world, cluster)
+    b = await open_node("node-b", harness, redis_world, cluster)
+    await until(lambda: len(a.backend.partitions.held()) == 2
+                and len(b.backend.partitions.held()) == 2, timeout=10)
+    [chat] = chats_of(a, 1)
+
+    def gated(name: str) -> TaskGraph:
+        return TaskGraph([gate("ok"), tool("two", "step", params={"task": name, "step": "two"},
+                                           depends_on=["ok"])])
+
+    def status(task_id: str) -> TaskStatus:
+        return b.engine.store.require(task_id).status
+
+    first = await a.engine.submit(gated("first"), title="first", provider="telegram",
+                                  chat_id=chat)
+    second = await a.engine.submit(gated("second"), title="second", provider="telegram",
+                                   chat_id=chat)
+    await until(lambda: status(first.task_id) is TaskStatus.WAITING_APPROVAL
+                and status(second.task_id) is TaskStatus.WAITING_APPROVAL, timeout=10)
+    # B's dashboard answers a task of A's chat: recorded there, run here (A), never on B
+    await b.engine.decide(first.task_id, "ok", "approve", by="ops")
+    assert b.engine.running_ids() == []
+    await until(lambda: status(first.task_id) is TaskStatus.COMPLETED, timeout=10)
+    assert [(n, t) for n, t, _ in cluster.ran] == [("node-a", "first")]
+    # and cancels one that waits
+    cancelled = await b.engine.cancel(second.task_id, "ops")
+    assert cancelled.status is TaskStatus.CANCELLED
+    assert a.engine.store.require(second.task_id).status is TaskStatus.CANCELLED
+    # a task running on A cannot be answered for from B: its loop holds it
+    running = await a.engine.submit(graph("run", wait=True), title="run",
+                                    provider="telegram", chat_id=chat)
+    await until(lambda: cluster.active.get("run") == {"node-a"})
+    with pytest.raises(TaskFenced, match="is running on the node that holds chat"):
+        await b.engine.cancel(running.task_id, "ops")
+    cluster.release.set()
+    assert (await a.engine.wait(running.task_id)).status is TaskStatus.COMPLETED
     await stop_node(a)
     await stop_node(b)

@@ -26,7 +26,6 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
 from typing import ParamSpec, Protocol, TypeVar
 
 from redis.exceptions import RedisError
@@ -36,7 +35,6 @@ from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.tasks import store as task_store
 from soulflow.tasks.model import TaskState, TaskStatus, now
-from soulflow.tasks.review import Proposal
 from soulflow.tasks.store import (
     TaskFenced,
     TaskStoreBase,
@@ -60,10 +58,15 @@ Fence = Callable[[str], tuple[str, str] | None]
 
 # KEYS: records, index, open set, created zset, finished zset, chat zset, lease (or records).
 # ARGV: id, json, expected revision ('new' for add), new revision, lease value ('' = unfenced),
-# finished '1'/'0', created_at, updated_at, chat key, keep finished, key prefix, details ttl.
-# 1 written, -1 fenced, -2 revision conflict, -3 exists (add).
+# finished '1'/'0', created_at, updated_at, chat key, keep finished, key prefix, details ttl,
+# answer '1' (unfenced, only onto a stored task that waits) / '0'.
+# 1 written, -1 fenced, -2 revision conflict, -3 exists (add), -4 not waiting (answer).
 CHECKPOINT = """
 if ARGV[5] ~= '' and redis.call('GET', KEYS[7]) ~= ARGV[5] then return -1 end
+if ARGV[13] == '1' then
+  local current = redis.call('HGET', KEYS[1], ARGV[1])
+  if not current or cjson.decode(current)['status'] ~= 'waiting_approval' then return -4 end
+end
 local idx = redis.call('HGET', KEYS[2], ARGV[1])
 if ARGV[3] == 'new' then
   if idx then return -3 end
@@ -135,7 +138,8 @@ class RedisTaskStore(TaskStoreBase):
         self._fence = fence
         self.problems: list[str] = []
         self._bad: set[tuple[str, int]] = set()  # (task id, hash of the record) reported
-        self._live: dict[str, tuple[str, TaskState]] = {}  # id -> (lease value, live task)
+        # tasks of chats held here: id -> (lease value, the record's bytes, live object)
+        self._live: dict[str, tuple[str, bytes, TaskState]] = {}
         self._checkpoint = self._redis.register_script(CHECKPOINT)
         self._append = self._redis.register_script(DETAIL_APPEND)
 
@@ -147,21 +151,23 @@ class RedisTaskStore(TaskStoreBase):
             return "", ""
         return self._fence(chat_key)
 
-    def _cached(self, task_id: str) -> TaskState | None:
+    def _cached(self, task_id: str, raw: bytes) -> TaskState | None:
+        """The live object, if the record in Redis is still the one this node last wrote or
+        read (same bytes) and the chat's lease is still the one it was cached under."""
         entry = self._live.get(task_id)
         if entry is None:
             return None
-        held, task = entry
+        held, stored, task = entry
         lease = self._lease(task_chat_key(task))
-        if lease is not None and lease[1] == held:
+        if lease is not None and lease[1] == held and stored == raw:
             return task
-        del self._live[task_id]  # the chat moved (or moved and came back): read it again
+        del self._live[task_id]  # written elsewhere, or the chat moved: read it again
         return None
 
-    def _keep(self, task: TaskState) -> TaskState:
+    def _keep(self, task: TaskState, raw: bytes) -> TaskState:
         lease = self._lease(task_chat_key(task))
         if lease is not None:
-            self._live[task.task_id] = (lease[1], task)
+            self._live[task.task_id] = (lease[1], raw, task)
         return task
 
     # -- reading -------------------------------------------------------------------------
@@ -169,7 +175,8 @@ class RedisTaskStore(TaskStoreBase):
     def _parse(self, task_id: str, raw: bytes | str | None) -> TaskState | None:
         if raw is None:
             return None
-        cached = self._cached(task_id)
+        raw = raw.encode("utf-8") if isinstance(raw, str) else raw
+        cached = self._cached(task_id, raw)
         if cached is not None:
             return cached
         try:
@@ -182,7 +189,7 @@ class RedisTaskStore(TaskStoreBase):
                                      f"kept in Redis untouched")
                 log.error("task %s in Redis could not be read: %r", task_id, exc)
             return None
-        return self._keep(task)
+        return self._keep(task, raw)
 
     def _many(self, ids: Sequence[bytes | str]) -> list[TaskState]:
         if not ids:
@@ -194,9 +201,6 @@ class RedisTaskStore(TaskStoreBase):
 
     @_answered
     def get(self, task_id: str) -> TaskState | None:
-        cached = self._cached(task_id)
-        if cached is not None:
-            return cached
         return self._parse(task_id, self._redis.hget(self.keys.tasks, task_id))
 
     @_answered
@@ -240,9 +244,17 @@ class RedisTaskStore(TaskStoreBase):
         """One script: fenced by the chat's partition lease and by the stored revision."""
         self._write(task, new=False)
 
-    def _write(self, task: TaskState, *, new: bool) -> None:
+    async def record_answer(self, task: TaskState) -> None:
+        """On the node holding the chat, a checkpoint. Elsewhere (a dashboard of another node)
+        only for a task that waits, so no loop drives it anywhere: the script checks that the
+        stored task waits and that its revision is the one read here; the holder of the chat
+        sees the record change and resumes the task at its next reconcile."""
         chat = task_chat_key(task)
-        lease = self._lease(chat)
+        self._write(task, new=False, answer=self._lease(chat) is None)
+
+    def _write(self, task: TaskState, *, new: bool, answer: bool = False) -> None:
+        chat = task_chat_key(task)
+        lease = ("", "") if answer else self._lease(chat)
         if lease is None:
             self._live.pop(task.task_id, None)
             raise TaskFenced(f"task {task.task_id} belongs to chat {chat}, which another node "
@@ -255,14 +267,15 @@ class RedisTaskStore(TaskStoreBase):
         lease_key, lease_value = lease
         try:
             result = self._run_checkpoint(task, text, chat, lease_key, lease_value,
-                                          "new" if new else str(expected))
+                                          "new" if new else str(expected), answer)
         except (RedisError, OSError) as exc:
             task.revision = expected  # perhaps not written: read it again before going on
             self._live.pop(task.task_id, None)
             raise TaskStoreUnavailable(f"Redis did not take the checkpoint of task "
                                        f"{task.task_id} ({exc})") from exc
         if result == 1:
-            self._keep(task)
+            if not answer:
+                self._keep(task, text.encode("utf-8"))
             return
         task.revision = expected
         self._live.pop(task.task_id, None)
@@ -271,11 +284,14 @@ class RedisTaskStore(TaskStoreBase):
         if result == -1:
             raise TaskFenced(f"task {task.task_id}: the lease of chat {chat} is no longer "
                              f"this node's; the node that holds it runs the task")
+        if result == -4:
+            raise TaskFenced(f"task {task.task_id} is running on the node that holds chat "
+                             f"{chat}; answer or cancel it there (in its chat)")
         raise TaskFenced(f"task {task.task_id} was written elsewhere since this node read it "
                          f"(revision {expected}); it is read again before going on")
 
     def _run_checkpoint(self, task: TaskState, text: str, chat: str, lease_key: str,
-                        lease_value: str, expected: str) -> int:
+                        lease_value: str, expected: str, answer: bool) -> int:
         return int(self._checkpoint(
             keys=[self.keys.tasks, self.keys.tasks_index, self.keys.tasks_open,
                   self.keys.tasks_created, self.keys.tasks_finished,
@@ -283,7 +299,7 @@ class RedisTaskStore(TaskStoreBase):
             args=[task.task_id, text, expected, task.revision, lease_value,
                   FINISHED if task.status.finished else "0", task.created_at,
                   task.updated_at, chat, task_store.KEEP_FINISHED, self.keys.prefix,
-                  DETAIL_TTL_S]))
+                  DETAIL_TTL_S, "1" if answer else "0"]))
 
     # -- detail logs ---------------------------------------------------------------------
 
@@ -342,39 +358,6 @@ class PartitionFence:
     def owns(self, chat_key: str) -> bool:
         """The engine's `owns`: this node runs the chat's tasks now."""
         return self(chat_key) is not None
-
-
-class RedisProposals:
-    """`ProposalMap` on Redis: the hash `tasks:proposals`, chat key → the plan under review
-    (json). One field per chat, each write one command: the chat's holder writes it, and the
-    node that takes the chat over finds it."""
-
-    def __init__(self, state: StateRedis, keys: TaskKeys) -> None:
-        self._redis = state.client
-        self._key = keys.proposals
-
-    def get(self, chat_key: str) -> Proposal | None:
-        return _proposal(self._redis.hget(self._key, chat_key))
-
-    def put(self, chat_key: str, proposal: Proposal) -> None:
-        self._redis.hset(self._key, chat_key, json.dumps(asdict(proposal), default=str))
-
-    def pop(self, chat_key: str) -> Proposal | None:
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.hget(self._key, chat_key)
-        pipe.hdel(self._key, chat_key)
-        raw, _ = pipe.execute()
-        return _proposal(raw)
-
-
-def _proposal(raw: bytes | str | None) -> Proposal | None:
-    if raw is None:
-        return None
-    try:
-        return Proposal.from_dict(json.loads(raw))
-    except (KeyError, TypeError, ValueError):
-        log.error("a task plan under review in Redis could not be read; ignored")
-        return None
 
 
 class _Leases(Protocol):
