@@ -10,9 +10,15 @@ either mismatch writes nothing and raises `TaskFenced`. A runner checkpoints a s
 chat; the node that takes the chat over recovers the task from its last checkpoint by the rules
 of a restart (docs/tasks.md).
 
-Live objects are cached only for tasks of chats held here, tagged with the lease they were read
-under; a task of another chat, or one read under an older lease, is read again from Redis.
-Records that cannot be parsed are reported in `problems` once and left untouched.
+One write comes without the lease: a person's answer or cancel given on another node's
+dashboard (`record_answer`), accepted only while the stored task waits (no loop drives it
+anywhere) and its revision is the one read there; the chat's node then runs it.
+
+Live objects are cached only for tasks of chats held here, tagged with the lease and the
+record's bytes they were read under; every read fetches the record and keeps the live object
+only if both still match, so an answer written elsewhere is seen at once. Records that cannot
+be parsed are reported in `problems` once and left untouched. Redis not answering raises
+`TaskStoreUnavailable` (the task code never imports redis).
 
 Keys (`soulflow/backends/redis/keys.py`): `tasks:rec` (id → json), `tasks:idx` (id →
 `revision|chat`), `tasks:open` (unfinished ids), `tasks:created` and `tasks:chat:<chat>` (ids by
