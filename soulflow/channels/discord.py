@@ -43,8 +43,8 @@ from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, S
 from soulflow.channels import discord_format as fmt
 from soulflow.channels.base import ChannelAdapter, ChannelLimits, drain
 from soulflow.channels.discord_feedback import DiscordFeedbackClient
+from soulflow.channels.discord_send import ResumableSends
 from soulflow.channels.poison import poison_message
-from soulflow.channels.rendering import RenderedPart, render_reply
 from soulflow.channels.state import ChannelState
 from soulflow.storage.atomic import write_bytes_atomic
 
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://discord.com/api/v10"
 _CURSOR = "last:"
 _RECENT_KEYS = 5000
-_PARTIAL_SENDS = 1000
 # Every new client IDENTIFYs, and Discord allows ~1000 a day: a client that keeps dying right
 # after READY must back off too, so the backoff only resets after a connection held a while.
 _MAX_BACKOFF_S = 120.0
@@ -101,7 +100,7 @@ class DiscordChannel(ChannelAdapter):
         self._ready_at = 0.0
         self._cursors: dict[int, int] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
-        self._partial_sends: OrderedDict[str, list[str]] = OrderedDict()
+        self._sends = ResumableSends()
         self._catch_up_lock = asyncio.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -375,36 +374,11 @@ class DiscordChannel(ChannelAdapter):
             return channel
         return client.get_partial_messageable(int(chat_id))  # DMs and uncached channels
 
-    def _parts(self, message: OutboundMessage) -> list[RenderedPart]:
-        """Rendered parts; a dispatcher that already chose a file says so in the metadata."""
-        meta = message.metadata
-        if meta.get("as_file"):
-            return [RenderedPart(text=message.content, as_file=True,
-                                 filename=str(meta.get("filename") or "reply.txt"),
-                                 note=str(meta.get("note") or ""))]
-        return render_reply(message.content, self.limits)
-
     async def send(self, message: OutboundMessage) -> SendResult:
         """Send every part in order; a retry after a partial failure resumes, not repeats."""
         channel = self._messageable(message.chat_id)
-        parts = self._parts(message)
-        delivered = self._partial_sends.pop(message.message_id, [])
-        target = fmt.reply_target(message.reply_to)
-        try:
-            for part in parts[len(delivered):]:
-                reference = None
-                if target is not None and not delivered:
-                    reference = discord.MessageReference(message_id=target, channel_id=channel.id,
-                                                         fail_if_not_exists=False)
-                sent = await fmt.send_part(channel, part, reference)
-                delivered.append(str(sent.id))
-        except SendError:
-            if delivered:
-                self._partial_sends[message.message_id] = delivered
-                while len(self._partial_sends) > _PARTIAL_SENDS:
-                    self._partial_sends.popitem(last=False)
-            raise
-        return SendResult(platform_message_ids=delivered)
+        ids = await self._sends.send(channel, message, self.limits)
+        return SendResult(platform_message_ids=ids)
 
     async def set_typing(self, chat_id: str, on: bool) -> None:
         """Discord shows typing for ~10 s per request and has no "stop": off is a no-op.
