@@ -65,6 +65,49 @@ def test_a_run_cut_off_mid_tool_is_finished_by_the_other_daemon(
     assert node_b.stop() == 0
 
 
+def held(daemon: Daemon) -> set[int]:
+    return set(daemon.state()["backend"]["partitions"]["held"])
+
+
+def chat_held_by(node_a: Daemon, node_b: Daemon) -> str:
+    """A local chat whose partition A holds, once both daemons share the partitions."""
+    wait_for(lambda: len(held(node_a)) == 2 and held(node_a) | held(node_b) == {0, 1, 2, 3},
+             what="the partitions shared between the two daemons")
+    return next(f"c{n}" for n in range(100) if partition_of(f"local:c{n}", 4) in held(node_a))
+
+
+def test_a_run_driven_after_its_message_was_answered_is_resumed_on_takeover(
+        two_nodes: tuple[Daemon, Daemon], fake_llm: FakeOpenAIThread) -> None:
+    """Approved from A's dashboard, the run goes on with no message pending (its own was
+    answered by the approval request): when A dies mid-tool, nothing would bring it back but
+    B's "agent:takeover" loop, which resumes it once B comes to hold the chat."""
+    node_a, node_b = two_nodes
+    node_a.start()
+    node_b.start()
+    chat = chat_held_by(node_a, node_b)
+    marker = node_a.workspace / "ran.txt"
+    fake_llm.script_tool_call("exec", {"command": "echo run >> ran.txt; sleep 30",
+                                       "network": True})  # always asks for approval
+    fake_llm.script_reply("It was cut off; I did not run it again.")
+    node_a.say("fetch something slowly", chat_id=chat)
+    approval = wait_for(lambda: next(iter(node_a.state()["approvals"]), None),
+                        what="the approval on A")
+    assert node_a.api("POST", "/api/approvals/decide", json={
+        "run_id": approval["run_id"], "approval_id": approval["approval_id"],
+        "decision": "approve"}).status_code == 200
+    wait_for(lambda: marker.exists(), what="the approved tool to start on A")
+    wait_for(lambda: node_a.state()["queues"]["inbound_pending"] == 0,
+             what="no message pending for the run")
+    node_a.kill()
+    wait_for(lambda: "It was cut off; I did not run it again." in
+             [m["content"] for m in node_b.replies(chat)], timeout=30,
+             what="B to resume the run and answer")
+    assert marker.read_text() == "run\n"
+    assert "interrupted" in fake_llm.requests[-1].json["messages"][-1]["content"]
+    assert "resumed 1 run(s) left running in chats taken over" in node_b.log()
+    assert node_b.stop() == 0
+
+
 def test_an_approval_asked_by_a_killed_daemon_is_decided_on_the_other(
         two_nodes: tuple[Daemon, Daemon], fake_llm: FakeOpenAIThread) -> None:
     node_a, node_b = two_nodes
@@ -94,13 +137,7 @@ def test_a_run_is_decided_on_the_daemon_that_holds_its_chat(
     node_a, node_b = two_nodes
     node_a.start()
     node_b.start()
-
-    def held(daemon: Daemon) -> set[int]:
-        return set(daemon.state()["backend"]["partitions"]["held"])
-
-    wait_for(lambda: len(held(node_a)) == 2 and held(node_a) | held(node_b) == {0, 1, 2, 3},
-             what="the partitions shared between the two daemons")
-    chat = next(f"c{n}" for n in range(100) if partition_of(f"local:c{n}", 4) in held(node_a))
+    chat = chat_held_by(node_a, node_b)
     fake_llm.script_tool_call("write_file", {"path": "notes/a.txt", "content": "from A"})
     fake_llm.script_reply("Done.")
     node_a.say("write notes/a.txt", chat_id=chat)
