@@ -1,8 +1,9 @@
-"""`soulflow run` with SOULFLOW_BACKEND=redis and task graphs: /task answers from the tasks in
-Redis, cancelling writes the workflow event to the shared stream (the dashboard lists it) and the
-story to the task's Redis list; and tasks a dead node left mid-flight resume on the daemon that
-takes their chat, by the rules of a restart (an idempotent step runs again, the other waits for
-the user, who answers in the chat)."""
+"""`soulflow run` with SOULFLOW_BACKEND=redis and task graphs: a daemon SIGKILLed in the middle
+of a task's agent step, and the next daemon (a new node) finishing the task; /task answers from
+the tasks in Redis, cancelling writes the workflow event to the shared stream (the dashboard
+lists it) and the story to the task's Redis list; and tasks a dead node left mid-flight resume
+on the daemon that takes their chat, by the rules of a restart (an idempotent step runs again,
+the other waits for the user, who answers in the chat)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,29 @@ def daemon(tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisServer
                 "REDIS_LEASE_TTL_S": "1"}
     with daemon_factory(tmp_path, fake_llm.base_url, **settings) as factory:
         yield factory()
+
+
+def test_a_task_whose_daemon_is_killed_mid_step_finishes_on_the_next(
+        daemon: Daemon, shared: Shared, fake_llm: FakeOpenAIThread) -> None:
+    shared.plant(TaskState("t-long", "Think it over", TaskGraph([
+        TaskNode(id="think", kind=NodeKind.AGENT, goal="think it over"),
+        TaskNode(id="again", kind=NodeKind.AGENT, goal="and once more", depends_on=["think"])]),
+        provider="local", chat_id="test", requested_by="local"))
+    fake_llm.delay_s = 30.0  # the first step's model call is under way at the kill
+    daemon.start()  # the only node: it holds every chat and starts the task
+    wait_for(lambda: shared.task("t-long").nodes["think"].status is NodeStatus.RUNNING
+             and fake_llm.requests, what="the first step under way")
+    daemon.kill()
+    fake_llm.delay_s = 0.0
+    daemon.start()  # a new node: the dead one's leases expire, this one takes its chats
+    wait_for(lambda: shared.task("t-long").status is TaskStatus.COMPLETED, timeout=30,
+             what="the task to finish on the new node")
+    done = shared.task("t-long")
+    assert done.nodes["think"].attempts == 2 and done.nodes["again"].attempts == 1
+    wait_for(lambda: any(r["content"].startswith("✅ Task t-long") for r in daemon.replies()),
+             what="the result in the chat")
+    assert [r["content"].startswith("✅ Task t-long") for r in daemon.replies()].count(True) == 1
+    assert daemon.stop() == 0
 
 
 def test_task_commands_and_events_on_redis(daemon: Daemon, shared: Shared) -> None:
