@@ -7,6 +7,7 @@ later be tested end to end by pointing PTB at ``FakeTelegram`` via ``base_url``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dtm
 import struct
 import time
@@ -169,6 +170,29 @@ async def test_second_poller_conflicts_the_first(bot: Bot, fake: FakeTelegram) -
             await asyncio.wait_for(first, 2)
         fake.push_message(USER_ID, "for the survivor")
         assert len(await asyncio.wait_for(second, 2)) == 1
+
+
+async def test_conflicts_are_counted_only_when_a_poller_receives_them(
+        bot: Bot, fake: FakeTelegram) -> None:
+    """`conflicts` counts 409s a poller got (two instances polling at once); a poll its client
+    gave up on (connection closed) and that a newer poll then supersedes is no conflict."""
+    first = asyncio.create_task(bot.get_updates(timeout=5))
+    await fake.wait_for(lambda: fake.pending_polls == 1, timeout=2)
+    async with make_bot(f"{fake.url}/i/other") as other_instance:
+        second = asyncio.create_task(other_instance.get_updates(timeout=1))
+        with pytest.raises(Conflict):
+            await asyncio.wait_for(first, 2)
+        await asyncio.wait_for(second, 3)
+    assert fake.conflicts == 1 and fake.stats()["conflicts"] == 1
+    assert fake.polls_by["other"] == 1 and fake.polls_by[""] == 1
+
+    abandoned = asyncio.create_task(bot.get_updates(timeout=5))
+    await fake.wait_for(lambda: fake.pending_polls == 1, timeout=2)
+    abandoned.cancel()  # the client closes its connection; the fake still holds the poll
+    with contextlib.suppress(asyncio.CancelledError):
+        await abandoned
+    assert await bot.get_updates(timeout=0) == ()
+    assert fake.conflicts == 1
 
 
 async def test_dropped_long_poll_surfaces_as_network_error(bot: Bot, fake: FakeTelegram) -> None:
