@@ -13,8 +13,11 @@ no "resolved" for it either.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 Claim = Callable[[str, float], bool]
 """`claim(problem key, interval_s)`: may this node tell the problem now?"""
@@ -63,7 +66,7 @@ class NoticeBoard:
             if lasted and quiet:
                 due.append(problem)
         if self._claim is not None:
-            for problem in [p for p in due if not self._claim(p.key, self.interval_s)]:
+            for problem in [p for p in due if not self._claimed(p)]:
                 due.remove(problem)
                 problem.notified_at, problem.told_elsewhere = now, True
         for problem in due:
@@ -75,6 +78,17 @@ class NoticeBoard:
             for problem in due:
                 problem.notified_at = now
         return sent
+
+    def _claimed(self, problem: Problem) -> bool:
+        """Whether this node tells `problem`; when the claim cannot be asked (Redis away, as
+        likely as not the problem itself), it does: a notice twice beats none."""
+        assert self._claim is not None
+        try:
+            return self._claim(problem.key, self.interval_s)
+        except Exception as exc:
+            log.warning("could not claim the notice %s (%s); telling it from this node",
+                        problem.key, exc)
+            return True
 
     def _notify(self, text: str) -> str:
         self._send(text)

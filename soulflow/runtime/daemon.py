@@ -75,16 +75,17 @@ class Runtime:
         # dashboard and /metrics; the bus and the manager publish through _publish_event
         self.traffic = TrafficCounters()
         self.run_durations = Histogram(RUN_BUCKETS_S)
+        # the durable stores of the bus (and, for the helpers that move their stores onto it,
+        # the Redis client): files under runtime/, or Redis; connected in start() (built
+        # first: a missing or malformed REDIS_URL is its sentence)
+        self.backend = build_backend(BackendConfig.from_settings(settings), runtime_dir,
+                                     redact=self.redactor.redact)
         # sessions, run journals, approval prompts, cron, decisions, the vault's entries (the
         # synchronous stores): on Redis they share this daemon's synchronous client (None with
         # files), closed by stop()
         self.state_redis = agent_state.state_redis(settings)
         # the key where SOULFLOW_MASTER_KEY_FILE says (this node's disk, also on Redis)
         self.vault = service_state.vault(settings, self.state_redis)
-        # the durable stores of the bus (and, for the helpers that move their stores onto it,
-        # the Redis client): files under runtime/, or Redis; connected in start()
-        self.backend = build_backend(BackendConfig.from_settings(settings), runtime_dir,
-                                     redact=self.redactor.redact)
         self.bus = MessageBus(self.backend,
                               outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
                               policy=wiring.retry_policy(settings), on_event=self._publish_event)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from soulflow.backends.base import BackendUnavailable
 from soulflow.config import Settings
 from soulflow.cron.store import CronStore, JobStore
 from soulflow.decision.service import DecisionService
@@ -47,12 +48,35 @@ def decision_service(settings: Settings, state: StateRedis | None) -> DecisionSe
 
 def vault(settings: Settings, state: StateRedis | None) -> SecretVault:
     """The vault with the key from this node's disk (`SOULFLOW_MASTER_KEY_FILE`) and its
-    sealed entries in `secrets.json`, or in the Redis hash (the key never goes there)."""
+    sealed entries in `secrets.json`, or in the Redis hash (the key never goes there).
+
+    On Redis, opening it already reads Redis (is this node's key the one the entries are
+    sealed with?), before the backend's own check: a Redis that does not answer is the same
+    one sentence (`BackendUnavailable`) here."""
     if state is None:
         return open_vault(settings)
+    from redis.exceptions import RedisError
+
     from soulflow.backends.redis.vault import RedisSecretEntries
 
-    return open_vault(settings, entries=RedisSecretEntries(state))
+    try:
+        return open_vault(settings, entries=RedisSecretEntries(state))
+    except RedisError as exc:
+        raise redis_failure(settings, exc) from None
+
+
+def redis_failure(settings: Settings, exc: Exception) -> BackendUnavailable:
+    """One sentence for the operator about a Redis call that failed (the password hidden)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from soulflow.backends.redis.backend import shown_url
+
+    reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
+    what = ("is unreachable" if isinstance(exc, RedisConnectionError | RedisTimeoutError)
+            else "failed")
+    return BackendUnavailable(f"Redis at {shown_url(settings['REDIS_URL'])} (REDIS_URL) "
+                              f"{what}: {reason}")
 
 
 @contextmanager
@@ -66,14 +90,9 @@ def cli_state(settings: Settings) -> Iterator[StateRedis | None]:
         return
     from redis.exceptions import RedisError
 
-    from soulflow.backends.base import BackendUnavailable
-    from soulflow.backends.redis.backend import shown_url
-
     try:
         yield state
     except RedisError as exc:
-        reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
-        raise BackendUnavailable(f"Redis at {shown_url(settings['REDIS_URL'])} (REDIS_URL) "
-                                 f"failed: {reason}") from None
+        raise redis_failure(settings, exc) from None
     finally:
         state.close()
