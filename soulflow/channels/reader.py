@@ -108,10 +108,7 @@ async def _read_until_restart(adapter: ChannelAdapter, ingest: Ingest, health: H
         if not isinstance(exc, ChannelRestart):
             health.read_failed(adapter.name, f"{type(exc).__name__}: {exc}")
         health.restarted(adapter.name)
-        try:
-            await adapter.stop()
-        except Exception:
-            log.exception("channel %s did not stop cleanly before its restart", adapter.name)
+        await _stop_quietly(adapter)
         raise
 
 
@@ -122,7 +119,7 @@ async def _lead(adapter: ChannelAdapter, ingest: Ingest, health: HealthBoard,
     ended. An in-flight read (a long poll) is abandoned the moment the term ends, so this
     node never polls after another node could have taken the lease."""
     name = adapter.name
-    term = asyncio.ensure_future(leadership.lost(lease))
+    term = asyncio.create_task(leadership.lost(lease), name=f"term:{name}:{lease.token}")
     try:
         try:
             await _until(adapter.start_reading(), term)
