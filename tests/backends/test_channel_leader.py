@@ -165,6 +165,19 @@ async def test_only_the_discord_leader_opens_a_gateway_session_and_both_send(
             fake.push_message(channel, "again", fake.user_ids["alice"])
             await until(lambda: "again" in second.texts(), TIMEOUT)
             assert "hello" not in second.texts()
+
+            # nobody reads for a while; the next leader catches up from the shared cursor
+            await second.stop()
+            fake.world.build_message(fake.world.channels[channel], fake.user_ids["alice"],
+                                     "while nobody read")
+            third = ReaderNode.on(discord_adapter(fake, tmp_path / "c"), redis, keys,
+                                  "node-c", ttl_s=TTL_S)
+            try:
+                third.start()
+                await until(lambda: "while nobody read" in third.texts(), TIMEOUT)
+                assert "again" not in third.texts() and "hello" not in third.texts()
+            finally:
+                await third.stop()
         finally:
             await second.stop()
             await first.stop()
