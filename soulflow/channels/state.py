@@ -50,11 +50,14 @@ class ChannelState:
         data = read_json(path, {})
         self._data: dict[str, Any] = data if isinstance(data, dict) else {}
         self._shared: _SharedCursors | None = None
+        self._seed: dict[str, Any] = {}  # the file's values, for an empty shared store
 
     def share(self, store: CursorStore, channel: str, leadership: AccountLeadership) -> None:
-        """Keep this state in the backend's cursor store, fenced by `leadership` (redis)."""
+        """Keep this state in the backend's cursor store, fenced by `leadership` (redis). What
+        the file holds (a node that ran on files before) seeds a store that has nothing yet,
+        so switching backends does not prime the account again."""
         self._shared = _SharedCursors(store, channel, leadership)
-        self._data = {}
+        self._seed, self._data = self._data, {}
 
     @property
     def shared(self) -> bool:
@@ -67,6 +70,11 @@ class ChannelState:
             await self._shared.close()
             self._data = await self._shared.store.load(self._shared.channel)
             self._shared.start()
+            if not self._data and self._seed:
+                log.info("%s: the shared read position starts from %s", self._shared.channel,
+                         self.path)
+                self.update(self._seed)
+            self._seed = {}
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)

@@ -126,3 +126,33 @@ async def test_a_fenced_term_does_not_restart_until_a_new_lease(
     assert not done  # still the fenced token: no new term
     waiting.cancel()
     await deposed.close()
+
+
+async def test_a_node_that_ran_on_files_seeds_an_empty_shared_store(
+        harness: Harness, tmp_path: Path) -> None:
+    """Switching to a shared backend must not prime the account again: the cursor file of the
+    node's file-backend days is where the shared position starts (once, while it is empty)."""
+    backend = await harness.open()
+    lease = await backend.leases.acquire(ACCOUNT, "node-a", 6.0)
+    assert lease is not None
+    old_file = tmp_path / "files-days" / "telegram.json"
+    days_on_files = ChannelState(old_file)
+    days_on_files.set("offset", 4242)
+    assert days_on_files.flush()
+
+    state = ChannelState(old_file)
+    state.share(backend.cursors, "telegram", AccountLeadership(FrozenElection(believed(lease))))
+    await state.load()
+    assert state.get("offset") == 4242
+    assert await state.drain()
+    assert (await backend.cursors.load("telegram"))["offset"] == 4242
+    await state.close()
+
+    other = ChannelState(tmp_path / "elsewhere.json")  # a node whose file says otherwise
+    other.set("offset", 7)
+    assert other.flush()
+    other = ChannelState(tmp_path / "elsewhere.json")
+    other.share(backend.cursors, "telegram", AccountLeadership(FrozenElection(believed(lease))))
+    await other.load()
+    assert other.get("offset") == 4242  # the store is not empty: it wins
+    await other.close()
