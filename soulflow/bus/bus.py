@@ -25,6 +25,7 @@ from soulflow.bus.retry import RetryPolicy
 log = logging.getLogger(__name__)
 
 RECENT_LETTERS = 20  # dead letters of each kind kept in the stats snapshot for the page
+LETTERS_REREAD_S = 10.0  # the recent letters are re-read at least this often
 
 
 class BusBackend(Protocol):
@@ -37,6 +38,8 @@ class BusBackend(Protocol):
     inbound_dlq: Any
 
     def owns(self, chat_key: str) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
 
     def sync(self) -> None: ...
 
@@ -75,6 +78,7 @@ class MessageBus:
         # messages that could not be taken in (poison input), redacted: see inbound_dlq.py
         self.inbound_dlq = backend.inbound_dlq
         self.stats = BusStats()
+        self._letters_read_at = 0.0  # when the recent dead letters were last read in full
         self._senders: Callable[[str], Sender | None] = lambda provider: None
         self.dispatcher = OutboundDispatcher(
             self.outbox, self.dlq, lambda provider: self._senders(provider), policy=policy,
@@ -103,15 +107,34 @@ class MessageBus:
         return len(letters)
 
     async def refresh_stats(self) -> BusStats:
-        """Read the counts and recent dead letters once (raises if the store fails)."""
-        dlq = await self.dlq.entries()
+        """Read the counts and recent dead letters once (raises if the store fails). The
+        letters themselves are read again only when a count changed or every
+        LETTERS_REREAD_S: a long dead-letter list is not read every second."""
+        last, now = self.stats, time.time()
+        dlq_count, inbound_dlq_count = await self.dlq.count(), await self.inbound_dlq.count()
+        stale = now - self._letters_read_at >= LETTERS_REREAD_S
+        recent_dlq, recent_inbound = last.recent_dlq, last.recent_inbound_dlq
+        if stale or dlq_count != last.dlq:
+            recent_dlq = (await self.dlq.entries())[-RECENT_LETTERS:]
+        if stale or inbound_dlq_count != last.inbound_dlq:
+            recent_inbound = await self.inbound_dlq.recent(RECENT_LETTERS)
+        if stale:
+            self._letters_read_at = now
         self.stats = BusStats(
             inbound_pending=await self.inbound.pending_count(),
-            outbox_pending=await self.outbox.count(), dlq=len(dlq),
-            inbound_dlq=await self.inbound_dlq.count(),
-            recent_dlq=dlq[-RECENT_LETTERS:],
-            recent_inbound_dlq=await self.inbound_dlq.recent(RECENT_LETTERS),
-            refreshed_at=time.time())
+            outbox_pending=await self.outbox.count(), dlq=dlq_count,
+            inbound_dlq=inbound_dlq_count, recent_dlq=recent_dlq,
+            recent_inbound_dlq=recent_inbound, refreshed_at=now)
+        return self.stats
+
+    async def fresh_stats(self, timeout_s: float = 0.5) -> BusStats:
+        """The counts read now if the store answers within `timeout_s` (`/api/state` wants
+        them current), else the last snapshot; not tried while the backend is unreachable."""
+        if self.backend.status().get("connected", True):
+            try:
+                return await asyncio.wait_for(self.refresh_stats(), timeout_s)
+            except Exception as exc:  # the loop logs outages; here the snapshot will do
+                log.debug("bus stats: kept the last snapshot (%s: %s)", type(exc).__name__, exc)
         return self.stats
 
     async def stats_loop(self, interval_s: float = 1.0) -> None:

@@ -253,6 +253,7 @@ class DashboardService:
                                  status=200 if ready else 503)
 
     async def _api_state(self, request: web.Request) -> web.Response:
+        await self._bus.fresh_stats()  # the queue counts as of now, not of the last second
         return web.json_response(self._full_state())
 
     async def _api_events(self, request: web.Request) -> web.StreamResponse:

@@ -177,3 +177,21 @@ async def test_backend_status_and_ownership(harness: Harness) -> None:
     assert status["connected"] is True and status["since"] is None
     assert backend.owns("telegram:any-chat")  # the only node holds every partition
     assert await backend.inbound.complete("telegram:x:1", "answered") is Completion.UNKNOWN
+
+
+async def test_the_stats_snapshot_follows_the_stores(harness: Harness) -> None:
+    backend = await harness.open()
+    bus = MessageBus(backend)
+    assert (await bus.refresh_stats()).dlq == 0
+    for n in range(3):
+        await backend.dlq.add(outbound("a", f"dead {n}"), retry_count=1, error="gone")
+    await backend.inbound.accept(inbound("a", 1))
+    await backend.inbound_dlq.add(provider="telegram", chat_id="a", message_id="9",
+                                  sender_id="u", stage="parse", error="bad")
+    stats = await bus.refresh_stats()
+    assert (stats.dlq, stats.inbound_dlq, stats.inbound_pending) == (3, 1, 1)
+    assert [e.content for e in stats.recent_dlq] == ["dead 0", "dead 1", "dead 2"]
+    assert [e.message_id for e in stats.recent_inbound_dlq] == ["9"]
+    await backend.dlq.purge()
+    stats = await bus.fresh_stats()
+    assert stats.dlq == 0 and stats.recent_dlq == []

@@ -8,15 +8,20 @@ and answers what was said meanwhile once Redis is back.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
+from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.keys import partition_of
+from soulflow.bus.messages import OutboundMessage
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, daemon_factory, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
@@ -169,3 +174,46 @@ def test_two_daemons_on_one_redis_share_the_chats_each_answered_once_in_order(
             assert not held[0] & held[1] and held[0] | held[1] == set(range(partitions))
             for node in nodes:
                 assert node.stop() == 0
+
+
+def test_the_dlq_commands_work_on_redis_without_a_daemon(redis_daemon: Daemon,
+                                                        redis_server: RedisServer) -> None:
+    """`soulflow dlq` with no daemon running opens the configured backend: the dead letters
+    in Redis are listed, and a replay puts them in Redis's outbox (sent by whichever node
+    holds the chat); the command takes no partition of chats."""
+    env = redis_daemon.env
+
+    async def seed() -> None:
+        backend = RedisBackend(Redis.from_url(redis_server.url), node_id="seed",
+                               prefix=env["REDIS_KEY_PREFIX"],
+                               partitions=int(env["REDIS_PARTITIONS"]))
+        for n in range(2):
+            await backend.dlq.add(OutboundMessage(provider="local", chat_id="test",
+                                                  content=f"dead {n}", message_id=f"o{n}"),
+                                  retry_count=3, error="gave up")
+        await backend.client.aclose()
+
+    asyncio.run(seed())
+    listed = redis_daemon.cli("dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["content"] for line in listed.stdout.decode().splitlines()] == \
+        ["dead 0", "dead 1"]
+    replayed = redis_daemon.cli("dlq", "replay", "o1")
+    assert replayed.returncode == 0 and b"Replayed 1" in replayed.stdout, replayed.stderr
+
+    async def check() -> tuple[int, list[str], int]:
+        backend = RedisBackend(Redis.from_url(redis_server.url), node_id="check",
+                               prefix=env["REDIS_KEY_PREFIX"],
+                               partitions=int(env["REDIS_PARTITIONS"]))
+        try:
+            return (await backend.outbox.count(),
+                    [e.message_id for e in await backend.dlq.entries()],
+                    int(await backend.client.zcard(backend.keys.nodes)))
+        finally:
+            await backend.client.aclose()
+
+    assert asyncio.run(check()) == (1, ["o0"], 0)  # no node joined
+    daemon = redis_daemon.start()  # the daemon sends the replayed letter
+    wait_for(lambda: [r["content"] for r in daemon.replies()] == ["dead 1"],
+             what="the replayed letter sent")
+    assert daemon.stop() == 0
