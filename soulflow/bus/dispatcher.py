@@ -1,14 +1,11 @@
 """Deliver outbox entries: in order per chat, concurrently across chats, never lost.
 
 The outbox is the backend's (`backends/base.py` OutboxStore: the file journal, or Redis).
-`publish()` hands a message to the "outbox:writer" task, which stores messages one at a time in
-the order they were published and only then queues them for sending; callers that must know the
-message is stored (a turn before it completes its inbound message) await the returned future.
-So a chat's replies keep their order whoever publishes them, and a store that stops answering
-(Redis lost) holds publishers back instead of losing messages: the writer retries with a
-backoff and logs once per outage. On start and whenever this node's partitions change the
+`publish()` hands a message to the "outbox:writer" task (writer.py), which stores it and only
+then queues it here for sending. On start and whenever this node's partitions change the
 dispatcher queues `pending()`, the entries this node must send; `record_sending()` refusing an
-entry means its chat moved to another node, which sends it.
+entry means its chat moved to another node, which sends it. A failing store (Redis lost) is
+retried with a backoff, the entry staying first in its chat's line.
 
 A send is tried inline a few times; if it still fails, the entry stays at the head of its chat's
 queue with a backoff deadline (exponential with jitter, never earlier than the platform's
@@ -31,6 +28,7 @@ from soulflow.bus.dlq import DeadLetter
 from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.bus.outbox import OutboxEntry
 from soulflow.bus.retry import RetryPolicy
+from soulflow.bus.writer import OutboxWriter, StoreHealth
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +104,13 @@ class OutboundDispatcher:
         self._queued_ids: set[str] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._last_sent: dict[str, float] = {}
-        self._writes: deque[tuple[OutboundMessage, asyncio.Future[bool]]] = deque()
-        self._write_wake = asyncio.Event()
-        self._writer: asyncio.Task[None] | None = None
         self._requeue: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._running = False
         self._store_backoff = store_backoff
-        self._store_down = False  # the outbox store failed; logged once until it answers
+        self.store_health = StoreHealth()  # the outbox store failed; logged once per outage
+        self._writer = OutboxWriter(outbox.put, self._enqueue, self.store_health, self._sleep,
+                                    store_backoff)
         self.sent_count = 0
         self.dead_count = 0
 
@@ -125,7 +122,7 @@ class OutboundDispatcher:
         self._running = True
         self._queues.clear()
         self._queued_ids.clear()
-        self._ensure_writer()
+        self._writer.start()
         for entry in await self.outbox.pending():
             self._enqueue(entry.message)
 
@@ -142,11 +139,11 @@ class OutboundDispatcher:
             try:
                 entries = await self.outbox.pending()
             except Exception as exc:
-                self._store_failed("reading the outbox", exc)
+                self.store_health.failed("reading the outbox", exc)
                 await self._sleep(delay)
                 delay = min(delay * 2, self._store_backoff[1])
                 continue
-            self._store_ok()
+            self.store_health.ok()
             for entry in entries:
                 self._enqueue(entry.message)
             return
@@ -155,53 +152,7 @@ class OutboundDispatcher:
         """Hand a message to the writer, which stores it in the outbox, then queues it for
         delivery (once started). The future says whether it was stored (False: an entry with
         its id is already pending); await it where the reply must be durable before going on."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._writes.append((message, future))
-        self._ensure_writer()
-        self._write_wake.set()
-        return future
-
-    def _ensure_writer(self) -> None:
-        if (self._writer is None or self._writer.done()) and not self._stopping.is_set():
-            self._writer = asyncio.create_task(self._write_loop(), name="outbox:writer")
-
-    async def _write_loop(self) -> None:
-        """Store published messages in order; a failing store is retried with a backoff (the
-        message stays first in line), never skipped."""
-        delay = self._store_backoff[0]
-        while not self._stopping.is_set():
-            if not self._writes:
-                self._write_wake.clear()
-                await self._write_wake.wait()
-                continue
-            message, future = self._writes[0]
-            try:
-                stored = await self.outbox.put(message)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._store_failed("storing a reply", exc)
-                await self._sleep(delay)
-                delay = min(delay * 2, self._store_backoff[1])
-                continue
-            delay = self._store_backoff[0]
-            self._store_ok()
-            self._writes.popleft()
-            if stored:
-                self._enqueue(message)
-            if not future.done():
-                future.set_result(stored)
-
-    def _store_failed(self, doing: str, exc: BaseException) -> None:
-        if not self._store_down:
-            log.error("outbox: %s failed (%s: %s); retrying with a backoff", doing,
-                      type(exc).__name__, exc)
-            self._store_down = True
-
-    def _store_ok(self) -> None:
-        if self._store_down:
-            log.warning("outbox: the store answers again")
-            self._store_down = False
+        return self._writer.publish(message)
 
     def _enqueue(self, message: OutboundMessage) -> None:
         if message.message_id in self._queued_ids:
@@ -219,7 +170,7 @@ class OutboundDispatcher:
     @property
     def unstored(self) -> int:
         """Published messages the writer has not stored yet (held back by a failing store)."""
-        return len(self._writes)
+        return self._writer.unstored
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -252,12 +203,12 @@ class OutboundDispatcher:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # the store failed: the entry stays first in line
-                    self._store_failed(f"delivering to {key}", exc)
+                    self.store_health.failed(f"delivering to {key}", exc)
                     await self._sleep(delay)
                     delay = min(delay * 2, self._store_backoff[1])
                     continue
                 delay = self._store_backoff[0]
-                self._store_ok()
+                self.store_health.ok()
                 if finished:
                     self._queued_ids.discard(queue.popleft())
         except asyncio.CancelledError:
@@ -365,13 +316,8 @@ class OutboundDispatcher:
         """Let sends in flight finish within `timeout`; unsent entries stay in the outbox.
         Published messages the writer could not store by then are logged (the store was
         down for the whole grace period)."""
-        if self._writes and self._writer is not None and not self._writer.done():
-            try:
-                await asyncio.wait_for(self._drain_writes(), timeout=timeout)
-            except TimeoutError:
-                pass
+        await self._writer.stop(timeout)
         self._stopping.set()
-        self._write_wake.set()
         self._running = False
         workers = list(self._workers.values())
         if workers:
@@ -379,21 +325,9 @@ class OutboundDispatcher:
             for task in still_running:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
-        for task in (self._writer, self._requeue):
-            if task is not None and not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._writer = self._requeue = None
-        if self._writes:
-            log.error("outbox: %d published message(s) could not be stored before the stop "
-                      "and are lost", len(self._writes))
-            for _, future in self._writes:
-                if not future.done():
-                    future.cancel()
-            self._writes.clear()
+        if self._requeue is not None and not self._requeue.done():
+            self._requeue.cancel()
+            await asyncio.gather(self._requeue, return_exceptions=True)
+        self._requeue = None
         self._queues.clear()
         self._queued_ids.clear()
-
-    async def _drain_writes(self) -> None:
-        while self._writes:
-            await asyncio.shield(self._writes[-1][1])

@@ -339,12 +339,26 @@ async def test_a_failing_store_holds_replies_back_in_order_and_loses_none(
     await dispatcher.start()
     outbox.down = True
     stored = [dispatcher.publish(outbound(i)) for i in range(5)]
-    await wait_until(lambda: dispatcher._store_down)
+    await wait_until(lambda: dispatcher.store_health.down)
     assert not any(f.done() for f in stored) and dispatcher.unstored == 5
     assert sender.sent == []
     outbox.down = False
     assert await asyncio.gather(*stored) == [True] * 5
     await wait_until(lambda: len(sender.sent) == 5)
     assert sender.sent == [f"reply {i}" for i in range(5)]
-    assert not dispatcher._store_down and len(outbox.outbox) == 0
+    assert not dispatcher.store_health.down and len(outbox.outbox) == 0
     await dispatcher.stop(1)
+
+
+async def test_replies_the_store_never_took_are_cancelled_at_the_stop_not_left_hanging(
+        tmp_path: Path) -> None:
+    outbox = FlakyOutbox(Outbox(tmp_path / "outbox.jsonl"))
+    dispatcher = OutboundDispatcher(outbox, FileDeadLetters(DeadLetterQueue(tmp_path / "d")),
+                                    lambda provider: FakeSender(), store_backoff=(0.001, 0.01))
+    await dispatcher.start()
+    outbox.down = True
+    waiting = dispatcher.publish(outbound(1))
+    await wait_until(lambda: dispatcher.store_health.down)
+    await dispatcher.stop(0.05)  # the grace passes with the store still down
+    assert waiting.cancelled() and dispatcher.unstored == 0
+    assert dispatcher.publish(outbound(2)).cancelled()  # after the stop: refused at once
