@@ -205,8 +205,9 @@ class AgentDomain:
         runs of those chats are cancelled first, as `cancel_orphaned_subruns` does at boot: the
         parent's `spawn` call was interrupted with them. A task step's run is left to the task
         engine, and a run whose inbound message is still pending (`pending_inbound`) to that
-        message's turn, which continues it. Driving claims the run in the store, so a run is
-        never driven on two nodes."""
+        message's turn, which continues it. A background service's run left running (a chat
+        `origin`, such as a quiet heartbeat turn) is cancelled instead, as at boot. Driving
+        claims the run in the store, so a run is never driven on two nodes."""
         if self.loop is None:
             return []
         loop = self.loop
@@ -218,6 +219,10 @@ class AgentDomain:
             state = loop.store.state(run_id)
             if _is_task_run(state.chat) or state.inbound_key in pending_inbound or \
                     (owns is not None and not owns(state.chat.key)):
+                continue
+            if state.chat.origin:  # a background service's (a quiet heartbeat turn): its
+                # answer would come late and out of context; cancelled, as at boot
+                loop.cancel(run_id, "its daemon stopped while it ran")
                 continue
             self._resuming.add(run_id)
             found.append(run_id)
