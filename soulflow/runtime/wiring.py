@@ -132,7 +132,10 @@ def channel_manager(settings: Settings, channels: ChannelRegistry, bus: MessageB
         feedback=FeedbackPolicy(
             typing_refresh_s=float(settings["CHANNEL_TYPING_REFRESH_S"]),
             read_ack_interval_s=float(settings["CHANNEL_READ_ACK_INTERVAL_S"]),
-            read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]))
+            read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]),
+        # a claim waits for new work well under the Redis socket timeout (half a lease TTL,
+        # at least 1 s), or a quiet wait would end in a timeout error instead of "nothing"
+        claim_wait_s=min(1.0, float(settings["REDIS_LEASE_TTL_S"]) / 4))
 
 
 def register_commands(manager: ChannelManager, *, vault: SecretVault, admins: AdminPolicy,
