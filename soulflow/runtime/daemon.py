@@ -168,10 +168,17 @@ class Runtime:
                      scheduled.isoformat())
 
     def _remember_approval_message(self, message: OutboundMessage, result: SendResult) -> None:
+        """Which platform message announced an approval, for reactions. A store that fails
+        here (Redis away) only means a reaction to that prompt is not recognised; a text
+        reply still decides it, so the sent message's bookkeeping must not fail with it."""
         approval_id = message.metadata.get("approval_id")
         if approval_id and result.platform_message_ids:
-            self.approvals.remember(message.chat_key, result.platform_message_ids,
-                                    str(message.metadata.get("run_id")), str(approval_id))
+            try:
+                self.approvals.remember(message.chat_key, result.platform_message_ids,
+                                        str(message.metadata.get("run_id")), str(approval_id))
+            except Exception as exc:
+                log.warning("approval %s: its prompt was sent but not remembered for "
+                            "reactions (%s: %s)", approval_id, type(exc).__name__, exc)
 
     # -- lifecycle -----------------------------------------------------------------------
 
