@@ -92,7 +92,10 @@ class CronService:
 
     def __init__(self, store: JobStore, fire: FireFn, *, clock: Clock = _utc_now,
                  sleep: Sleep = asyncio.sleep, max_sleep_s: float = MAX_SLEEP_S,
-                 max_jobs_per_chat: int = MAX_JOBS_PER_CHAT, poll_s: float = POLL_S) -> None:
+                 max_jobs_per_chat: int = MAX_JOBS_PER_CHAT, poll_s: float = POLL_S,
+                 may_fire: Callable[[Job], bool] = lambda job: True) -> None:
+        """`may_fire(job)`: whether this node fires a due job at all (with a shared store the
+        runtime leaves some jobs to the node holding their chat)."""
         self.store = store
         self._fire = fire
         self._clock = clock
@@ -100,10 +103,11 @@ class CronService:
         self.max_sleep_s = max_sleep_s
         self.max_jobs_per_chat = max_jobs_per_chat
         self.poll_s = poll_s
+        self._may_fire = may_fire
         self._changed = asyncio.Event()
         self.fired_count = 0
-        # occurrences (job id, next_run_at) another node claimed in the last round: not due
-        # here, so they must not make the loop spin until that node advances them
+        # occurrences (job id, next_run_at) another node claimed, or left to another node, in
+        # the last round: not due here, so they must not make the loop spin meanwhile
         self._held_elsewhere: set[tuple[str, str | None]] = set()
         self.store_error: str | None = None  # why the store last failed, until it answers
 
@@ -242,7 +246,7 @@ class CronService:
         for job in sorted(due, key=lambda j: (j.next_run, j.id)):
             scheduled = job.next_run
             assert scheduled is not None
-            if not self._claim(job, scheduled):
+            if not self._may_fire(job) or not self._claim(job, scheduled):
                 held.add((job.id, job.state.next_run_at))
                 continue
             if (now - scheduled).total_seconds() > self.max_sleep_s:

@@ -9,7 +9,7 @@ memory consolidation, and a message to the heartbeat chat only when the answer i
 The time of the last tick is kept in `runtime/heartbeat/state.json` (`HeartbeatStateFile`),
 so a restart neither runs an extra heartbeat nor postpones the next one by a whole interval.
 With the Redis backend it is a hash every node reads (`soulflow/backends/redis/services.py`):
-the heartbeat runs on one node at a time (the holder of the `service:ops` lease, see
+the heartbeat runs on one node at a time (the one holding its notice chat, see
 `soulflow/ops/single.py`), and the node that takes over goes on from the last tick of the
 one before, so the interval holds across a failover. The loop re-reads the state before
 each sleep for that reason. Clock and sleep are injected (tests run without waiting); the

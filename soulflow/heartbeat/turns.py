@@ -174,14 +174,17 @@ class QuietTurnRunner:
                 return run_id
         return None
 
-    def cancel_interrupted(self) -> int:
-        """At boot, before unfinished runs are resumed: cancel quiet turns a stop cut off."""
+    def cancel_interrupted(self, owns: Callable[[str], bool] | None = None) -> int:
+        """At boot, before unfinished runs are resumed: cancel quiet turns a stop cut off.
+        With `owns` (several daemons on shared run journals): only those of chats this node
+        holds, which no other node can be driving."""
         loop = self._agent.loop
         if loop is None:
             return 0
         cancelled = 0
         for run_id in loop.store.find(statuses=frozenset({ev.RUNNING})):
-            if loop.store.state(run_id).chat.origin == ORIGIN:
+            chat = loop.store.state(run_id).chat
+            if chat.origin == ORIGIN and (owns is None or owns(chat.key)):
                 loop.cancel(run_id, INTERRUPTED_REASON)
                 cancelled += 1
         return cancelled

@@ -3,10 +3,12 @@
 Kept out of runtime/daemon.py (which only calls `build`, `cancel_interrupted`, `start`, `close`,
 `state` and `fire_event`) so the daemon's boot file stays about boot order.
 
-On the Redis backend (several nodes): the heartbeat runs only on the holder of the
-`service:ops` lease (`SingleRunner`), from the last tick any node recorded in Redis; the ops
+On the Redis backend (several nodes): the heartbeat runs only on the node holding its notice
+chat (the chat's partition lease, like all of that chat's work), from the last tick any node
+recorded in Redis; `system_event` cron jobs fire only on the node holding their chat; the ops
 loop runs on every node (its reading, its channel loops) with the stuck-run watchdog and the
-decision dedupe on the lease holder only, and each notice told once across the nodes.
+decision dedupe on the holder of `service:ops` only (`SingleRunner`), and each notice is told
+once across the nodes.
 """
 
 from __future__ import annotations
@@ -108,13 +110,11 @@ class BackgroundServices:
     # -- lifecycle (called by Runtime) -----------------------------------------------------
 
     def cancel_interrupted(self) -> None:
-        """Before unfinished runs resume: quiet turns a stop cut off are cancelled. Not with
-        shared run journals (Redis): a quiet turn there may be another node's, running; one a
-        dead node left is cancelled by the watchdog once it has been idle for
-        OPS_RUN_STUCK_AFTER_S, and the next occurrence runs regardless."""
-        if self.single.shared:
-            return
-        cancelled = self.quiet.cancel_interrupted()
+        """Before unfinished runs resume: quiet turns a stop cut off are cancelled (with shared
+        run journals, those of the chats this node holds: quiet turns run on their chat's
+        holder, so no other node drives them)."""
+        backend = self._runtime.backend
+        cancelled = self.quiet.cancel_interrupted(backend.owns if self.single.shared else None)
         if cancelled:
             log.info("cancelled %d heartbeat/system-event run(s) interrupted by the last stop",
                      cancelled)
@@ -123,8 +123,13 @@ class BackgroundServices:
         """Loops `heartbeat` (on the `service:ops` holder only, in a cluster) and `ops`."""
         self.single.start()
         if self.heartbeat.enabled:
-            supervisor.spawn("heartbeat", self.single.gated("heartbeat", self.heartbeat.run))
+            supervisor.spawn("heartbeat", self.single.gated("heartbeat", self.heartbeat.run,
+                                                            holds=self.runs_heartbeat))
         supervisor.spawn("ops", self.ops.run)
+
+    def runs_heartbeat(self) -> bool:
+        """This node holds the heartbeat's chat (always, without a cluster)."""
+        return self._runtime.backend.owns(self.heartbeat.target.key)
 
     async def close(self) -> None:
         await self.single.stop()  # after the Supervisor stopped the loops: hand over at once
@@ -133,8 +138,9 @@ class BackgroundServices:
             await self.consolidator.stop()
 
     def state(self) -> dict[str, Any]:
-        return {"ops": self.ops.snapshot(),
-                "heartbeat": {**self.heartbeat.status(), "runs_here": self.single.is_leader()}}
+        # live: does this node hold service:ops / the heartbeat's chat (always, on files)
+        return {"ops": {**self.ops.snapshot(), "leader": self.single.is_leader()},
+                "heartbeat": {**self.heartbeat.status(), "runs_here": self.runs_heartbeat()}}
 
     def fire_event(self, job: Job, scheduled: datetime) -> None:
         """A due `system_event` cron job: a quiet turn in the job's own session."""

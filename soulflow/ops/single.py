@@ -2,12 +2,18 @@
 
 With the Redis backend every node runs the same daemon, but a heartbeat on three nodes would
 check (and message) three times, and three watchdogs would each act on the same shared run
-journals. `SingleRunner` keeps the lease `service:ops` with a `LeaderElection` (the same kept-
-alive, fenced lease that decides which node reads a platform account) and runs such a loop
-only while this node holds it: started when the lease is taken, cancelled when it is lost (the
-lease's local deadline passes before another node can take it, so two never overlap), started
-on another node within about one lease TTL when its holder dies, at once when it stops
-cleanly. Without a cluster (`election` None) the loop simply runs.
+journals. Two kinds of lease decide where such a loop runs, both kept alive with a local
+deadline that passes before another node can take the lease (so two never overlap):
+
+- `service:ops`, a `LeaderElection` kept by `SingleRunner`: the stuck-run watchdog and the
+  decision dedupe run on its holder. Taken by another node within about one lease TTL when
+  its holder dies, at once when it stops cleanly.
+- the partition lease of a chat (`backend.owns(chat)`): the heartbeat runs on the node holding
+  its notice chat, like every other piece of that chat's work (its runs, its approvals), so
+  a heartbeat turn cut off by a move is resumed by the chat's next holder like any run.
+
+`gated()` turns a loop into one that runs only while such a condition holds: started when it
+starts holding, cancelled when it stops. Without a cluster (`leases` None) it simply runs.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ SERVICE_LEASE = "service:ops"
 
 
 class SingleRunner:
-    """The `service:ops` lease of one node, and loops gated on it."""
+    """The `service:ops` lease of one node, and loops gated on a lease."""
 
     def __init__(self, leases: LeaseStore | None, node_id: str, *, ttl_s: float,
                  name: str = SERVICE_LEASE) -> None:
@@ -38,10 +44,11 @@ class SingleRunner:
 
     @property
     def shared(self) -> bool:
-        """True when other nodes compete for the lease (Redis)."""
+        """True when other nodes compete for the work (Redis)."""
         return self.election is not None
 
     def is_leader(self) -> bool:
+        """This node holds `service:ops` (always, without a cluster)."""
         return self.election is None or self.election.is_leader
 
     def start(self) -> None:
@@ -53,39 +60,31 @@ class SingleRunner:
         if self.election is not None:
             await self.election.stop()
 
-    def gated(self, name: str,
-              factory: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-        """A supervised loop's factory that runs `factory()` only while this node leads."""
+    def gated(self, name: str, factory: Callable[[], Awaitable[None]], *,
+              holds: Callable[[], bool] | None = None) -> Callable[[], Awaitable[None]]:
+        """A supervised loop's factory that runs `factory()` only while `holds()` (default:
+        this node holds `service:ops`). `holds` is a local check (a lease's deadline), asked
+        every eighth of a TTL: a loss is acted on well before another node may start."""
         if self.election is None:
             return factory
-        election = self.election
+        check = holds or self.is_leader
+        step = self.ttl_s / 8
 
         async def run() -> None:
             while True:
-                if not election.is_leader:
-                    await self._leadership_changed()
-                    continue
-                log.info("%s runs on this node (%s)", name, election.owner)
+                while not check():
+                    await asyncio.sleep(step)
+                log.info("%s runs on this node", name)
                 work = asyncio.ensure_future(factory())
                 try:
-                    while not work.done() and election.is_leader:
-                        await asyncio.wait({work}, timeout=self.ttl_s / 8)
+                    while not work.done() and check():
+                        await asyncio.wait({work}, timeout=step)
                 finally:
                     if not work.done():
                         await cancel_and_wait([work])
-                        log.info("%s stopped on this node: it no longer holds %s", name,
-                                 election.name)
+                        log.info("%s stopped on this node: another node may run it now", name)
                 if work.done() and not work.cancelled():
                     work.result()  # a crash is the Supervisor's to restart
                     return
 
         return run
-
-    async def _leadership_changed(self) -> None:
-        """Until leadership may have changed (bounded: a change between our check and the
-        wait is still noticed)."""
-        assert self.election is not None
-        try:
-            await asyncio.wait_for(self.election.wait_changed(), timeout=self.ttl_s / 4)
-        except TimeoutError:
-            pass

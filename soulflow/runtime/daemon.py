@@ -128,7 +128,8 @@ class Runtime:
             settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
             on_event=self._publish_event, redact=self.redactor.redact)
         self.cron = CronService(service_state.cron_store(settings, self.state_redis),
-                                self._fire_cron)
+                                self._fire_cron,
+                                may_fire=service_state.cron_fires_here(self.backend))
         wiring.register_commands(self.manager, vault=self.vault, admins=self.admins,
                                  sandbox=self.sandbox, cron=self.cron)
         # task graphs (docs/tasks.md): store, workflow events, engine, /task, the task tool,

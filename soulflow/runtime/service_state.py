@@ -9,13 +9,13 @@ the redis backend. The heartbeat's state and the ops notices are wired in ops/as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from soulflow.backends.base import BackendUnavailable
+from soulflow.backends.base import Backend, BackendUnavailable
 from soulflow.config import Settings
-from soulflow.cron.store import CronStore, JobStore
+from soulflow.cron.store import CronStore, Job, JobStore, PayloadKind
 from soulflow.decision.service import DecisionService
 from soulflow.runtime.agent_state import state_redis
 from soulflow.security.protected import open_vault
@@ -24,7 +24,8 @@ from soulflow.security.vault import SecretVault
 if TYPE_CHECKING:
     from soulflow.backends.redis.sync_client import StateRedis
 
-__all__ = ["cli_state", "cron_store", "decision_service", "vault"]
+__all__ = ["cli_state", "cron_fires_here", "cron_store", "decision_service", "redis_failure",
+           "vault"]
 
 
 def cron_store(settings: Settings, state: StateRedis | None) -> JobStore:
@@ -35,6 +36,16 @@ def cron_store(settings: Settings, state: StateRedis | None) -> JobStore:
     from soulflow.backends.redis.cron import RedisCronStore
 
     return RedisCronStore(state, claim_ttl_s=float(settings["REDIS_LEASE_TTL_S"]))
+
+
+def cron_fires_here(backend: Backend) -> Callable[[Job], bool]:
+    """CronService's `may_fire`: a `system_event` job runs a quiet turn on the node that fires
+    it, so only the node holding its chat fires it (where all of that chat's work runs); an
+    `agent_turn` job becomes an inbound message, answered by the chat's holder wherever it
+    fired. Always True on the file backend (every chat is this node's)."""
+    def fires_here(job: Job) -> bool:
+        return job.kind is not PayloadKind.SYSTEM_EVENT or backend.owns(job.chat.key)
+    return fires_here
 
 
 def decision_service(settings: Settings, state: StateRedis | None) -> DecisionService:

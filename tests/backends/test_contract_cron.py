@@ -158,3 +158,19 @@ async def test_a_job_added_on_one_node_is_seen_by_another_within_a_poll(
     clock.now = T0 + timedelta(seconds=10)
     assert [j.id for j, _ in await here.run_due()] == [added.id]
     assert await there.run_due() == []  # advanced by `here`: nothing due on `there`
+
+
+async def test_a_job_left_to_another_node_is_not_fired_here_and_does_not_spin(
+        state_redis: StateRedis, redis_server: RedisServer) -> None:  # noqa: F811
+    """`may_fire` (the runtime: a `system_event` job fires on the node holding its chat)."""
+    clock, fired = Clock(), []
+    elsewhere = CronService(RedisCronStore(state_redis), lambda j, at: fired.append("x"),
+                            clock=clock, poll_s=1.0, may_fire=lambda job: False)
+    holder = CronService(RedisCronStore(fresh_state(redis_server.url, state_redis.prefix)),
+                         lambda j, at: fired.append("holder"), clock=clock)
+    holder.add_job(name="quiet", schedule=Schedule.from_dict({"kind": "every", "every_s": 10}),
+                   chat=CHAT, text="check")
+    clock.now = T0 + timedelta(seconds=10)
+    assert await elsewhere.run_due() == []
+    assert elsewhere.seconds_until_next() == 1.0  # due, but not here: poll, do not spin
+    assert len(await holder.run_due()) == 1 and fired == ["holder"]

@@ -1,7 +1,9 @@
-"""Two nodes' heartbeats on one Redis: only the holder of `service:ops` ticks; when it is cut off
-from Redis it stops ticking before the other node takes the lease, and the other goes on from the
-last tick recorded in Redis. Real agent stacks (the loopback fake model answers each tick); the
-cut is a TCP proxy that blackholes the first node's lease connection."""
+"""Two nodes' heartbeats on one Redis: only the node holding the heartbeat's chat (its partition
+lease) ticks; when it is cut off from Redis it stops ticking before the other node takes the
+partition, and the other goes on from the last tick recorded in Redis. Real agent stacks (the
+loopback fake model answers each tick) and real Redis backends (one partition); the cut is a
+TCP proxy that blackholes the first node's backend connection. Then: a notice is told once
+across nodes."""
 
 from __future__ import annotations
 
@@ -13,8 +15,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from soulflow.backends.redis.keys import Keys
-from soulflow.backends.redis.lease import RedisLeases
+from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.contracts import ChatRef
@@ -30,24 +31,28 @@ from tests.heartbeat.stack import Stack, build_stack
 
 TTL_S = 1.2
 INTERVAL_S = 0.2
+TARGET = ChatRef("telegram", "-100")
 CHECKLIST = "# Heartbeat checklist\n\n- [ ] Check that the backup of /srv ran today\n"
 
 
 class Node:
-    def __init__(self, name: str, stack: Stack, client: Redis, state: StateRedis) -> None:
+    def __init__(self, name: str, stack: Stack, url: str, state: StateRedis) -> None:
         self.name = name
         self.stack = stack
-        self.client = client
-        self.single = SingleRunner(RedisLeases(client, Keys(state.prefix, 1)), f"node-{name}",
-                                   ttl_s=TTL_S)
+        self.backend = RedisBackend(Redis.from_url(url, socket_timeout=TTL_S), prefix=state.prefix,
+                                    node_id=f"node-{name}", partitions=1, lease_ttl_s=TTL_S)
+        self.single = SingleRunner(self.backend.leases, f"node-{name}", ttl_s=TTL_S)
         self.heartbeat = HeartbeatService(
-            stack.workspace, stack.workspace / "runtime", stack.runner,
-            ChatRef("telegram", "-100"), interval_s=INTERVAL_S,
-            state=RedisHeartbeatState(state))
+            stack.workspace, stack.workspace / "runtime", stack.runner, TARGET,
+            interval_s=INTERVAL_S, state=RedisHeartbeatState(state))
         self.ticked_at: list[float] = []
         self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def holds_chat(self) -> bool:
+        return self.backend.owns(TARGET.key)
+
+    async def start(self) -> None:
+        await self.backend.start()
         tick = self.heartbeat.tick
 
         async def recorded_tick():  # type: ignore[no-untyped-def]
@@ -57,7 +62,8 @@ class Node:
 
         self.heartbeat.tick = recorded_tick  # type: ignore[method-assign]
         self.single.start()
-        self.task = asyncio.create_task(self.single.gated("heartbeat", self.heartbeat.run)())
+        self.task = asyncio.create_task(self.single.gated("heartbeat", self.heartbeat.run,
+                                                          holds=self.holds_chat)())
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -65,7 +71,7 @@ class Node:
             await asyncio.gather(self.task, return_exceptions=True)
         await self.single.stop()
         await self.stack.close()
-        await self.client.aclose()
+        await self.backend.close()
 
 
 @pytest.fixture
@@ -83,18 +89,19 @@ async def test_one_node_ticks_and_the_other_takes_over_when_it_is_cut_off(
     for name, url in (("a", proxy.url), ("b", redis_server.url)):
         stack = build_stack(tmp_path / name, fake.base_url)
         (stack.workspace / "HEARTBEAT.md").write_text(CHECKLIST, encoding="utf-8")
-        nodes.append(Node(name, stack, Redis.from_url(url, socket_timeout=30), state_redis))
+        nodes.append(Node(name, stack, url, state_redis))
     a, b = nodes
     try:
-        a.start()
+        await a.start()
         await eventually(ticks(a, 2), what="node a to tick")
-        b.start()
+        await b.start()
         await eventually(ticks(a, 2), what="node a to go on ticking")
-        assert b.ticked_at == [] and b.heartbeat.ticks == 0  # only the lease holder ticks
-        proxy.blackhole()  # a's lease link is cut: it cannot renew
+        assert a.holds_chat() and not b.holds_chat()
+        assert b.ticked_at == [] and b.heartbeat.ticks == 0  # only the chat's holder ticks
+        proxy.blackhole()  # a's link to Redis is cut: it cannot renew its partition lease
         await eventually(ticks(b, 2), timeout_s=15.0, what="node b to take the heartbeat over")
         assert a.ticked_at[-1] < b.ticked_at[0]  # never both at once
-        assert not a.single.is_leader()
+        assert not a.holds_chat()
         last_of_a = len(a.ticked_at)
         await eventually(ticks(b, 2), what="node b to go on ticking")
         assert len(a.ticked_at) == last_of_a  # a stays stopped

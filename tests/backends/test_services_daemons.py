@@ -1,7 +1,8 @@
 """Two `soulflow run` daemons on one Redis against the Telegram fake: a cron job added through
 one node's CLI fires once per scheduled time across both (its answer posted once per time), and
 when one node is SIGKILLed the other goes on firing it; one node at a time holds `service:ops`
-(heartbeat, watchdog), and a clean stop hands it to the other."""
+(the run watchdog, the decision dedupe), and a clean stop hands it to the other, with the
+heartbeat's chat."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_one_daemon_holds_the_ops_lease_and_hands_it_over(
     nodes.start([a, b])
 
     def leaders() -> list[str]:
-        return [n.name for n in (a, b) if n.daemon.state()["heartbeat"]["runs_here"]]
+        return [n.name for n in (a, b) if n.daemon.state()["ops"]["leader"]]
 
     [leader] = nodes.wait(lambda: leaders() if len(leaders()) == 1 else None, 30,
                           "one node to hold service:ops")
@@ -95,5 +96,8 @@ def test_one_daemon_holds_the_ops_lease_and_hands_it_over(
     assert holder is not None and holder.decode().startswith(f"{leader}|")
     other = b if leader == "a" else a
     (a if leader == "a" else b).daemon.stop()
-    nodes.wait(lambda: other.daemon.state()["heartbeat"]["runs_here"] or None, 30,
+    nodes.wait(lambda: other.daemon.state()["ops"]["leader"] or None, 30,
                "the other node to take service:ops over")
+    # the heartbeat follows its chat: the node left holds every partition, that chat's too
+    nodes.wait(lambda: other.daemon.state()["heartbeat"]["runs_here"] or None, 30,
+               "the other node to hold the heartbeat's chat")

@@ -220,6 +220,9 @@ async def test_an_occurrence_runs_once_and_an_interrupted_turn_is_cancelled_at_b
     tick.cancel()
     await asyncio.gather(tick, return_exceptions=True)
     assert stack.agent.running_runs()  # left running in the journal
+    # several daemons: a node cancels only those of chats it holds (none elsewhere drives)
+    assert stack.runner.cancel_interrupted(owns=lambda chat: chat != TARGET.key) == 0
+    assert stack.agent.running_runs()
     assert stack.runner.cancel_interrupted() == 1  # what the next boot does first
     assert stack.agent.running_runs() == []
 
