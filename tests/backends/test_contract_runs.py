@@ -190,3 +190,10 @@ def test_a_node_reads_runs_another_node_writes(redis_stores: AgentStores) -> Non
     node_b.append("run_s", ev.Event(ev.INFO_REQUESTED, {"call_id": "t1.c1", "question": "?"}))
     assert node_a.state("run_s").status == ev.WAITING_USER
     assert node_a.find(statuses=frozenset({ev.WAITING_USER})) == ["run_s"]
+    node_b.append("run_s", ev.Event(ev.USER_REPLY, {"text": "blue"}))
+    # A's copy is one event behind: its append folds B's event in first, then writes
+    state = node_a.append("run_s", ev.Event(ev.MODEL_TURN, {"content": "ok", "tool_calls": []}))
+    assert state.status == ev.RUNNING and state.turns == 2
+    assert state.conversation[-2]["content"] == "The user answered: blue"
+    assert [e.type for e in node_b.events("run_s")] == [
+        ev.RUN_STARTED, ev.MODEL_TURN, ev.INFO_REQUESTED, ev.USER_REPLY, ev.MODEL_TURN]

@@ -17,7 +17,10 @@ the same as after a restart: the journal says which call was started and not fin
 
 **Cache.** Events are append-only and run ids unique, so each node keeps a run's events and
 folded state and validates them on every read by fetching only the entries after the ones it
-has (`LRANGE run from n`): one round trip, never a stale state, whoever wrote last.
+has (`LRANGE run from n`): one round trip, never a stale state, whoever wrote last. An append
+is folded onto the cached state and written only if the list still has the length that state
+was folded from (checked in the script; else the run is read again and the append retried),
+so a step of the loop costs one round trip.
 """
 
 from __future__ import annotations
@@ -42,11 +45,13 @@ FINISHED_TTL_S = 7 * 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
 
 # KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence
-# ARGV: run id, event json, token, meta json, inbound key, finished (0/1), start ms, ttl s
+# ARGV: run id, event json, token, meta json, inbound key, finished (0/1), start ms, ttl s,
+#       the list's length the event was folded onto. -1: fenced; -2: someone appended since
 _APPEND = """
 local token = tonumber(ARGV[3])
 local held = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '0')
 if token < held then return -1 end
+if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[9]) then return -2 end
 local n = redis.call('RPUSH', KEYS[1], ARGV[2])
 if ARGV[6] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -155,39 +160,55 @@ class RedisThreadStore:
         run.length += len(raws)
         return run
 
+    def _cached(self, run_id: str, event: ev.Event) -> _Run:
+        """The run as this node last saw it (its append checks that nothing came since);
+        read only on first use, never for a run this append starts."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            self._runs.move_to_end(run_id)
+            return run
+        if event.type == ev.RUN_STARTED:
+            run = self._runs[run_id] = _Run(0, [], RunState())
+            return run
+        return self._load(run_id)
+
     def append(self, run_id: str, event: ev.Event) -> RunState:
-        run = self._load(run_id)
-        state = run.state
-        apply_in_place(state, event)  # on the cache; dropped below if the write fails
         record = {"run": run_id, **event.to_dict()}
         stored = self._redact(record) if self._redact is not None else record
-        meta = {"status": state.status, "chat": state.chat.key, "inbound": state.inbound_key,
-                "task": bool(state.chat.task_id), "parent": state.parent_run}
-        started = run.events[0].at if run.events else event.at
-        try:
-            length = int(self._append(
-                keys=[self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
-                      self._keys.runs_inbound, self._keys.runs_fence],
-                args=[run_id, json.dumps(stored, ensure_ascii=False, separators=(",", ":")),
-                      self._token(state), json.dumps(meta, ensure_ascii=False),
-                      state.inbound_key or "", 1 if state.finished else 0,
-                      int(started * 1000), self._ttl_s]))
-        except BaseException:
-            self._runs.pop(run_id, None)
-            raise
-        if length < 0:
-            self._runs.pop(run_id, None)
-            raise RunMoved(f"run {run_id} was taken over by the node that now holds "
-                           f"{state.chat.key}")
-        if length == run.length + 1:
+        line = json.dumps(stored, ensure_ascii=False, separators=(",", ":"))
+        run = self._cached(run_id, event)
+        for _ in range(8):
+            state = run.state
+            apply_in_place(state, event)  # on the cache; dropped below if the write fails
+            meta = {"status": state.status, "chat": state.chat.key,
+                    "inbound": state.inbound_key, "task": bool(state.chat.task_id),
+                    "parent": state.parent_run}
+            started = run.events[0].at if run.events else event.at
+            try:
+                length = int(self._append(
+                    keys=[self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
+                          self._keys.runs_inbound, self._keys.runs_fence],
+                    args=[run_id, line, self._token(state), json.dumps(meta, ensure_ascii=False),
+                          state.inbound_key or "", 1 if state.finished else 0,
+                          int(started * 1000), self._ttl_s, run.length]))
+            except BaseException:
+                self._runs.pop(run_id, None)
+                raise
+            if length == -2:  # another node appended since: fold its events, then retry
+                self._runs.pop(run_id, None)
+                run = self._load(run_id)
+                continue
+            if length < 0:
+                self._runs.pop(run_id, None)
+                raise RunMoved(f"run {run_id} was taken over by the node that now holds "
+                               f"{state.chat.key}")
             run.events.append(event)
             run.length = length
-        else:  # another writer slipped in (an unfenced one): read the run again next time
-            self._runs.pop(run_id, None)
-            state = self._load(run_id).state
-        if self._on_finished is not None:
-            report_finished(self._on_finished, self, run_id, event, state)
-        return state
+            if self._on_finished is not None:
+                report_finished(self._on_finished, self, run_id, event, state)
+            return state
+        raise RuntimeError(f"run {run_id}: other writers kept appending; the event was not "
+                           "written")
 
     def state(self, run_id: str) -> RunState:
         return self._load(run_id).state
