@@ -80,6 +80,13 @@ if token > held then redis.call('HSET', KEYS[2], ARGV[1], token) end
 return 1
 """
 
+# KEYS: runs:inbound, runs:meta; ARGV: inbound key → {run id, its meta json or false}, or nil
+_BY_INBOUND = """
+local id = redis.call('HGET', KEYS[1], ARGV[1])
+if not id then return nil end
+return {id, redis.call('HGET', KEYS[2], id)}
+"""
+
 Fence = Callable[[str], int | None]  # chat key → this node's partition lease token, or None
 
 
@@ -132,6 +139,7 @@ class RedisThreadStore:
         self._ttl_s = finished_ttl_s
         self._append = self._redis.register_script(_APPEND)
         self._claim = self._redis.register_script(_CLAIM)
+        self._by_inbound = self._redis.register_script(_BY_INBOUND)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
 
     def bind_fence(self, fence: Fence) -> None:
@@ -219,11 +227,11 @@ class RedisThreadStore:
     def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
              statuses: frozenset[str] | None = None) -> list[str]:
         if inbound_key is not None:
-            found = self._redis.hget(self._keys.runs_inbound, inbound_key)
-            if found is None:
+            found = self._by_inbound(keys=[self._keys.runs_inbound, self._keys.runs_meta],
+                                     args=[inbound_key])
+            if not found:
                 return []
-            run_ids = [_text(found)]
-            metas = [self._redis.hget(self._keys.runs_meta, run_ids[0])]
+            run_ids, metas = [_text(found[0])], [found[1]]
         else:
             pipe = self._redis.pipeline(transaction=False)
             pipe.zrange(self._keys.runs_open, 0, -1)
