@@ -6,9 +6,9 @@ Kept out of runtime/daemon.py (which only calls `build`, `cancel_interrupted`, `
 On the Redis backend (several nodes): the heartbeat runs only on the node holding its notice
 chat (the chat's partition lease, like all of that chat's work), from the last tick any node
 recorded in Redis; `system_event` cron jobs fire only on the node holding their chat; the ops
-loop runs on every node (its reading, its channel loops) with the stuck-run watchdog and the
-decision dedupe on the holder of `service:ops` only (`SingleRunner`), and each notice is told
-once across the nodes.
+loop runs on every node (its reading, its channel loops, its chats' runs) with the decision
+dedupe on the holder of `service:ops` only (`SingleRunner`), and each notice is told
+once across the nodes. Each node's watchdog watches the runs of the chats it holds.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class BackgroundServices:
             health=manager.health,
             runs=RunWatch(lambda: runtime.agent.loop, stuck_after_s=policy.run_stuck_after_s,
                           stop_chat=manager.runs.stop, abort_run=self.quiet.abort,
-                          log_=watch_log),
+                          log_=watch_log, owns=backend.owns),
             channels=ChannelWatch(manager.health, runtime.channels.names,
                                   stall_after_s=policy.channel_stall_after_s,
                                   restart=self._restart_channel, log_=watch_log),

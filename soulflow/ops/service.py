@@ -8,10 +8,10 @@ every `decision_dedupe_s`; and tells the notice chat about problems that last (s
 (abort events, `Supervisor.restart`, `AgentLoop.cancel`), so a bug here cannot corrupt them.
 It runs as the supervised loop `ops`; clock and sleep are injected for tests.
 
-In a cluster (Redis) every node takes its own reading and watches its own channel loops, but
-the stuck-run watchdog (the run journals are shared) and the decision dedupe run only on the
-node `is_leader()` names (the holder of `service:ops`, see `single.py`), and a notice is told
-once across the nodes (`NoticeBoard` claim).
+In a cluster (Redis) every node takes its own reading, watches its own channel loops and the
+runs of the chats it holds (`RunWatch` owns), the decision dedupe runs only on the node
+`is_leader()` names (the holder of `service:ops`, see `single.py`), and a notice is told once
+across the nodes (`NoticeBoard` claim).
 """
 
 from __future__ import annotations
@@ -114,10 +114,9 @@ class OpsRuntimeService:
         now = self._clock()
         self.ticks += 1
         leader = self._is_leader()
-        if leader:  # shared run journals and decisions: one node acts on them
-            self.runs.check(now)
+        self.runs.check(now)
         self.channels.check(now)
-        if leader:
+        if leader:  # shared decisions: one node merges them
             self._dedupe_decisions(now)
         loops = self._probes.loops()
         providers = self._probes.providers()
@@ -128,7 +127,7 @@ class OpsRuntimeService:
             "loops": loops, "queues": self._probes.queues(), "providers": providers,
             "channels": self._channels(now),
             "runs": [{"run_id": run_id, "idle_s": round(idle, 1)}
-                     for run_id, idle in (self.runs.running(now) if leader else [])],
+                     for run_id, idle in self.runs.running(now)],
             "problems": [p.to_dict() for p in self.notices.problems.values()],
             "actions": [a.to_dict() for a in list(self._log.actions)[-10:]],
             "notices_sent": self.notices.sent,

@@ -1,13 +1,13 @@
-"""Services that run on one node of a cluster at a time: the heartbeat and the ops watchdog.
+"""Services that run on one node of a cluster at a time: the heartbeat, the decision dedupe.
 
 With the Redis backend every node runs the same daemon, but a heartbeat on three nodes would
-check (and message) three times, and three watchdogs would each act on the same shared run
-journals. Two kinds of lease decide where such a loop runs, both kept alive with a local
-deadline that passes before another node can take the lease (so two never overlap):
+check (and message) three times. Two kinds of lease decide where such work runs, both kept
+alive with a local deadline that passes before another node can take the lease (so two never
+overlap):
 
-- `service:ops`, a `LeaderElection` kept by `SingleRunner`: the stuck-run watchdog and the
-  decision dedupe run on its holder. Taken by another node within about one lease TTL when
-  its holder dies, at once when it stops cleanly.
+- `service:ops`, a `LeaderElection` kept by `SingleRunner`: the ops loop merges duplicate
+  decisions only on its holder. Taken by another node within about one lease TTL when its
+  holder dies, at once when it stops cleanly.
 - the partition lease of a chat (`backend.owns(chat)`): the heartbeat runs on the node holding
   its notice chat, like every other piece of that chat's work (its runs, its approvals), so
   a heartbeat turn cut off by a move is resumed by the chat's next holder like any run.

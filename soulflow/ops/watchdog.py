@@ -57,12 +57,15 @@ class WatchLog:
 
 class RunWatch:
     """Stuck agent runs. `stop_chat(chat_key)` aborts the chat's driven runs (returns how
-    many); `abort_run(run_id)` asks another driver (the quiet-turn runner) to stop."""
+    many); `abort_run(run_id)` asks another driver (the quiet-turn runner) to stop. `owns`
+    (several daemons on shared run journals): only runs of chats this node holds are
+    watched, the runs it drives; each node watches its own."""
 
     def __init__(self, loop: Callable[[], AgentLoop | None], *, stuck_after_s: float,
                  stop_chat: Callable[[str], int], abort_run: Callable[[str], bool],
-                 log_: WatchLog) -> None:
+                 log_: WatchLog, owns: Callable[[str], bool] = lambda chat_key: True) -> None:
         self._loop = loop
+        self._owns = owns
         self.stuck_after_s = stuck_after_s
         self._stop_chat = stop_chat
         self._abort_run = abort_run
@@ -79,7 +82,7 @@ class RunWatch:
         # task; stopping "its chat" here would abort the chat's own runs instead. Each step is
         # bounded by the provider's and the tools' timeouts.
         running = [run_id for run_id in store.find(statuses=frozenset({ev.RUNNING}))
-                   if not store.state(run_id).chat.task_id]
+                   if not (chat := store.state(run_id).chat).task_id and self._owns(chat.key)]
         last: dict[str, float] = {}
         for run_id in running:
             events = store.events(run_id)

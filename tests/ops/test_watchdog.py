@@ -198,3 +198,20 @@ async def test_a_task_steps_run_is_left_to_the_task_engine(tmp_path: Path) -> No
         assert not chat_turn.is_set()
     assert loop.store.state(step).status == ev.RUNNING
     loop.store.close()
+
+
+async def test_with_several_daemons_a_node_watches_only_the_runs_of_its_chats(
+        tmp_path: Path) -> None:
+    """Shared run journals (Redis): a run of a chat another node holds is that node's to stop
+    (it drives it); this node's watchdog neither lists nor cancels it."""
+    loop = make_loop(tmp_path)
+    runs = ActiveRuns()
+    mine = start_run(loop, "mine", T0 - 3600)
+    theirs = start_run(loop, "theirs", T0 - 3600)
+    watch = RunWatch(lambda: loop, stuck_after_s=900, stop_chat=runs.stop,
+                     abort_run=lambda run_id: False, log_=WatchLog(),
+                     owns=lambda chat_key: chat_key == "telegram:mine")
+    assert [run_id for run_id, _ in watch.running(T0)] == [mine]
+    assert [(a.kind, a.target) for a in watch.check(T0)] == [("run_cancelled", mine)]
+    assert loop.store.state(theirs).status == ev.RUNNING
+    loop.store.close()
