@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from soulflow.backends.base import BackendKind, BackendUnavailable
 from soulflow.backends.redis.inbound import RedisInbound
@@ -45,14 +46,17 @@ def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.
 
     A command that fails on a connection error is tried again twice on a new connection: after
     a Redis restart every pooled connection is dead, and without this the first command on
-    each (a turn's completion, say) would fail although Redis is back. A retried command may
+    each (a turn's completion, say) would fail although Redis is back. A timeout is not tried
+    again: the socket timeout bounds what a cut-off Redis costs a caller (a lease renewal
+    must fail before the lease's deadline, not three timeouts later). A retried command may
     have run once already (Redis died after running it, before answering); every write here
     is idempotent or says so (`accept` of a stored message answers "seen", an entry read and
     never handed out is swept after a TTL)."""
     try:
         return Redis.from_url(url, socket_connect_timeout=timeout_s,
                               socket_timeout=socket_timeout_s, health_check_interval=30,
-                              retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2))
+                              retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2,
+                                          supported_errors=(RedisConnectionError,)))
     except ValueError as exc:
         raise BackendUnavailable(f"REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc}); "
                                  "use redis://host:6379/0, rediss:// for TLS, or "
