@@ -101,13 +101,24 @@ class OpsRuntimeService:
         self._snapshot: dict[str, Any] = {"ticks": 0}
 
     async def run(self) -> None:
-        """Tick forever (the Supervisor's `ops` loop); a failing tick is logged, not fatal."""
+        """Tick forever (the Supervisor's `ops` loop); a failing tick is logged, not fatal:
+        with its traceback when ticks start failing, then once more when they work again (a
+        store that is away, Redis, fails every tick until it is back)."""
+        failing = False
         while True:
             await self._sleep(self.policy.tick_s)
             try:
                 self.tick()
-            except Exception:
-                log.exception("ops tick failed")
+            except Exception as exc:
+                if not failing:
+                    log.exception("ops tick failed")
+                else:
+                    log.debug("ops tick failed again: %s: %s", type(exc).__name__, exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("ops ticks work again")
+                failing = False
 
     def tick(self) -> dict[str, Any]:
         """One reading: watchdog, decision dedupe when due, problems, notices, snapshot."""

@@ -3,7 +3,10 @@ notice chat once per interval, and decisions are merged on a schedule."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +42,16 @@ def test_a_problem_is_told_once_per_interval_and_its_end_too() -> None:
 
 
 def build(clock: Clock, loops: list[dict[str, Any]], sent: list[str], *,
-          health: HealthBoard | None = None,
-          decisions: DecisionService | None = None) -> OpsRuntimeService:
+          health: HealthBoard | None = None, decisions: DecisionService | None = None,
+          queues: Callable[[], dict[str, int]] = lambda: {"outbox_pending": 2},
+          sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> OpsRuntimeService:
     health = health or HealthBoard(clock=clock)
     log = WatchLog()
     policy = OpsPolicy(tick_s=30, notice_after_s=0, notice_interval_s=3600,
                        decision_dedupe_s=3600)
     return OpsRuntimeService(
         policy,
-        OpsProbes(loops=lambda: loops, queues=lambda: {"outbox_pending": 2},
+        OpsProbes(loops=lambda: loops, queues=queues,
                   providers=lambda: {"default": "openrouter", "down": ["openrouter"]},
                   extra={"heartbeat": lambda: {"enabled": True}}),
         health=health,
@@ -57,7 +61,7 @@ def build(clock: Clock, loops: list[dict[str, Any]], sent: list[str], *,
                               restart=lambda name, reason: False, log_=log),
         notices=NoticeBoard(sent.append, after_s=policy.notice_after_s,
                             interval_s=policy.notice_interval_s),
-        watch_log=log, decisions=decisions, clock=clock)
+        watch_log=log, decisions=decisions, clock=clock, sleep=sleep)
 
 
 def test_the_tick_publishes_a_reading_and_reports_what_is_broken() -> None:
@@ -106,3 +110,32 @@ def test_decisions_are_merged_on_a_schedule(tmp_path: Path) -> None:
     clock.now += 60
     ops.tick()  # not due again yet
     assert ops.snapshot()["decisions"]["last_dedupe_at"] == T0
+
+
+async def test_a_tick_that_keeps_failing_is_logged_once_and_its_recovery_too(
+        caplog: Any) -> None:
+    """A store that is away (Redis) fails every tick: one traceback, one line when it is back."""
+    reads = 0
+    slept = 0
+
+    def queues() -> dict[str, int]:
+        nonlocal reads
+        reads += 1
+        if reads <= 3:
+            raise ConnectionError("Redis is away")
+        return {}
+
+    async def sleep(seconds: float) -> None:
+        nonlocal slept
+        slept += 1
+        if slept > 5:  # five ticks, then stop the loop
+            raise asyncio.CancelledError
+
+    ops = build(Clock(), [], [], queues=queues, sleep=sleep)
+    with caplog.at_level(logging.DEBUG, logger="soulflow.ops.service"):
+        try:
+            await ops.run()
+        except asyncio.CancelledError:
+            pass
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert messages == ["ops tick failed", "ops ticks work again"]
