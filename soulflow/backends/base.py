@@ -101,6 +101,12 @@ class InboundStore(Protocol):
         With `wait_s`, when there is nothing yet, wait up to that long for a message to arrive
         (keep it under the Redis socket timeout, half a lease TTL)."""
 
+    async def release(self, messages: list[InboundMessage]) -> None:
+        """Give claimed messages back, to be handed out again (first, in order): their turn
+        failed in a way that could not be recorded (the store went away mid-turn). Local to
+        this node: it never fails; a message of a partition lost meanwhile is left to the
+        partition's new holder."""
+
     async def pending(self) -> list[InboundMessage]:
         """Every unfinished message (all nodes'), oldest first."""
 

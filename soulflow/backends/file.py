@@ -67,6 +67,10 @@ class FileInbound:
         self._handed.update(m.key for m in fresh)
         return fresh
 
+    async def release(self, messages: list[InboundMessage]) -> None:
+        self._handed.difference_update(m.key for m in messages)
+        self._arrived.set()
+
     async def pending(self) -> list[InboundMessage]:
         return self.journal.pending()
 

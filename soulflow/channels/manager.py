@@ -245,9 +245,23 @@ class ChannelManager:
             raise
         except Exception as exc:
             log.exception("handling %s failed", turn.batch[0].key)
-            await self._give_up(turn.batch, f"{type(exc).__name__}: {exc}")
+            await self._fail_turn(turn.batch, f"{type(exc).__name__}: {exc}")
         finally:
             self._backlog.finished(chat_key)
+
+    async def _fail_turn(self, batch: list[InboundMessage], error: str) -> None:
+        """Quarantine a batch whose handling failed; but if the store itself is away (Redis
+        lost mid-turn), nothing can be recorded: give the batch back to be run again once
+        the store answers (its turn then finds a reply already stored, if there was one)."""
+        if self.bus.backend.status().get("connected", True):
+            try:
+                await self._give_up(batch, error)
+                return
+            except Exception:
+                log.exception("could not record the failure of %s", batch[0].key)
+        log.warning("%d message(s) of %s given back, to be run again when the store answers",
+                    len(batch), batch[0].chat_key)
+        await self.bus.inbound.release(batch)
 
     def _on_reaction(self, message: InboundMessage) -> None:
         if not self.access.is_allowed(message.provider, message.sender_id):

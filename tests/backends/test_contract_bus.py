@@ -195,3 +195,18 @@ async def test_the_stats_snapshot_follows_the_stores(harness: Harness) -> None:
     await backend.dlq.purge()
     stats = await bus.fresh_stats()
     assert stats.dlq == 0 and stats.recent_dlq == []
+
+
+async def test_released_messages_are_handed_out_again_first_and_in_order(
+        harness: Harness) -> None:
+    backend = await harness.open()
+    for n in range(4):
+        await backend.inbound.accept(inbound("a", n))
+    first = await backend.inbound.claim(2)
+    assert [m.message_id for m in first] == ["0", "1"]
+    await backend.inbound.release(first)
+    again = await backend.inbound.claim(10)
+    assert [m.message_id for m in again] == ["0", "1", "2", "3"]
+    assert await backend.inbound.claim(10) == []
+    for message in again:
+        assert await backend.inbound.complete(message.key, "answered") is Completion.DONE

@@ -279,3 +279,50 @@ async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
                                                                         url="http://x/a")])])
     await settle(adapter, 1)
     assert f"saved at {tmp_path / 'files' / 'chat' / 'a.txt'}" in model.inputs[0]
+
+
+async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store fails mid-turn while the backend reports it unreachable: nothing can be
+    recorded, so the batch is given back and answered once the store answers again."""
+    build, adapter, model, bus = rig
+    manager = build()
+    real = bus.outbox.has_answered
+    calls: list[str] = []
+
+    async def has_answered(key: str) -> bool:
+        calls.append(key)
+        if len(calls) == 1:
+            monkeypatch.setattr(bus.backend, "status", lambda: {"connected": False})
+            raise ConnectionError("store unreachable")
+        monkeypatch.undo()
+        return await real(key)
+
+    monkeypatch.setattr(bus.outbox, "has_answered", has_answered)
+    await manager.ingest(adapter, [msg(1, "still there?")])
+    assert await settle(adapter, 1) == ["echo: still there?"]
+    assert calls == ["chat:c1:m1", "chat:c1:m1"] and await bus.inbound_dlq.count() == 0
+    assert await drained(bus)
+
+
+async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    build, adapter, model, bus = rig
+    manager = build()
+    runs: list[str] = []
+
+    async def explode(command: Any, message: InboundMessage) -> str:
+        runs.append(message.key)
+        if len(runs) == 1:
+            raise RuntimeError("renderer crashed")
+        return "rendered"
+
+    async def broken_record(*args: Any, **kwargs: Any) -> str:
+        monkeypatch.undo()  # the quarantine works again afterwards
+        raise OSError("disk full")
+
+    manager.commands.register("render", explode)
+    monkeypatch.setattr(manager.quarantine, "record", broken_record)
+    await manager.ingest(adapter, [msg(1, "/render graph")])
+    assert await settle(adapter, 1) == ["rendered"]  # run again, answered once
+    assert runs == ["chat:c1:m1", "chat:c1:m1"]

@@ -152,6 +152,15 @@ class RedisInbound:
                             (_text(entry_id), message))
         return out
 
+    async def release(self, messages: list[InboundMessage]) -> None:
+        for message in reversed(messages):  # back to the front of the line, in order
+            claimed = self._claimed.pop(message.key, None)
+            if claimed is not None and self._partitions.lease(claimed.part) is not None:
+                self._backlog.setdefault(claimed.part, deque()).appendleft(
+                    (claimed.entry_id, message))
+            # else: the partition moved; its new holder (maybe this node again, after a
+            # takeover reclaim) hands the entry out again
+
     def _hand(self, part: int, entry_id: str, message: InboundMessage,
               out: list[InboundMessage]) -> None:
         lease = self._partitions.lease(part)
