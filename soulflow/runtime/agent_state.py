@@ -28,14 +28,17 @@ MAX_CALL_S = 2.0  # the longest one synchronous Redis call may block the event l
 def state_redis(settings: Settings) -> StateRedis | None:
     """The synchronous Redis client of this daemon's stores, or None on the file backend.
 
-    Its timeout is at most a third of the lease TTL: a call that hangs on a dead Redis blocks
-    the event loop, and the loop must still notice in time that its leases lapsed."""
+    A call that hangs on a dead Redis blocks the event loop, which must still notice in time
+    that its leases lapsed (at two thirds of the TTL): a call waits at most a quarter of the
+    TTL, and after a failure every call fails at once for half a TTL (the client's breaker),
+    so a lost Redis blocks the loop for at most a third of the time, one call at a time."""
     if settings["SOULFLOW_BACKEND"] != "redis":
         return None
     from soulflow.backends.redis.sync_client import StateRedis, sync_client
 
-    timeout_s = min(MAX_CALL_S, float(settings["REDIS_LEASE_TTL_S"]) / 3)
-    return StateRedis(sync_client(settings["REDIS_URL"], timeout_s=timeout_s),
+    ttl_s = float(settings["REDIS_LEASE_TTL_S"])
+    return StateRedis(sync_client(settings["REDIS_URL"], timeout_s=min(MAX_CALL_S, ttl_s / 4),
+                                  cooldown_s=ttl_s / 2),
                       settings["REDIS_KEY_PREFIX"])
 
 

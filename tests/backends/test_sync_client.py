@@ -1,0 +1,100 @@
+"""The synchronous Redis client's breaker: Redis away costs the event loop one timeout per
+cooldown, not one per call (the stores call it one after another on the loop).
+
+The calls run in a worker thread here because the blackholing proxy lives on this test's
+event loop; in the daemon they run on the loop itself, which is what the breaker protects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+
+from soulflow.backends.redis.sync_client import sync_client
+from tests.backends.proxy import CuttableProxy
+from tests.backends.redis_server import RedisServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def outcome(client: Redis) -> str:
+    """What one call ended with: the value, the breaker's refusal, or a network failure."""
+    try:
+        return str(client.get("k"))
+    except RedisConnectionError as exc:
+        return "breaker" if "not trying again" in str(exc) else "network"
+    except RedisError:
+        return "network"  # a timeout
+
+
+@pytest.fixture
+async def proxy(redis_server: RedisServer) -> AsyncIterator[CuttableProxy]:
+    cut = CuttableProxy(redis_server.port)
+    await cut.start()
+    yield cut
+    await cut.close()
+
+
+async def test_a_cut_off_redis_is_tried_once_per_cooldown(proxy: CuttableProxy) -> None:
+    clock = Clock()
+    client = sync_client(proxy.url, timeout_s=0.3, cooldown_s=5.0, clock=clock)
+    await asyncio.to_thread(client.set, "k", "v")
+    assert await asyncio.to_thread(outcome, client) == "b'v'"
+    proxy.blackhole()
+    assert await asyncio.to_thread(outcome, client) == "network"  # waited for its timeout
+    for _ in range(5):  # the turn's next calls: refused at once, the network is not touched
+        assert await asyncio.to_thread(outcome, client) == "breaker"
+    clock.now += 5.0
+    assert await asyncio.to_thread(outcome, client) == "network"  # one try per cooldown
+    assert await asyncio.to_thread(outcome, client) == "breaker"
+    client.close()
+
+
+def test_calls_go_through_again_once_redis_answers(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    clock = Clock()
+    client = sync_client(server.url, timeout_s=1.0, cooldown_s=3.0, clock=clock)
+    try:
+        client.set("k", "v")
+        server.stop()
+        assert outcome(client) == "network"
+        assert outcome(client) == "breaker"
+        server.start()
+        assert outcome(client) == "breaker"  # until the cooldown has passed
+        clock.now += 3.0
+        assert outcome(client) == "None"  # back (empty: no persistence in this test)
+        with pytest.raises(ResponseError):  # an error of the command's own: Redis answered
+            client.execute_command("NO-SUCH-COMMAND")
+        assert outcome(client) == "None"
+        pipe = client.pipeline(transaction=True)
+        pipe.set("k", "w")
+        pipe.get("k")
+        assert pipe.execute() == [True, b"w"]
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_without_a_cooldown_every_call_tries(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    client = sync_client(server.url, timeout_s=1.0)
+    try:
+        server.stop()
+        assert [outcome(client) for _ in range(3)] == ["network"] * 3
+    finally:
+        client.close()
+        server.stop()
