@@ -174,3 +174,22 @@ async def test_a_job_left_to_another_node_is_not_fired_here_and_does_not_spin(
     assert await elsewhere.run_due() == []
     assert elsewhere.seconds_until_next() == 1.0  # due, but not here: poll, do not spin
     assert len(await holder.run_due()) == 1 and fired == ["holder"]
+
+
+def test_a_listing_never_misses_another_nodes_change(state_redis: StateRedis,  # noqa: F811
+                                                     redis_server: RedisServer) -> None:
+    """Listings are kept between changes (one GET of `cron:version` when nothing moved), and
+    every change on any node moves the version, so the next listing shows it."""
+    here = RedisCronStore(state_redis)
+    there = RedisCronStore(fresh_state(redis_server.url, state_redis.prefix))
+    there.add(job("job_a"))
+    assert [j.state.runs for j in here.list()] == [0]
+    there.update_state("job_a", runs=1)
+    assert [j.state.runs for j in here.list()] == [1]
+    there.advance("job_a", (T0 + timedelta(minutes=1)).isoformat(), runs=2)
+    assert [j.state.runs for j in here.list()] == [2]
+    there.add(job("job_b", created=T0 + timedelta(seconds=1)))
+    assert [j.id for j in here.list()] == ["job_a", "job_b"]
+    there.remove("job_a")
+    assert [j.id for j in here.list()] == ["job_b"]
+    assert here.list() == there.list()

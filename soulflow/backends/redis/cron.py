@@ -10,6 +10,12 @@ fires on one node.
   advancing the job leaves the claim to expire, and the next claimant fires it again with the
   same inbound message id, which the shared seen ids drop if the first one got through.
 
+* `cron:version` - counter: bumped by every change of a job, in the same atomic step. Every
+  node's scheduler lists the jobs every second; `list()` keeps the last listing with the
+  version it was read at and re-reads the hash only when the version moved, so an unchanged
+  job list costs one `GET` per listing, not the whole hash (the cache is validated on every
+  read, never trusted across one).
+
 State changes are one Lua script over the job's record (`CRON_UPDATE`): it checks the
 expected ``next_run_at`` (for `advance`) and writes the new state in the same step, so a
 scheduler never moves a job back over another node's write, and an operator's `disable` on
@@ -30,7 +36,7 @@ __all__ = ["RedisCronStore"]
 
 log = logging.getLogger(__name__)
 
-# KEYS: jobs hash. ARGV: job id, state changes (json object), enabled ('' keep, '1', '0'),
+# KEYS: jobs hash, version counter. ARGV: job id, state changes (json), enabled ('' keep, '1', '0'),
 # check ('1': only if state.next_run_at equals ARGV[5], json), expected next_run_at (json).
 # Returns {'missing'}, {'moved'} or {'ok', new job json}.
 CRON_UPDATE = """
@@ -47,6 +53,7 @@ for field, value in pairs(cjson.decode(ARGV[2])) do job.state[field] = value end
 if ARGV[3] == '1' then job.enabled = true elseif ARGV[3] == '0' then job.enabled = false end
 local encoded = cjson.encode(job)
 redis.call('HSET', KEYS[1], ARGV[1], encoded)
+redis.call('INCR', KEYS[2])
 return {'ok', encoded}
 """
 
@@ -64,14 +71,28 @@ class RedisCronStore:
         self._keys = ServiceKeys(state.prefix)
         self.claim_ttl_s = claim_ttl_s
         self._update = self._client.register_script(CRON_UPDATE)
+        self._listed: tuple[bytes | None, list[Job]] | None = None  # (version, jobs)
 
     # -- reading -------------------------------------------------------------------------
 
     def list(self, chat_key: str | None = None) -> list[Job]:
-        jobs = [job for job in (self._parse(raw) for raw in
-                                self._client.hvals(self._keys.cron_jobs)) if job is not None]
-        jobs.sort(key=lambda j: (j.created_at, j.id))
+        jobs = self._all()
         return [j for j in jobs if chat_key is None or j.chat.key == chat_key]
+
+    def _all(self) -> list[Job]:
+        """Every job in creation order: the last listing if the version did not move since
+        (one GET), else the hash and the version read together (MULTI)."""
+        version = self._client.get(self._keys.cron_version)
+        if self._listed is not None and version is not None and self._listed[0] == version:
+            return list(self._listed[1])
+        with self._client.pipeline(transaction=True) as pipe:
+            pipe.get(self._keys.cron_version)
+            pipe.hvals(self._keys.cron_jobs)
+            version, raws = pipe.execute()
+        jobs = [job for job in (self._parse(raw) for raw in raws) if job is not None]
+        jobs.sort(key=lambda j: (j.created_at, j.id))
+        self._listed = (version, jobs)
+        return list(jobs)
 
     def get(self, job_id: str) -> Job | None:
         raw = self._client.hget(self._keys.cron_jobs, job_id)
@@ -83,7 +104,11 @@ class RedisCronStore:
     # -- changes -------------------------------------------------------------------------
 
     def add(self, job: Job) -> Job:
-        if not self._client.hsetnx(self._keys.cron_jobs, job.id, _dump(job.to_dict())):
+        with self._client.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(self._keys.cron_jobs, job.id, _dump(job.to_dict()))
+            pipe.incr(self._keys.cron_version)
+            added, _ = pipe.execute()
+        if not added:
             raise ValueError(f"a cron job with id {job.id!r} already exists")
         return job
 
@@ -92,7 +117,8 @@ class RedisCronStore:
         with self._client.pipeline(transaction=True) as pipe:
             pipe.hget(key, job_id)
             pipe.hdel(key, job_id)
-            raw, _ = pipe.execute()
+            pipe.incr(self._keys.cron_version)
+            raw, _, _ = pipe.execute()
         return None if raw is None else self._parse(raw)
 
     def enable(self, job_id: str, enabled: bool) -> Job:
@@ -122,7 +148,7 @@ class RedisCronStore:
         if unknown:
             raise TypeError(f"unknown job state field(s): {', '.join(sorted(unknown))}")
         flag = "" if enabled is None else ("1" if enabled else "0")
-        reply = self._update(keys=[self._keys.cron_jobs],
+        reply = self._update(keys=[self._keys.cron_jobs, self._keys.cron_version],
                              args=[job_id, _dump(changes) if changes else "{}", flag,
                                    "1" if check else "0", json.dumps(expected)])
         if _text(reply[0]) != "ok":  # missing, or (advance) moved on meanwhile

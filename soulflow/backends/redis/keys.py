@@ -160,6 +160,11 @@ class ServiceKeys:
         """Hash: cron job id → job json (the file store's job object)."""
         return f"{self.prefix}cron:jobs"
 
+    @property
+    def cron_version(self) -> str:
+        """Counter: bumped with every change of a cron job (a node re-lists only then)."""
+        return f"{self.prefix}cron:version"
+
     def cron_fire(self, job_id: str, stamp: str) -> str:
         """String with a TTL: the node that claimed this occurrence of the job fires it."""
         return f"{self.prefix}cron:fire:{job_id}:{stamp}"
