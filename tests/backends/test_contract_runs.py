@@ -73,6 +73,8 @@ def test_runs_fold_and_are_found_until_they_finish(stores: AgentStores) -> None:
     for current in (store, stores.reopen_runs(store)):
         assert current.find() == ["run_a", "run_c"]
         assert current.find(inbound_key="slack:C1:9") == []
+        assert current.find(chat_key="slack:C1") == []
+        assert current.find(chat_key="telegram:42") == ["run_a", "run_c"]
         assert current.state("run_b").status == ev.COMPLETED  # still readable
         assert [e.type for e in current.events("run_b")][-1] == ev.DONE
 

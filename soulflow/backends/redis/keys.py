@@ -139,6 +139,10 @@ class AgentKeys:
         under; a write under an older token is refused (the run moved to another node)."""
         return f"{self.prefix}runs:fence"
 
+    def runs_of_chat(self, chat_key: str) -> str:
+        """Set: ids of a chat's unfinished runs (`provider:chat_id`), for find(chat_key=…)."""
+        return f"{self.prefix}runs:chat:{chat_key}"
+
     def approvals(self, name: str) -> str:
         """Hash: `chat_key:platform message id` → json {run_id, approval_id}."""
         return f"{self.prefix}approvals:{name}"

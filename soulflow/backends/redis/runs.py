@@ -2,10 +2,11 @@
 
 A run is its events (soulflow/agent/run/events.py), one json per entry in the list `run:<id>`,
 redacted as the file journal is. Unfinished runs are indexed for `find()`: `runs:open` (start
-order), `runs:meta` (status, chat, inbound key) and `runs:inbound` (inbound key → run). Every
-append is one Lua script that pushes the event and updates the indexes together; the event
-that finishes a run drops it from the indexes and gives its list a TTL (kept for a week, for
-the dashboard and debugging; the file backend archives finished runs instead).
+order), `runs:meta` (status, chat, inbound key), `runs:inbound` (inbound key → run) and
+`runs:chat:<chat>` (a chat's runs). Every append is one Lua script that pushes the event and
+updates the indexes together; the event that finishes a run drops it from the indexes and
+gives its list a TTL (kept for a week, for the dashboard and debugging; the file backend
+archives finished runs instead).
 
 **One driver per run.** Chats are partitioned over the nodes (docs/scaling.md); a run is
 driven by the node that holds its chat's partition. Each write carries the fencing token of
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 FINISHED_TTL_S = 7 * 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
 
-# KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence
+# KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence, runs:chat:<chat>
 # ARGV: run id, event json, token, meta json, inbound key, finished (0/1), start ms, ttl s,
 #       the list's length the event was folded onto. -1: fenced; -2: someone appended since
 _APPEND = """
@@ -57,6 +58,7 @@ if ARGV[6] == '1' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
+  redis.call('SREM', KEYS[6], ARGV[1])
   if ARGV[5] ~= '' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[1] then
     redis.call('HDEL', KEYS[4], ARGV[5])
   end
@@ -65,6 +67,7 @@ else
   if token > held then redis.call('HSET', KEYS[5], ARGV[1], token) end
   redis.call('ZADD', KEYS[2], 'NX', ARGV[7], ARGV[1])
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
+  redis.call('SADD', KEYS[6], ARGV[1])
   if ARGV[5] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[1]) end
 end
 return n
@@ -85,6 +88,18 @@ _BY_INBOUND = """
 local id = redis.call('HGET', KEYS[1], ARGV[1])
 if not id then return nil end
 return {id, redis.call('HGET', KEYS[2], id)}
+"""
+
+# KEYS: runs:chat:<chat>, runs:open, runs:meta → {run id, start score, meta json} per run
+_OF_CHAT = """
+local found = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local meta = redis.call('HGET', KEYS[3], id)
+  if meta then
+    table.insert(found, {id, redis.call('ZSCORE', KEYS[2], id) or '0', meta})
+  end
+end
+return found
 """
 
 Fence = Callable[[str], int | None]  # chat key → this node's partition lease token, or None
@@ -140,6 +155,7 @@ class RedisThreadStore:
         self._append = self._redis.register_script(_APPEND)
         self._claim = self._redis.register_script(_CLAIM)
         self._by_inbound = self._redis.register_script(_BY_INBOUND)
+        self._of_chat = self._redis.register_script(_OF_CHAT)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
 
     def bind_fence(self, fence: Fence) -> None:
@@ -195,7 +211,8 @@ class RedisThreadStore:
             try:
                 length = int(self._append(
                     keys=[self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
-                          self._keys.runs_inbound, self._keys.runs_fence],
+                          self._keys.runs_inbound, self._keys.runs_fence,
+                          self._keys.runs_of_chat(state.chat.key)],
                     args=[run_id, line, self._token(state), json.dumps(meta, ensure_ascii=False),
                           state.inbound_key or "", 1 if state.finished else 0,
                           int(started * 1000), self._ttl_s, run.length]))
@@ -232,6 +249,11 @@ class RedisThreadStore:
             if not found:
                 return []
             run_ids, metas = [_text(found[0])], [found[1]]
+        elif chat_key is not None:  # the chat's own index: no scan of every open run
+            rows = self._of_chat(keys=[self._keys.runs_of_chat(chat_key), self._keys.runs_open,
+                                       self._keys.runs_meta])
+            rows = sorted(rows, key=lambda row: (float(row[1]), _text(row[0])))
+            run_ids, metas = [_text(row[0]) for row in rows], [row[2] for row in rows]
         else:
             pipe = self._redis.pipeline(transaction=False)
             pipe.zrange(self._keys.runs_open, 0, -1)
