@@ -10,7 +10,8 @@ overlap):
   holder dies, at once when it stops cleanly.
 - the partition lease of a chat (`backend.owns(chat)`): the heartbeat runs on the node holding
   its notice chat, like every other piece of that chat's work (its runs, its approvals), so
-  a heartbeat turn cut off by a move is resumed by the chat's next holder like any run.
+  a heartbeat turn cut off by a move is found by the chat's next holder and cancelled, as at
+  boot (`AgentDomain.resumable_runs`).
 
 `gated()` turns a loop into one that runs only while such a condition holds: started when it
 starts holding, cancelled when it stops. Without a cluster (`leases` None) it simply runs.
