@@ -53,6 +53,9 @@ from soulflow.security.vault import chat_scope
 
 log = logging.getLogger(__name__)
 
+# a batch given back after a failure nothing could record waits this long first, so a failure
+# that repeats (a store down, a full disk) costs a line a second, not a busy loop
+RELEASE_PAUSE_S = 1.0
 EMPTY_MESSAGE_REPLY = "I received an empty message; write something and I'll answer."
 STOP_REACTIONS = frozenset({"🛑", "⛔", "octagonal_sign", "no_entry", "stop_sign"})
 
@@ -90,6 +93,7 @@ class ChannelManager:
         self.runs = ActiveRuns()
         self.commands = CommandRouter(stop_runs=self.runs.stop)
         self._executor = KeyedSerialExecutor("inbound", concurrency)
+        self.release_pause_s = RELEASE_PAUSE_S
         self.claimer = ClaimLoop(bus.inbound.claim, self._take_claimed, wait_s=claim_wait_s)
         self.feedback = ChannelFeedback(feedback)  # typing and read-acks, coalesced per chat
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
@@ -261,6 +265,7 @@ class ChannelManager:
                 log.exception("could not record the failure of %s", batch[0].key)
         log.warning("%d message(s) of %s given back, to be run again when the store answers",
                     len(batch), batch[0].chat_key)
+        await asyncio.sleep(self.release_pause_s)  # the chat waits: never a hot retry loop
         await self.bus.inbound.release(batch)
 
     def _on_reaction(self, message: InboundMessage) -> None:

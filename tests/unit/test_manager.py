@@ -287,6 +287,7 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
     recorded, so the batch is given back and answered once the store answers again."""
     build, adapter, model, bus = rig
     manager = build()
+    manager.release_pause_s = 0.01
     real = bus.outbox.has_answered
     calls: list[str] = []
 
@@ -309,6 +310,7 @@ async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     build, adapter, model, bus = rig
     manager = build()
+    manager.release_pause_s = 0.01
     runs: list[str] = []
 
     async def explode(command: Any, message: InboundMessage) -> str:
