@@ -130,7 +130,7 @@ class ChannelManager:
             await self._queue(message)
         except Exception as exc:  # journaled: record, finish it, never replay it forever
             log.exception("could not queue %s", message.key)
-            await self._give_up([message], f"{type(exc).__name__}: {exc}")
+            await self._fail_turn([message], f"{type(exc).__name__}: {exc}")
 
     async def channel_loop(self, adapter: ChannelAdapter) -> None:
         """Connect and read one channel until cancelled (see reader.py: backoff, health,
