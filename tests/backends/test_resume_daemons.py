@@ -153,3 +153,26 @@ def test_a_run_is_decided_on_the_daemon_that_holds_its_chat(
              what="the run's answer on A")
     assert (node_a.workspace / "notes" / "a.txt").read_text() == "from A"
     assert node_a.stop() == 0 and node_b.stop() == 0
+
+
+def test_the_conversation_goes_on_where_the_chat_goes(
+        two_nodes: tuple[Daemon, Daemon], fake_llm: FakeOpenAIThread) -> None:
+    """The history the model sees comes from the session in Redis: what was said to A is in
+    B's prompt after A died."""
+    node_a, node_b = two_nodes
+    node_a.start()
+    first = node_a.say("my name is Ada")
+    assert node_a.wait_reply(first)["content"] == "echo: my name is Ada"
+    node_a.kill()
+    node_b.start()
+    second = node_b.say("what is my name?")
+    assert node_b.wait_reply(second, timeout=30)["content"] == "echo: what is my name?"
+    said = [(m["role"], m["content"]) for m in fake_llm.requests[-1].json["messages"]
+            if m["role"] != "system"]
+    assert said[-3:] == [("user", "my name is Ada"), ("assistant", "echo: my name is Ada"),
+                         ("user", "what is my name?")]
+    for node in (node_a, node_b):  # nothing of it in either workspace
+        for kept in ("sessions", "threads"):
+            directory = node.workspace / "runtime" / kept
+            assert not directory.exists() or not any(directory.iterdir()), directory
+    assert node_b.stop() == 0
