@@ -15,6 +15,7 @@ from soulflow.agent.run.loop import INTERRUPTED, AgentLoop
 from soulflow.agent.run.store import RunJournal, RunMoved
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.redis.runs import RedisThreadStore
 from soulflow.contracts import ChatRef
 from tests.agent.recorder import Recorder
 from tests.agent.test_run_loop import ScriptedModel, call, reply
@@ -199,3 +200,19 @@ def test_a_node_reads_runs_another_node_writes(redis_stores: AgentStores) -> Non
     assert state.conversation[-2]["content"] == "The user answered: blue"
     assert [e.type for e in node_b.events("run_s")] == [
         ev.RUN_STARTED, ev.MODEL_TURN, ev.INFO_REQUESTED, ev.USER_REPLY, ev.MODEL_TURN]
+
+
+def test_a_node_forgets_runs_past_its_cache_and_reads_them_again(
+        redis_stores: AgentStores) -> None:
+    assert redis_stores.state is not None
+    store = RedisThreadStore(redis_stores.state, cached_runs=2)
+    for n in range(4):
+        start(store, f"run_{n}", inbound_key=f"telegram:42:{n}")
+        tool_turn(store, f"run_{n}", f"t1.c{n}", str(n))
+    assert len(store._runs) == 2  # the two most recently used
+    for n in range(4):  # each read again from Redis as needed, every state whole
+        state = store.append(f"run_{n}", ev.Event(ev.TOOL_CALL_STARTED, {
+            "id": f"t1.c{n}", "name": "record"}))
+        assert state.turns == 1 and state.started_calls == {f"t1.c{n}"}
+        assert state.inbound_key == f"telegram:42:{n}"
+    assert len(store._runs) == 2

@@ -145,34 +145,36 @@ class RedisThreadStore:
 
     def __init__(self, state: StateRedis, *, redact: Callable[[Any], Any] | None = None,
                  on_finished: FinishedListener | None = None, fence: Fence = no_fence,
-                 finished_ttl_s: int = FINISHED_TTL_S) -> None:
+                 finished_ttl_s: int = FINISHED_TTL_S, cached_runs: int = CACHED_RUNS) -> None:
         self._redis = state.client
         self._keys = AgentKeys(state.prefix)
         self._redact = redact  # what reaches Redis is redacted; this node's cache is not
         self._on_finished = on_finished
         self._fence = fence
         self._ttl_s = finished_ttl_s
+        self._cached_runs = cached_runs
         self._append = self._redis.register_script(_APPEND)
         self._claim = self._redis.register_script(_CLAIM)
         self._by_inbound = self._redis.register_script(_BY_INBOUND)
         self._of_chat = self._redis.register_script(_OF_CHAT)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
 
-    def bind_fence(self, fence: Fence) -> None:
-        """Once the backend is open: where this node's partition lease tokens come from."""
-        self._fence = fence
-
     def _token(self, state: RunState) -> int:
         return (self._fence(state.chat.key) or 0) if state.chat.provider else 0
+
+    def _new(self, run_id: str) -> _Run:
+        """An empty entry for a run this node has not read yet; the least recently used one
+        is forgotten past `cached_runs` (it is read again if needed)."""
+        run = self._runs[run_id] = _Run(0, [], RunState())
+        while len(self._runs) > self._cached_runs:
+            self._runs.popitem(last=False)
+        return run
 
     def _load(self, run_id: str) -> _Run:
         """The run brought up to date: only the entries after those already known are read."""
         run = self._runs.get(run_id)
         if run is None:
-            run = _Run(0, [], RunState())
-            self._runs[run_id] = run
-            while len(self._runs) > CACHED_RUNS:
-                self._runs.popitem(last=False)
+            run = self._new(run_id)
         else:
             self._runs.move_to_end(run_id)
         raws = self._redis.lrange(self._keys.run(run_id), run.length, -1)
@@ -192,8 +194,7 @@ class RedisThreadStore:
             self._runs.move_to_end(run_id)
             return run
         if event.type == ev.RUN_STARTED:
-            run = self._runs[run_id] = _Run(0, [], RunState())
-            return run
+            return self._new(run_id)
         return self._load(run_id)
 
     def append(self, run_id: str, event: ev.Event) -> RunState:
