@@ -123,8 +123,7 @@ class OutboundDispatcher:
         self._queues.clear()
         self._queued_ids.clear()
         self._writer.start()
-        for entry in await self.outbox.pending():
-            self._enqueue(entry.message)
+        self._enqueue_pending(await self.outbox.pending())
 
     def requeue_pending(self) -> None:
         """This node's partitions changed: queue the entries it now holds (the new holder of a
@@ -144,8 +143,7 @@ class OutboundDispatcher:
                 delay = min(delay * 2, self._store_backoff[1])
                 continue
             self.store_health.ok()
-            for entry in entries:
-                self._enqueue(entry.message)
+            self._enqueue_pending(entries)
             return
 
     def publish(self, message: OutboundMessage) -> asyncio.Future[bool]:
@@ -154,14 +152,35 @@ class OutboundDispatcher:
         its id is already pending); await it where the reply must be durable before going on."""
         return self._writer.publish(message)
 
+    def _enqueue_pending(self, entries: list[OutboxEntry]) -> None:
+        """Queue entries read from `pending()` that are not queued yet. They are older than
+        whatever this node queued for their chat since (the writer queues a message the
+        moment it is stored, and `pending()` lists in store order): they go ahead of those,
+        behind only the entry a worker is sending now."""
+        fresh: dict[str, list[str]] = {}
+        for entry in entries:
+            message = entry.message
+            if message.message_id not in self._queued_ids:
+                self._queued_ids.add(message.message_id)
+                fresh.setdefault(message.chat_key, []).append(message.message_id)
+        for key, ids in fresh.items():
+            queue = self._queues.setdefault(key, deque())
+            at = 1 if key in self._workers and queue else 0
+            for offset, message_id in enumerate(ids):
+                queue.insert(at + offset, message_id)
+            self._start_worker(key)
+
+    def _start_worker(self, key: str) -> None:
+        if self._running and key not in self._workers and not self._stopping.is_set():
+            self._workers[key] = asyncio.create_task(self._drain(key), name=f"outbound:{key}")
+
     def _enqueue(self, message: OutboundMessage) -> None:
         if message.message_id in self._queued_ids:
             return
         key = message.chat_key
         self._queued_ids.add(message.message_id)
         self._queues.setdefault(key, deque()).append(message.message_id)
-        if self._running and key not in self._workers and not self._stopping.is_set():
-            self._workers[key] = asyncio.create_task(self._drain(key), name=f"outbound:{key}")
+        self._start_worker(key)
 
     @property
     def queued(self) -> int:

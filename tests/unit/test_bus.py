@@ -362,3 +362,26 @@ async def test_replies_the_store_never_took_are_cancelled_at_the_stop_not_left_h
     await dispatcher.stop(0.05)  # the grace passes with the store still down
     assert waiting.cancelled() and dispatcher.unstored == 0
     assert dispatcher.publish(outbound(2)).cancelled()  # after the stop: refused at once
+
+
+async def test_requeued_entries_go_ahead_of_newer_queued_replies_of_their_chat(
+        tmp_path: Path) -> None:
+    """Entries a partition change brings (another node's, stored earlier) are sent before
+    the replies this node queued for the chat since, behind only the one being sent."""
+    sender = FakeSender(gate=asyncio.Event())
+    outbox = FileOutbox(Outbox(tmp_path / "outbox.jsonl"))
+    dispatcher = OutboundDispatcher(outbox, FileDeadLetters(DeadLetterQueue(tmp_path / "d")),
+                                    lambda provider: sender)
+    await dispatcher.start()
+    for n in (1, 2):  # stored by a node that died: in the outbox, not queued here
+        await outbox.put(OutboundMessage(provider="fake", chat_id="c1", content=f"old {n}"))
+    for n in (1, 2):
+        await dispatcher.publish(OutboundMessage(provider="fake", chat_id="c1",
+                                                 content=f"new {n}"))
+    await wait_until(lambda: sender.calls == 1)  # "new 1" is being sent
+    dispatcher.requeue_pending()
+    await wait_until(lambda: dispatcher.queued == 4)
+    sender.gate.set()
+    await wait_until(lambda: len(sender.sent) == 4)
+    assert sender.sent == ["new 1", "old 1", "old 2", "new 2"]
+    await dispatcher.stop(1)
