@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.approvals import ApprovalMap, ApprovalMessages
+from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.store import RunJournal
 from soulflow.agent.run.timing import FinishedListener, TimedThreadStore
-from soulflow.backends.base import Backend
+from soulflow.backends.base import Backend, BackendKind
 from soulflow.config import Settings
 from soulflow.session.store import Sessions, SessionStore
 
@@ -66,6 +67,25 @@ def run_journal(settings: Settings, state: StateRedis | None, backend: Backend |
 
     fence = partition_fence(backend) if isinstance(backend, RedisBackend) else no_fence
     return RedisThreadStore(state, redact=redact, on_finished=on_finished, fence=fence)
+
+
+def hold_driven_chats(backend: Backend | None, loop: AgentLoop) -> None:
+    """On Redis, a partition with a run this node is driving is not given away when the nodes
+    rebalance, like one with a claimed message: a run continued after a decision, or resumed,
+    is never taken over mid-step by a node that just joined. It moves once the run finishes
+    or waits, or when this node dies."""
+    if backend is None or backend.kind is BackendKind.FILE:
+        return
+    from soulflow.backends.redis.backend import RedisBackend
+    from soulflow.backends.redis.keys import partition_of
+
+    assert isinstance(backend, RedisBackend)
+    parts = backend.keys.partitions
+
+    def driving_in(part: int) -> bool:
+        return any(partition_of(chat, parts) == part for chat in list(loop.driving.values()))
+
+    backend.busy_checks.append(driving_in)
 
 
 def approval_map(path: Path, state: StateRedis | None, name: str) -> ApprovalMap:

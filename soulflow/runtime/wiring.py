@@ -184,4 +184,5 @@ def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Re
                                       on_finished=on_run_finished)
     loop = AgentLoop(threads, lambda: model, tools, context.system_prompt, tool_context,
                      max_turns=settings["AGENT_MAX_TURNS"])
+    agent_state.hold_driven_chats(backend, loop)
     return AgentParts(loop, threads, model, chain, consolidator)

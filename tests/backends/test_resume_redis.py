@@ -33,14 +33,17 @@ from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.redis.approvals import RedisApprovalMessages
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.keys import partition_of
 from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
-from soulflow.contracts import ReplyStatus
+from soulflow.contracts import ChatRef, ReplyStatus
 from soulflow.decision.service import DecisionService
+from soulflow.runtime.agent_state import hold_driven_chats
 from tests.agent.recorder import Recorder
-from tests.agent.test_run_loop import ScriptedModel, reply
-from tests.backends.agent_node import CHAT, PARTITIONS, PROMPT_MESSAGE_ID
+from tests.agent.test_run_loop import ScriptedModel, call, reply
+from tests.backends.agent_node import CHAT, PARTITIONS, PROMPT_MESSAGE_ID, Stuck
+from tests.backends.conftest import Harness
 from tests.backends.helpers import eventually
 from tests.backends.redis_server import RedisServer
 
@@ -155,3 +158,39 @@ async def test_an_approval_asked_on_a_dead_node_is_decided_on_the_new_holder(
     assert node_b.domain.loop is not None
     assert node_b.domain.loop.store.state(run_id).status == ev.COMPLETED
     assert approvals.lookup(CHAT.key, PROMPT_MESSAGE_ID) is None  # forgotten with the run
+
+
+async def test_a_partition_with_a_run_being_driven_is_kept_in_a_rebalance(
+        redis_harness: Harness) -> None:
+    """A node that joins takes its share, but not the partition of a run this node is in the
+    middle of (its message long answered: only the run holds the partition), so the run is
+    not taken over mid-tool and reported interrupted while it was fine."""
+    node_a = await redis_harness.open("node-a", lease_ttl_s=TTL_S, partitions=2)
+    assert isinstance(node_a, RedisBackend) and node_a.partitions.held() == [0, 1]
+    chat = next(ChatRef("telegram", str(n)) for n in range(100)
+                if partition_of(f"telegram:{n}", 2) == 1)  # the one node A would give first
+    assert redis_harness.redis_url
+    state = StateRedis(sync_client(redis_harness.redis_url), redis_harness.prefix)
+    tool = Stuck()
+    registry = ToolRegistry()
+    registry.register(tool)
+    loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(node_a)),
+                     lambda: ScriptedModel(call("record", value="x")), registry,
+                     lambda: "system", lambda run, approved: ToolContext(".", chat))
+    hold_driven_chats(node_a, loop)
+    driving = asyncio.create_task(loop.drive(loop.begin(chat=chat, text="x", history=[])),
+                                  name="drive")
+    try:
+        await asyncio.wait_for(tool.entered.wait(), timeout=10)
+        node_b = await redis_harness.open("node-b", lease_ttl_s=TTL_S, partitions=2)
+        assert isinstance(node_b, RedisBackend)
+
+        async def shared() -> bool:
+            return node_b.partitions.held() == [0]
+
+        await eventually(shared, timeout_s=10 * TTL_S, what="node B to take its share")
+        assert node_a.partitions.held() == [1]  # the run's partition stayed
+    finally:
+        driving.cancel()
+        await asyncio.gather(driving, return_exceptions=True)
+        state.close()

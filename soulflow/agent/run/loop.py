@@ -82,7 +82,8 @@ class AgentLoop:
         self._system_prompt = system_prompt
         self._tool_context = tool_context
         self.max_turns = max_turns
-        self.driving: set[str] = set()  # runs a drive() of this process is advancing now
+        # runs a drive() of this process is advancing now → their chat (`provider:chat_id`)
+        self.driving: dict[str, str] = {}
 
     # -- entry points --------------------------------------------------------------------
 
@@ -121,12 +122,12 @@ class AgentLoop:
         if not self.store.claim(run_id):
             raise RunMoved(f"run {run_id} is driven by the node that now holds its chat")
         chat = self.store.state(run_id).chat
-        self.driving.add(run_id)
+        self.driving[run_id] = chat.key
         try:
             with log_context(run_id=run_id, chat=chat.key if chat.provider else None):
                 return await self._drive(run_id, abort)
         finally:
-            self.driving.discard(run_id)
+            self.driving.pop(run_id, None)
 
     async def _drive(self, run_id: str, abort: asyncio.Event | None) -> RunOutcome:
         state = self.store.state(run_id)
