@@ -247,6 +247,9 @@ class ChannelManager:
                 await self._process(turn)
         except asyncio.CancelledError:
             raise
+        except RunMoved:  # a decision or an answer to a run the chat's new node took over
+            log.info("%s: its chat moved to another node, which handles it",
+                     turn.batch[0].key)
         except Exception as exc:
             log.exception("handling %s failed", turn.batch[0].key)
             await self._fail_turn(turn.batch, f"{type(exc).__name__}: {exc}")

@@ -126,3 +126,30 @@ async def test_a_reaction_read_on_another_node_is_decided_on_the_chats_node(
         async with asyncio.timeout(5):
             while await chats_node.bus.inbound.pending_count():
                 await asyncio.sleep(0.01)
+
+
+async def test_a_decision_for_a_run_taken_over_is_left_to_its_new_node(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """The chat's run was claimed by a newer holder of its partition (as when this node was
+    cut off and its lease passed on): a decision that still reaches this node is neither run
+    nor quarantined nor answered with an apology; the new holder handles it."""
+    prefix, counter = f"t{uuid.uuid4().hex[:10]}:", [0]
+    async with node(redis_server.url, prefix, "owner", tmp_path / "o", counter,
+                    owner=True) as old_holder, \
+            node(redis_server.url, prefix, "reader", tmp_path / "r", counter,
+                 owner=False) as reader:
+        await reader.say(ALICE, "plan B")
+        await old_holder.sent_after(0, lambda c: c.startswith("Approval needed"))
+        assert old_holder.agent.loop is not None
+        [run_id] = old_holder.agent.loop.store.find(chat_key="chat:team")
+        state = StateRedis(sync_client(redis_server.url), prefix)
+        newer = RedisThreadStore(state, fence=lambda chat: 10**9)  # a later lease's token
+        assert newer.claim(run_id)
+        sent = len(old_holder.adapter.sent)
+        decision = await reader.say(ALICE, "ok")
+        await old_holder.drained()  # the chat's turns run in order: "ok" was handled
+        assert old_holder.adapter.sent[sent:-1] == []  # no apology, no answer (but /help's)
+        assert old_holder.tool.calls == []
+        assert await old_holder.bus.inbound_dlq.count() == 0  # not quarantined
+        assert decision.key in {m.key for m in await reader.bus.inbound.pending()}
+        state.close()
