@@ -210,3 +210,25 @@ async def test_released_messages_are_handed_out_again_first_and_in_order(
     assert await backend.inbound.claim(10) == []
     for message in again:
         assert await backend.inbound.complete(message.key, "answered") is Completion.DONE
+
+
+async def test_a_completion_after_the_chat_moved_is_fenced_and_logged(
+        redis_harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """Node A runs a message, loses the chat's partition meanwhile (here: its lease is given
+    up under it and node B takes the partition): A's completion is refused and logged, and B
+    is handed the message again (the duplicate window, docs/scaling.md)."""
+    a = await redis_harness.open("node-a", lease_ttl_s=1.0, partitions=1)
+    message = inbound("a", 1)
+    assert await a.inbound.accept(message)
+    [claimed] = await a.inbound.claim(10)
+    lease = a.partitions.lease(0)
+    assert lease is not None
+    await a.leases.release(lease)  # as if it had expired while A was cut off
+    b = await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=1)
+    assert b.owns(message.chat_key)
+    replies = BusReplies(ChannelRegistry(), MessageBus(a), lambda kind, data: None)
+    with caplog.at_level(logging.WARNING, logger="soulflow.channels.replies"):
+        await replies.complete([claimed.key], ReplyStatus.ANSWERED)
+    assert any("moved to another node" in r.getMessage() for r in caplog.records)
+    assert [m.key for m in await b.inbound.claim(10)] == [message.key]
+    assert await b.inbound.complete(message.key, "answered") is Completion.DONE
