@@ -130,7 +130,7 @@ class ChannelManager:
             await self._queue(message)
         except Exception as exc:  # journaled: record, finish it, never replay it forever
             log.exception("could not queue %s", message.key)
-            await self._fail_turn([message], f"{type(exc).__name__}: {exc}")
+            await self._fail_turn([message], exc)
 
     async def channel_loop(self, adapter: ChannelAdapter) -> None:
         """Connect and read one channel until cancelled (see reader.py: backoff, health,
@@ -252,15 +252,18 @@ class ChannelManager:
                      turn.batch[0].key)
         except Exception as exc:
             log.exception("handling %s failed", turn.batch[0].key)
-            await self._fail_turn(turn.batch, f"{type(exc).__name__}: {exc}")
+            await self._fail_turn(turn.batch, exc)
         finally:
             self._backlog.finished(chat_key)
 
-    async def _fail_turn(self, batch: list[InboundMessage], error: str) -> None:
+    async def _fail_turn(self, batch: list[InboundMessage], exc: Exception) -> None:
         """Quarantine a batch whose handling failed; but if the store itself is away (Redis
-        lost mid-turn), nothing can be recorded: give the batch back to be run again once
-        the store answers (its turn then finds a reply already stored, if there was one)."""
-        if self.bus.backend.status().get("connected", True):
+        lost mid-turn: the failure was the store not answering, or the backend's own probe
+        says so), nothing can be recorded: give the batch back to be run again once the
+        store answers (its turn then finds a reply already stored, if there was one)."""
+        error = f"{type(exc).__name__}: {exc}"
+        backend = self.bus.backend
+        if backend.status().get("connected", True) and not backend.store_unreachable(exc):
             try:
                 await self._give_up(batch, error)
                 return

@@ -98,3 +98,49 @@ def test_without_a_cooldown_every_call_tries(tmp_path: Path) -> None:
     finally:
         client.close()
         server.stop()
+
+
+def test_a_restarted_redis_costs_no_failed_call(tmp_path: Path) -> None:
+    """The pooled connection of a restarted Redis is closed by the server; the next call must
+    go through on a fresh connection, not fail the turn that makes it (nor open the breaker)."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    client = sync_client(server.url, timeout_s=1.0, cooldown_s=3.0, clock=Clock())
+    try:
+        client.set("k", "v")
+        server.stop()
+        server.start()
+        assert outcome(client) == "None"  # empty: no persistence in this test
+        pipe = client.pipeline(transaction=True)
+        server.stop()
+        server.start()
+        pipe.set("k", "w")
+        pipe.get("k")
+        assert pipe.execute() == [True, b"w"]
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_the_backend_recognises_redis_not_answering_through_wrapping_errors() -> None:
+    """Stores wrap Redis errors in their own (TaskStoreUnavailable, RunMoved...): the manager
+    asks the backend whether a failed turn was Redis not answering, through the chain."""
+    from redis.exceptions import BusyLoadingError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from soulflow.backends.redis.backend import network_failure
+
+    def wrapped(inner: BaseException) -> Exception:
+        try:
+            try:
+                raise inner
+            except BaseException as exc:
+                raise RuntimeError("store failed") from exc
+        except RuntimeError as outer:
+            return outer
+
+    assert network_failure(wrapped(RedisConnectionError("Connection refused")))
+    assert network_failure(wrapped(RedisTimeoutError("Timeout reading")))
+    assert network_failure(wrapped(BusyLoadingError("loading")))
+    assert not network_failure(wrapped(ResponseError("WRONGTYPE")))
+    assert not network_failure(ValueError("bad input"))

@@ -306,6 +306,35 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
     assert await drained(bus)
 
 
+async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A synchronous store (sessions, runs on Redis) fails on the network while the backend's
+    own probe still says connected: the backend recognises the failure, so the batch is given
+    back, not quarantined with an apology."""
+    build, adapter, model, bus = rig
+    manager = build()
+    manager.release_pause_s = 0.01
+    real = bus.outbox.has_answered
+    calls: list[str] = []
+
+    class StoreAway(Exception):
+        pass
+
+    async def has_answered(key: str) -> bool:
+        calls.append(key)
+        if len(calls) == 1:
+            raise RuntimeError("session store failed") from StoreAway()
+        return await real(key)
+
+    monkeypatch.setattr(bus.outbox, "has_answered", has_answered)
+    monkeypatch.setattr(bus.backend, "store_unreachable",
+                        lambda exc: isinstance(exc.__cause__, StoreAway))
+    await manager.ingest(adapter, [msg(1, "still there?")])
+    assert await settle(adapter, 1) == ["echo: still there?"]
+    assert len(calls) == 2 and await bus.inbound_dlq.count() == 0
+    assert await drained(bus)
+
+
 async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     build, adapter, model, bus = rig

@@ -13,8 +13,9 @@ from urllib.parse import urlsplit, urlunsplit
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, BusyLoadingError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from soulflow.backends.base import BackendKind, BackendUnavailable
 from soulflow.backends.redis.inbound import RedisInbound
@@ -83,6 +84,19 @@ async def connect(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float =
     client = client_for(url, timeout_s=timeout_s, socket_timeout_s=socket_timeout_s)
     await check_reachable(client, url, timeout_s=timeout_s)
     return client
+
+
+def network_failure(exc: BaseException) -> bool:
+    """`exc`, or an exception it was raised from or during, is Redis not answering (the sync
+    stores wrap such errors in their own, e.g. TaskStoreUnavailable, so the chain is walked)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (RedisConnectionError, RedisTimeoutError, BusyLoadingError)):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 @dataclass(slots=True)
@@ -200,6 +214,9 @@ class RedisBackend:
                 "last_error": reach.last_error,
                 "partitions": {"held": self.partitions.held(), "total": self.keys.partitions},
                 "lease_ttl_s": self.partitions.ttl_s}
+
+    def store_unreachable(self, exc: BaseException) -> bool:
+        return network_failure(exc)
 
     def sync(self) -> None:
         """Redis persists on its own (see docs/scaling.md, persistence)."""
