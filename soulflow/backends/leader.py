@@ -70,7 +70,8 @@ class LeaderElection:
                     renewed = await asyncio.wait_for(self._leases.renew(lease, self.ttl_s),
                                                      timeout=budget)
                 except Exception as exc:  # timeout or store error: retry until the deadline
-                    log.warning("%s: renewing %s failed (%s)", self.owner, self.name, exc)
+                    log.warning("%s: renewing %s failed (%s)", self.owner, self.name,
+                                str(exc) or type(exc).__name__)
                     renewed = lease if lease.valid(self._clock()) else None
             self._set(renewed if renewed is not None and renewed.valid(self._clock()) else None)
             return

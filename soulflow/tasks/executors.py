@@ -1,7 +1,7 @@
 """The daemon's node executors: agent nodes run on the agent loop, tool nodes through the
 ToolRegistry, both in the task's chat.
 
-- An **agent node** is an ordinary event-thread run (journaled in the daemon's ThreadStore, so it
+- An **agent node** is an ordinary event-thread run (journaled in the daemon's run journal, so it
   survives a restart like any run) driven by an `AgentLoop` whose registry holds ONLY the node's
   allowed tools: the model is offered nothing else, and a call to anything else is an unknown
   tool. Its chat is the task's chat with `requester_id` = the person who asked for the task, so
@@ -27,7 +27,7 @@ from typing import Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome
-from soulflow.agent.run.store import ThreadStore
+from soulflow.agent.run.store import RunJournal
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.contracts import ChatRef
@@ -71,7 +71,7 @@ def run_key(task_id: str, node_id: str) -> str:
 class AgentParts:
     """What an agent loop is built from (the daemon's own journal, model and prompt)."""
 
-    store: ThreadStore
+    store: RunJournal
     provider: Callable[[], Provider]
     system_prompt: Callable[[], str]
     tool_context: ContextFactory
