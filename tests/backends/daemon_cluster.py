@@ -199,9 +199,25 @@ class Cluster:
         try:
             return wait_for(predicate, timeout, interval=0.02, what=what)
         except AssertionError as exc:
-            tails = "\n".join(f"--- {node.name} (log tail) ---\n{node.daemon.log()[-3000:]}"
-                              for node in self.nodes)
-            raise AssertionError(f"{exc}\n{tails}") from None
+            raise self.failure(str(exc)) from None
+
+    def failure(self, message: str) -> AssertionError:
+        """`message` with the tail of every node's log."""
+        tails = "\n".join(f"--- {node.name} (log tail) ---\n{node.daemon.log()[-3000:]}"
+                          for node in self.nodes)
+        return AssertionError(f"{message}\n{tails}")
+
+    def wait_answered(self, chats: TelegramChats, rounds: range, timeout: float) -> None:
+        """Until every message of `rounds` has its reply; a timeout names the missing ones
+        and what their chats got instead."""
+        try:
+            wait_for(lambda: not chats.missing(rounds), timeout, interval=0.05,
+                     what="every message answered")
+        except AssertionError:
+            missing = chats.missing(rounds)
+            got = {text.split()[0]: chats.replies(int(text.split()[0][1:])) for text in missing}
+            raise self.failure(f"no reply after {timeout:g} s to {missing}; their chats got "
+                               f"{got}") from None
 
     def close(self) -> None:
         for node in self.nodes:

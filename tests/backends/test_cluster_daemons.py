@@ -114,7 +114,7 @@ def test_three_daemons_answer_a_flood_through_two_sigkills(
         assert terms[-1].reader != doomed.name
         doomed.start()  # back, as a follower: the account is read by the new reader
 
-    nodes.wait(lambda: not chats.missing(range(ROUNDS)), 60, "every message answered")
+    nodes.wait_answered(chats, range(ROUNDS), 60)
     final = chats.polls()
     killed = [term.reader for term in terms[:-1]]
     assert len(set(killed)) == 2, killed  # two different nodes were killed in turn

@@ -1,0 +1,110 @@
+"""Daemons and a Redis that fails under them (issue 12): a daemon cut off from Redis by the
+network stops reading the platform account before its lease can expire, so another node takes
+over without two readers ever polling at once (fencing, at the daemon level).
+
+Redis itself SIGKILLed and restarted mid-flood (AOF `appendfsync always`) does not pass yet:
+docs/scaling.md, "Known problems".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.backends.daemon_cluster import Cluster, TelegramChats
+from tests.backends.proxy import CuttableProxy
+from tests.backends.redis_server import RedisServer
+from tests.backends.test_cluster_daemons import long_polling_since
+from tests.fakes.openai_api import FakeOpenAIThread
+from tests.fakes.rate_limits import TELEGRAM_LIMITS
+from tests.fakes.telegram_api import FakeTelegramThread
+
+CHATS = 10
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegramThread]:
+    with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
+        yield tg
+
+
+class ProxyThread:
+    """tests/backends/proxy.py's cuttable TCP proxy on a loop of its own thread (the daemons
+    are other processes; the test itself is synchronous)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="redis-proxy",
+                                        daemon=True)
+        self._thread.start()
+        self.proxy = CuttableProxy(target_port)
+        self._run(self.proxy.start())
+
+    def _run(self, coro: object) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)  # type: ignore[arg-type]
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    def blackhole(self) -> None:
+        self._loop.call_soon_threadsafe(self.proxy.blackhole)
+
+    def close(self) -> None:
+        self._run(self.proxy.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+def make_cluster(tmp_path: Path, redis_url: str, llm: FakeOpenAIThread,
+                 chats: TelegramChats, lease_ttl_s: float) -> Cluster:
+    return Cluster(tmp_path, redis_url=redis_url, llm_url=llm.base_url,
+                   prefix=f"e2e{uuid.uuid4().hex[:8]}:", platform_env=chats.env(),
+                   node_env=chats.node_env, lease_ttl_s=lease_ttl_s)
+
+
+def test_a_daemon_cut_off_from_redis_stops_reading_before_its_lease_expires(
+        tmp_path: Path, redis_server: RedisServer, fake_llm: FakeOpenAIThread,
+        telegram: FakeTelegramThread) -> None:
+    ttl = 6.0  # a third of it (2 s) outlasts a dead reader's last long poll (1 s)
+    chats = TelegramChats(telegram, CHATS)
+    proxy = ProxyThread(redis_server.port)
+    nodes = make_cluster(tmp_path, redis_server.url, fake_llm, chats, lease_ttl_s=ttl)
+    try:
+        cut = nodes.add("cut", REDIS_URL=proxy.url)
+        cut.start()
+        assert nodes.wait_one_leader() is cut
+        other = nodes.add("other").start()
+        nodes.wait(lambda: long_polling_since(telegram, 0.0), 30, "the reader to long-poll")
+        chats.post_round(0)
+        nodes.wait(lambda: not chats.missing([0]), 30, "the first round answered")
+
+        proxy.blackhole()  # packets to and from Redis dropped: `cut` only has its timeouts
+        cut_at = time.time()
+        nodes.wait(lambda: not cut.leads, 2 * ttl, "the cut-off node to stop reading")
+        polls_after_stop = chats.polls()["cut"]
+        chats.post_round(1)
+        nodes.wait(lambda: other.leads, 4 * ttl, "the other node to take the account")
+        nodes.wait(lambda: not chats.missing([0, 1]), 30, "the second round answered")
+        assert cut.alive  # it waits for Redis; it did not crash
+        stopped = cut.logged_at("stopped reading the account")[0] - cut_at
+        took = other.logged_at("reads the account now")[0] - cut_at
+        # renewed every 1/4 TTL, the lease outlives the cut by at least 3/4 TTL; the node's
+        # own deadline is 2/3 TTL after its last renewal was sent
+        assert stopped < 0.75 * ttl, stopped
+        assert took > stopped
+        assert chats.polls()["cut"] == polls_after_stop  # it never polled again
+        assert chats.conflicts() == 0  # never two readers at once
+    finally:
+        nodes.close()
+        proxy.close()
+    print(f"fencing: stopped reading {stopped:.2f} s after the cut, "
+          f"the other node read from {took:.2f} s (lease TTL {ttl:g} s)")
