@@ -31,6 +31,9 @@ from soulflow.security.syntax import REDACTED, splice
 
 ENV_MIN_LENGTH = 6
 KNOWN_MIN_LENGTH = 4
+# `redact_strings` remembers strings it found clean, up to this many characters in all (then
+# starts over): journals and model requests repeat the same history turn after turn.
+CLEAN_MEMO_CHARS = 8_000_000
 # Deliberately not "PWD": $PWD/$OLDPWD are working directories, and blanking them would
 # erase every file path from the logs.
 _SECRET_ENV_NAME_RE = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
@@ -78,6 +81,31 @@ def _dotenv(workspace: Path) -> dict[str, str]:
     return {k: v for k, v in dotenv_values(path).items() if v is not None}
 
 
+class _CleanMemo:
+    """Strings one set of known values and detectors left unchanged (redaction is a pure
+    function of the text, the known values and the detectors). Bounded by total characters:
+    past `CLEAN_MEMO_CHARS` it starts over. Replaced whole when the known values change, never
+    cleared in place, so a concurrent reader sees either the old memo or the new one."""
+
+    __slots__ = ("_chars", "_strings")
+
+    def __init__(self) -> None:
+        self._strings: dict[str, None] = {}
+        self._chars = 0
+
+    def has(self, text: str) -> bool:
+        return text in self._strings
+
+    def add(self, text: str) -> None:
+        if self._chars + len(text) > CLEAN_MEMO_CHARS:
+            if len(text) > CLEAN_MEMO_CHARS // 8:
+                return  # one huge string is not worth the whole memo
+            self._strings = {}
+            self._chars = 0
+        self._strings[text] = None
+        self._chars += len(text)
+
+
 class Redactor:
     """Replaces known secret values and credential-shaped strings with ``[REDACTED]``.
 
@@ -97,6 +125,7 @@ class Redactor:
         self._lock = threading.Lock()
         self._values: frozenset[str] = frozenset()
         self._pattern: re.Pattern[str] | None = None
+        self._clean = _CleanMemo()
         self.register(*known_values)
 
     @classmethod
@@ -136,6 +165,8 @@ class Redactor:
             ordered = sorted(merged, key=lambda v: (-len(v), v))  # longest match wins
             self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
             self._values = merged
+            # last: a caller that sees the new memo already sees the new pattern
+            self._clean = _CleanMemo()
 
     def redact(self, text: str) -> str:
         """``text`` with every known value and detected credential replaced by ``[REDACTED]``."""
@@ -155,9 +186,19 @@ class Redactor:
         Unlike `redact_obj` a value is never blanked for its key's name: journals and model
         requests hold ``{"password": "{{secret:X}}"}`` tool arguments whose references must
         survive (a reference is never itself redacted).
+
+        Strings found clean are remembered (`_CleanMemo`) until the known values change, so
+        the history a journal or model request repeats every turn is scanned once, not once
+        per turn. Only clean strings are kept: the memo never holds anything it redacted.
         """
         if isinstance(obj, str):
-            return self.redact(obj)
+            clean = self._clean  # before redact() reads the pattern (see register)
+            if clean.has(obj):
+                return obj
+            out = self.redact(obj)
+            if out == obj:
+                clean.add(obj)
+            return out
         if isinstance(obj, dict):
             return {self.redact_strings(k): self.redact_strings(v) for k, v in obj.items()}
         if isinstance(obj, list):
