@@ -6,15 +6,23 @@ Throughput: many chats at once. Added latency: one message at a time, end-to-end
 the time spent inside the provider call.
 
     python bench/pipeline.py [--messages 5000] [--chats 100] [--sequential 500]
+    python bench/pipeline.py --backend redis [--redis-fsync always|everysec] ...
+
+With `--backend redis` the daemon runs on a private redis-server (AOF on, its own directory)
+as one node; the Redis commands per message (`INFO commandstats` delta over the throughput
+run) are printed too.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -23,6 +31,7 @@ from bench._common import describe_ms, fake_model_process  # noqa: E402
 from soulflow.config import load_settings  # noqa: E402
 from soulflow.providers.base import ProviderResult  # noqa: E402
 from soulflow.runtime import create_runtime  # noqa: E402
+from tests.backends.redis_server import RedisServer  # noqa: E402
 
 
 class InProcessEcho:
@@ -38,13 +47,58 @@ class InProcessEcho:
         return None
 
 
-async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: str,
-              in_process: bool = False) -> None:
+def redis_commands(url: str | None) -> dict[str, int]:
+    """Calls per Redis command so far (`INFO commandstats`; empty without Redis). Commands a
+    Lua script runs are counted under their own names as well as under EVALSHA."""
+    if url is None:
+        return {}
+    import redis  # noqa: PLC0415 - only the redis mode needs it
+
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+
+def describe_commands(before: dict[str, int], after: dict[str, int], messages: int) -> str:
+    """The busiest commands per message between two `redis_commands` readings."""
+    delta = {name: calls - before.get(name, 0) for name, calls in after.items()}
+    delta.pop("info", None)
+    total = sum(delta.values())
+    top = sorted(delta.items(), key=lambda item: -item[1])[:12]
+    return (f"{total / messages:.1f} commands/msg: "
+            + ", ".join(f"{name} {calls / messages:.1f}" for name, calls in top if calls))
+
+
+@contextmanager
+def redis_server(backend: str, fsync: str) -> Iterator[str | None]:
+    """A private redis-server with AOF (`fsync`: always / everysec) for `--backend redis`."""
+    if backend != "redis":
+        yield None
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings(Path(tmp), {
+        server = RedisServer(Path(tmp), "--appendonly", "yes", "--appendfsync", fsync)
+        server.start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
+
+
+async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: str,
+              in_process: bool = False, redis_url: str | None = None,
+              profile: cProfile.Profile | None = None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        values = {
             "PROVIDER": "phi4_local", "PHI4_BASE_URL": base_url, "DASHBOARD_ENABLED": "false",
             "AGENT_CONCURRENCY": "64", "OUTBOUND_CONCURRENCY": "64", "JOURNAL_FSYNC": fsync,
-            "LOG_LEVEL": "warning"})
+            "LOG_LEVEL": "warning"}
+        if redis_url is not None:
+            values |= {"SOULFLOW_BACKEND": "redis", "REDIS_URL": redis_url,
+                       "SOULFLOW_NODE_ID": "bench"}
+        settings = load_settings(Path(tmp), values)
         runtime = create_runtime(settings)
         sent_at: dict[str, float] = {}
         provider_time: list[float] = []
@@ -79,18 +133,26 @@ async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: 
 
             # throughput
             base = runtime.bus.dispatcher.sent_count
+            commands = redis_commands(redis_url)
             start, cpu_start = time.perf_counter(), time.process_time()
+            if profile is not None:
+                profile.enable()
             await asyncio.gather(*(runtime.local.submit(f"chat{i % chats}", f"message {i}")
                                    for i in range(messages)))
             while runtime.bus.dispatcher.sent_count - base < messages:
                 await asyncio.sleep(0.001)
             elapsed = time.perf_counter() - start
             cpu = time.process_time() - cpu_start
+            if profile is not None:
+                profile.disable()
+            commands_after = redis_commands(redis_url)
             print(f"throughput: {messages} messages over {chats} chats in {elapsed:.2f} s "
                   f"= {messages / elapsed:,.0f} msg/s (fsync={fsync})")
             print(f"daemon CPU per message: {1000 * cpu / messages:.3f} ms "
                   f"(ceiling on one core: {messages / cpu:,.0f} msg/s; the fake model runs in "
                   "its own process on the same 2 cores)")
+            if redis_url is not None:
+                print("redis: " + describe_commands(commands, commands_after, messages))
 
             # added latency, one message at a time
             provider_time.clear()
@@ -121,10 +183,18 @@ def main() -> None:
     parser.add_argument("--in-process-model", action="store_true",
                         help="answer with an instant in-process echo instead of the fake HTTP "
                              "model, to measure the pipeline without the HTTP client")
+    parser.add_argument("--backend", default="file", choices=["file", "redis"])
+    parser.add_argument("--redis-fsync", default="always", choices=["always", "everysec"],
+                        help="the private redis-server's appendfsync (--backend redis)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="cProfile the throughput run into FILE (pstats format)")
     args = parser.parse_args()
-    with fake_model_process() as base_url:
+    profile = cProfile.Profile() if args.profile else None
+    with fake_model_process() as base_url, redis_server(args.backend, args.redis_fsync) as url:
         asyncio.run(run(base_url, args.messages, args.chats, args.sequential, args.fsync,
-                        args.in_process_model))
+                        args.in_process_model, url, profile))
+    if profile is not None:
+        profile.dump_stats(args.profile)
 
 
 if __name__ == "__main__":
