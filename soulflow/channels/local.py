@@ -4,6 +4,12 @@ It uses the same adapter interface as the platforms. Its "platform" is a transcr
 (`runtime/local/<chat>.jsonl`) that clients read and wait on, so a reply sent while no client
 is connected is still there when one connects. Sends are idempotent on the outbox message id,
 which makes redelivery after a crash exactly-once from the reader's point of view.
+
+On a shared backend (Redis, several nodes) the local chat of a node is that node's conversation
+with its operator: the channel is given the node id and names its chats `<chat>@<node id>` for
+the rest of the daemon (the transcript stays `<chat>.jsonl`). The backend keeps such a chat in
+the node's private partition (backends/redis/keys.py), so it is run and answered by this node
+only, and its session and runs are this node's own.
 """
 
 from __future__ import annotations
@@ -36,6 +42,14 @@ class InvalidChatId(ValueError):
                          "'.', '_' or '-'")
 
 
+class ForeignLocalChat(ValueError):
+    """A reply for another node's local chat: only that node can show it."""
+
+    def __init__(self, chat_id: str, node_id: str) -> None:
+        super().__init__(f"local chat {chat_id[:200]!r} belongs to another node, not to "
+                         f"{node_id!r}")
+
+
 @dataclass
 class _Transcript:
     file: JsonlFile
@@ -55,8 +69,10 @@ class LocalChannel(ChannelAdapter):
     name = "local"
 
     def __init__(self, directory: Path, *, send_interval_s: float = 0.0,
-                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 node_id: str | None = None) -> None:
         self.directory = directory
+        self.node_id = node_id  # set on a shared backend: chats are `<chat>@<node id>`
         self.limits = ChannelLimits(max_text=1_000_000, chunk_size=1_000_000,
                                     file_fallback_threshold=10_000_000,
                                     send_interval_s=send_interval_s)
@@ -65,6 +81,20 @@ class LocalChannel(ChannelAdapter):
             asyncio.Queue())
         self._waiting: dict[str, asyncio.Future[None]] = {}
         self._transcripts: dict[str, _Transcript] = {}
+
+    # -- chat ids --------------------------------------------------------------------------
+
+    def platform_chat_id(self, chat_id: str) -> str:
+        """The id the daemon knows the transcript `chat_id` by (its sessions, runs, replies)."""
+        return f"{chat_id}@{self.node_id}" if self.node_id else chat_id
+
+    def transcript_id(self, platform_chat_id: str) -> str:
+        """The transcript of a chat the daemon names; ForeignLocalChat for another node's (an
+        id without a node, e.g. a cron job's `local:ops`, is this node's transcript)."""
+        chat_id, at, node = platform_chat_id.partition("@")
+        if at and node != self.node_id:
+            raise ForeignLocalChat(platform_chat_id, self.node_id or "")
+        return chat_id
 
     # -- transcripts ---------------------------------------------------------------------
 
@@ -121,7 +151,7 @@ class LocalChannel(ChannelAdapter):
     async def submit(self, chat_id: str, text: str, *, sender_name: str = "operator") -> str:
         """Hand a message to the daemon; returns once it is journaled (its id)."""
         self._transcript(chat_id)  # validates the chat id before anything is queued
-        message = InboundMessage(provider=self.name, chat_id=chat_id,
+        message = InboundMessage(provider=self.name, chat_id=self.platform_chat_id(chat_id),
                                  message_id=new_id("in"), sender_id=OPERATOR_ID,
                                  sender_name=sender_name, text=text, is_direct=True)
         journaled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -147,9 +177,9 @@ class LocalChannel(ChannelAdapter):
     async def _record_user_message(self, message: InboundMessage) -> None:
         """Show the user's message in the transcript (the journal already holds it)."""
         try:
-            await self._append(message.chat_id, {"id": message.message_id, "role": "user",
-                                                 "content": message.text})
-        except OSError as exc:
+            await self._append(self.transcript_id(message.chat_id), {
+                "id": message.message_id, "role": "user", "content": message.text})
+        except (OSError, ValueError) as exc:
             log.warning("local chat %s: cannot write its transcript (%s)", message.chat_id, exc)
         finally:
             future = self._waiting.pop(message.message_id, None)
@@ -160,13 +190,14 @@ class LocalChannel(ChannelAdapter):
 
     async def send(self, message: OutboundMessage) -> SendResult:
         try:
-            transcript = self._transcript(message.chat_id)
-        except InvalidChatId as exc:
+            chat_id = self.transcript_id(message.chat_id)
+            transcript = self._transcript(chat_id)
+        except (InvalidChatId, ForeignLocalChat) as exc:
             raise SendError(str(exc), permanent=True) from None
         if message.message_id in transcript.recent_ids:
             return SendResult(platform_message_ids=[message.message_id])  # already delivered
         try:
-            await self._append(message.chat_id, {
+            await self._append(chat_id, {
                 "id": message.message_id, "role": "assistant", "content": message.content,
                 "reply_to": message.reply_to})
         except _PERMANENT_OS_ERRORS as exc:

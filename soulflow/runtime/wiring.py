@@ -95,13 +95,15 @@ def channel_registry(settings: Settings, runtime_dir: Path,
                      backend: Backend | None = None) -> tuple[ChannelRegistry, LocalChannel]:
     """The local channel (always) and every platform whose credentials are set. On a shared
     backend (redis) each platform account is read by one node at a time: the node holding the
-    lease `account:<name>` (the local channel is this node's own)."""
+    lease `account:<name>`; the local channel is this node's own (its chats carry the node
+    id, which pins them to the node's private partition)."""
     channels = ChannelRegistry()
+    shared = backend is not None and backend.kind is not BackendKind.FILE
     local = LocalChannel(runtime_dir / "local",
                          send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
-                         on_event=on_local_event)
+                         on_event=on_local_event,
+                         node_id=backend.node_id if shared and backend is not None else None)
     channels.register(local)
-    shared = backend is not None and backend.kind is not BackendKind.FILE
     for adapter in build_platform_channels(settings, runtime_dir):
         if shared:
             assert backend is not None

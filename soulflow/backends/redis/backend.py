@@ -154,7 +154,7 @@ class RedisBackend:
         self.cursors = RedisCursors(client, self.keys)
         self.reachability = Reachability()
         self._changed: list[Callable[[], None]] = []
-        self._held: frozenset[int] = frozenset()
+        self._held: frozenset[int | str] = frozenset()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -167,7 +167,7 @@ class RedisBackend:
         except ResponseError as exc:
             raise BackendUnavailable(f"Redis refused the backend's setup ({exc}); SoulFlow "
                                      "needs Redis 6.2 or newer with scripting allowed") from None
-        self._held = frozenset(self.partitions.held())
+        self._held = frozenset(self.partitions.worked())
         self._stopping.clear()
         self._task = asyncio.create_task(self._keep_leases(), name="backend:partitions")
 
@@ -190,9 +190,10 @@ class RedisBackend:
                 log.exception("partition leases: rebalance failed; retrying")
             else:
                 self.reachability.ok()
-            held = frozenset(self.partitions.held())
+            held = frozenset(self.partitions.worked())
             if held != self._held:
-                log.info("partitions held by %s: %s", self.node_id, sorted(held) or "none")
+                log.info("partitions held by %s: %s", self.node_id,
+                         self.partitions.worked() or "none")
                 self._held = held
                 for callback in list(self._changed):
                     try:
@@ -212,7 +213,10 @@ class RedisBackend:
                 "url": shown_url(self.url) if self.url else "",
                 "connected": reach.connected, "since": reach.since,
                 "last_error": reach.last_error,
-                "partitions": {"held": self.partitions.held(), "total": self.keys.partitions},
+                "partitions": {"held": self.partitions.held(), "total": self.keys.partitions,
+                               "private": self.partitions.private,
+                               "private_held": self.partitions.lease(
+                                   self.partitions.private) is not None},
                 "lease_ttl_s": self.partitions.ttl_s}
 
     def store_unreachable(self, exc: BaseException) -> bool:

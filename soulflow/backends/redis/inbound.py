@@ -23,14 +23,14 @@ from redis.exceptions import ResponseError
 
 from soulflow.backends.base import Completion
 from soulflow.backends.redis import scripts
-from soulflow.backends.redis.keys import GROUP, Keys, partition_of
+from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
 from soulflow.bus.messages import InboundMessage
 
 
 @dataclass(frozen=True, slots=True)
 class _Claimed:
-    part: int
+    part: Part
     entry_id: str
     lease_value: str
 
@@ -47,8 +47,8 @@ class RedisInbound:
         self._accept = client.register_script(scripts.INBOUND_ACCEPT)
         self._complete = client.register_script(scripts.INBOUND_COMPLETE)
         self._claimed: dict[str, _Claimed] = {}
-        self._backlog: dict[int, deque[tuple[str, InboundMessage]]] = {}
-        self._swept_at: dict[int, float] = {}  # monotonic time of each partition's last sweep
+        self._backlog: dict[Part, deque[tuple[str, InboundMessage]]] = {}
+        self._swept_at: dict[Part, float] = {}  # monotonic time of each partition's last sweep
 
     def busy(self, part: int) -> bool:
         """Work of this partition in this node's hands (claimed, or read and queued)."""
@@ -56,8 +56,10 @@ class RedisInbound:
             c.part == part for c in self._claimed.values())
 
     async def ensure_groups(self) -> None:
-        """Create every partition's stream and consumer group (idempotent)."""
-        for part in range(self._keys.partitions):
+        """Create every shared partition's stream and consumer group, and this node's private
+        one's (idempotent)."""
+        parts: list[Part] = [*range(self._keys.partitions), self._partitions.private]
+        for part in parts:
             try:
                 await self._client.xgroup_create(self._keys.stream(part), GROUP, id="0",
                                                  mkstream=True)
@@ -93,7 +95,7 @@ class RedisInbound:
             if raw is None:
                 return Completion.UNKNOWN
             part_text, entry_id, _ = _text(raw).split("|", 2)
-            claimed = _Claimed(int(part_text), entry_id, "")
+            claimed = _Claimed(_part(part_text), entry_id, "")
         lease_key = (self._keys.lease(self._keys.partition_lease(claimed.part))
                      if claimed.lease_value else self._keys.inbound_pending)
         result = int(await self._complete(
@@ -118,8 +120,8 @@ class RedisInbound:
             self._swept_at[part] = time.monotonic()
         await self._sweep(node)
         out: list[InboundMessage] = []
-        readable: list[int] = []
-        for part in self._partitions.held():
+        readable: list[Part] = []
+        for part in self._partitions.worked():
             backlog = self._backlog.get(part)
             while backlog and len(out) < limit:
                 entry_id, message = backlog.popleft()
@@ -161,7 +163,7 @@ class RedisInbound:
             # else: the partition moved; its new holder (maybe this node again, after a
             # takeover reclaim) hands the entry out again
 
-    def _hand(self, part: int, entry_id: str, message: InboundMessage,
+    def _hand(self, part: Part, entry_id: str, message: InboundMessage,
               out: list[InboundMessage]) -> None:
         lease = self._partitions.lease(part)
         if lease is None or message.key in self._claimed:
@@ -176,7 +178,7 @@ class RedisInbound:
         partition's next move."""
         ttl = self._partitions.ttl_s
         now = time.monotonic()
-        for part in self._partitions.held():
+        for part in self._partitions.worked():
             if now - self._swept_at.setdefault(part, now) < ttl:
                 continue
             self._swept_at[part] = now
@@ -187,7 +189,7 @@ class RedisInbound:
             if orphans:
                 self._backlog.setdefault(part, deque()).extend(orphans)
 
-    async def _reclaim(self, part: int, node: str, *,
+    async def _reclaim(self, part: Part, node: str, *,
                        min_idle_ms: int) -> list[tuple[str, InboundMessage]]:
         """Every entry of the partition read but not acknowledged for `min_idle_ms` (by any
         consumer: a dead holder, or this node in an earlier life), now ours, oldest first."""
@@ -232,6 +234,11 @@ def _decode(fields: dict[bytes, bytes]) -> InboundMessage | None:
         return InboundMessage.from_dict(json.loads(body))
     except (TypeError, ValueError):
         return None
+
+
+def _part(text: str) -> Part:
+    """A partition as recorded in `in:pending`: a number, or a private `node:<id>`."""
+    return int(text) if text.isdigit() else text
 
 
 def _entry_order(entry_id: str) -> tuple[int, int]:

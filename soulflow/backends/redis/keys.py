@@ -11,10 +11,35 @@ from dataclasses import dataclass
 
 GROUP = "workers"  # the consumer group of every inbound stream
 
+# A partition: a shared one (an int below REDIS_PARTITIONS, leased by whichever node takes it)
+# or a node's private one (`node:<node id>`, held only by that node: its local chats).
+Part = int | str
 
-def partition_of(chat_key: str, partitions: int) -> int:
-    """The partition of a chat (`provider:chat_id`). CRC32 is stable across processes and
-    Python versions (the built-in hash() is salted per process)."""
+# The local channel on a shared backend names its chats `<chat>@<node id>` (channels/local.py;
+# a chat id never holds an '@'), so a node's local chats are told apart from another node's.
+_LOCAL_PREFIX = "local:"
+
+
+def private_part(node_id: str) -> str:
+    """The private partition of a node: its local chats, their turns, runs and replies."""
+    return f"node:{node_id}"
+
+
+def local_node_of(chat_key: str) -> str | None:
+    """The node whose local chat `chat_key` is (`local:<chat>@<node>`), else None."""
+    if not chat_key.startswith(_LOCAL_PREFIX):
+        return None
+    _, at, node = chat_key[len(_LOCAL_PREFIX):].partition("@")
+    return node if at and node else None
+
+
+def partition_of(chat_key: str, partitions: int) -> Part:
+    """The partition of a chat (`provider:chat_id`): a node's own local chat is in the node's
+    private partition; any other chat in a shared one by CRC32 (stable across processes and
+    Python versions; the built-in hash() is salted per process)."""
+    node = local_node_of(chat_key)
+    if node is not None:
+        return private_part(node)
     return zlib.crc32(chat_key.encode("utf-8", "surrogatepass")) % partitions
 
 
@@ -23,7 +48,7 @@ class Keys:
     prefix: str
     partitions: int
 
-    def stream(self, part: int) -> str:
+    def stream(self, part: Part) -> str:
         """Inbound stream of one partition of chats (consumer group `workers`)."""
         return f"{self.prefix}in:{part}"
 
@@ -45,8 +70,9 @@ class Keys:
         return f"{self.prefix}fence:{name}"
 
     @staticmethod
-    def partition_lease(part: int) -> str:
-        return f"part:{part}"
+    def partition_lease(part: Part) -> str:
+        """Lease name of a partition: `part:<n>`, or `node:<id>` for a node's private one."""
+        return part if isinstance(part, str) else f"part:{part}"
 
     @property
     def nodes(self) -> str:
@@ -63,7 +89,7 @@ class Keys:
         """Hash: outbound message id → `attempts|next_at|in_flight|last error`."""
         return f"{self.prefix}out:state"
 
-    def outbox_order(self, part: int) -> str:
+    def outbox_order(self, part: Part) -> str:
         """Sorted set: outbound message ids of one partition, scored by insertion sequence."""
         return f"{self.prefix}out:part:{part}"
 

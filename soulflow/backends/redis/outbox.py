@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 
 from soulflow.backends.redis import scripts
-from soulflow.backends.redis.keys import Keys, partition_of
+from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
 from soulflow.bus.messages import OutboundMessage
 from soulflow.bus.outbox import OutboxEntry
@@ -46,13 +46,13 @@ class RedisOutbox:
         self._put = client.register_script(scripts.OUTBOX_PUT)
         self._set_state = client.register_script(scripts.OUTBOX_STATE)
         self._remove = client.register_script(scripts.OUTBOX_REMOVE)
-        self._sending: dict[str, int] = {}  # message id → partition, while a send runs here
+        self._sending: dict[str, Part] = {}  # message id → partition, while a send runs here
 
     def busy(self, part: int) -> bool:
         """A send of this partition is under way here (its partition must not move now)."""
         return part in self._sending.values()
 
-    def _part(self, message: OutboundMessage) -> int:
+    def _part(self, message: OutboundMessage) -> Part:
         return partition_of(message.chat_key, self._keys.partitions)
 
     async def put(self, message: OutboundMessage) -> bool:
@@ -121,9 +121,10 @@ class RedisOutbox:
                 if raw is not None]
 
     async def pending(self) -> list[OutboxEntry]:
-        """The entries of the partitions this node holds, each partition in queue order."""
+        """The entries of the partitions this node holds (its private one too), each
+        partition in queue order."""
         entries: list[OutboxEntry] = []
-        for part in self._partitions.held():
+        for part in self._partitions.worked():
             entries += await self._entries(
                 await self._client.zrange(self._keys.outbox_order(part), 0, -1))
         return entries

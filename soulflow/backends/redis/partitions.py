@@ -7,6 +7,11 @@ of live nodes and aims for `ceil(partitions / live nodes)` leases: it takes free
 share and gives back surplus ones that have no work in hand, so a node that joins gets work and
 a node that dies leaves its partitions to expire and be taken (then `XAUTOCLAIM` moves its
 unfinished entries to the new holder).
+
+Besides, each node holds its private partition (`node:<node id>`, keys.py): its own local chats,
+which no other node may run or answer. Nobody else competes for it; a node restarted with the
+same id takes it over at once with a new fencing token (its previous life's writes are then
+refused), and it never counts in the share.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from redis.exceptions import RedisError
 
 from soulflow.backends.base import Lease
 from soulflow.backends.redis import scripts
-from soulflow.backends.redis.keys import Keys
+from soulflow.backends.redis.keys import Keys, Part, private_part
 from soulflow.backends.redis.lease import RedisLeases
 
 log = logging.getLogger(__name__)
@@ -38,33 +43,68 @@ class PartitionLeases:
         self._clock = clock
         self._beat = client.register_script(scripts.NODES_BEAT)
         self._held: dict[int, Lease] = {}
-        self._fresh: set[int] = set()  # acquired, unfinished entries not yet reclaimed
+        self._fresh: set[Part] = set()  # acquired, unfinished entries not yet reclaimed
         self.busy: Callable[[int], bool] = lambda part: False  # set by the inbound store
+        self.private = private_part(node_id)
+        self._private: Lease | None = None
+        self._private_taken = False  # taken over once (at start); after, acquired when free
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         # the first partition this node tries: spreads nodes over the ring at startup
         self._offset = sum(node_id.encode()) % keys.partitions
 
-    def lease(self, part: int) -> Lease | None:
-        """The lease of a partition while it is safe to act on, else None."""
-        lease = self._held.get(part)
+    def lease(self, part: Part) -> Lease | None:
+        """The lease of a partition while it is safe to act on, else None (another node's
+        private partition: always None)."""
+        if isinstance(part, str):
+            lease = self._private if part == self.private else None
+        else:
+            lease = self._held.get(part)
         return lease if lease is not None and lease.valid(self._clock()) else None
 
     def held(self) -> list[int]:
         now = self._clock()
         return sorted(p for p, lease in self._held.items() if lease.valid(now))
 
-    def fresh(self) -> list[int]:
-        """Partitions acquired whose orphaned entries were not reclaimed yet."""
-        return sorted(p for p in self._fresh if self.lease(p) is not None)
+    def worked(self) -> list[Part]:
+        """Every partition this node may act on: the shared ones held, then its private one."""
+        parts: list[Part] = list(self.held())
+        if self.lease(self.private) is not None:
+            parts.append(self.private)
+        return parts
 
-    def reclaimed(self, part: int) -> None:
+    def fresh(self) -> list[Part]:
+        """Partitions acquired whose orphaned entries were not reclaimed yet."""
+        return [p for p in self.worked() if p in self._fresh]
+
+    def reclaimed(self, part: Part) -> None:
         self._fresh.discard(part)
+
+    async def _keep_private(self) -> None:
+        """Renew the private partition's lease; take it over at start (from this node's
+        previous life), later only when free (a second process with the same id keeps it)."""
+        if self._private is not None:
+            renewed = await self._leases.renew(self._private, self.ttl_s)
+            if renewed is not None and self._private.valid(self._clock()):
+                self._private = renewed
+                return
+            log.warning("private partition %s: lease lost", self.private)
+            self._private = None
+            self._fresh.discard(self.private)
+        name = Keys.partition_lease(self.private)
+        if not self._private_taken:
+            self._private = await self._leases.take_over(name, self.node_id, self.ttl_s)
+            self._private_taken = True
+        else:
+            self._private = await self._leases.acquire(name, self.node_id, self.ttl_s)
+        if self._private is not None:
+            self._fresh.add(self.private)
 
     async def rebalance(self) -> None:
         """One round: beat, renew what we hold, take our share, give back the surplus."""
         live = int(await self._beat(keys=[self._keys.nodes],
                                     args=[self.node_id, int(self.ttl_s * 1000)]))
+        await self._keep_private()
         share = math.ceil(self._keys.partitions / max(1, live))
         for part, lease in list(self._held.items()):
             renewed = await self._leases.renew(lease, self.ttl_s)
@@ -120,9 +160,10 @@ class PartitionLeases:
         if self._task is not None:
             await self._task
             self._task = None
-        for lease in list(self._held.values()):
+        for lease in [*self._held.values(), *([self._private] if self._private else [])]:
             try:
                 await self._leases.release(lease)
             except (RedisError, OSError):
                 pass  # they expire on their own
         self._held.clear()
+        self._private = None

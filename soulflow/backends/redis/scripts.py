@@ -12,6 +12,15 @@ redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
 return token
 """
 
+# KEYS: lease, fence counter. ARGV: owner, ttl ms.
+# Take the lease with a new fencing token, held or not: only for a lease that belongs to one
+# owner by name (a node's private partition), taken over from the owner's previous life.
+LEASE_TAKE_OVER = """
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"""
+
 # KEYS: lease. ARGV: expected value, ttl ms. Compare-and-extend.
 LEASE_RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
