@@ -22,6 +22,12 @@ has (`LRANGE run from n`): one round trip, never a stale state, whoever wrote la
 is folded onto the cached state and written only if the list still has the length that state
 was folded from (checked in the script; else the run is read again and the append retried),
 so a step of the loop costs one round trip.
+
+A read needs no round trip at all while this node still holds the lease it last appended
+under: that append left the run's fence at its token, so an older holder's write is refused
+and a newer holder needs the lease this node still holds; nobody else can have written since.
+The cache is read through again as soon as the chat's fencing token differs (lease lost or
+taken anew), for a finished run (its fence is dropped) and without leases (tests, one node).
 """
 
 from __future__ import annotations
@@ -121,11 +127,13 @@ def partition_fence(backend: RedisBackend) -> Fence:
 
 @dataclass(slots=True)
 class _Run:
-    """What this node knows of a run: its first `length` list entries, folded."""
+    """What this node knows of a run: its first `length` list entries, folded, and the
+    fencing token of this node's last append to it (0: none; see the module doc)."""
 
     length: int
     events: list[ev.Event]
     state: RunState
+    token: int = 0
 
 
 def _decode(raw: bytes | str) -> ev.Event | None:
@@ -170,13 +178,22 @@ class RedisThreadStore:
             self._runs.popitem(last=False)
         return run
 
+    def _current(self, run: _Run) -> bool:
+        """Nobody else can have written to the run since this node's last append to it: the
+        lease of that append's token is still held (module doc)."""
+        return (run.token > 0 and not run.state.finished
+                and self._token(run.state) == run.token)
+
     def _load(self, run_id: str) -> _Run:
-        """The run brought up to date: only the entries after those already known are read."""
+        """The run brought up to date: only the entries after those already known are read,
+        none while `_current` says nothing can have come."""
         run = self._runs.get(run_id)
         if run is None:
             run = self._new(run_id)
         else:
             self._runs.move_to_end(run_id)
+            if self._current(run):
+                return run
         raws = self._redis.lrange(self._keys.run(run_id), run.length, -1)
         for raw in raws:
             event = _decode(raw)
@@ -209,12 +226,13 @@ class RedisThreadStore:
                     "inbound": state.inbound_key, "task": bool(state.chat.task_id),
                     "parent": state.parent_run}
             started = run.events[0].at if run.events else event.at
+            token = self._token(state)
             try:
                 length = int(self._append(
                     keys=[self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
                           self._keys.runs_inbound, self._keys.runs_fence,
                           self._keys.runs_of_chat(state.chat.key)],
-                    args=[run_id, line, self._token(state), json.dumps(meta, ensure_ascii=False),
+                    args=[run_id, line, token, json.dumps(meta, ensure_ascii=False),
                           state.inbound_key or "", 1 if state.finished else 0,
                           int(started * 1000), self._ttl_s, run.length]))
             except BaseException:
@@ -230,6 +248,7 @@ class RedisThreadStore:
                                f"{state.chat.key}")
             run.events.append(event)
             run.length = length
+            run.token = token
             if self._on_finished is not None:
                 report_finished(self._on_finished, self, run_id, event, state)
             return state
