@@ -213,10 +213,9 @@ class RedisBackend:
                 "url": shown_url(self.url) if self.url else "",
                 "connected": reach.connected, "since": reach.since,
                 "last_error": reach.last_error,
-                "partitions": {"held": self.partitions.held(), "total": self.keys.partitions,
-                               "private": self.partitions.private,
-                               "private_held": self.partitions.lease(
-                                   self.partitions.private) is not None},
+                "partitions": {"held": self.partitions.held(), "total": self.keys.partitions},
+                "private_partition": {"name": self.partitions.private, "held": (
+                    self.partitions.lease(self.partitions.private) is not None)},
                 "lease_ttl_s": self.partitions.ttl_s}
 
     def store_unreachable(self, exc: BaseException) -> bool:
