@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -62,6 +63,16 @@ class Rig:
         if self.redis is not None and self.redis.process is not None:
             redis = _cpu(self.redis.process.pid)
         return sum(_cpu(pid) for pid in pids), redis
+
+    def redis_commands(self) -> int:
+        """Commands redis-server has processed so far (0 on the file backend)."""
+        if self.redis is None:
+            return 0
+        client = redis.Redis.from_url(self.redis.url)
+        try:
+            return int(client.info("stats")["total_commands_processed"])
+        finally:
+            client.close()
 
     def long_polling_since(self, since: float) -> bool:
         return any(r.method == "getUpdates" and r.params.get("timeout") and r.time >= since
@@ -132,9 +143,9 @@ def duplicates(chats: TelegramChats) -> int:
 
 
 def throughput_run(model_url: str, backend: str, nodes: int, args: argparse.Namespace
-                   ) -> tuple[float, float, float, int]:
-    """(msg/s, daemons' and redis-server's CPU ms per message, duplicate replies) of one
-    burst."""
+                   ) -> tuple[float, float, float, float, int]:
+    """(msg/s, daemons' and redis-server's CPU ms per message, Redis commands per message,
+    duplicate replies) of one burst."""
     rounds = max(1, args.messages // args.chats)
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, \
             rig(Path(tmp), model_url, nodes=nodes, chats=args.chats, backend=backend,
@@ -142,16 +153,18 @@ def throughput_run(model_url: str, backend: str, nodes: int, args: argparse.Name
         r.chats.post_round(0)  # warm-up: sessions created, connections open
         wait_replies(r, args.chats, 60, "the warm-up answered")
         wait_for(lambda: answered(r.chats, range(1)), 60, 0.05, "the warm-up answered")
-        cpu0, started = r.cpu_s(), time.monotonic()
+        cpu0, commands0, started = r.cpu_s(), r.redis_commands(), time.monotonic()
         for n in range(1, rounds + 1):
             r.chats.post_round(n)
         wait_replies(r, (rounds + 1) * args.chats, args.timeout, "a reply per message")
         wait_for(lambda: answered(r.chats, range(rounds + 1)), args.timeout, 0.5,
                  "every message answered")
         elapsed = max(r.sent_since(started, "c")) - started
-        daemons, redis = (b - a for a, b in zip(cpu0, r.cpu_s(), strict=True))
-        ms = 1000 / (rounds * args.chats)
-        return rounds * args.chats / elapsed, daemons * ms, redis * ms, duplicates(r.chats)
+        daemons, server = (b - a for a, b in zip(cpu0, r.cpu_s(), strict=True))
+        messages = rounds * args.chats
+        commands = (r.redis_commands() - commands0) / messages
+        return (messages / elapsed, 1000 * daemons / messages, 1000 * server / messages,
+                commands, duplicates(r.chats))
 
 
 def throughput(model_url: str, args: argparse.Namespace) -> None:
@@ -159,14 +172,17 @@ def throughput(model_url: str, args: argparse.Namespace) -> None:
     rows: list[tuple[str, ...]] = []
     for backend, nodes in configs:
         for run in range(args.runs):
-            rate, daemons, redis, dups = throughput_run(model_url, backend, nodes, args)
+            rate, daemons, server, commands, dups = throughput_run(model_url, backend, nodes,
+                                                                   args)
             label = "file" if backend == "file" else \
                 f"redis AOF {args.appendfsync}, {nodes} node{'s' if nodes > 1 else ''}"
-            rows.append((label, str(run + 1), f"{rate:,.0f}", f"{daemons + redis:.2f}",
-                         f"{daemons:.2f}", f"{redis:.2f}", str(dups)))
-            print(f"  {label} run {run + 1}: {rate:,.0f} msg/s, {daemons + redis:.2f} ms "
-                  f"CPU/msg ({redis:.2f} redis-server), {dups} duplicates", flush=True)
-    header = ("backend", "run", "msg/s", "CPU ms/msg", "daemons", "redis", "duplicates")
+            rows.append((label, str(run + 1), f"{rate:,.0f}", f"{daemons + server:.2f}",
+                         f"{daemons:.2f}", f"{server:.2f}", f"{commands:.0f}", str(dups)))
+            print(f"  {label} run {run + 1}: {rate:,.0f} msg/s, {daemons + server:.2f} ms "
+                  f"CPU/msg ({server:.2f} redis-server), {commands:.0f} Redis commands/msg, "
+                  f"{dups} duplicates", flush=True)
+    header = ("backend", "run", "msg/s", "CPU ms/msg", "daemons", "redis", "cmds/msg",
+              "duplicates")
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     print(f"\n{args.messages // args.chats * args.chats} messages over {args.chats} chats, "
           "each one turn; CPU = every daemon + redis-server")
