@@ -29,6 +29,7 @@ def test_a_run_driven_under_a_held_lease_is_read_from_the_cache(
     state = node.state("run_o")
     assert state.turns == 1 and state.pending_calls
     assert [e.type for e in node.events("run_o")] == [ev.RUN_STARTED, ev.MODEL_TURN]
+    assert node.claim("run_o")
     assert lrange_calls(redis_stores.state) == before  # nobody else could have written
     lease.token = None  # the lease lapsed: read through from now on
     node.state("run_o")

@@ -296,6 +296,9 @@ class RedisThreadStore:
         return matching
 
     def claim(self, run_id: str) -> bool:
+        cached = self._runs.get(run_id)
+        if cached is not None and self._current(cached):
+            return True  # this node's last append fenced the run with the lease it still holds
         token = self._token(self._load(run_id).state)
         return bool(self._claim(keys=[self._keys.runs_open, self._keys.runs_fence],
                                 args=[run_id, token]))
