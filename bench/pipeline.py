@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -72,6 +73,44 @@ def describe_commands(before: dict[str, int], after: dict[str, int], messages: i
             + ", ".join(f"{name} {calls / messages:.1f}" for name, calls in top if calls))
 
 
+@dataclass
+class RoundTrips:
+    """Requests this process sent to Redis (a pipeline or a script is one), counted where
+    redis-py writes them to the socket: `sync` from the stores the agent calls on the event
+    loop's thread, `async` from the bus."""
+
+    sync: int = 0
+    async_: int = 0
+
+
+@contextmanager
+def counting_round_trips() -> Iterator[RoundTrips]:
+    """Count `send_packed_command` calls of redis-py's sync and asyncio connections (bench
+    instrumentation: the call itself is unchanged)."""
+    import redis.asyncio.connection as async_connection  # noqa: PLC0415
+    import redis.connection as sync_connection  # noqa: PLC0415
+
+    counts = RoundTrips()
+    sync_send = sync_connection.AbstractConnection.send_packed_command
+    async_send = async_connection.AbstractConnection.send_packed_command
+
+    def counted_sync(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        counts.sync += 1
+        return sync_send(self, command, check_health)
+
+    async def counted_async(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        counts.async_ += 1
+        return await async_send(self, command, check_health)
+
+    sync_connection.AbstractConnection.send_packed_command = counted_sync  # type: ignore[method-assign]
+    async_connection.AbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        sync_connection.AbstractConnection.send_packed_command = sync_send  # type: ignore[method-assign]
+        async_connection.AbstractConnection.send_packed_command = async_send  # type: ignore[method-assign]
+
+
 @contextmanager
 def redis_server(backend: str, fsync: str) -> Iterator[str | None]:
     """A private redis-server with AOF (`fsync`: always / everysec) for `--backend redis`."""
@@ -89,7 +128,9 @@ def redis_server(backend: str, fsync: str) -> Iterator[str | None]:
 
 async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: str,
               in_process: bool = False, redis_url: str | None = None,
-              profile: cProfile.Profile | None = None) -> None:
+              profile: cProfile.Profile | None = None,
+              round_trips: RoundTrips | None = None) -> None:
+    round_trips = round_trips or RoundTrips()
     with tempfile.TemporaryDirectory() as tmp:
         values = {
             "PROVIDER": "phi4_local", "PHI4_BASE_URL": base_url, "DASHBOARD_ENABLED": "false",
@@ -134,6 +175,7 @@ async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: 
             # throughput
             base = runtime.bus.dispatcher.sent_count
             commands = redis_commands(redis_url)
+            trips = RoundTrips(round_trips.sync, round_trips.async_)
             start, cpu_start = time.perf_counter(), time.process_time()
             if profile is not None:
                 profile.enable()
@@ -145,6 +187,8 @@ async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: 
             cpu = time.process_time() - cpu_start
             if profile is not None:
                 profile.disable()
+            trips = RoundTrips(round_trips.sync - trips.sync,
+                               round_trips.async_ - trips.async_)
             commands_after = redis_commands(redis_url)
             print(f"throughput: {messages} messages over {chats} chats in {elapsed:.2f} s "
                   f"= {messages / elapsed:,.0f} msg/s (fsync={fsync})")
@@ -152,6 +196,8 @@ async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: 
                   f"(ceiling on one core: {messages / cpu:,.0f} msg/s; the fake model runs in "
                   "its own process on the same 2 cores)")
             if redis_url is not None:
+                print(f"redis round trips per message: {trips.sync / messages:.1f} sync "
+                      f"(event loop blocked), {trips.async_ / messages:.1f} async")
                 print("redis: " + describe_commands(commands, commands_after, messages))
 
             # added latency, one message at a time
@@ -190,9 +236,10 @@ def main() -> None:
                         help="cProfile the throughput run into FILE (pstats format)")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
-    with fake_model_process() as base_url, redis_server(args.backend, args.redis_fsync) as url:
+    with (fake_model_process() as base_url, redis_server(args.backend, args.redis_fsync) as url,
+          counting_round_trips() as round_trips):
         asyncio.run(run(base_url, args.messages, args.chats, args.sequential, args.fsync,
-                        args.in_process_model, url, profile))
+                        args.in_process_model, url, profile, round_trips))
     if profile is not None:
         profile.dump_stats(args.profile)
 
