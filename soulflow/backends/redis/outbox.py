@@ -90,11 +90,12 @@ class RedisOutbox:
         await self._update(message_id, _state(attempts, next_at, False, error))
 
     async def _drop(self, message_id: str) -> None:
-        self._sending.pop(message_id, None)
-        raw = await self._client.hget(self._keys.outbox_messages, message_id)
-        if raw is None:
-            return
-        part = self._part(OutboundMessage.from_dict(json.loads(raw)))
+        part = self._sending.pop(message_id, None)  # known when it was sent from here
+        if part is None:
+            raw = await self._client.hget(self._keys.outbox_messages, message_id)
+            if raw is None:
+                return
+            part = self._part(OutboundMessage.from_dict(json.loads(raw)))
         await self._remove(keys=[self._keys.outbox_messages, self._keys.outbox_state,
                                  self._keys.outbox_order(part)], args=[message_id])
 
@@ -105,18 +106,20 @@ class RedisOutbox:
         await self._drop(message_id)
 
     async def get(self, message_id: str) -> OutboxEntry | None:
-        raw = await self._client.hget(self._keys.outbox_messages, message_id)
-        if raw is None:
-            return None
-        state = await self._client.hget(self._keys.outbox_state, message_id)
-        return _entry(raw, state)
+        pipe = self._client.pipeline(transaction=False)  # one round trip for both halves
+        pipe.hget(self._keys.outbox_messages, message_id)
+        pipe.hget(self._keys.outbox_state, message_id)
+        raw, state = await pipe.execute()
+        return None if raw is None else _entry(raw, state)
 
     async def _entries(self, ids: Iterable[bytes | str]) -> list[OutboxEntry]:
         ids = list(ids)
         if not ids:
             return []
-        raws = await self._client.hmget(self._keys.outbox_messages, ids)
-        states = await self._client.hmget(self._keys.outbox_state, ids)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hmget(self._keys.outbox_messages, ids)
+        pipe.hmget(self._keys.outbox_state, ids)
+        raws, states = await pipe.execute()
         return [_entry(raw, state) for raw, state in zip(raws, states, strict=True)
                 if raw is not None]
 
