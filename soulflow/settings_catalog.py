@@ -394,8 +394,9 @@ SETTINGS: tuple[Setting, ...] = (
             "rediss:// for TLS, or unix:///path/to/redis.sock. Unreachable at boot: the daemon "
             "stops with the reason.", "Scaling", secret=True),
     Setting("SOULFLOW_NODE_ID", _node_id, "",
-            "This daemon's name among the nodes sharing one Redis (empty: hostname and pid). "
-            "Unique per running daemon.", "Scaling"),
+            "This daemon's name among the nodes sharing one Redis (empty: hostname and a "
+            "digest of the workspace path). Unique per running daemon; keep it across restarts "
+            "(its local chat is keyed by it).", "Scaling"),
     Setting("REDIS_KEY_PREFIX", _text, "soulflow:",
             "Prefix of every key SoulFlow writes in Redis (several bots can share one Redis).",
             "Scaling"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Callable
@@ -13,9 +14,15 @@ from soulflow.backends.base import Backend, BackendKind, BackendUnavailable
 from soulflow.backends.file import FileBackend
 
 
-def default_node_id() -> str:
-    """Hostname and pid: unique among live daemons, readable in logs and in Redis."""
-    return f"{socket.gethostname()}-{os.getpid()}"
+def default_node_id(workspace: Path | None = None) -> str:
+    """Hostname and a digest of the workspace's path: unique among live daemons (one daemon
+    per workspace), readable in logs and in Redis, and the same after a restart, so the node's
+    own local chat (its private partition, keyed by the node id) is still its own. Without a
+    workspace (a bare config): hostname and pid."""
+    if workspace is None:
+        return f"{socket.gethostname()}-{os.getpid()}"
+    digest = hashlib.sha256(str(workspace.resolve()).encode()).hexdigest()[:8]
+    return f"{socket.gethostname()}-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +40,8 @@ class BackendConfig:
         """From validated `Settings` (anything indexable by setting name)."""
         return cls(kind=BackendKind(settings["SOULFLOW_BACKEND"]),
                    redis_url=settings["REDIS_URL"],
-                   node_id=settings["SOULFLOW_NODE_ID"] or default_node_id(),
+                   node_id=settings["SOULFLOW_NODE_ID"] or default_node_id(
+                       getattr(settings, "workspace", None)),
                    key_prefix=settings["REDIS_KEY_PREFIX"],
                    partitions=int(settings["REDIS_PARTITIONS"]),
                    lease_ttl_s=float(settings["REDIS_LEASE_TTL_S"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,11 @@ def test_settings_validate_the_backend_names(tmp_path: Path) -> None:
                                         "REDIS_URL": "rediss://cache.internal:6380/2"})
     config = BackendConfig.from_settings(settings)
     assert config.kind is BackendKind.REDIS and config.redis_url.startswith("rediss://")
-    assert config.node_id == default_node_id() and (config.partitions, config.lease_ttl_s) == \
-        (16, 6.0)
+    # stable for a workspace (a restart keeps it), apart for another one
+    assert config.node_id == default_node_id(settings.workspace) != default_node_id(
+        tmp_path / "elsewhere")
+    assert str(os.getpid()) not in config.node_id.rsplit("-", 1)[1]
+    assert (config.partitions, config.lease_ttl_s) == (16, 6.0)
 
 
 async def test_open_backend_builds_what_the_settings_name(tmp_path: Path,

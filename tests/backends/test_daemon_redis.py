@@ -71,7 +71,8 @@ def test_a_sigkill_mid_batch_loses_nothing_and_answers_nothing_twice(
     daemon.kill()
     assert answered_before < 6  # mid-batch: the restarted daemon has work to take over
     fake_llm.delay_s = 0.0
-    daemon.start()  # a new process: a new node id, the old node's leases expire first
+    daemon.start()  # a new process, the same node id (its workspace's): its local chats
+    # are back at once (the private partition), its shared leases once they expire
     for chat in said:
         wait_for(lambda chat=chat: len(daemon.replies(chat)) >= 3, timeout=30,
                  what=f"every reply in {chat}")
