@@ -30,10 +30,13 @@ def test_a_run_driven_under_a_held_lease_is_read_from_the_cache(
     assert state.turns == 1 and state.pending_calls
     assert [e.type for e in node.events("run_o")] == [ev.RUN_STARTED, ev.MODEL_TURN]
     assert node.claim("run_o")
+    done = node.append("run_o", ev.Event(ev.DONE, {"status": ev.COMPLETED, "final": "ok"}))
+    assert node.state("run_o") is done and node.events("run_o")[-1].type == ev.DONE
     assert lrange_calls(redis_stores.state) == before  # nobody else could have written
     lease.token = None  # the lease lapsed: read through from now on
     node.state("run_o")
     assert lrange_calls(redis_stores.state) == before + 1
+    assert node.state("run_o").finished
 
 
 def test_a_node_that_lost_the_lease_sees_the_new_holders_events(

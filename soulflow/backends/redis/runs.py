@@ -27,7 +27,10 @@ A read needs no round trip at all while this node still holds the lease it last 
 under: that append left the run's fence at its token, so an older holder's write is refused
 and a newer holder needs the lease this node still holds; nobody else can have written since.
 The cache is read through again as soon as the chat's fencing token differs (lease lost or
-taken anew), for a finished run (its fence is dropped) and without leases (tests, one node).
+taken anew) and without leases (tests, one node). The run this node finished is read from the
+cache too while the lease holds: its fence is dropped with the indexes, but nothing appends
+after DONE (`AgentLoop` stops there), and the state and events that follow the finishing
+append (the finished listener, the turn's end) are those that append just wrote.
 """
 
 from __future__ import annotations
@@ -181,8 +184,7 @@ class RedisThreadStore:
     def _current(self, run: _Run) -> bool:
         """Nobody else can have written to the run since this node's last append to it: the
         lease of that append's token is still held (module doc)."""
-        return (run.token > 0 and not run.state.finished
-                and self._token(run.state) == run.token)
+        return run.token > 0 and self._token(run.state) == run.token
 
     def _load(self, run_id: str) -> _Run:
         """The run brought up to date: only the entries after those already known are read,
