@@ -15,6 +15,7 @@ messages were answered, how often and in which order.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import Counter
@@ -156,8 +157,14 @@ class Cluster:
                  node_env: Callable[[str], dict[str, str]] | None = None, **env: str) -> None:
         self.tmp_path = tmp_path
         self.node_env = node_env or (lambda name: {})
+        # one vault key for every node, as deployed (docs/scaling.md): each reads it from disk
+        key = tmp_path / "master.key"
+        if not key.exists():
+            key.touch(mode=0o600)
+            key.write_bytes(os.urandom(32))
         self.settings = {
             "PROVIDER": "phi4_local", "PHI4_BASE_URL": llm_url, "PHI4_MODEL": "fake-model",
+            "SOULFLOW_MASTER_KEY_FILE": str(key),
             "SOULFLOW_BACKEND": "redis", "REDIS_URL": redis_url, "REDIS_KEY_PREFIX": prefix,
             "REDIS_LEASE_TTL_S": f"{lease_ttl_s:g}", "REDIS_PARTITIONS": str(partitions),
             "CHANNEL_FOLD_MAX": "1", "CHANNEL_SEND_INTERVAL_MS": "0",
