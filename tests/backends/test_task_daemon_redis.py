@@ -31,6 +31,9 @@ from tests.e2e.harness import Daemon, daemon_factory, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.tasks.helpers import waiting_task
 
+NODE = "node-t"
+LOCAL_CHAT = f"test@{NODE}"  # the daemon's local chat "test", as the node names it on Redis
+
 
 class Shared:
     """The tasks' side of Redis, read and written as a node that already died would have."""
@@ -64,7 +67,7 @@ def daemon(tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisServer
            shared: Shared) -> Iterator[Daemon]:
     settings = {"SOULFLOW_BACKEND": "redis", "REDIS_URL": redis_server.url,
                 "REDIS_KEY_PREFIX": shared.prefix, "REDIS_PARTITIONS": "4",
-                "REDIS_LEASE_TTL_S": "1"}
+                "REDIS_LEASE_TTL_S": "1", "SOULFLOW_NODE_ID": NODE}
     with daemon_factory(tmp_path, fake_llm.base_url, **settings) as factory:
         yield factory()
 
@@ -74,14 +77,15 @@ def test_a_task_whose_daemon_is_killed_mid_step_finishes_on_the_next(
     shared.plant(TaskState("t-long", "Think it over", TaskGraph([
         TaskNode(id="think", kind=NodeKind.AGENT, goal="think it over"),
         TaskNode(id="again", kind=NodeKind.AGENT, goal="and once more", depends_on=["think"])]),
-        provider="local", chat_id="test", requested_by="local"))
+        provider="local", chat_id=LOCAL_CHAT, requested_by="local"))
     fake_llm.delay_s = 30.0  # the first step's model call is under way at the kill
     daemon.start()  # the only node: it holds every chat and starts the task
     wait_for(lambda: shared.task("t-long").nodes["think"].status is NodeStatus.RUNNING
              and fake_llm.requests, what="the first step under way")
     daemon.kill()
     fake_llm.delay_s = 0.0
-    daemon.start()  # a new node: the dead one's leases expire, this one takes its chats
+    daemon.start()  # the same node again: it takes its local chat back (its private
+    # partition), the task with it
     wait_for(lambda: shared.task("t-long").status is TaskStatus.COMPLETED, timeout=30,
              what="the task to finish on the new node")
     done = shared.task("t-long")
@@ -94,7 +98,7 @@ def test_a_task_whose_daemon_is_killed_mid_step_finishes_on_the_next(
 
 def test_task_commands_and_events_on_redis(daemon: Daemon, shared: Shared) -> None:
     send = TaskNode(id="send", kind=NodeKind.TOOL, tool="message", depends_on=["ok"])
-    shared.plant(waiting_task("t-wait", "test", send))
+    shared.plant(waiting_task("t-wait", LOCAL_CHAT, send))
     daemon.start()
     assert daemon.state()["task_graphs"] == {"unfinished": 1, "problems": [], "running": 0}
     listed = daemon.wait_reply(daemon.say("/task list"))["content"]
@@ -120,11 +124,11 @@ def test_a_dead_node_s_tasks_resume_on_the_daemon_that_takes_their_chat(
     # as a node killed mid-step left them: each with its first step `running`
     redo = TaskState("t-redo", "Summarise", TaskGraph([
         TaskNode(id="think", kind=NodeKind.AGENT, goal="summarise the notes")]),
-        provider="local", chat_id="test", requested_by="local")
+        provider="local", chat_id=LOCAL_CHAT, requested_by="local")
     ask = TaskState("t-ask", "Tell the chat", TaskGraph([
         TaskNode(id="tell", kind=NodeKind.TOOL, tool="message",
                  params={"text": "said by the task"})]),
-        provider="local", chat_id="test", requested_by="local")
+        provider="local", chat_id=LOCAL_CHAT, requested_by="local")
     for task in (redo, ask):
         state = next(iter(task.nodes.values()))
         state.status, state.attempts = NodeStatus.RUNNING, 1
