@@ -6,7 +6,9 @@ inbound key, six run-journal events (start, model turn, tool started, tool resul
 done; each append returns the new state) and two state reads (as `AgentLoop.drive` does).
 This bench times exactly those calls for `--turns` turns over `--chats` chats, on the file
 stores and on the Redis stores (a private redis-server with AOF `--fsync always|everysec`),
-and prints the time per turn and per call.
+and prints the time per turn and per call. As in the daemon, the journals redact what they
+store (`Redactor.redact_strings`), the run starts with the session's last 20 messages as its
+history, and the Redis journal writes under a partition lease this node holds (token 1).
 
     python bench/agent_state.py [--turns 500] [--chats 20] [--fsync always]
 """
@@ -28,6 +30,7 @@ from soulflow.backends.redis.runs import RedisThreadStore  # noqa: E402
 from soulflow.backends.redis.sessions import RedisSessionStore  # noqa: E402
 from soulflow.backends.redis.sync_client import StateRedis, sync_client  # noqa: E402
 from soulflow.contracts import ChatRef  # noqa: E402
+from soulflow.security.redact import Redactor  # noqa: E402
 from soulflow.session.store import Sessions, SessionStore  # noqa: E402
 from tests.backends.redis_server import RedisServer  # noqa: E402
 
@@ -39,13 +42,13 @@ def one_turn(sessions: Sessions, runs: RunJournal, chat: ChatRef, n: int) -> Non
     inbound = f"{chat.key}:{n}"
     sessions.append(key, {"role": "user", "content": f"question {n} " + "x" * 200,
                           "inbound_key": inbound})
-    sessions.last(key, 20)
+    history = sessions.last(key, 20)
     assert not runs.find(inbound_key=inbound)
     run_id = f"run_{uuid.uuid4().hex[:16]}"
     call = {"id": "t1.c1", "name": "read_file", "arguments": {"path": "notes.md"}}
     events = (
             ev.Event(ev.RUN_STARTED, {"run_id": run_id, "chat": chat.to_dict(),
-                                      "text": f"question {n}", "history": [],
+                                      "text": f"question {n}", "history": history,
                                       "inbound_key": inbound, "max_turns": 10}),
             ev.Event(ev.MODEL_TURN, {"content": "", "tool_calls": [call]}),
             ev.Event(ev.TOOL_CALL_STARTED, {"id": "t1.c1", "name": "read_file"}),
@@ -83,8 +86,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         directory = Path(tmp)
-        sessions = SessionStore(directory / "sessions", fsync="interval")
-        runs = ThreadStore(directory / "threads", fsync="interval")
+        redactor = Redactor.from_environ({})  # one per store pair: its memo starts empty
+        sessions = SessionStore(directory / "sessions", fsync="interval",
+                                redact=redactor.redact)
+        runs = ThreadStore(directory / "threads", fsync="interval",
+                           redact=redactor.redact_strings)
         measure("file (fsync interval)", sessions, runs, args.turns, args.chats)
         sessions.close()
         runs.close()
@@ -93,8 +99,10 @@ def main() -> None:
         server.start()
         try:
             state = StateRedis(sync_client(server.url), "bench:")
-            measure(f"redis (AOF {args.fsync})", RedisSessionStore(state),
-                    RedisThreadStore(state), args.turns, args.chats)
+            redactor = Redactor.from_environ({})
+            measure(f"redis (AOF {args.fsync})", RedisSessionStore(state, redact=redactor.redact),
+                    RedisThreadStore(state, redact=redactor.redact_strings,
+                                     fence=lambda chat_key: 1), args.turns, args.chats)
             state.close()
         finally:
             server.stop()
