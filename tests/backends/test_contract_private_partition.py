@@ -9,6 +9,7 @@ from __future__ import annotations
 from soulflow.backends.base import Completion
 from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.keys import partition_of, private_part
+from soulflow.backends.redis.runs import partition_fence
 from tests.backends.conftest import Harness
 from tests.backends.helpers import eventually, inbound, outbound
 
@@ -68,6 +69,9 @@ async def test_a_restart_with_the_same_id_takes_its_local_chats_back_at_once(
     assert isinstance(new, RedisBackend)
     new_lease = new.partitions.lease(new.partitions.private)
     assert new_lease is not None and new_lease.token > old_token
+    # run journals are written under the private lease's token: the new life's is newer
+    assert partition_fence(new)("local:dashboard@node-a") == new_lease.token
+    assert partition_fence(new)("local:dashboard@node-b") is None
     assert [m.key for m in await new.inbound.claim()] == [message.key]
     assert await old.inbound.complete(message.key, "answered") is Completion.FENCED
     assert await new.inbound.complete(message.key, "answered") is Completion.DONE
