@@ -36,6 +36,20 @@ def _entry(message_json: bytes | str, state: bytes | str | None) -> OutboxEntry:
     return entry
 
 
+# KEYS: messages hash, state hash. ARGV: message id. Marks the entry in flight, keeping its
+# attempts, next try and last error (one step, no read-modify-write by the node); 0 if gone.
+_MARK_SENDING = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local state = redis.call('HGET', KEYS[2], ARGV[1]) or '0|0|0|'
+local attempts, next_at, err = string.match(state, '^([^|]*)|([^|]*)|[^|]*|(.*)$')
+if not attempts then attempts, next_at, err = '0', '0', '' end
+redis.call('HSET', KEYS[2], ARGV[1], attempts .. '|' .. next_at .. '|1|' .. err)
+return 1
+"""
+
+PARTS_KNOWN = 4096  # message ids whose partition a node remembers (then it starts over)
+
+
 class RedisOutbox:
     def __init__(self, client: Redis, keys: Keys, partitions: PartitionLeases, *,
                  answered_ttl_s: float = 7 * 24 * 3600) -> None:
@@ -46,14 +60,23 @@ class RedisOutbox:
         self._put = client.register_script(scripts.OUTBOX_PUT)
         self._set_state = client.register_script(scripts.OUTBOX_STATE)
         self._remove = client.register_script(scripts.OUTBOX_REMOVE)
+        self._mark_sending = client.register_script(_MARK_SENDING)
         self._sending: dict[str, Part] = {}  # message id → partition, while a send runs here
+        # message id → partition of the messages this node stored or read: a stored message
+        # never changes, so neither does its chat; saves reading it again to send it
+        self._parts: dict[str, Part] = {}
 
     def busy(self, part: int) -> bool:
         """A send of this partition is under way here (its partition must not move now)."""
         return part in self._sending.values()
 
     def _part(self, message: OutboundMessage) -> Part:
-        return partition_of(message.chat_key, self._keys.partitions)
+        """The message's partition, remembered for its later `record_sending` / `_drop`."""
+        part = partition_of(message.chat_key, self._keys.partitions)
+        if len(self._parts) >= PARTS_KNOWN:
+            self._parts.clear()
+        self._parts[message.message_id] = part
+        return part
 
     async def put(self, message: OutboundMessage) -> bool:
         k = self._keys
@@ -73,15 +96,20 @@ class RedisOutbox:
                               args=[message_id, state])
 
     async def record_sending(self, message_id: str) -> bool:
-        entry = await self.get(message_id)
-        if entry is None:
-            return False
-        part = self._part(entry.message)
+        part = self._parts.get(message_id)
+        if part is None:
+            entry = await self.get(message_id)
+            if entry is None:
+                return False
+            part = self._part(entry.message)
         if self._partitions.lease(part) is None:
             return False  # moved to another node since pending() was read
         self._sending[message_id] = part  # busy from here: the partition stays until sent
-        await self._update(message_id, _state(entry.attempts, entry.next_at, True,
-                                              entry.last_error))
+        if not await self._mark_sending(keys=[self._keys.outbox_messages,
+                                              self._keys.outbox_state], args=[message_id]):
+            self._sending.pop(message_id, None)  # sent or buried meanwhile
+            self._parts.pop(message_id, None)
+            return False
         return True
 
     async def record_attempt(self, message_id: str, attempts: int, next_at: float,
@@ -90,12 +118,14 @@ class RedisOutbox:
         await self._update(message_id, _state(attempts, next_at, False, error))
 
     async def _drop(self, message_id: str) -> None:
-        part = self._sending.pop(message_id, None)  # known when it was sent from here
+        self._sending.pop(message_id, None)
+        part = self._parts.pop(message_id, None)  # known when it was stored or read here
         if part is None:
             raw = await self._client.hget(self._keys.outbox_messages, message_id)
             if raw is None:
                 return
-            part = self._part(OutboundMessage.from_dict(json.loads(raw)))
+            chat_key = OutboundMessage.from_dict(json.loads(raw)).chat_key
+            part = partition_of(chat_key, self._keys.partitions)
         await self._remove(keys=[self._keys.outbox_messages, self._keys.outbox_state,
                                  self._keys.outbox_order(part)], args=[message_id])
 
