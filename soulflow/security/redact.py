@@ -13,7 +13,9 @@ Unlike sealing nothing is stored: matches simply become ``[REDACTED]``.
 
 It runs on every log record, so it is built for speed: known values are matched in one pass of
 one precompiled alternation (longest first), and each detector is skipped unless one of its
-literal trigger substrings occurs in the text.
+literal trigger substrings occurs in the text. Structured values (journal events, model
+requests) repeat the same history turn after turn: `redact_strings` remembers the strings it
+found clean until the known values change, so each is scanned once.
 """
 
 from __future__ import annotations
