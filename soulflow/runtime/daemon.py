@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from soulflow import __version__
 from soulflow.agent.approvals import ApproverPolicy
@@ -39,10 +39,9 @@ from soulflow.config import Settings
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
-from soulflow.ops.service import loop_and_channel_problems
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
-from soulflow.runtime import agent_state, service_state, wiring
+from soulflow.runtime import agent_state, service_state, status, wiring
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.redact import Redactor, install_log_redaction
@@ -55,7 +54,6 @@ from soulflow.telemetry import RUN_BUCKETS_S, Histogram
 log = logging.getLogger(__name__)
 
 DAEMON_INFO_FILE = "daemon.json"
-T = TypeVar("T")
 
 
 class Runtime:
@@ -325,87 +323,19 @@ class Runtime:
                 loop.remove_signal_handler(sig)
             await self.stop()
 
-    # -- state ---------------------------------------------------------------------------
+    # -- state (soulflow/runtime/status.py) ---------------------------------------------
 
     def problems(self) -> list[str]:
-        """What is wrong right now: a supervised loop down, a channel failing, an unreadable
-        task store. `state()["ok"]` is true only when the daemon is ready with none of them
-        (the ops reading in `state()["ops"]` adds providers and how long problems last)."""
-        found = loop_and_channel_problems(self.supervisor.status(), self.manager.health)
-        vault = [self.vault.key_problem] if self.vault.key_problem else []  # another key (Redis)
-        return [*backend_problems(self.backend.status()), *found.values(), *vault,
-                *self._shared(lambda: list(self.tasks.problems), [])]
+        """What is wrong right now; `state()["ok"]` is true only when ready with none."""
+        return status.problems(self)
 
     def queue_depths(self) -> dict[str, int]:
         """Work waiting in the bus and the manager (the dashboard's and the ops reading's)."""
-        stats = self.bus.stats  # refreshed by the "bus:stats" loop (the store may be Redis)
-        return {"inbound_pending": stats.inbound_pending,
-                "inbound_queued": self.manager.queued,
-                "active_chats": self.manager.active_chats,
-                "outbox_pending": stats.outbox_pending,
-                "outbound_queued": self.bus.dispatcher.queued, "dlq": stats.dlq}
+        return status.queue_depths(self)
 
     def state(self) -> dict[str, Any]:
-        """The dashboard's view of the daemon; its only free text (recent messages) comes
-        redacted from the event hub."""
-        bus = self.bus
-        problems = self.problems()
-        return {
-            "ok": self.ready and not problems,
-            "problems": problems,
-            "version": __version__,
-            "pid": os.getpid(),
-            "workspace": str(self.settings.workspace),
-            "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else 0.0,
-            "provider": self.providers.default_name,
-            "local_model": self.local_model.status() if self.local_model is not None else None,
-            "backend": self.backend.status(),
-            "queues": {**self.queue_depths(), "inbound_dlq": bus.stats.inbound_dlq},
-            "counters": {
-                "received": self.manager.received_count,
-                "answered": self.manager.answered_count,
-                "max_turns": self.manager.max_turns_count,  # best-effort answers, apart
-                "failed": self.manager.failed_count,
-                "sent": bus.dispatcher.sent_count,
-                "dead_lettered": bus.dispatcher.dead_count,
-            },
-            "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
-                          **self.manager.health.get(a.name).to_dict()} for a in self.channels],
-            "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
-            "sessions": self._shared(lambda: [
-                {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
-                for s in self.sessions.list_sessions()[:20]], []),
-            "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
-            "loops": self.supervisor.status(),
-            "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
-            "cron": {"jobs": self._shared(lambda: len(self.cron.store), None),
-                     "fired": self.cron.fired_count},
-            "task_graphs": self._shared(self.task_services.state, {}),
-            "sandbox": self.sandbox.status().as_dict(),
-            **self._shared(self.background.state, {}),  # "ops", "heartbeat"
-        }
-
-    def _shared(self, read: Callable[[], T], default: T) -> T:
-        """A read for `state()` of what may live in Redis (sessions, cron, tasks, ...): not
-        tried while the backend is unreachable, and a failure gives `default`, so /api/state
-        keeps answering, and says why, when Redis is lost."""
-        if not self.backend.status()["connected"]:
-            return default
-        try:
-            return read()
-        except Exception as exc:
-            log.debug("state: a store did not answer (%s: %s)", type(exc).__name__, exc)
-            return default
-
-
-def backend_problems(status: dict[str, Any]) -> list[str]:
-    """The backend's part of `problems()`: a store that stopped answering, by when."""
-    if status.get("connected", True):
-        return []
-    since = status.get("since")
-    when = datetime.fromtimestamp(since).strftime("%Y-%m-%d %H:%M:%S") if since else "?"
-    return [f"Redis unreachable since {when}: this node takes no new work "
-            f"({status.get('last_error') or 'no answer'})"]
+        """The dashboard's view of the daemon (`/api/state`)."""
+        return status.state(self)
 
 
 class FrontEnd(Protocol):
