@@ -47,6 +47,9 @@ class AgentAnswers:
     files_dir: Path
     max_inbound_chars: int
     backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
+    # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
+    # failure is not the run's; the manager gives the batch back instead of apologising
+    store_unreachable: Callable[[BaseException], bool] = lambda exc: False
 
     async def continue_open_run(self, message: InboundMessage,
                                 adapter: ChannelAdapter | None) -> bool:
@@ -102,6 +105,8 @@ class AgentAnswers:
         except RunMoved:
             raise  # not a failure: the run goes on at the chat's new node (the manager)
         except Exception as exc:  # a bug must still end in a recorded failure, not silence
+            if self.store_unreachable(exc):
+                raise  # Redis away: the manager gives the batch back to run again
             log.exception("answering %s failed", first.key)
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
                                "the error is in the daemon's log.", ReplyStatus.FAILED,

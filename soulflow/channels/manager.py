@@ -101,7 +101,8 @@ class ChannelManager:
         self._on_event = on_event or (lambda kind, data: None)
         self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs, files_dir,
-                                    max_inbound_chars, self.backlog_for)
+                                    max_inbound_chars, self.backlog_for,
+                                    bus.backend.store_unreachable)
         # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
         # meant for a task (its plan review, a waiting step) is answered there; None: not one
         self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None

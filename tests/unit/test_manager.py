@@ -335,6 +335,35 @@ async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
     assert await drained(bus)
 
 
+async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run itself hits the store away (a run-journal write on Redis): no "Sorry, something
+    went wrong" reply; the batch is given back and answered once the store answers."""
+    build, adapter, model, bus = rig
+
+    class StoreAway(Exception):
+        pass
+
+    monkeypatch.setattr(bus.backend, "store_unreachable",
+                        lambda exc: isinstance(exc.__cause__, StoreAway))
+    manager = build()
+    manager.release_pause_s = 0.01
+    real = manager.agent.respond
+    runs: list[str] = []
+
+    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
+        runs.append(message.key)
+        if len(runs) == 1:
+            raise RuntimeError("run journal write failed") from StoreAway()
+        return await real(message, text, **kwargs)
+
+    monkeypatch.setattr(manager.agent, "respond", respond)
+    await manager.ingest(adapter, [msg(1, "hello")])
+    assert await settle(adapter, 1) == ["echo: hello"]
+    assert runs == ["chat:c1:m1", "chat:c1:m1"] and await bus.inbound_dlq.count() == 0
+    assert await drained(bus)
+
+
 async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     build, adapter, model, bus = rig
