@@ -15,6 +15,7 @@ them all, and the turn completes each one as answered by its one reply.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from soulflow.agent.approvals import parse_decision
 from soulflow.agent.domain import AgentDomain
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.registry import ChannelRegistry
+
+log = logging.getLogger(__name__)
 
 Batch = list[InboundMessage]
 
@@ -45,6 +48,13 @@ class ChatBacklog:
         """Queue a batch behind its chat's earlier ones; returns the chat key."""
         key = batch[0].chat_key
         self._queues.setdefault(key, deque()).append(batch)
+        return key
+
+    def push_front(self, batch: Batch) -> str:
+        """Put a batch given back (its store was away) before its chat's later ones, so the
+        chat is still answered in order; returns the chat key."""
+        key = batch[0].chat_key
+        self._queues.setdefault(key, deque()).appendleft(batch)
         return key
 
     def take(self, chat_key: str, can_fold: Callable[[InboundMessage], bool]) -> Turn | None:
@@ -95,9 +105,24 @@ class FoldRule:
     agent: AgentDomain
 
     def for_chat(self, chat_key: str) -> Callable[[InboundMessage], bool]:
-        if chat_key.startswith("local:") or self.agent.open_run(chat_key) is not None:
+        """The rule for the chat's next turn. It reads the run store, which may be Redis and
+        away: then nothing folds (the turn itself meets the store and is given back); a
+        failure here must never escape the chat's job, or the chat's backlog would keep its
+        messages with no job to run them."""
+        try:
+            if chat_key.startswith("local:") or self.agent.open_run(chat_key) is not None:
+                return _never
+        except Exception as exc:
+            log.warning("%s: cannot tell whether its queued messages may fold (%s: %s)",
+                        chat_key, type(exc).__name__, exc)
             return _never
-        return self.may_fold
+        return self._may_fold_or_not
+
+    def _may_fold_or_not(self, message: InboundMessage) -> bool:
+        try:
+            return self.may_fold(message)
+        except Exception:  # the run store away: keep the message's own turn
+            return False
 
     def may_fold(self, message: InboundMessage) -> bool:
         if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:

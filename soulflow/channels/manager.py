@@ -270,10 +270,15 @@ class ChannelManager:
                 return
             except Exception:
                 log.exception("could not record the failure of %s", batch[0].key)
+        chat_key = batch[0].chat_key
         log.warning("%d message(s) of %s given back, to be run again when the store answers",
-                    len(batch), batch[0].chat_key)
+                    len(batch), chat_key)
         await asyncio.sleep(self.release_pause_s)  # the chat waits: never a hot retry loop
-        await self.bus.inbound.release(batch)
+        if backend.owns(chat_key):  # still ours: before the chat's later messages, in order
+            self._backlog.push_front(batch)
+            self._executor.submit(chat_key, lambda: self._take_turn(chat_key))
+        else:  # the chat moved: its new holder takes the entries over from the stream
+            await self.bus.inbound.release(batch)
 
     def _on_reaction(self, message: InboundMessage) -> None:
         if not self.access.is_allowed(message.provider, message.sender_id):

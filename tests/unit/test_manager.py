@@ -364,6 +364,59 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
     assert await drained(bus)
 
 
+async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store goes away during m1's turn while m2 and m3 wait behind it: once it answers,
+    the chat is answered m1, m2, m3 (the given-back batch goes first, not to the end)."""
+    build, adapter, model, bus = rig
+
+    class StoreAway(Exception):
+        pass
+
+    monkeypatch.setattr(bus.backend, "store_unreachable",
+                        lambda exc: isinstance(exc.__cause__, StoreAway))
+    manager = build(fold_max=1)
+    manager.release_pause_s = 0.05
+    real = manager.agent.respond
+    runs: list[str] = []
+
+    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
+        runs.append(text)
+        if len(runs) == 1:
+            await asyncio.sleep(0.05)  # m2 and m3 arrive while m1 runs
+            raise RuntimeError("run journal write failed") from StoreAway()
+        return await real(message, text, **kwargs)
+
+    monkeypatch.setattr(manager.agent, "respond", respond)
+    await manager.ingest(adapter, [msg(1, "m1")])
+    await asyncio.sleep(0.01)
+    await manager.ingest(adapter, [msg(2, "m2"), msg(3, "m3")])
+    assert await settle(adapter, 3) == ["echo: m1", "echo: m2", "echo: m3"]
+    assert await drained(bus)
+
+
+async def test_a_fold_rule_that_meets_the_store_away_does_not_wedge_the_chat(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deciding whether queued messages may fold reads the run store; if that fails (Redis
+    away), the turn runs unfolded instead of the chat keeping its backlog with no job."""
+    build, adapter, model, bus = rig
+    manager = build()
+    failures: list[str] = []
+    real = manager.agent.open_run
+
+    def open_run(chat_key: str, **kwargs: Any) -> Any:
+        if not failures:  # the fold rule's read fails; the turn's own read finds the store
+            failures.append(chat_key)
+            raise ConnectionError("run store unreachable")
+        return real(chat_key, **kwargs)
+
+    monkeypatch.setattr(manager.agent, "open_run", open_run)
+    await manager.ingest(adapter, [msg(1, "hello")])
+    assert await settle(adapter, 1) == ["echo: hello"]
+    assert failures and manager.queued == 0
+    assert await drained(bus)
+
+
 async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     build, adapter, model, bus = rig
