@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from soulflow.backends.base import Completion
 from soulflow.backends.redis import scripts
@@ -49,6 +49,9 @@ class RedisInbound:
         self._claimed: dict[str, _Claimed] = {}
         self._backlog: dict[Part, deque[tuple[str, InboundMessage]]] = {}
         self._swept_at: dict[Part, float] = {}  # monotonic time of each partition's last sweep
+        # partitions whose last read failed: Redis may have handed this node entries whose
+        # reply never arrived (a BLOCK that outlived the socket timeout, a cut connection)
+        self._unsure: set[Part] = set()
 
     def busy(self, part: int) -> bool:
         """Work of this partition in this node's hands (claimed, or read and queued)."""
@@ -118,6 +121,7 @@ class RedisInbound:
             self._backlog[part] = deque(await self._reclaim(part, node, min_idle_ms=0))
             self._partitions.reclaimed(part)
             self._swept_at[part] = time.monotonic()
+        await self._recover_unsure(node)
         await self._sweep(node)
         out: list[InboundMessage] = []
         readable: list[Part] = []
@@ -137,8 +141,12 @@ class RedisInbound:
         if readable and len(out) < limit:
             streams = {self._keys.stream(p): ">" for p in readable}
             block = int(wait_s * 1000) if wait_s > 0 and not out else None
-            replies = await self._client.xreadgroup(GROUP, node, streams, count=limit - len(out),
-                                                    block=block)
+            try:
+                replies = await self._client.xreadgroup(GROUP, node, streams,
+                                                        count=limit - len(out), block=block)
+            except (RedisError, OSError, TimeoutError):
+                self._unsure.update(readable)
+                raise
             by_stream = {self._keys.stream(p): p for p in readable}
             for stream, entries in replies or []:
                 part = by_stream[_text(stream)]
@@ -170,6 +178,21 @@ class RedisInbound:
             return
         self._claimed[message.key] = _Claimed(part, entry_id, lease.value)
         out.append(message)
+
+    async def _recover_unsure(self, node: str) -> None:
+        """After a failed read, first take back what Redis may have handed over unseen:
+        those entries are older than anything read later, so they go before them, in order
+        (left alone, the sweep or the next holder would answer them after later messages of
+        their chat)."""
+        for part in sorted(self._unsure, key=str):
+            if self._partitions.lease(part) is not None:
+                queued = self._backlog.get(part, deque())
+                known = {m.key for _, m in queued}
+                found = [(entry_id, m) for entry_id, m in
+                         await self._reclaim(part, node, min_idle_ms=0) if m.key not in known]
+                if found or queued:
+                    self._backlog[part] = deque([*found, *queued])
+            self._unsure.discard(part)
 
     async def _sweep(self, node: str) -> None:
         """Once a TTL per held partition: take entries idle for a TTL in any consumer's hands.
