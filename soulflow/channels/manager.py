@@ -251,6 +251,7 @@ class ChannelManager:
         except RunMoved:  # a decision or an answer to a run the chat's new node took over
             log.info("%s: its chat moved to another node, which handles it",
                      turn.batch[0].key)
+            await self.bus.inbound.release(turn.batch)  # whoever holds the chat next, even us
         except Exception as exc:
             log.exception("handling %s failed", turn.batch[0].key)
             await self._fail_turn(turn.batch, exc)
@@ -365,6 +366,7 @@ class ChannelManager:
             reply = await self.answers.run_agent(batch, adapter, text)
         except RunMoved:  # the chat is another node's now: it runs this message again
             log.info("%s: its chat moved to another node, which answers it", first.key)
+            await self.bus.inbound.release(batch)  # whoever holds the chat next, even us
             return
         await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
                                  metadata=reply_metadata(reply))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from soulflow.agent.run.store import RunMoved
 from soulflow.agent.tools.base import ChatRef
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
@@ -414,6 +415,29 @@ async def test_a_fold_rule_that_meets_the_store_away_does_not_wedge_the_chat(
     await manager.ingest(adapter, [msg(1, "hello")])
     assert await settle(adapter, 1) == ["echo: hello"]
     assert failures and manager.queued == 0
+    assert await drained(bus)
+
+
+async def test_a_message_whose_run_moved_is_handed_out_again_to_the_chats_holder(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RunMoved: the chat's partition passed to a newer lease while the turn ran (Redis away
+    long enough). The manager lets go of the message in the store too, so the chat's next
+    holder (this node again, after taking the partition back) is handed it: never stranded."""
+    build, adapter, model, bus = rig
+    manager = build()
+    real = manager.agent.respond
+    runs: list[str] = []
+
+    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
+        runs.append(text)
+        if len(runs) == 1:
+            raise RunMoved("the chat's partition is held under a newer lease")
+        return await real(message, text, **kwargs)
+
+    monkeypatch.setattr(manager.agent, "respond", respond)
+    await manager.ingest(adapter, [msg(1, "hello")])
+    assert await settle(adapter, 1) == ["echo: hello"]
+    assert runs == ["hello", "hello"] and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
 
 
