@@ -16,7 +16,6 @@ refused), and it never counts in the share.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -48,8 +47,6 @@ class PartitionLeases:
         self.private = private_part(node_id)
         self._private: Lease | None = None
         self._private_taken = False  # taken over once (at start); after, acquired when free
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
         # the first partition this node tries: spreads nodes over the ring at startup
         self._offset = sum(node_id.encode()) % keys.partitions
 
@@ -133,33 +130,9 @@ class PartitionLeases:
                 await self._leases.release(self._held.pop(part))
                 self._fresh.discard(part)
 
-    def start(self) -> None:
-        """Keep rebalancing every quarter TTL in a supervised task until `stop()`."""
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name=f"redis-partitions-{self.node_id}")
-
-    async def _run(self) -> None:
-        """`start()` follows a first `rebalance()`, so each round waits first."""
-        interval = self.ttl_s / 4
-        while True:
-            try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
-                return
-            except TimeoutError:
-                pass
-            try:
-                await asyncio.wait_for(self.rebalance(), timeout=interval * 2)
-            except (RedisError, OSError, TimeoutError) as exc:
-                log.warning("partition leases: Redis unreachable (%s); retrying", exc)
-            except Exception:
-                log.exception("partition leases: rebalance failed; retrying")
-
     async def stop(self) -> None:
-        """Stop the loop and hand every partition back at once (a clean stop is no failover)."""
-        self._stopping.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        """Hand every partition back at once (a clean stop is no failover). The rounds are
+        driven by the backend's loop (`RedisBackend._keep_leases`), which it stops first."""
         for lease in [*self._held.values(), *([self._private] if self._private else [])]:
             try:
                 await self._leases.release(lease)
