@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from soulflow.agent.approvals import (
+    ApprovalMap,
     ApprovalMessages,
     ApproverPolicy,
     Decider,
@@ -141,6 +142,29 @@ class Pipeline:
         return open_run is not None and open_run[1] == ev.WAITING_APPROVAL
 
 
+def wire_chat(bus: MessageBus, agent: AgentDomain, approvals: ApprovalMap, tmp_path: Path
+              ) -> tuple[ChatAdapter, ChannelManager]:
+    """The chat channel on `bus` as the runtime wires it: the adapter sends the bus's replies,
+    a sent approval prompt is remembered (so a reaction to it finds its run), and the manager
+    lets ALICE, BOB and CAROL in. Shared by the Redis two-node test."""
+    adapter = ChatAdapter()
+    registry = ChannelRegistry()
+    registry.register(adapter)
+    bus.bind_senders(registry.get)
+
+    def remember(message: OutboundMessage, result: SendResult) -> None:  # as the runtime does
+        approval_id = message.metadata.get("approval_id")
+        if approval_id and result.platform_message_ids:
+            approvals.remember(message.chat_key, result.platform_message_ids,
+                               str(message.metadata.get("run_id")), str(approval_id))
+
+    bus.dispatcher.sent_listeners.append(remember)
+    manager = ChannelManager(registry, bus, agent,
+                             access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
+                             files_dir=tmp_path / "files")
+    return adapter, manager
+
+
 async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
                     ) -> AsyncIterator[Pipeline]:
     """The pipeline over the files in `tmp_path`: building it twice is a restart."""
@@ -158,21 +182,7 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
     admins = {("chat", CAROL)}
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) in admins))
-    adapter = ChatAdapter()
-    registry = ChannelRegistry()
-    registry.register(adapter)
-    bus.bind_senders(registry.get)
-
-    def remember(message: OutboundMessage, result: SendResult) -> None:  # as the runtime does
-        approval_id = message.metadata.get("approval_id")
-        if approval_id and result.platform_message_ids:
-            approvals.remember(message.chat_key, result.platform_message_ids,
-                               str(message.metadata.get("run_id")), str(approval_id))
-
-    bus.dispatcher.sent_listeners.append(remember)
-    manager = ChannelManager(registry, bus, agent,
-                             access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
-                             files_dir=tmp_path / "files")
+    adapter, manager = wire_chat(bus, agent, approvals, tmp_path)
     await bus.start()
     claiming = asyncio.create_task(manager.claim_loop(), name="inbound:claim")
     try:

@@ -31,19 +31,15 @@ from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import OutboundMessage, SendResult
-from soulflow.channels.access import AccessPolicy
-from soulflow.channels.manager import ChannelManager
-from soulflow.channels.registry import ChannelRegistry
 from soulflow.decision.service import DecisionService
 from tests.agent.recorder import Recorder
 from tests.agent.test_approval_people import (
     ALICE,
     BOB,
     CAROL,
-    ChatAdapter,
     Pipeline,
     RiskyModel,
+    wire_chat,
 )
 from tests.backends.redis_server import RedisServer
 
@@ -71,21 +67,7 @@ async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: lis
     approvals = RedisApprovalMessages(state)
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) == ("chat", CAROL)))
-    adapter = ChatAdapter()
-    registry = ChannelRegistry()
-    registry.register(adapter)
-    bus.bind_senders(registry.get)
-
-    def remember(message: OutboundMessage, result: SendResult) -> None:  # as the runtime does
-        approval_id = message.metadata.get("approval_id")
-        if approval_id and result.platform_message_ids:
-            approvals.remember(message.chat_key, result.platform_message_ids,
-                               str(message.metadata.get("run_id")), str(approval_id))
-
-    bus.dispatcher.sent_listeners.append(remember)
-    manager = ChannelManager(registry, bus, agent,
-                             access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
-                             files_dir=tmp_path / "files")
+    adapter, manager = wire_chat(bus, agent, approvals, tmp_path)
     await bus.start()
     claiming = asyncio.create_task(manager.claim_loop(), name=f"inbound:claim:{node_id}") \
         if owner else None
