@@ -1,9 +1,11 @@
-"""Daemons and a Redis that fails under them (issue 12): a daemon cut off from Redis by the
-network stops reading the platform account before its lease can expire, so another node takes
-over without two readers ever polling at once (fencing, at the daemon level).
+"""Daemons and a Redis that fails under them (issue 12): Redis itself SIGKILLed and restarted
+mid-flood with AOF `appendfsync always` loses nothing; a daemon cut off from Redis by the network
+stops reading the platform account before its lease can expire, so another node takes over
+without two readers ever polling at once (fencing, at the daemon level).
 
-Redis itself SIGKILLed and restarted mid-flood (AOF `appendfsync always`) does not pass yet:
-docs/scaling.md, "Known problems".
+Not asserted here: the order of a chat's answers across the Redis restart. It still fails in
+most runs (a given-back message answered after its chat's next one: docs/scaling.md, "Known
+problems"); the test prints the chats it finds out of order.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ pytestmark = pytest.mark.timeout(180)
 def telegram() -> Iterator[FakeTelegramThread]:
     with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
         yield tg
+
+
+@pytest.fixture
+def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own that writes every command to disk before answering."""
+    server = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+    yield server
+    server.stop()
 
 
 class ProxyThread:
@@ -69,6 +80,49 @@ def make_cluster(tmp_path: Path, redis_url: str, llm: FakeOpenAIThread,
     return Cluster(tmp_path, redis_url=redis_url, llm_url=llm.base_url,
                    prefix=f"e2e{uuid.uuid4().hex[:8]}:", platform_env=chats.env(),
                    node_env=chats.node_env, lease_ttl_s=lease_ttl_s)
+
+
+def test_redis_killed_and_restarted_mid_flood_loses_nothing(
+        tmp_path: Path, durable_redis: RedisServer, fake_llm: FakeOpenAIThread,
+        telegram: FakeTelegramThread) -> None:
+    rounds = 6
+    fake_llm.delay_s = 0.2  # turns take a while: Redis dies under several of them
+    chats = TelegramChats(telegram, CHATS)
+    nodes = make_cluster(tmp_path, durable_redis.url, fake_llm, chats, lease_ttl_s=3.0)
+    try:
+        members = [nodes.add(f"node{i}") for i in range(2)]
+        nodes.start(members)
+        nodes.wait_one_leader()
+        nodes.wait(lambda: long_polling_since(telegram, 0.0), 30, "the reader to long-poll")
+        for round_ in range(3):
+            chats.post_round(round_)
+        nodes.wait(lambda: len(telegram.sent_texts()) >= CHATS, 30, "the flood under way")
+        unanswered = len(chats.missing(range(3)))
+        durable_redis.stop()  # SIGKILL, mid-flood: replies are being produced and sent
+        nodes.wait(lambda: not nodes.leaders(), 30,
+                   "the reader to stop reading while Redis is away")
+        chats.post_round(3)  # waits on the platform: nobody reads it while Redis is away
+        durable_redis.start()  # same port, state from the append-only file
+        for round_ in range(4, rounds):
+            chats.post_round(round_)
+        nodes.wait_answered(chats, range(rounds), 60)
+        assert all(node.alive for node in members)
+        assert unanswered > 0  # Redis died mid-flood
+    finally:
+        nodes.close()
+    duplicates = 0
+    out_of_order = []
+    for chat, texts in chats.all_replies().items():
+        expected = [f"echo: {chats.text(chat, n)}" for n in range(rounds)]
+        assert sorted(set(texts)) == sorted(expected), (chat, texts)  # all answered, nothing else
+        # at most what the chat had in hand when Redis died: a turn and a reply being sent
+        assert len(texts) - rounds <= 2, (chat, texts)
+        duplicates += len(texts) - rounds
+        if list(dict.fromkeys(texts)) != expected:
+            out_of_order.append(texts)
+    print(f"redis restart: {rounds * CHATS} messages, {unanswered} unanswered when Redis "
+          f"died, {duplicates} duplicate replies, chats out of order (known problem): "
+          f"{out_of_order}")
 
 
 def test_a_daemon_cut_off_from_redis_stops_reading_before_its_lease_expires(
