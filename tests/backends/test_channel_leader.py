@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,21 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+@asynccontextmanager
+async def leader_then_standby(first: ReaderNode, second: ReaderNode) -> AsyncIterator[None]:
+    """`first` started and leading the account, then `second` started and on standby; both
+    stopped on the way out (a node the test already stopped is stopped again harmlessly)."""
+    try:
+        first.start()
+        await until(first.leads, TIMEOUT)
+        second.start()
+        await until(second.on_standby, TIMEOUT)
+        yield
+    finally:
+        await second.stop()
+        await first.stop()
+
+
 async def stored_cursors(client: Redis, keys: Keys, channel: str) -> dict[str, object]:
     return await RedisCursors(client, keys).load(channel)
 
@@ -71,40 +87,35 @@ async def test_one_node_polls_telegram_and_the_other_takes_over_when_it_is_cut_o
         second = ReaderNode.on(telegram_adapter(f"{fake.url}/i/b", tmp_path / "b"), redis,
                                keys, "node-b", ttl_s=TTL_S)
         try:
-            first.start()
-            await until(first.leads, TIMEOUT)
-            second.start()
-            await until(second.on_standby, TIMEOUT)
-            await until(lambda: first.record.last_read_at is not None, TIMEOUT)  # primed
-            fake.push_message(CHAT, "one", from_id=CHAT)
-            await until(lambda: "one" in first.texts(), TIMEOUT)
-            await eventually(lambda: offset_past(redis, keys, 1),
-                             what="the leader's offset in Redis")  # its fenced write, stored
+            async with leader_then_standby(first, second):
+                await until(lambda: first.record.last_read_at is not None, TIMEOUT)  # primed
+                fake.push_message(CHAT, "one", from_id=CHAT)
+                await until(lambda: "one" in first.texts(), TIMEOUT)
+                await eventually(lambda: offset_past(redis, keys, 1),
+                                 what="the leader's offset in Redis")  # its fenced write, stored
 
-            # the standby node sends (a reply goes out from whichever node holds the chat)
-            await second.adapter.send(OutboundMessage(provider="telegram", chat_id=str(CHAT),
-                                                      content="from the standby node"))
-            assert "from the standby node" in fake.sent_texts(CHAT)
-            assert fake.polls_by["b"] == 0 and fake.polls_by["a"] > 0
+                # the standby node sends (a reply goes out from whichever node holds the chat)
+                await second.adapter.send(OutboundMessage(provider="telegram", chat_id=str(CHAT),
+                                                          content="from the standby node"))
+                assert "from the standby node" in fake.sent_texts(CHAT)
+                assert fake.polls_by["b"] == 0 and fake.polls_by["a"] > 0
 
-            first_token = first.record.lease_token
-            proxy.blackhole()  # node-a can no longer renew its lease
-            await until(second.leads, TIMEOUT)
-            await until(first.on_standby, TIMEOUT)
-            polls_by_first = fake.polls_by["a"]
-            second_token = second.record.lease_token
-            assert first_token is not None and second_token is not None
-            assert second_token > first_token
+                first_token = first.record.lease_token
+                proxy.blackhole()  # node-a can no longer renew its lease
+                await until(second.leads, TIMEOUT)
+                await until(first.on_standby, TIMEOUT)
+                polls_by_first = fake.polls_by["a"]
+                second_token = second.record.lease_token
+                assert first_token is not None and second_token is not None
+                assert second_token > first_token
 
-            fake.push_message(CHAT, "two", from_id=CHAT)
-            await until(lambda: "two" in second.texts(), TIMEOUT)
-            assert "one" not in second.texts()  # it read on from node-a's stored offset
-            assert "two" not in first.texts()
-            assert fake.polls_by["a"] == polls_by_first  # node-a stopped polling for good
-            assert fake.conflicts == 0  # never two getUpdates at once
+                fake.push_message(CHAT, "two", from_id=CHAT)
+                await until(lambda: "two" in second.texts(), TIMEOUT)
+                assert "one" not in second.texts()  # it read on from node-a's stored offset
+                assert "two" not in first.texts()
+                assert fake.polls_by["a"] == polls_by_first  # node-a stopped polling for good
+                assert fake.conflicts == 0  # never two getUpdates at once
         finally:
-            await second.stop()
-            await first.stop()
             await proxy.close()
             await cut_client.aclose()
 
@@ -116,11 +127,7 @@ async def test_a_clean_stop_hands_the_telegram_account_over(
                               keys, "node-a", ttl_s=TTL_S)
         second = ReaderNode.on(telegram_adapter(f"{fake.url}/i/b", tmp_path / "b"), redis,
                                keys, "node-b", ttl_s=TTL_S)
-        try:
-            first.start()
-            await until(first.leads, TIMEOUT)
-            second.start()
-            await until(second.on_standby, TIMEOUT)
+        async with leader_then_standby(first, second):
             await first.stop()  # releases the lease: no waiting for it to expire
             assert await RedisLeases(redis, keys).holder("account:telegram") in (
                 None, ("node-b", (first.record.lease_token or 0) + 1))
@@ -128,9 +135,6 @@ async def test_a_clean_stop_hands_the_telegram_account_over(
             fake.push_message(CHAT, "after the handover", from_id=CHAT)
             await until(lambda: "after the handover" in second.texts(), TIMEOUT)
             assert fake.polls_by["b"] > 0 and fake.conflicts == 0
-        finally:
-            await second.stop()
-            await first.stop()
 
 
 async def test_only_the_discord_leader_opens_a_gateway_session_and_both_send(
@@ -141,11 +145,7 @@ async def test_only_the_discord_leader_opens_a_gateway_session_and_both_send(
         second = ReaderNode.on(discord_adapter(fake, tmp_path / "b"), redis, keys, "node-b",
                                ttl_s=TTL_S)
         channel = fake.channel_ids["general"]
-        try:
-            first.start()
-            await until(first.leads, TIMEOUT)
-            second.start()
-            await until(second.on_standby, TIMEOUT)
+        async with leader_then_standby(first, second):
             assert len(fake.identifies) == 1  # one gateway session for the account
 
             fake.push_message(channel, "hello", fake.user_ids["alice"])
@@ -178,9 +178,6 @@ async def test_only_the_discord_leader_opens_a_gateway_session_and_both_send(
                 assert "again" not in third.texts() and "hello" not in third.texts()
             finally:
                 await third.stop()
-        finally:
-            await second.stop()
-            await first.stop()
 
 
 async def test_only_the_slack_leader_opens_socket_mode(
@@ -191,11 +188,7 @@ async def test_only_the_slack_leader_opens_socket_mode(
                                redis, keys, f"node-{name}", ttl_s=TTL_S) for name in "ab"]
         first, second = nodes
         general = "C0GENERAL1"
-        try:
-            first.start()
-            await until(first.leads, TIMEOUT)
-            second.start()
-            await until(second.on_standby, TIMEOUT)
+        async with leader_then_standby(first, second):
             assert fake.connection_count == 1
             assert len(fake.calls("apps.connections.open")) == 1
 
@@ -211,9 +204,6 @@ async def test_only_the_slack_leader_opens_socket_mode(
             fake.post_user_message(general, "to the new leader")
             await until(lambda: "to the new leader" in second.texts(), TIMEOUT)
             assert "to the leader" not in second.texts()
-        finally:
-            await second.stop()
-            await first.stop()
 
 
 async def test_a_node_that_never_leads_never_reads(
@@ -248,11 +238,7 @@ async def test_slack_polling_follows_a_thread_the_standby_node_answered_in(
                                                       poll_interval_s=0.02),
                                        redis, keys, f"node-{name}", ttl_s=TTL_S)
                          for name in "ab")
-        try:
-            first.start()
-            await until(first.leads, TIMEOUT)
-            second.start()
-            await until(second.on_standby, TIMEOUT)
+        async with leader_then_standby(first, second):
             question = fake.post_user_message(general, "a question")
             await until(lambda: "a question" in first.texts(), TIMEOUT)
             await second.adapter.send(OutboundMessage(provider="slack", chat_id=general,
@@ -263,6 +249,3 @@ async def test_slack_polling_follows_a_thread_the_standby_node_answered_in(
             (follow_up,) = [m for m in first.received if m.text == "a follow-up"]
             assert follow_up.metadata.get("bot_thread")
             assert not second.received
-        finally:
-            await second.stop()
-            await first.stop()
