@@ -71,8 +71,12 @@ async def test_a_bound_store_gets_the_story_and_the_status(world: TaskWorld) -> 
     expected = "runtime/tasks/details/t-7.md" if world.kind == "file" else str(location)
     assert {r["detail_file"] for r in records} == {expected}
     assert records[0]["run_id"] == "t-7/a#1" and records[0]["event_id"] == "t-7:a:assign:1"
+    assert records[0]["source"] == "task_loop"
+    assert records[0]["provider"] == "telegram" and records[0]["chat_id"] == "99"
+    assert records[-1]["event_id"].startswith("t-7:task:completed:")
     story = world.store().detail_tail("t-7", 10)
     assert len(story) == 5 and story[-1].endswith("task completed")
+    assert any("**done** b:" in line for line in story), story
     # an event from elsewhere (an operator) moves the task's status with it
     await events.append(WorkflowEvent("done", "stopped by the operator", task_id="t-7",
                                       payload={"status": "cancelled"}))

@@ -10,15 +10,6 @@ import pytest
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
 from soulflow.security.redact import Redactor
-from soulflow.tasks import (
-    TaskEvent,
-    TaskGraph,
-    TaskState,
-    TaskStatus,
-    TaskStore,
-    run_task_loop,
-)
-from tests.tasks.helpers import Toolbox, echo, tool
 
 SECRET = "hunter2-super-secret-value"
 
@@ -69,35 +60,3 @@ async def test_duplicates_are_dropped_even_after_a_restart(tmp_path: Path) -> No
 def test_unknown_phase_is_refused() -> None:
     with pytest.raises(ValueError, match="phase must be one of"):
         WorkflowEvent("finished", "x")
-
-
-async def test_bound_store_gets_detail_log_and_status(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path / "runtime" / "tasks")
-    events = service(tmp_path)
-    events.bind_task_store(store)
-    graph = TaskGraph([tool("a", params={"k": 1}), tool("b", depends_on=["a"])])
-    task = TaskState("t-7", "Two steps", graph, provider="telegram", chat_id="99")
-    await store.add(task)
-    await run_task_loop(task, store, Toolbox({"echo": echo}).executors(),
-                        emit=events.emit_task_event)
-    records = events.recent(20, task_id="t-7")
-    assert [(r["phase"], r["agent_id"]) for r in records] == [
-        ("assign", "a"), ("done", "a"), ("assign", "b"), ("done", "b"), ("done", "")]
-    assert {r["detail_file"] for r in records} == {"runtime/tasks/details/t-7.md"}
-    assert records[0]["run_id"] == "t-7/a#1" and records[0]["source"] == "task_loop"
-    assert records[0]["provider"] == "telegram" and records[0]["chat_id"] == "99"
-    story = (tmp_path / "runtime/tasks/details/t-7.md").read_text()
-    assert story.startswith("# Task t-7: Two steps")
-    assert "**done** b:" in story and story.rstrip().endswith("task completed")
-
-    # an event from elsewhere (e.g. an operator) moves the task's status with it
-    await events.append(WorkflowEvent("done", "stopped by the operator", task_id="t-7",
-                                      payload={"status": "cancelled"}))
-    assert store.require("t-7").status is TaskStatus.CANCELLED
-    assert TaskStore(store.directory).require("t-7").status is TaskStatus.CANCELLED
-    # a replayed step (same task, node, step and attempt) is deduped: no second line
-    before = len(events.recent(100))
-    await events.emit_task_event(TaskEvent(task, "assign", "again", records[0]["event_id"], "a"))
-    assert len(events.recent(100)) == before
-    assert records[0]["event_id"] == "t-7:a:assign:1"
-    assert records[-1]["event_id"].startswith("t-7:task:completed:")
