@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.backends.node_daemons import node_daemons
 from tests.backends.redis_server import RedisServer
-from tests.e2e.harness import Daemon, daemon_factory, wait_for
+from tests.e2e.harness import Daemon, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegramThread
@@ -32,13 +33,10 @@ def test_one_daemon_polls_the_bot_and_the_other_takes_over_after_a_sigkill(
                     "REDIS_KEY_PREFIX": f"c{uuid.uuid4().hex[:8]}:", "REDIS_PARTITIONS": "2",
                     "REDIS_LEASE_TTL_S": "1", "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
                     "CHANNEL_POLL_TIMEOUT_S": "1", "TELEGRAM_ALLOWED_USERS": str(USER)}
-        nodes: dict[str, Daemon] = {}
-        for name in ("node-a", "node-b"):  # own workspaces, as on two machines
-            (tmp_path / name).mkdir()
-            factory = stack.enter_context(daemon_factory(
-                tmp_path / name, fake_llm.base_url, SOULFLOW_NODE_ID=name,
-                TELEGRAM_API_URL=f"{tg.url}/i/{name}", **settings))  # tagged: polls per node
-            nodes[name] = factory()
+        nodes = stack.enter_context(node_daemons(
+            tmp_path, fake_llm.base_url,
+            per_node=lambda name: {"TELEGRAM_API_URL": f"{tg.url}/i/{name}"},  # polls per node
+            **settings))
         nodes["node-a"].start()
         wait_for(lambda: telegram(nodes["node-a"])["role"] == "leader"
                  and telegram(nodes["node-a"])["status"] == "connected",

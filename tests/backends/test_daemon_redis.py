@@ -9,7 +9,6 @@ and answers what was said meanwhile once Redis is back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 from collections import Counter
@@ -22,6 +21,7 @@ from redis.asyncio import Redis
 from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.keys import partition_of
 from soulflow.bus.messages import OutboundMessage
+from tests.backends.node_daemons import node_daemons
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, daemon_factory, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
@@ -151,13 +151,8 @@ def test_two_daemons_on_one_redis_share_the_chats_each_answered_once_in_order(
                     "REDIS_LEASE_TTL_S": "2", "TELEGRAM_API_URL": tg.url,
                     "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN, "CHANNEL_POLL_TIMEOUT_S": "1",
                     "TELEGRAM_ALLOWED_USERS": str(TELEGRAM_USER)}
-        with contextlib.ExitStack() as stack:
-            nodes = []
-            for name in ("node-a", "node-b"):  # own workspaces, as on two machines
-                (tmp_path / name).mkdir()
-                factory = stack.enter_context(daemon_factory(
-                    tmp_path / name, fake_llm.base_url, SOULFLOW_NODE_ID=name, **settings))
-                nodes.append(factory())
+        with node_daemons(tmp_path, fake_llm.base_url, **settings) as by_name:
+            nodes = list(by_name.values())
             for node in nodes:
                 node.start()
             wait_for(lambda: all(n.state()["backend"]["partitions"]["held"] for n in nodes),

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.backends.node_daemons import node_daemons
 from tests.backends.redis_server import RedisServer
-from tests.e2e.harness import Daemon, daemon_factory, wait_for
+from tests.e2e.harness import Daemon, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
 
 
@@ -24,14 +24,8 @@ def two_nodes(tmp_path: Path, fake_llm: FakeOpenAIThread,
     settings = {"SOULFLOW_BACKEND": "redis", "REDIS_URL": redis_server.url,
                 "REDIS_KEY_PREFIX": f"l{uuid.uuid4().hex[:8]}:", "REDIS_PARTITIONS": "4",
                 "REDIS_LEASE_TTL_S": "3", "CHANNEL_FOLD_MAX": "1"}
-    with ExitStack() as stack:
-        nodes = []
-        for name in ("node-a", "node-b"):
-            (tmp_path / name).mkdir()
-            factory = stack.enter_context(daemon_factory(tmp_path / name, fake_llm.base_url,
-                                                         SOULFLOW_NODE_ID=name, **settings))
-            nodes.append(factory())
-        yield nodes[0], nodes[1]
+    with node_daemons(tmp_path, fake_llm.base_url, **settings) as nodes:
+        yield nodes["node-a"], nodes["node-b"]
 
 
 def contents(daemon: Daemon, role: str, chat_id: str = "dashboard") -> list[str]:

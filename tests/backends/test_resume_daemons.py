@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from soulflow.backends.redis.keys import partition_of
+from tests.backends.node_daemons import node_daemons
 from tests.backends.redis_server import RedisServer
-from tests.e2e.harness import Daemon, daemon_factory, wait_for
+from tests.e2e.harness import Daemon, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegramThread
@@ -49,14 +49,8 @@ def two_nodes(tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisSer
                 "REDIS_LEASE_TTL_S": "1", "TELEGRAM_API_URL": telegram.url,
                 "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN, "TELEGRAM_ALLOWED_USERS": str(USER),
                 "CHANNEL_POLL_TIMEOUT_S": "1"}
-    with ExitStack() as stack:
-        nodes = []
-        for name in ("node-a", "node-b"):
-            (tmp_path / name).mkdir()
-            factory = stack.enter_context(daemon_factory(tmp_path / name, fake_llm.base_url,
-                                                         SOULFLOW_NODE_ID=name, **settings))
-            nodes.append(factory())
-        yield nodes[0], nodes[1]
+    with node_daemons(tmp_path, fake_llm.base_url, **settings) as nodes:
+        yield nodes["node-a"], nodes["node-b"]
 
 
 def reading(tg: FakeTelegramThread) -> None:
