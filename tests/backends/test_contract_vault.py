@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,25 @@ OpenVault = Callable[[Path], SecretVault]  # a vault whose key and lock live in 
 CHAT_A, CHAT_B = "telegram:1", "slack:C2"
 
 
+@contextmanager
+def redis_vaults_on(url: str) -> Iterator[OpenVault]:
+    """Vaults over one fresh Redis prefix, as the nodes of one cluster share the hash: each
+    opened on its own connection, all closed on the way out."""
+    prefix = fresh_state(url).prefix
+    opened: list[StateRedis] = []
+
+    def open_node(security_dir: Path) -> SecretVault:
+        state = fresh_state(url, prefix)
+        opened.append(state)
+        return SecretVault(security_dir, entries=RedisSecretEntries(state))
+
+    try:
+        yield open_node
+    finally:
+        for state in opened:
+            state.close()
+
+
 @pytest.fixture(params=["file", "redis"])
 def open_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenVault]:
     """File: every vault is the same workspace's (entries in ``<dir>/secrets.json``). Redis:
@@ -34,17 +54,8 @@ def open_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenV
         yield SecretVault
         return
     server: RedisServer = request.getfixturevalue("redis_server")
-    prefix = fresh_state(server.url).prefix
-    opened: list[StateRedis] = []
-
-    def open_redis(security_dir: Path) -> SecretVault:
-        state = fresh_state(server.url, prefix)
-        opened.append(state)
-        return SecretVault(security_dir, entries=RedisSecretEntries(state))
-
-    yield open_redis
-    for state in opened:
-        state.close()
+    with redis_vaults_on(server.url) as open_redis:
+        yield open_redis
 
 
 def test_values_round_trip_and_are_listed(open_vault: OpenVault, tmp_path: Path) -> None:
@@ -106,17 +117,8 @@ def test_rotation_re_encrypts_every_entry(open_vault: OpenVault, tmp_path: Path)
 
 @pytest.fixture
 def redis_vaults(redis_server: RedisServer, tmp_path: Path) -> Iterator[OpenVault]:
-    prefix = fresh_state(redis_server.url).prefix
-    opened: list[StateRedis] = []
-
-    def open_node(security_dir: Path) -> SecretVault:
-        state = fresh_state(redis_server.url, prefix)
-        opened.append(state)
-        return SecretVault(security_dir, entries=RedisSecretEntries(state))
-
-    yield open_node
-    for state in opened:
-        state.close()
+    with redis_vaults_on(redis_server.url) as open_node:
+        yield open_node
 
 
 def copy_key(source: SecretVault, node_dir: Path) -> None:
