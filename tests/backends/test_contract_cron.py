@@ -16,7 +16,7 @@ from soulflow.contracts import ChatRef, CronRunStatus
 from soulflow.cron import CronService, CronStore, Job, JobState, Schedule
 from soulflow.cron.store import JobStore
 from tests.backends.redis_server import RedisServer
-from tests.backends.service_stores import fresh_state, state_redis  # noqa: F401
+from tests.backends.service_stores import fresh_state, node_states, state_redis  # noqa: F401
 
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 CHAT = ChatRef("telegram", "42", None)
@@ -32,17 +32,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
         yield lambda: CronStore(tmp_path / "cron" / "cron-store.json")
         return
     server: RedisServer = request.getfixturevalue("redis_server")
-    prefix = fresh_state(server.url).prefix
-    opened: list[StateRedis] = []
-
-    def open_redis() -> JobStore:
-        state = fresh_state(server.url, prefix)
-        opened.append(state)
-        return RedisCronStore(state)
-
-    yield open_redis
-    for state in opened:
-        state.close()
+    with node_states(server.url) as open_state:
+        yield lambda: RedisCronStore(open_state())
 
 
 def job(job_id: str, *, text: str = "stand-up", chat: ChatRef = CHAT,

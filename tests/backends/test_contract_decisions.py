@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from soulflow.backends.redis.decisions import RedisDecisions
-from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.decision.service import DecisionService, FileDecisions
 from tests.backends.redis_server import RedisServer
-from tests.backends.service_stores import fresh_state
+from tests.backends.service_stores import node_states
 
 
 @dataclass
@@ -36,23 +35,15 @@ def decisions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Decisi
         yield Decisions(lambda: DecisionService(path), seed_file)
         return
     server: RedisServer = request.getfixturevalue("redis_server")
-    prefix = fresh_state(server.url).prefix
-    opened: list[StateRedis] = []
+    with node_states(server.url) as open_state:
 
-    def open_redis() -> DecisionService:
-        state = fresh_state(server.url, prefix)
-        opened.append(state)
-        return DecisionService(records=RedisDecisions(state))
+        def seed_redis(entries: dict[str, dict[str, object]]) -> None:
+            state = open_state()
+            state.client.hset(f"{state.prefix}decisions",
+                              mapping={k: json.dumps(v) for k, v in entries.items()})
 
-    def seed_redis(entries: dict[str, dict[str, object]]) -> None:
-        state = fresh_state(server.url, prefix)
-        state.client.hset(f"{prefix}decisions",
-                          mapping={k: json.dumps(v) for k, v in entries.items()})
-        state.close()
-
-    yield Decisions(open_redis, seed_redis)
-    for state in opened:
-        state.close()
+        yield Decisions(lambda: DecisionService(records=RedisDecisions(open_state())),
+                        seed_redis)
 
 
 def test_canonical_keys_and_the_priority_rule(decisions: Decisions) -> None:

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.backends.redis.vault import RedisSecretEntries
 from soulflow.security.errors import InvalidCiphertext, MissingKeyError, SecretNotFound
 from soulflow.security.vault import SecretVault
 from soulflow.security.vault_entries import EntriesChanged
 from soulflow.security.vault_records import StoredSecret
 from tests.backends.redis_server import RedisServer
-from tests.backends.service_stores import fresh_state
+from tests.backends.service_stores import fresh_state, node_states
 
 OpenVault = Callable[[Path], SecretVault]  # a vault whose key and lock live in that directory
 
@@ -29,21 +28,10 @@ CHAT_A, CHAT_B = "telegram:1", "slack:C2"
 
 @contextmanager
 def redis_vaults_on(url: str) -> Iterator[OpenVault]:
-    """Vaults over one fresh Redis prefix, as the nodes of one cluster share the hash: each
-    opened on its own connection, all closed on the way out."""
-    prefix = fresh_state(url).prefix
-    opened: list[StateRedis] = []
-
-    def open_node(security_dir: Path) -> SecretVault:
-        state = fresh_state(url, prefix)
-        opened.append(state)
-        return SecretVault(security_dir, entries=RedisSecretEntries(state))
-
-    try:
-        yield open_node
-    finally:
-        for state in opened:
-            state.close()
+    """Vaults sharing one Redis hash, as the nodes of one cluster do, each on its own client."""
+    with node_states(url) as open_state:
+        yield lambda security_dir: SecretVault(security_dir,
+                                               entries=RedisSecretEntries(open_state()))
 
 
 @pytest.fixture(params=["file", "redis"])
