@@ -8,8 +8,10 @@ event loop; in the daemon they run on the loop itself, which is what the breaker
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
@@ -39,6 +41,20 @@ def outcome(client: Redis) -> str:
         return "network"  # a timeout
 
 
+@contextmanager
+def own_redis(tmp_path: Path, **client_settings: Any) -> Iterator[tuple[RedisServer, Redis]]:
+    """A redis-server of this test's own (stopped and started by the test) and a client on
+    it; both closed on the way out."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    client = sync_client(server.url, **client_settings)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.stop()
+
+
 @pytest.fixture
 async def proxy(redis_server: RedisServer) -> AsyncIterator[CuttableProxy]:
     cut = CuttableProxy(redis_server.port)
@@ -63,11 +79,8 @@ async def test_a_cut_off_redis_is_tried_once_per_cooldown(proxy: CuttableProxy) 
 
 
 def test_calls_go_through_again_once_redis_answers(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
     clock = Clock()
-    client = sync_client(server.url, timeout_s=1.0, cooldown_s=3.0, clock=clock)
-    try:
+    with own_redis(tmp_path, timeout_s=1.0, cooldown_s=3.0, clock=clock) as (server, client):
         client.set("k", "v")
         server.stop()
         assert outcome(client) == "network"
@@ -83,30 +96,18 @@ def test_calls_go_through_again_once_redis_answers(tmp_path: Path) -> None:
         pipe.set("k", "w")
         pipe.get("k")
         assert pipe.execute() == [True, b"w"]
-    finally:
-        client.close()
-        server.stop()
 
 
 def test_without_a_cooldown_every_call_tries(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    client = sync_client(server.url, timeout_s=1.0)
-    try:
+    with own_redis(tmp_path, timeout_s=1.0) as (server, client):
         server.stop()
         assert [outcome(client) for _ in range(3)] == ["network"] * 3
-    finally:
-        client.close()
-        server.stop()
 
 
 def test_a_restarted_redis_costs_no_failed_call(tmp_path: Path) -> None:
     """The pooled connection of a restarted Redis is closed by the server; the next call must
     go through on a fresh connection, not fail the turn that makes it (nor open the breaker)."""
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    client = sync_client(server.url, timeout_s=1.0, cooldown_s=3.0, clock=Clock())
-    try:
+    with own_redis(tmp_path, timeout_s=1.0, cooldown_s=3.0, clock=Clock()) as (server, client):
         client.set("k", "v")
         server.stop()
         server.start()
@@ -117,9 +118,6 @@ def test_a_restarted_redis_costs_no_failed_call(tmp_path: Path) -> None:
         pipe.set("k", "w")
         pipe.get("k")
         assert pipe.execute() == [True, b"w"]
-    finally:
-        client.close()
-        server.stop()
 
 
 def test_the_backend_recognises_redis_not_answering_through_wrapping_errors() -> None:
