@@ -68,23 +68,36 @@ class Node:
     watch: asyncio.Task[None]
 
 
-async def open_node(name: str, harness: Harness, world: TaskWorld, cluster: Cluster) -> Node:
-    backend = await harness.open(name, lease_ttl_s=TTL_S, partitions=PARTITIONS)
-    assert isinstance(backend, RedisBackend)
-    fence = PartitionFence()
-    store = RedisTaskStore(world.state(), world.keys, fence=fence)
-    engine = TaskEngine(store, cluster.toolbox(name).executors(), owns=fence.owns)
-    fence.bind(backend, running=engine.running_chats)
-    backend.on_partitions_changed(engine.partitions_changed)
-    await engine.start()
-    watch = asyncio.create_task(engine.watch(0.05), name=f"tasks:ownership:{name}")
-    return Node(name, backend, engine, watch)
+@dataclass
+class Nodes:
+    """The nodes a test opens on one Redis, sharing one `Cluster` record; every node opened is
+    stopped when the test ends, passed or failed (see the `nodes` fixture)."""
 
+    harness: Harness
+    world: TaskWorld
+    cluster: Cluster = field(default_factory=Cluster)
+    opened: list[Node] = field(default_factory=list)
 
-async def stop_node(node: Node) -> None:
-    node.watch.cancel()
-    await asyncio.gather(node.watch, return_exceptions=True)
-    await node.engine.stop()
+    async def open(self, name: str) -> Node:
+        backend = await self.harness.open(name, lease_ttl_s=TTL_S, partitions=PARTITIONS)
+        assert isinstance(backend, RedisBackend)
+        fence = PartitionFence()
+        store = RedisTaskStore(self.world.state(), self.world.keys, fence=fence)
+        engine = TaskEngine(store, self.cluster.toolbox(name).executors(), owns=fence.owns)
+        fence.bind(backend, running=engine.running_chats)
+        backend.on_partitions_changed(engine.partitions_changed)
+        await engine.start()
+        watch = asyncio.create_task(engine.watch(0.05), name=f"tasks:ownership:{name}")
+        node = Node(name, backend, engine, watch)
+        self.opened.append(node)
+        return node
+
+    async def stop_all(self) -> None:
+        for node in self.opened:
+            node.watch.cancel()
+            await asyncio.gather(node.watch, return_exceptions=True)
+            await node.engine.stop()
+        self.opened.clear()
 
 
 def freeze(node: Node) -> None:
@@ -114,6 +127,16 @@ async def harness(redis_world: TaskWorld) -> AsyncIterator[Harness]:
     await h.close_all()
 
 
+@pytest.fixture
+async def nodes(harness: Harness, redis_world: TaskWorld) -> AsyncIterator[Nodes]:
+    """Stops the test's nodes before `harness` closes their backends."""
+    opened = Nodes(harness, redis_world)
+    try:
+        yield opened
+    finally:
+        await opened.stop_all()
+
+
 def graph(task: str, *, wait: bool = False, writes: bool = False) -> TaskGraph:
     name = "write" if writes else "step"
     return TaskGraph([tool("one", name, params={"task": task, "step": "one", "wait": wait}),
@@ -121,11 +144,10 @@ def graph(task: str, *, wait: bool = False, writes: bool = False) -> TaskGraph:
                            depends_on=["one"])])
 
 
-async def test_each_task_runs_on_the_node_holding_its_chat(harness: Harness,
-                                                            redis_world: TaskWorld) -> None:
-    cluster = Cluster()
-    a = await open_node("node-a", harness, redis_world, cluster)
-    b = await open_node("node-b", harness, redis_world, cluster)
+async def test_each_task_runs_on_the_node_holding_its_chat(nodes: Nodes) -> None:
+    cluster = nodes.cluster
+    a = await nodes.open("node-a")
+    b = await nodes.open("node-b")
     await until(lambda: len(a.backend.partitions.held()) == 2
                 and len(b.backend.partitions.held()) == 2, timeout=10)
     owners = {}
@@ -148,16 +170,14 @@ async def test_each_task_runs_on_the_node_holding_its_chat(harness: Harness,
     for task_id, node in owners.items():
         other = b if node is a else a
         assert other.engine.store.require(task_id).status is TaskStatus.COMPLETED
-    await stop_node(a)
-    await stop_node(b)
 
 
 async def test_a_dead_node_s_tasks_resume_on_the_node_that_takes_its_chats(
-        harness: Harness, redis_world: TaskWorld) -> None:
-    cluster = Cluster()
-    a = await open_node("node-a", harness, redis_world, cluster)
+        nodes: Nodes) -> None:
+    cluster = nodes.cluster
+    a = await nodes.open("node-a")
     chat_redo, chat_ask = chats_of(a, 2)
-    b = await open_node("node-b", harness, redis_world, cluster)
+    b = await nodes.open("node-b")
     # on A: one task mid-way through an idempotent step, one through a step that is not
     redo = await a.engine.submit(graph("redo", wait=True), title="redo",
                                  provider="telegram", chat_id=chat_redo)
@@ -202,21 +222,19 @@ async def test_a_dead_node_s_tasks_resume_on_the_node_that_takes_its_chats(
     with pytest.raises(TaskFenced):  # A, cut off, can no longer start work in those chats
         await a.engine.submit(graph("late"), title="late", provider="telegram",
                               chat_id=chat_ask)
-    await stop_node(a)
-    await stop_node(b)
 
 
 async def test_a_node_joining_does_not_take_a_chat_whose_task_is_mid_step(
-        harness: Harness, redis_world: TaskWorld) -> None:
-    cluster = Cluster()
-    a = await open_node("node-a", harness, redis_world, cluster)
+        nodes: Nodes) -> None:
+    cluster = nodes.cluster
+    a = await nodes.open("node-a")
     # the chat of the partition a rebalance would give away first (the highest held)
     part = max(a.backend.partitions.held())
     chat = next(c for c in chats_of(a, 20) if partition_of(f"telegram:{c}", PARTITIONS) == part)
     busy = await a.engine.submit(graph("busy", wait=True, writes=True), title="busy",
                                  provider="telegram", chat_id=chat)
     await until(lambda: cluster.active.get("busy") == {"node-a"})
-    b = await open_node("node-b", harness, redis_world, cluster)
+    b = await nodes.open("node-b")
     # the share moves to B, but not the partition whose task is mid-step
     await until(lambda: len(a.backend.partitions.held()) == 2
                 and len(b.backend.partitions.held()) == 2, timeout=10)
@@ -226,15 +244,13 @@ async def test_a_node_joining_does_not_take_a_chat_whose_task_is_mid_step(
     assert done.status is TaskStatus.COMPLETED
     assert [(n, s) for n, t, s in cluster.ran if t == "busy"] == [
         ("node-a", "one"), ("node-a", "two")]  # never interrupted, never moved mid-step
-    await stop_node(a)
-    await stop_node(b)
 
 
 async def test_an_answer_given_on_another_node_is_run_by_the_chat_s_node(
-        harness: Harness, redis_world: TaskWorld) -> None:
-    cluster = Cluster()
-    a = await open_node("node-a", harness, redis_world, cluster)
-    b = await open_node("node-b", harness, redis_world, cluster)
+        nodes: Nodes) -> None:
+    cluster = nodes.cluster
+    a = await nodes.open("node-a")
+    b = await nodes.open("node-b")
     await until(lambda: len(a.backend.partitions.held()) == 2
                 and len(b.backend.partitions.held()) == 2, timeout=10)
     [chat] = chats_of(a, 1)
@@ -269,5 +285,3 @@ async def test_an_answer_given_on_another_node_is_run_by_the_chat_s_node(
         await b.engine.cancel(running.task_id, "ops")
     cluster.release.set()
     assert (await a.engine.wait(running.task_id)).status is TaskStatus.COMPLETED
-    await stop_node(a)
-    await stop_node(b)
