@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -94,6 +95,19 @@ class ChannelAdapter(abc.ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect; raise a clear error if credentials are wrong. On a shared account only
         the sending side (every node can send)."""
+
+    async def _open_then_read(self, opening: Awaitable[None]) -> None:
+        """The end of a `start()`: await `opening` (the sending side's connection and checks),
+        then `start_reading()` unless the account is shared (the node leading it reads). Any
+        failure, cancellation included, first stops whatever was opened, so a start that
+        raises leaves no session or task behind."""
+        try:
+            await opening
+            if self.leadership is None:
+                await self.start_reading()
+        except BaseException:
+            await self.stop()
+            raise
 
     async def start_reading(self) -> None:  # noqa: B027 - optional hook
         """Begin receiving (load the read position, prime, open the push connection). On a

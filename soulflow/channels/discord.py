@@ -112,18 +112,15 @@ class DiscordChannel(ChannelAdapter):
         if self._started:
             return
         self._started = True
-        try:
-            client = await self._login()  # a bad token is reported here, as one sentence
-            if self.leadership is not None:
-                self._rest = client
-            else:
-                self._client = client  # the gateway session's client, opened just below
-            await self._feedback.start(self._token)
-            if self.leadership is None:
-                await self.start_reading()
-        except BaseException:
-            await self.stop()
-            raise
+        await self._open_then_read(self._open_sending())
+
+    async def _open_sending(self) -> None:
+        client = await self._login()  # a bad token is reported here, as one sentence
+        if self.leadership is not None:
+            self._rest = client
+        else:
+            self._client = client  # the gateway session's client, opened by start_reading
+        await self._feedback.start(self._token)
 
     async def start_reading(self) -> None:
         """Open the gateway session and wait for READY (the baseline of channels without a

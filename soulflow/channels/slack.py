@@ -123,15 +123,12 @@ class SlackChannel(ChannelAdapter):
         self._web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
                                    session=self._session)
         self._start_feedback_client()
-        try:
-            await self._identify()
-            if not self.socket_mode:
-                await self._check_channel()
-            if self.leadership is None:
-                await self.start_reading()
-        except BaseException:
-            await self.stop()
-            raise
+        await self._open_then_read(self._check_account())
+
+    async def _check_account(self) -> None:
+        await self._identify()
+        if not self.socket_mode:
+            await self._check_channel()
 
     async def start_reading(self) -> None:
         """Open Socket Mode, or set up the history poller from the stored cursors."""
