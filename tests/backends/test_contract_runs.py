@@ -158,15 +158,23 @@ class Tokens:
         return self.token
 
 
+def taken_mid_run(stores: AgentStores, run_id: str
+                  ) -> tuple[Tokens, Tokens, RunJournal, RunJournal]:
+    """Nodes A and B on one Redis: A holds the chat's partition (token 5) and is one tool turn
+    into `run_id`; B holds nothing yet. Returns both nodes' tokens, then their stores."""
+    lease_a, lease_b = Tokens(), Tokens()
+    lease_a.token = 5
+    node_a = stores.runs(fence=lease_a)
+    node_b = stores.runs(fence=lease_b)
+    start(node_a, run_id)
+    tool_turn(node_a, run_id, "t1.c1", "x")
+    return lease_a, lease_b, node_a, node_b
+
+
 def test_a_run_taken_over_refuses_the_old_holders_writes(redis_stores: AgentStores) -> None:
     """Node A drove the run under partition lease token 5; node B took the partition (token 6)
     and claimed the run: A's late writes are refused with RunMoved, B's go on."""
-    lease_a, lease_b = Tokens(), Tokens()
-    lease_a.token = 5
-    node_a = redis_stores.runs(fence=lease_a)
-    node_b = redis_stores.runs(fence=lease_b)
-    start(node_a, "run_f")
-    tool_turn(node_a, "run_f", "t1.c1", "x")
+    lease_a, lease_b, node_a, node_b = taken_mid_run(redis_stores, "run_f")
     assert not node_b.claim("run_f")  # B does not hold the chat: never drive it
     lease_b.token = 6
     assert node_b.claim("run_f")

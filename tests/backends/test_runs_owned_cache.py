@@ -7,7 +7,7 @@ from __future__ import annotations
 from soulflow.agent.run import events as ev
 from soulflow.backends.redis.sync_client import StateRedis
 from tests.backends.agent_stores import AgentStores, redis_stores
-from tests.backends.test_contract_runs import Tokens, start, tool_turn
+from tests.backends.test_contract_runs import Tokens, start, taken_mid_run, tool_turn
 
 __all__ = ["redis_stores"]  # fixture
 
@@ -41,12 +41,7 @@ def test_a_run_driven_under_a_held_lease_is_read_from_the_cache(
 
 def test_a_node_that_lost_the_lease_sees_the_new_holders_events(
         redis_stores: AgentStores) -> None:
-    lease_a, lease_b = Tokens(), Tokens()
-    lease_a.token = 5
-    node_a = redis_stores.runs(fence=lease_a)
-    node_b = redis_stores.runs(fence=lease_b)
-    start(node_a, "run_m")
-    tool_turn(node_a, "run_m", "t1.c1", "x")
+    lease_a, lease_b, node_a, node_b = taken_mid_run(redis_stores, "run_m")
     lease_a.token, lease_b.token = None, 6  # the partition moved to B
     assert node_b.claim("run_m")
     node_b.append("run_m", ev.Event(ev.TOOL_RESULT, {
