@@ -56,12 +56,20 @@ async def shared_state(backend: Backend, tmp_path: Path, lease: Lease
     return state, leadership
 
 
+async def new_reader(backend: Backend, tmp_path: Path, node: str
+                     ) -> tuple[ChannelState, AccountLeadership, Lease]:
+    """`node` takes the account's lease (it must be free) and loads the shared state as its
+    reader: the state, its leadership and the lease it holds."""
+    lease = await backend.leases.acquire(ACCOUNT, node, 6.0)
+    assert lease is not None
+    state, leadership = await shared_state(backend, tmp_path, lease)
+    return state, leadership, lease
+
+
 async def test_the_reader_s_position_is_stored_and_loaded_by_the_next_reader(
         harness: Harness, tmp_path: Path) -> None:
     backend = await harness.open()
-    lease = await backend.leases.acquire(ACCOUNT, "node-a", 6.0)
-    assert lease is not None
-    state, _ = await shared_state(backend, tmp_path, lease)
+    state, _, lease = await new_reader(backend, tmp_path, "node-a")
     assert state.get("offset") is None
     for offset in range(1, 50):  # one commit per batch: merged while a write is out
         state.set("offset", offset)
@@ -73,9 +81,7 @@ async def test_the_reader_s_position_is_stored_and_loaded_by_the_next_reader(
 
     await backend.leases.release(lease)  # a clean stop hands the account over
     reopened = await harness.reopen(backend)  # a restart; the next reader loads it
-    lease = await reopened.leases.acquire(ACCOUNT, "node-b", 6.0)
-    assert lease is not None
-    later, _ = await shared_state(reopened, tmp_path, lease)
+    later, _, lease = await new_reader(reopened, tmp_path, "node-b")
     assert later.snapshot() == {"offset": 49, "primed": True, "thread_cursors": {"17": "17.5"}}
     await later.close()
 
@@ -83,16 +89,13 @@ async def test_the_reader_s_position_is_stored_and_loaded_by_the_next_reader(
 async def test_a_deposed_reader_cannot_move_the_cursor_and_its_term_ends(
         harness: Harness, tmp_path: Path) -> None:
     backend = await harness.open()
-    old = await backend.leases.acquire(ACCOUNT, "node-a", 6.0)
-    assert old is not None
-    deposed, leadership = await shared_state(backend, tmp_path, old)
+    deposed, leadership, old = await new_reader(backend, tmp_path, "node-a")
     deposed.set("offset", 10)
     assert await deposed.drain()
 
     assert await backend.leases.release(old)  # gone (expired, say); another node takes it
-    new = await backend.leases.acquire(ACCOUNT, "node-b", 6.0)
-    assert new is not None and new.token > old.token
-    current, _ = await shared_state(backend, tmp_path, new)
+    current, _, new = await new_reader(backend, tmp_path, "node-b")
+    assert new.token > old.token
     assert current.get("offset") == 10
 
     deposed.set("offset", 99)  # node-a still believes it leads
@@ -114,9 +117,7 @@ async def test_a_fenced_term_does_not_restart_until_a_new_lease(
     """The reader waits for `acquired()` after a fence: the same (refused) lease must not start
     a new term, or the reader would spin reading and being fenced again."""
     backend = await harness.open()
-    old = await backend.leases.acquire(ACCOUNT, "node-a", 6.0)
-    assert old is not None
-    deposed, leadership = await shared_state(backend, tmp_path, old)
+    deposed, leadership, old = await new_reader(backend, tmp_path, "node-a")
     await backend.leases.release(old)
     assert await backend.leases.acquire(ACCOUNT, "node-b", 6.0) is not None
     deposed.set("offset", 5)
