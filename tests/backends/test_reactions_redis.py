@@ -42,6 +42,7 @@ from tests.agent.test_approval_people import (
     wire_chat,
 )
 from tests.backends.redis_server import RedisServer
+from tests.waiting import until
 
 
 @asynccontextmanager
@@ -83,20 +84,26 @@ async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: lis
         state.close()
 
 
+@asynccontextmanager
+async def owner_and_reader(url: str, prefix: str, tmp_path: Path
+                           ) -> AsyncIterator[tuple[Pipeline, Pipeline]]:
+    """The two nodes on one Redis prefix, sharing one model-call counter: the chats' owner,
+    then the reader that holds no partition."""
+    counter = [0]
+    async with node(url, prefix, "owner", tmp_path / "o", counter, owner=True) as owner, \
+            node(url, prefix, "reader", tmp_path / "r", counter, owner=False) as reader:
+        yield owner, reader
+
+
 async def test_a_reaction_read_on_another_node_is_decided_on_the_chats_node(
         redis_server: RedisServer, tmp_path: Path) -> None:
-    prefix, counter = f"t{uuid.uuid4().hex[:10]}:", [0]
-    async with node(redis_server.url, prefix, "owner", tmp_path / "o", counter,
-                    owner=True) as chats_node, \
-            node(redis_server.url, prefix, "reader", tmp_path / "r", counter,
-                 owner=False) as reader:
+    async with owner_and_reader(redis_server.url, f"t{uuid.uuid4().hex[:10]}:",
+                                tmp_path) as (chats_node, reader):
         await reader.say(ALICE, "plan A")
         request = await chats_node.sent_after(0, lambda c: c.startswith("Approval needed"))
         approvals = chats_node.agent.approvals
         assert approvals is not None
-        async with asyncio.timeout(5):
-            while approvals.lookup("chat:team", request.message_id) is None:
-                await asyncio.sleep(0.005)
+        await until(lambda: approvals.lookup("chat:team", request.message_id) is not None)
         sent = len(chats_node.adapter.sent)
         await reader.react(BOB, "👍", request)  # not his to decide: ignored on the chat's node
         await reader.react(ALICE, "👍", request)
@@ -115,11 +122,8 @@ async def test_a_decision_for_a_run_taken_over_is_left_to_its_new_node(
     """The chat's run was claimed by a newer holder of its partition (as when this node was
     cut off and its lease passed on): a decision that still reaches this node is neither run
     nor quarantined nor answered with an apology; the new holder handles it."""
-    prefix, counter = f"t{uuid.uuid4().hex[:10]}:", [0]
-    async with node(redis_server.url, prefix, "owner", tmp_path / "o", counter,
-                    owner=True) as old_holder, \
-            node(redis_server.url, prefix, "reader", tmp_path / "r", counter,
-                 owner=False) as reader:
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    async with owner_and_reader(redis_server.url, prefix, tmp_path) as (old_holder, reader):
         await reader.say(ALICE, "plan B")
         await old_holder.sent_after(0, lambda c: c.startswith("Approval needed"))
         assert old_holder.agent.loop is not None
