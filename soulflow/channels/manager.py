@@ -243,6 +243,10 @@ class ChannelManager:
         turn = self._backlog.take(chat_key, self._fold_rule.for_chat(chat_key))
         if turn is None:
             return  # an earlier turn folded this job's batch in
+        if not self.bus.backend.owns(chat_key):  # the chat moved while this batch waited
+            await self.bus.inbound.release(turn.batch)  # its new holder runs it, in order
+            self._backlog.finished(chat_key)
+            return
         try:
             with log_context(chat=chat_key):  # every log line of this turn names its chat
                 await self._process(turn)

@@ -20,6 +20,7 @@ from soulflow.channels.registry import ChannelRegistry
 from soulflow.contracts import ReplyStatus
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.domain_rig import agent_domain
+from tests.waiting import until
 
 
 class MemoryAdapter(ChannelAdapter):
@@ -439,6 +440,24 @@ async def test_a_message_whose_run_moved_is_handed_out_again_to_the_chats_holder
     assert await settle(adapter, 1) == ["echo: hello"]
     assert runs == ["hello", "hello"] and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
+
+
+async def test_a_batch_whose_chat_moved_while_it_waited_is_left_to_the_new_holder(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis: a chat's partition passes to another node while its messages wait here; they are
+    not run here (the new holder takes them over from the stream, in order) but let go of."""
+    build, adapter, model, bus = rig
+    manager = build()
+    released: list[str] = []
+
+    async def release(messages: list[InboundMessage]) -> None:
+        released.extend(m.key for m in messages)  # (Redis: the partition's new holder's now)
+
+    monkeypatch.setattr(bus.backend, "owns", lambda chat_key: False)
+    monkeypatch.setattr(bus.inbound, "release", release)
+    await manager.ingest(adapter, [msg(1, "hello")])
+    await until(lambda: released == ["chat:c1:m1"])
+    assert adapter.sent == [] and model.inputs == []
 
 
 async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(

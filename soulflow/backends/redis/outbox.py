@@ -11,6 +11,7 @@ answered twice.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 
 from redis.asyncio import Redis
@@ -20,6 +21,8 @@ from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
 from soulflow.bus.messages import OutboundMessage
 from soulflow.bus.outbox import OutboxEntry
+
+log = logging.getLogger(__name__)
 
 
 def _state(attempts: int, next_at: float, in_flight: bool, error: str) -> str:
@@ -79,14 +82,30 @@ class RedisOutbox:
         return part
 
     async def put(self, message: OutboundMessage) -> bool:
+        """Store a message. An answer to an inbound message is stored only under the chat's
+        current partition lease, held by this node (checked in the same script): a node that
+        lost the chat while its turn ran must not queue the answer, or the chat's new holder,
+        which runs that message again, could send a later answer first."""
         k = self._keys
+        part = self._part(message)
         answered = k.answered(message.inbound_key or "")
-        added = await self._put(
-            keys=[k.outbox_messages, k.outbox_state, k.outbox_order(self._part(message)),
-                  k.outbox_sequence, answered],
+        fence_key, fence_value = k.outbox_sequence, ""
+        if message.inbound_key:
+            lease = self._partitions.lease(part)
+            if lease is None:
+                log.info("not storing the answer to %s: its chat moved to another node, which "
+                         "answers it", message.inbound_key)
+                return False
+            fence_key, fence_value = k.lease(k.partition_lease(part)), lease.value
+        added = int(await self._put(
+            keys=[k.outbox_messages, k.outbox_state, k.outbox_order(part), k.outbox_sequence,
+                  answered, fence_key],
             args=[message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
-                  "1" if message.inbound_key else "0"])
-        return bool(added)
+                  "1" if message.inbound_key else "0", fence_value]))
+        if added < 0:
+            log.info("not storing the answer to %s: its chat's partition is held under a newer "
+                     "lease", message.inbound_key)
+        return added == 1
 
     async def has_answered(self, inbound_key: str) -> bool:
         return bool(await self._client.exists(self._keys.answered(inbound_key)))

@@ -60,9 +60,11 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 return 1
 """
 
-# KEYS: messages hash, state hash, partition order, sequence, answered.
-# ARGV: message id, message json, answered ttl s, '1' if it answers an inbound message.
+# KEYS: messages hash, state hash, partition order, sequence, answered, the chat's partition
+# lease. ARGV: message id, message json, answered ttl s, '1' if it answers an inbound message,
+# the lease value it must still hold ('' = no check). -1: fenced (the chat moved).
 OUTBOX_PUT = """
+if ARGV[5] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[5] then return -1 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], '0|0|0|')

@@ -1,0 +1,35 @@
+"""An answer is stored only by the node holding its chat (Redis): a node that lost the chat
+while its turn ran must not queue the answer, since the chat's new holder runs that message
+again and could otherwise send a later answer first (seen after a Redis restart mid-flood)."""
+
+from __future__ import annotations
+
+from soulflow.backends.redis.backend import RedisBackend
+from tests.backends.conftest import Harness
+from tests.backends.helpers import outbound
+
+
+async def test_only_the_chats_holder_stores_an_answer(redis_harness: Harness) -> None:
+    holder = await redis_harness.open("node-a", partitions=1)
+    other = await redis_harness.open("node-b", partitions=1)
+    assert holder.owns("telegram:c1") and not other.owns("telegram:c1")
+    late = outbound("c1", "late answer", inbound_key="telegram:c1:1")
+    assert not await other.outbox.put(late)  # the chat is node-a's: refused
+    assert not await other.outbox.has_answered("telegram:c1:1")
+    assert await holder.outbox.put(outbound("c1", "answer", inbound_key="telegram:c1:1"))
+    # a message that answers nothing (a refusal at intake, by the account's reader) is
+    # stored by any node and sent by the chat's holder
+    assert await other.outbox.put(outbound("c1", "you are not on the allow-list"))
+    assert [e.message.content for e in await holder.outbox.pending()] == \
+        ["answer", "you are not on the allow-list"]
+
+
+async def test_an_answer_under_a_lease_replaced_in_redis_is_refused(
+        redis_harness: Harness) -> None:
+    """The check is in the storing script too: this node still believes it holds the lease
+    (its local deadline has not passed) but Redis has it under another holder's token."""
+    node = await redis_harness.open("node-a", partitions=1)
+    assert isinstance(node, RedisBackend) and node.owns("telegram:c1")
+    await node.client.set(node.keys.lease(node.keys.partition_lease(0)), "node-b|999")
+    assert not await node.outbox.put(outbound("c1", "answer", inbound_key="telegram:c1:1"))
+    assert await node.outbox.count() == 0
