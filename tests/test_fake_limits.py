@@ -56,7 +56,7 @@ async def test_telegram_paces_one_chat_and_answers_429_in_bot_api_format(
                                "description": "Too Many Requests: retry after 1",
                                "parameters": {"retry_after": 1}}
     assert telegram.stats() == {"replies": 4, "rate_limited": {"sendMessage": 2},
-                                "best_effort": {"sendChatAction": 1}}
+                                "best_effort": {"sendChatAction": 1}, "conflicts": 0}
     assert telegram.sent_texts(CHAT) == ["burst 0", "burst 1", "burst 2"]
 
 
