@@ -104,11 +104,8 @@ async def _read_until_restart(adapter: ChannelAdapter, ingest: Ingest, health: H
         raise  # the daemon stops the adapters itself
     except Exception as exc:
         # a restart, or an error the loop cannot go past (e.g. the quarantine file cannot be
-        # written): stop the adapter so the supervisor's next attempt starts a fresh one
-        if not isinstance(exc, ChannelRestart):
-            health.read_failed(adapter.name, f"{type(exc).__name__}: {exc}")
-        health.restarted(adapter.name)
-        await _stop_quietly(adapter)
+        # written)
+        await _before_restart(adapter, health, exc)
         raise
 
 
@@ -128,10 +125,8 @@ async def _lead(adapter: ChannelAdapter, ingest: Ingest, health: HealthBoard,
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            health.read_failed(name, f"{type(exc).__name__}: {exc}")
             log.error("channel %s could not start reading: %s; restarting it", name, exc)
-            health.restarted(name)
-            await _stop_quietly(adapter)
+            await _before_restart(adapter, health, exc)
             raise ChannelRestart(f"{name} could not start reading") from exc
         health.connected(name)
         await _read_until_restart(adapter, ingest, health, policy, term)
@@ -168,7 +163,13 @@ async def _stop_reading_quietly(adapter: ChannelAdapter) -> None:
         log.exception("channel %s did not stop reading cleanly", adapter.name)
 
 
-async def _stop_quietly(adapter: ChannelAdapter) -> None:
+async def _before_restart(adapter: ChannelAdapter, health: HealthBoard,
+                          exc: Exception) -> None:
+    """Record why the channel restarts (a `ChannelRestart` was recorded where it was raised)
+    and stop the adapter, so the supervisor's next attempt starts a fresh one."""
+    if not isinstance(exc, ChannelRestart):
+        health.read_failed(adapter.name, f"{type(exc).__name__}: {exc}")
+    health.restarted(adapter.name)
     try:
         await adapter.stop()
     except Exception:
