@@ -26,6 +26,7 @@ from soulflow.agent.run import events as ev
 from soulflow.contracts import ChatRef
 from soulflow.tasks.chat import waiting_steps
 from soulflow.tasks.commands import idle_canceller
+from soulflow.tasks.progress import chat_of_task
 from soulflow.tasks.store import TaskDecisionError
 
 if TYPE_CHECKING:
@@ -133,8 +134,7 @@ class ConsoleActions:
         if not steps:
             raise ActionError(409, f"task {task_id} is not waiting for anything")
         text = await runtime.task_services.chat.decide(task, decision, operator.decider())
-        runtime.manager.publish_to_chat(ChatRef(task.provider, task.chat_id, task.thread_id),
-                                        text)
+        runtime.manager.publish_to_chat(chat_of_task(task), text)
         self.announce(operator, decision, f"task {task_id} step {steps[0]['node_id']}")
         return {"ok": True, "task_id": task_id, "decision": decision, "outcome": text}
 
