@@ -120,7 +120,8 @@ class BackgroundServices:
                      cancelled)
 
     def start(self, supervisor: Supervisor) -> None:
-        """Loops `heartbeat` (on the `service:ops` holder only, in a cluster) and `ops`."""
+        """Loops `heartbeat` (in a cluster, only on the node holding its chat: `runs_heartbeat`)
+        and `ops`."""
         self.single.start()
         if self.heartbeat.enabled:
             supervisor.spawn("heartbeat", self.single.gated("heartbeat", self.heartbeat.run,
