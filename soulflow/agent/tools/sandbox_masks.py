@@ -77,8 +77,6 @@ def _real(path: Path) -> Path | None:
         return None
 
 
-
-
 def _walk(workspace: Path, secret_inodes: set[tuple[int, int]]) -> list[Path]:
     """``.env*`` files below the root (any letter case) and hard links to a secret, up to a
     scan cap; ``runtime/`` is skipped (it is masked whole)."""
