@@ -31,10 +31,15 @@ def problems(runtime: Runtime) -> list[str]:
     key that is not the cluster's, an unreadable task store. `state()["ok"]` is true only when
     the daemon is ready with none of them (the ops reading in `state()["ops"]` adds providers and
     how long problems last)."""
+    return _problems(runtime, runtime.backend.status())
+
+
+def _problems(runtime: Runtime, backend: dict[str, Any]) -> list[str]:
+    """`problems()` given the backend's status, read once by the caller."""
     found = loop_and_channel_problems(runtime.supervisor.status(), runtime.manager.health)
     vault = [runtime.vault.key_problem] if runtime.vault.key_problem else []  # another key
-    return [*backend_problems(runtime.backend.status()), *found.values(), *vault,
-            *shared(runtime, lambda: list(runtime.tasks.problems), [])]
+    return [*backend_problems(backend), *found.values(), *vault,
+            *shared(backend, lambda: list(runtime.tasks.problems), [])]
 
 
 def queue_depths(runtime: Runtime) -> dict[str, int]:
@@ -51,7 +56,8 @@ def state(runtime: Runtime) -> dict[str, Any]:
     """The dashboard's view of the daemon; its only free text (recent messages) comes redacted
     from the event hub."""
     bus, manager = runtime.bus, runtime.manager
-    found = problems(runtime)
+    backend = runtime.backend.status()  # once: every Redis-backed section below asks it
+    found = _problems(runtime, backend)
     return {
         "ok": runtime.ready and not found,
         "problems": found,
@@ -62,7 +68,7 @@ def state(runtime: Runtime) -> dict[str, Any]:
         "provider": runtime.providers.default_name,
         "local_model": (runtime.local_model.status() if runtime.local_model is not None
                         else None),
-        "backend": runtime.backend.status(),
+        "backend": backend,
         "queues": {**queue_depths(runtime), "inbound_dlq": bus.stats.inbound_dlq},
         "counters": {
             "received": manager.received_count,
@@ -75,25 +81,25 @@ def state(runtime: Runtime) -> dict[str, Any]:
         "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
                       **manager.health.get(a.name).to_dict()} for a in runtime.channels],
         "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
-        "sessions": shared(runtime, lambda: [
+        "sessions": shared(backend, lambda: [
             {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
             for s in runtime.sessions.list_sessions()[:20]], []),
         "recent_messages": runtime.hub.recent({"inbound.received", "agent.reply"}, limit=30),
         "loops": runtime.supervisor.status(),
         "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
-        "cron": {"jobs": shared(runtime, lambda: len(runtime.cron.store), None),
+        "cron": {"jobs": shared(backend, lambda: len(runtime.cron.store), None),
                  "fired": runtime.cron.fired_count},
-        "task_graphs": shared(runtime, runtime.task_services.state, {}),
+        "task_graphs": shared(backend, runtime.task_services.state, {}),
         "sandbox": runtime.sandbox.status().as_dict(),
-        **shared(runtime, runtime.background.state, {}),  # "ops", "heartbeat"
+        **shared(backend, runtime.background.state, {}),  # "ops", "heartbeat"
     }
 
 
-def shared(runtime: Runtime, read: Callable[[], T], default: T) -> T:
+def shared(backend: dict[str, Any], read: Callable[[], T], default: T) -> T:
     """A read of what may live in Redis (sessions, cron, tasks, ...): not tried while the
-    backend is unreachable, and a failure gives `default`, so /api/state keeps answering, and
-    says why, when Redis is lost."""
-    if not runtime.backend.status()["connected"]:
+    backend (its `status()`) is unreachable, and a failure gives `default`, so /api/state
+    keeps answering, and says why, when Redis is lost."""
+    if not backend["connected"]:
         return default
     try:
         return read()
