@@ -103,6 +103,10 @@ class TelegramChannel(ChannelAdapter):
         Three connection pools, so no kind of call can starve another: replies and downloads,
         the long poll, and best-effort feedback (typing, read-acks) on a small pool of its own
         with short timeouts. All run on aiohttp (see `telegram_http` for why not httpx)."""
+        await self._open_then_read(self._open_sending())
+
+    async def _open_sending(self) -> None:
+        """getMe on the reply bot, then the feedback bot and the update parser."""
         try:
             bot = Bot(self._token, base_url=f"{self.api_url}/bot",
                       base_file_url=f"{self.api_url}/file/bot",
@@ -122,12 +126,6 @@ class TelegramChannel(ChannelAdapter):
         self._parser = UpdateParser(bot_id=bot.id, bot_username=bot.username, bot=bot,
                                     sent=self._sent.keys(), provider=self.name)
         log.info("telegram: connected as @%s", bot.username)
-        if self.leadership is None:
-            try:
-                await self.start_reading()
-            except BaseException:
-                await self.stop()
-                raise
 
     async def start_reading(self) -> None:
         """Load the update offset and clear any webhook, which would block long polling."""
