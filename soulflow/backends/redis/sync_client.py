@@ -117,14 +117,11 @@ def sync_client(url: str, *, timeout_s: float = 2.0, cooldown_s: float | None = 
 
 @dataclass(frozen=True, slots=True)
 class StateRedis:
-    """The synchronous client and the key prefix (`REDIS_KEY_PREFIX`) of one daemon."""
+    """The synchronous client and the key prefix (`REDIS_KEY_PREFIX`) of one daemon; the keys
+    themselves are named in keys.py (`AgentKeys`, `ServiceKeys`, `TaskKeys`)."""
 
     client: Redis
     prefix: str
-
-    def key(self, *parts: str) -> str:
-        """`<prefix>part1:part2:…`: every key a sync store writes is built here."""
-        return self.prefix + ":".join(parts)
 
     def close(self) -> None:
         self.client.close()
