@@ -21,11 +21,6 @@ from typing import TYPE_CHECKING, Any
 from soulflow.agent.approvals import ApprovalMap, ApprovalMessages, Decider, parse_reaction
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
-from soulflow.backends.redis.approvals import RedisApprovalMessages
-from soulflow.backends.redis.events import RedisWorkflowLog
-from soulflow.backends.redis.keys import TaskKeys
-from soulflow.backends.redis.proposals import RedisProposals
-from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.contracts import ChatRef
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
@@ -40,6 +35,7 @@ from soulflow.tasks.store import TaskStore, TaskStoreBase
 from soulflow.tasks.tool import TaskTool
 
 if TYPE_CHECKING:
+    from soulflow.backends.redis.tasks import PartitionFence
     from soulflow.runtime import Runtime
 
 __all__ = ["TaskServices", "is_task_run"]
@@ -71,6 +67,13 @@ def task_stores(runtime: Runtime) -> TaskStores:
                                  fsync=settings["JOURNAL_FSYNC"]),
             ProposalStore(tasks_dir / "proposals.json"),
             ApprovalMessages(tasks_dir / "prompt-messages.json"), None)
+    # imported here, as runtime/agent_state.py does: a file-backed daemon never loads redis-py
+    from soulflow.backends.redis.approvals import RedisApprovalMessages
+    from soulflow.backends.redis.events import RedisWorkflowLog
+    from soulflow.backends.redis.keys import TaskKeys
+    from soulflow.backends.redis.proposals import RedisProposals
+    from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
+
     keys = TaskKeys(state.prefix)
     fence = PartitionFence()
     return TaskStores(
