@@ -79,13 +79,6 @@ async def check_reachable(client: Redis, url: str, *, timeout_s: float = 5.0) ->
                                  f"{reason}") from None
 
 
-async def connect(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
-    """A client that answered PING, or BackendUnavailable with one sentence for the operator."""
-    client = client_for(url, timeout_s=timeout_s, socket_timeout_s=socket_timeout_s)
-    await check_reachable(client, url, timeout_s=timeout_s)
-    return client
-
-
 def network_failure(exc: BaseException) -> bool:
     """`exc`, or an exception it was raised from or during, is Redis not answering (the sync
     stores wrap such errors in their own, e.g. TaskStoreUnavailable, so the chain is walked)."""
