@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from soulflow.backends.redis.keys import ServiceKeys
-from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.backends.redis.sync_client import StateRedis, text
 from soulflow.cron.store import STATE_FIELDS, Job
 
 __all__ = ["RedisCronStore"]
@@ -151,7 +151,7 @@ class RedisCronStore:
         reply = self._update(keys=[self._keys.cron_jobs, self._keys.cron_version],
                              args=[job_id, _dump(changes) if changes else "{}", flag,
                                    "1" if check else "0", json.dumps(expected)])
-        if _text(reply[0]) != "ok":  # missing, or (advance) moved on meanwhile
+        if text(reply[0]) != "ok":  # missing, or (advance) moved on meanwhile
             return None
         return self._parse(reply[1])
 
@@ -161,14 +161,10 @@ class RedisCronStore:
             return Job.from_dict(json.loads(raw))
         except ValueError as exc:  # json errors are ValueErrors too
             log.error("cron: skipping an unreadable job record in Redis (%s): %.200s", exc,
-                      _text(raw))
+                      text(raw))
             return None
 
 
 def _dump(data: dict[str, Any]) -> str:
     # raw UTF-8, not \\u escapes: Lua's cjson re-encodes what it decodes, byte for byte
     return json.dumps(data, ensure_ascii=False)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

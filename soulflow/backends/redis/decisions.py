@@ -17,7 +17,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from soulflow.backends.redis.keys import ServiceKeys
-from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.backends.redis.sync_client import StateRedis, text
 from soulflow.decision.service import Decision, merge_canonical
 
 __all__ = ["RedisDecisions"]
@@ -53,7 +53,7 @@ class RedisDecisions:
     def all(self) -> dict[str, Decision]:
         found: dict[str, Decision] = {}
         for field, raw in self._client.hgetall(self._key).items():
-            key = _text(field)
+            key = text(field)
             decision = _parse(key, raw)
             if decision is not None:
                 found[key] = decision
@@ -79,8 +79,8 @@ class RedisDecisions:
 
         def merge(pipe: Pipeline) -> None:
             nonlocal removed
-            stored = {_text(f): d for f, raw in pipe.hgetall(self._key).items()
-                      if (d := _parse(_text(f), raw)) is not None}
+            stored = {text(f): d for f, raw in pipe.hgetall(self._key).items()
+                      if (d := _parse(text(f), raw)) is not None}
             merged = merge_canonical(stored)
             removed = len(stored) - len(merged)
             doomed = [key for key in stored if key not in merged]
@@ -110,7 +110,3 @@ def _parse(key: str, raw: bytes | str) -> Decision | None:
     except (ValueError, TypeError, KeyError) as exc:
         log.error("decisions: skipping an unreadable record %r in Redis (%s)", key, exc)
         return None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -12,7 +12,7 @@ from __future__ import annotations
 from redis import Redis
 
 from soulflow.backends.redis.keys import ServiceKeys
-from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.backends.redis.sync_client import StateRedis, text
 
 __all__ = ["RedisHeartbeatState", "RedisNoticeClaims"]
 
@@ -26,7 +26,7 @@ class RedisHeartbeatState:
         self._key = ServiceKeys(state.prefix).heartbeat_state
 
     def load(self) -> dict[str, object]:
-        return {_text(k): _text(v) for k, v in self._client.hgetall(self._key).items()}
+        return {text(k): text(v) for k, v in self._client.hgetall(self._key).items()}
 
     def save(self, data: dict[str, object]) -> None:
         values = {k: ("" if v is None else repr(v) if isinstance(v, float) else str(v))
@@ -45,7 +45,3 @@ class RedisNoticeClaims:
     def __call__(self, problem: str, ttl_s: float) -> bool:
         return bool(self._client.set(self._keys.notice(problem), self._node_id, nx=True,
                                      px=max(1, int(ttl_s * 1000))))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -115,6 +115,12 @@ def sync_client(url: str, *, timeout_s: float = 2.0, cooldown_s: float | None = 
     return client
 
 
+def text(value: bytes | str) -> str:
+    """A reply of this client (bytes) as str, for the service stores (cron, decisions, vault,
+    heartbeat): bytes that are not UTF-8 read as U+FFFD, so one bad field fails no read."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 @dataclass(frozen=True, slots=True)
 class StateRedis:
     """The synchronous client and the key prefix (`REDIS_KEY_PREFIX`) of one daemon; the keys

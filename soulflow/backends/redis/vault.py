@@ -23,7 +23,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from soulflow.backends.redis.keys import ServiceKeys
-from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.backends.redis.sync_client import StateRedis, text
 from soulflow.security.vault_entries import EntriesChanged, parse_entry
 from soulflow.security.vault_records import StoredSecret, entry_json
 
@@ -89,7 +89,7 @@ class RedisSecretEntries:
     def key_fingerprint(self, mine: str) -> str:
         self._client.set(self._key_check, mine, nx=True)
         recorded = self._client.get(self._key_check)
-        return mine if recorded is None else _text(recorded)
+        return mine if recorded is None else text(recorded)
 
     def read(self) -> dict[str, StoredSecret]:
         return self._parse_all(self._client.hgetall(self._key))
@@ -100,7 +100,7 @@ class RedisSecretEntries:
         args: list[str] = ["1" if keep_foreign else "0"]
         for name, entry in entries.items():
             args += [name, json.dumps(entry_json(entry))]
-        return [_text(name) for name in self._put(keys=[self._key], args=args)]
+        return [text(name) for name in self._put(keys=[self._key], args=args)]
 
     def delete(self, name: str, *, scope: str | None, any_scope: bool) -> bool:
         return bool(self._delete(keys=[self._key],
@@ -125,7 +125,7 @@ class RedisSecretEntries:
     def _parse_all(self, raw: Mapping[bytes, bytes]) -> dict[str, StoredSecret]:
         entries: dict[str, StoredSecret] = {}
         for field, value in raw.items():
-            name = _text(field)
+            name = text(field)
             try:
                 entry = parse_entry(name, json.loads(value))
             except ValueError:
@@ -136,7 +136,3 @@ class RedisSecretEntries:
                 continue
             entries[name] = entry
         return entries
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
