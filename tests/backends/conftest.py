@@ -1,5 +1,9 @@
 """Fixtures for the backend contract suite: one private Redis per session, a fresh key prefix per
-test, and a harness that opens (and reopens, as after a restart) the backend under test."""
+test, and a harness that opens (and reopens, as after a restart) the backend under test; a
+durable Redis of a test's own for the restart tests; and for the daemon cluster tests, the
+Telegram fake with relaxed rate limits (a flood across many chats must not be paced by the
+fake's limits). A module that needs a different `telegram` (chats added, another type) defines
+its own, which overrides this one in that module only."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from soulflow.backends.base import Backend
 from soulflow.backends.file import FileBackend
 from soulflow.backends.redis.backend import RedisBackend
 from tests.backends.redis_server import RedisServer
+from tests.fakes.rate_limits import TELEGRAM_LIMITS
+from tests.fakes.telegram_api import FakeTelegramThread
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +28,22 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of the test's own, to be killed and restarted: it writes every command to disk
+    (AOF, `appendfsync always`) before answering."""
+    server = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegramThread]:
+    with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
+        yield tg
 
 
 class Harness:

@@ -24,7 +24,6 @@ import pytest
 from tests.backends.daemon_cluster import Cluster, TelegramChats
 from tests.backends.redis_server import RedisServer
 from tests.fakes.openai_api import FakeOpenAIThread
-from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import FakeTelegramThread
 
 CHATS = 20
@@ -35,12 +34,6 @@ LEASE_TTL_S = 2.0
 MODEL_DELAY_S = 0.2
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegramThread]:
-    with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
-        yield tg
 
 
 @pytest.fixture

@@ -4,10 +4,6 @@ accepted is lost or handed out twice."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from redis.asyncio import Redis
 
 from soulflow.backends.base import Completion
@@ -17,14 +13,6 @@ from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from tests.backends.helpers import eventually, inbound
 from tests.backends.redis_server import RedisServer
-
-
-@pytest.fixture
-def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-    server.start()
-    yield server
-    server.stop()
 
 
 async def test_nothing_is_lost_across_a_redis_restart(durable_redis: RedisServer) -> None:

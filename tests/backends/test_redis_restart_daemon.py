@@ -11,7 +11,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,26 +20,10 @@ from tests.backends.proxy import CuttableProxy
 from tests.backends.redis_server import RedisServer
 from tests.backends.test_cluster_daemons import long_polling_since
 from tests.fakes.openai_api import FakeOpenAIThread
-from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import FakeTelegramThread
 
 CHATS = 10
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegramThread]:
-    with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
-        yield tg
-
-
-@pytest.fixture
-def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A Redis of this test's own that writes every command to disk before answering."""
-    server = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-    server.start()
-    yield server
-    server.stop()
 
 
 class ProxyThread:

@@ -18,16 +18,9 @@ from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from tests.backends.daemon_cluster import Cluster, TelegramChats
 from tests.backends.redis_server import RedisServer
 from tests.fakes.openai_api import FakeOpenAIThread
-from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import FakeTelegramThread
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegramThread]:
-    with FakeTelegramThread(limits=TELEGRAM_LIMITS.relaxed()) as tg:
-        yield tg
 
 
 @pytest.fixture
