@@ -5,8 +5,8 @@ Boot: take the workspace lock → ensure default files → the backend (files or
 SOULFLOW_BACKEND; not connected yet) → MessageBus → DecisionService → EventHub → providers →
 AgentDomain → channels + ChannelManager → dashboard. Start: the backend first (a Redis that
 cannot be used stops the boot with one sentence), the outbox, unfinished inbound work (the
-claim loop's first round), channel readers, the claim loop, the journal syncer, the dashboard.
-Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
+claim loop's first round), channel readers, the claim loop, the journal syncer (files only),
+the dashboard. Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
 SHUTDOWN_GRACE_S, then flushing every journal.
 """
 
@@ -210,7 +210,8 @@ class Runtime:
         if self.backend.kind is not BackendKind.FILE:
             self.supervisor.spawn("agent:takeover", self._takeover_loop)
         self.supervisor.spawn("bus:stats", self.bus.stats_loop)
-        self.supervisor.spawn("journals:sync", self._sync_loop)
+        if self.backend.kind is BackendKind.FILE:  # on Redis every journal's sync is a no-op
+            self.supervisor.spawn("journals:sync", self._sync_loop)
         self.supervisor.spawn("cron", self.cron.run)
         self.background.start(self.supervisor)  # loops `heartbeat` and `ops`
         if self.dashboard is not None:
