@@ -77,15 +77,9 @@ def hold_driven_chats(backend: Backend | None, loop: AgentLoop) -> None:
     if backend is None or backend.kind is BackendKind.FILE:
         return
     from soulflow.backends.redis.backend import RedisBackend
-    from soulflow.backends.redis.keys import partition_of
 
     assert isinstance(backend, RedisBackend)
-    parts = backend.keys.partitions
-
-    def driving_in(part: int) -> bool:
-        return any(partition_of(chat, parts) == part for chat in list(loop.driving.values()))
-
-    backend.busy_checks.append(driving_in)
+    backend.hold_chats(lambda: list(loop.driving.values()))
 
 
 def approval_map(path: Path, state: StateRedis | None, name: str) -> ApprovalMap:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -193,6 +193,15 @@ class RedisBackend:
                         callback()
                     except Exception:
                         log.exception("a partitions-changed listener failed")
+
+    def hold_chats(self, running: Callable[[], Iterable[str]]) -> None:
+        """The partitions of the chats in `running()` (work this node drives now: agent runs,
+        task graphs) count as work in hand, which a rebalance never gives away: a node that
+        joins must not take a chat over mid-step (it moves once that work finishes or waits,
+        or when this node dies)."""
+        parts = self.keys.partitions
+        self.busy_checks.append(
+            lambda part: any(partition_of(chat, parts) == part for chat in running()))
 
     def owns(self, chat_key: str) -> bool:
         return self.partitions.lease(partition_of(chat_key, self.keys.partitions)) is not None

@@ -348,9 +348,7 @@ class PartitionFence:
         interrupt a task mid-step (it moves when its loop has finished or waits)."""
         self._backend = backend
         if running is not None:
-            parts = backend.keys.partitions
-            backend.busy_checks.append(
-                lambda part: any(partition_of(chat, parts) == part for chat in running()))
+            backend.hold_chats(running)
 
     def __call__(self, chat_key: str) -> tuple[str, str] | None:
         backend = self._backend
@@ -379,8 +377,7 @@ class _PartitionSource(Protocol):
     @property
     def partitions(self) -> _Leases: ...
 
-    @property
-    def busy_checks(self) -> list[Callable[[int], bool]]: ...
+    def hold_chats(self, running: Callable[[], Iterable[str]]) -> None: ...
 
 
 def _text(value: bytes | str) -> str:
