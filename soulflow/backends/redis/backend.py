@@ -17,7 +17,7 @@ from redis.exceptions import AuthenticationError, BusyLoadingError, RedisError, 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from soulflow.backends.base import BackendKind, BackendUnavailable
+from soulflow.backends.base import BackendKind, BackendUnavailable, Lease
 from soulflow.backends.redis.inbound import RedisInbound
 from soulflow.backends.redis.keys import Keys, partition_of
 from soulflow.backends.redis.lease import RedisLeases
@@ -203,8 +203,12 @@ class RedisBackend:
         self.busy_checks.append(
             lambda part: any(partition_of(chat, parts) == part for chat in running()))
 
+    def chat_lease(self, chat_key: str) -> Lease | None:
+        """The lease of the chat's partition while this node may act on it, else None."""
+        return self.partitions.lease(partition_of(chat_key, self.keys.partitions))
+
     def owns(self, chat_key: str) -> bool:
-        return self.partitions.lease(partition_of(chat_key, self.keys.partitions)) is not None
+        return self.chat_lease(chat_key) is not None
 
     def on_partitions_changed(self, callback: Callable[[], None]) -> None:
         self._changed.append(callback)

@@ -45,7 +45,7 @@ from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place
 from soulflow.agent.run.store import RunMoved
 from soulflow.agent.run.timing import FinishedListener, report_finished
-from soulflow.backends.redis.keys import AgentKeys, partition_of
+from soulflow.backends.redis.keys import AgentKeys
 from soulflow.backends.redis.sync_client import StateRedis
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def partition_fence(backend: RedisBackend) -> Fence:
     """The fencing token of the partition lease under which this node holds a chat, while the
     lease is safe to act on (`PartitionLeases.lease`), else None."""
     def token(chat_key: str) -> int | None:
-        lease = backend.partitions.lease(partition_of(chat_key, backend.keys.partitions))
+        lease = backend.chat_lease(chat_key)
         return lease.token if lease is not None else None
     return token
 

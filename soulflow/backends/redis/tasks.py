@@ -37,7 +37,7 @@ from typing import ParamSpec, Protocol, TypeVar
 from redis.exceptions import RedisError
 
 from soulflow.backends.base import Lease
-from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
+from soulflow.backends.redis.keys import Keys, TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.tasks import store as task_store
 from soulflow.tasks.model import TaskState, TaskStatus, now
@@ -354,7 +354,7 @@ class PartitionFence:
         backend = self._backend
         if backend is None:
             return None
-        lease = backend.partitions.lease(partition_of(chat_key, backend.keys.partitions))
+        lease = backend.chat_lease(chat_key)
         if lease is None:
             return None
         return backend.keys.lease(lease.name), lease.value
@@ -364,18 +364,13 @@ class PartitionFence:
         return self(chat_key) is not None
 
 
-class _Leases(Protocol):
-    def lease(self, part: int) -> Lease | None: ...
-
-
 class _PartitionSource(Protocol):
     """What `PartitionFence` reads from a `RedisBackend`."""
 
     @property
     def keys(self) -> Keys: ...
 
-    @property
-    def partitions(self) -> _Leases: ...
+    def chat_lease(self, chat_key: str) -> Lease | None: ...
 
     def hold_chats(self, running: Callable[[], Iterable[str]]) -> None: ...
 
