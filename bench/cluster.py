@@ -39,7 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import describe_ms, fake_model_process, percentile  # noqa: E402
-from tests.backends.daemon_cluster import Cluster, Node, TelegramChats  # noqa: E402
+from tests.backends.daemon_cluster import (  # noqa: E402
+    Cluster,
+    Node,
+    TelegramChats,
+    long_polling_since,
+)
 from tests.backends.redis_server import RedisServer  # noqa: E402
 from tests.e2e.harness import wait_for  # noqa: E402
 from tests.fakes.rate_limits import TELEGRAM_LIMITS  # noqa: E402
@@ -74,15 +79,11 @@ class Rig:
         finally:
             client.close()
 
-    def long_polling_since(self, since: float) -> bool:
-        return any(r.method == "getUpdates" and r.params.get("timeout") and r.time >= since
-                   for r in self.tg.requests)
-
     def wait_reader(self, since: float, timeout: float = 60.0) -> None:
         """Until one node reads the account and has started a long poll after `since`."""
         if self.redis is not None:
             self.cluster.wait_one_leader(timeout)
-        self.cluster.wait(lambda: self.long_polling_since(since), timeout,
+        self.cluster.wait(lambda: long_polling_since(self.tg, since), timeout,
                           "a long poll by the reader")
 
     def sent_since(self, since: float, prefix: str) -> list[float]:

@@ -40,6 +40,13 @@ _START_MARK = "===== start "
 T = TypeVar("T")
 
 
+def long_polling_since(tg: FakeTelegramThread, since: float) -> bool:
+    """A getUpdates long poll (timeout > 0: the first start's priming read is over) arrived
+    after `since` (monotonic, the fake records the same clock)."""
+    return any(r.method == "getUpdates" and r.params.get("timeout") and r.time >= since
+               for r in tg.requests)
+
+
 class TelegramChats:
     """`count` supergroups on the fake, and the words of the flood posted into them."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.daemon_cluster import Cluster, TelegramChats
+from tests.backends.daemon_cluster import Cluster, TelegramChats, long_polling_since
 from tests.backends.redis_server import RedisServer
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.fakes.telegram_api import FakeTelegramThread
@@ -47,13 +47,6 @@ def cluster(tmp_path: Path, redis_server: RedisServer, fake_llm: FakeOpenAIThrea
         yield built, chats
     finally:
         built.close()
-
-
-def long_polling_since(tg: FakeTelegramThread, since: float) -> bool:
-    """A getUpdates long poll (timeout > 0: the first start's priming read is over) arrived
-    after `since` (monotonic, the fake records the same clock)."""
-    return any(r.method == "getUpdates" and r.params.get("timeout") and r.time >= since
-               for r in tg.requests)
 
 
 @dataclass

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.daemon_cluster import Cluster, TelegramChats
+from tests.backends.daemon_cluster import Cluster, TelegramChats, long_polling_since
 from tests.backends.proxy import CuttableProxy
 from tests.backends.redis_server import RedisServer
-from tests.backends.test_cluster_daemons import long_polling_since
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.fakes.telegram_api import FakeTelegramThread
 

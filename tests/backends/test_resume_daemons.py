@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from soulflow.backends.redis.keys import partition_of
+from tests.backends.daemon_cluster import long_polling_since
 from tests.backends.node_daemons import node_daemons
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, wait_for
@@ -56,8 +57,7 @@ def two_nodes(tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisSer
 def reading(tg: FakeTelegramThread) -> None:
     """Wait for a long poll: the first start's priming read (which drops what was posted
     before the bot ever read) is over."""
-    wait_for(lambda: any(r.method == "getUpdates" and r.params.get("timeout")
-                         for r in tg.requests), what="a getUpdates long poll")
+    wait_for(lambda: long_polling_since(tg, 0.0), what="a getUpdates long poll")
 
 
 def post(tg: FakeTelegramThread, text: str, chat: int = USER) -> None:
