@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,18 +26,9 @@ from tests.tasks.helpers import Toolbox, tool
 from tests.waiting import until
 
 
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A Redis of this test's own (it is killed and restarted), AOF on every write."""
-    server = RedisServer(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-    server.start()
-    yield server
-    server.stop()
-
-
 async def test_a_task_pauses_while_redis_is_away_and_resumes_after(
-        redis: RedisServer) -> None:
-    state = StateRedis(sync_client(redis.url, timeout_s=0.5), f"t{uuid.uuid4().hex[:8]}:")
+        durable_redis: RedisServer) -> None:
+    state = StateRedis(sync_client(durable_redis.url, timeout_s=0.5), f"t{uuid.uuid4().hex[:8]}:")
     store = RedisTaskStore(state, TaskKeys(state.prefix))
     release = asyncio.Event()
     ran: list[str] = []
@@ -56,14 +45,14 @@ async def test_a_task_pauses_while_redis_is_away_and_resumes_after(
         provider="local", chat_id="c")
     await until(lambda: ran == ["one"])
 
-    redis.stop()  # Redis dies while step `one` runs
+    durable_redis.stop()  # Redis dies while step `one` runs
     release.set()  # the step ends; its checkpoint cannot be written
     await until(lambda: engine.running_ids() == [], timeout=5)
     assert task.status is TaskStatus.RUNNING  # paused, not failed
     with pytest.raises(TaskStoreUnavailable):
         await engine.reconcile()  # the watch loop logs this and tries again later
 
-    redis.start()  # back, with everything it acknowledged (AOF always)
+    durable_redis.start()  # back, with everything it acknowledged (AOF always)
     stored = store.require(task.task_id)
     assert stored.nodes["one"].status is NodeStatus.RUNNING  # the last checkpoint
     assert await engine.reconcile() == [task.task_id]
