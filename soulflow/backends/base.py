@@ -147,6 +147,9 @@ class DeadLetterStore(Protocol):
 
     async def entries(self) -> list[DeadLetter]: ...
 
+    async def recent(self, limit: int = 20) -> list[DeadLetter]:
+        """The last `limit` letters, oldest first, without reading the whole queue."""
+
     async def remove(self, message_ids: Iterable[str]) -> int: ...
 
     async def purge(self) -> int: ...

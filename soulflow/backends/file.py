@@ -124,6 +124,9 @@ class _FileRecords(Generic[R]):
     async def entries(self) -> list[R]:
         return self.log.entries()
 
+    async def recent(self, limit: int = 20) -> list[R]:
+        return self.log.recent(limit)
+
     async def purge(self) -> int:
         return self.log.purge()
 
@@ -155,9 +158,6 @@ class FileInboundDeadLetters(_FileRecords[InboundDeadLetter]):
         return self.letters.add(provider=provider, chat_id=chat_id, message_id=message_id,
                                 sender_id=sender_id, stage=stage, error=error,
                                 content=content, raw=raw, key=key)
-
-    async def recent(self, limit: int = 20) -> list[InboundDeadLetter]:
-        return self.letters.recent(limit)
 
 
 class FileCursors:

@@ -115,7 +115,7 @@ class MessageBus:
         stale = now - self._letters_read_at >= LETTERS_REREAD_S
         recent_dlq, recent_inbound = last.recent_dlq, last.recent_inbound_dlq
         if stale or dlq_count != last.dlq:
-            recent_dlq = (await self.dlq.entries())[-RECENT_LETTERS:]
+            recent_dlq = await self.dlq.recent(RECENT_LETTERS)
         if stale or inbound_dlq_count != last.inbound_dlq:
             recent_inbound = await self.inbound_dlq.recent(RECENT_LETTERS)
         if stale:

@@ -125,7 +125,3 @@ class InboundDeadLetters(RecordLog[InboundDeadLetter]):
             content=content, raw=raw, key=key)
         self._append(letter.to_dict())
         return letter
-
-    def recent(self, limit: int = 20) -> list[InboundDeadLetter]:
-        """The last `limit` entries, read from the end of the file (the dashboard polls)."""
-        return self._parse_all(self._file.tail(limit))

@@ -261,6 +261,10 @@ class RecordLog(Generic[R]):
     def entries(self) -> list[R]:
         return self._parse_all(self._file.iter_records())
 
+    def recent(self, limit: int = 20) -> list[R]:
+        """The last `limit` entries, read from the end of the file (the dashboard polls)."""
+        return self._parse_all(self._file.tail(limit))
+
     def _keep(self, kept: list[dict[str, Any]]) -> None:
         self._file.rewrite(kept)
         self._count = len(kept)

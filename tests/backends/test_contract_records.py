@@ -27,6 +27,16 @@ async def test_outbound_dead_letters_keep_the_whole_reply(harness: Harness) -> N
     assert await backend.dlq.count() == 0
 
 
+async def test_recent_outbound_dead_letters_are_the_last_ones_in_order(
+        harness: Harness) -> None:
+    backend = await harness.open()
+    letters = [await backend.dlq.add(outbound("a", f"r{n}"), retry_count=1, error="x")
+               for n in range(5)]
+    assert [e.message_id for e in await backend.dlq.recent(2)] == \
+        [letters[3].message_id, letters[4].message_id]
+    assert len(await backend.dlq.recent(20)) == 5
+
+
 async def test_inbound_dead_letters_are_redacted_and_listed_newest_last(
         harness: Harness) -> None:
     backend = await harness.open()

@@ -37,9 +37,9 @@ class RedisDeadLetters:
         await self._client.rpush(self._key, json.dumps(letter.to_dict()))
         return letter
 
-    async def _raw(self) -> list[tuple[bytes, DeadLetter]]:
+    async def _raw(self, start: int = 0) -> list[tuple[bytes, DeadLetter]]:
         found = []
-        for raw in await self._client.lrange(self._key, 0, -1):
+        for raw in await self._client.lrange(self._key, start, -1):
             try:
                 found.append((raw, DeadLetter(**json.loads(raw))))
             except (TypeError, ValueError):
@@ -48,6 +48,9 @@ class RedisDeadLetters:
 
     async def entries(self) -> list[DeadLetter]:
         return [letter for _, letter in await self._raw()]
+
+    async def recent(self, limit: int = 20) -> list[DeadLetter]:
+        return [letter for _, letter in await self._raw(-limit)] if limit > 0 else []
 
     async def remove(self, message_ids: Iterable[str]) -> int:
         """Drop entries by message id: `LREM` of the exact records, so a letter added by
