@@ -83,7 +83,7 @@ def state(runtime: Runtime) -> dict[str, Any]:
         "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
         "sessions": shared(backend, lambda: [
             {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
-            for s in runtime.sessions.list_sessions()[:20]], []),
+            for s in runtime.sessions.list_sessions(limit=20)], []),
         "recent_messages": runtime.hub.recent({"inbound.received", "agent.reply"}, limit=30),
         "loops": runtime.supervisor.status(),
         "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)

@@ -46,8 +46,8 @@ class Sessions(Protocol):
     def metadata(self, key: str) -> dict[str, Any] | None:
         """`{"_type": "metadata", "key", "created_at"}` of a session that has messages."""
 
-    def list_sessions(self) -> list[SessionInfo]:
-        """Every session, most recently updated first."""
+    def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
+        """Every session (or the `limit` latest), most recently updated first."""
 
     def sync(self) -> None: ...
 
@@ -127,8 +127,8 @@ class SessionStore:
             return record if record.get("_type") == METADATA_TYPE else None
         return None
 
-    def list_sessions(self) -> list[SessionInfo]:
-        """Every session, most recently updated first."""
+    def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
+        """Every session (or the `limit` latest), most recently updated first."""
         if not self.directory.is_dir():
             return []
         infos = []
@@ -137,7 +137,7 @@ class SessionStore:
             key = unquote(path.name[: -len(".jsonl")])
             infos.append(SessionInfo(key, path, stat.st_size, stat.st_mtime))
         infos.sort(key=lambda info: info.updated_at, reverse=True)
-        return infos
+        return infos if limit is None else infos[:limit]
 
     def sync(self) -> None:
         for journal in list(self._files.values()):

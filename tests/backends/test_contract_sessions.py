@@ -50,6 +50,16 @@ def test_sessions_are_listed_most_recent_first(stores: AgentStores) -> None:
     assert listed[0].size_bytes > listed[1].size_bytes > 0
 
 
+def test_a_limited_listing_is_the_latest_sessions(stores: AgentStores) -> None:
+    sessions = stores.sessions()
+    sessions.append("discord:1", {"role": "user", "content": "first"})
+    sessions.append("local:web", {"role": "user", "content": "second"})
+    sessions.append("discord:1", {"role": "assistant", "content": "third"})
+    assert [info.key for info in sessions.list_sessions(limit=1)] == ["discord:1"]
+    assert len(sessions.list_sessions(limit=20)) == 2
+    assert sessions.list_sessions(limit=1)[0].size_bytes > 0
+
+
 def test_another_node_reads_every_append_at_once(redis_stores: AgentStores) -> None:
     """No tail cache survives across calls: the node that holds the chat next reads what the
     previous holder wrote a moment ago (a file store caches the tail of the sessions it has

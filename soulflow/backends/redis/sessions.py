@@ -74,16 +74,19 @@ class RedisSessionStore:
         raw = self._redis.hget(self._keys.sessions_meta, key)
         return _decode(raw) if raw is not None else None
 
-    def list_sessions(self) -> list[SessionInfo]:
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.zrevrange(self._keys.sessions_updated, 0, -1, withscores=True)
-        pipe.hgetall(self._keys.sessions_bytes)
-        updated, sizes = pipe.execute()
+    def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
+        """The newest first; with `limit`, only those are read (the dashboard shows 20 of
+        what may be thousands of sessions)."""
+        updated = self._redis.zrevrange(self._keys.sessions_updated, 0,
+                                        -1 if limit is None else max(0, limit) - 1,
+                                        withscores=True)
+        if not updated or limit == 0:
+            return []
+        sizes = self._redis.hmget(self._keys.sessions_bytes, [key for key, _ in updated])
         infos = []
-        for raw_key, score in updated:
+        for (raw_key, score), size in zip(updated, sizes, strict=True):
             key = raw_key.decode("utf-8") if isinstance(raw_key, bytes) else str(raw_key)
-            size = sizes.get(raw_key, sizes.get(key, 0))
-            infos.append(SessionInfo(key, None, int(size), float(score)))
+            infos.append(SessionInfo(key, None, int(size or 0), float(score)))
         return infos
 
     def sync(self) -> None:
