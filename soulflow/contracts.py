@@ -26,6 +26,7 @@ __all__ = [
     "Provider",
     "ProviderError",
     "ProviderResult",
+    "QUIET_TURN_ORIGIN",
     "ReplyStatus",
     "SendError",
     "SendResult",
@@ -71,6 +72,10 @@ class CronRunStatus(StrEnum):
 
 
 # -- chats -------------------------------------------------------------------------------
+
+QUIET_TURN_ORIGIN = "quiet_turn"
+"""`ChatRef.origin` of a run nobody typed (the heartbeat, a quiet cron job): it has its own
+session and its own chat zone (soulflow/security/zones.py), never a person's."""
 
 
 @dataclass(frozen=True, slots=True)

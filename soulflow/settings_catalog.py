@@ -229,6 +229,16 @@ SETTINGS: tuple[Setting, ...] = (
             "(comma-separated).", "Agent"),
     Setting("MAX_INBOUND_CHARS", _int_range(100, 10_000_000), "100000",
             "Longer messages are cut to this many characters (the user is told).", "Agent"),
+    Setting("CHAT_DISK_QUOTA_MB", _int_range(1, 1_000_000), "256",
+            "Disk space one chat's folder (chats/<chat>/: its files, attachments and memory) "
+            "may use; over it, exec and write_file fail with the reason.", "Agent"),
+    Setting("CHAT_DISK_QUOTA_FILES", _int_range(10, 10_000_000), "20000",
+            "Files and folders one chat's folder may hold.", "Agent"),
+    Setting("EXEC_DISK_QUOTA_MB", _int_range(1, 1_000_000), "128",
+            "Disk space one exec call may add to its chat's folder; what a call writes "
+            "beyond it is not kept.", "Agent"),
+    Setting("EXEC_DISK_QUOTA_FILES", _int_range(10, 10_000_000), "5000",
+            "Files and folders one exec call may create.", "Agent"),
     # outbound
     Setting("OUTBOUND_CONCURRENCY", _int_range(1, 1000), "16",
             "Chats sent to at the same time.", "Outbound delivery"),
@@ -385,6 +395,14 @@ SETTINGS: tuple[Setting, ...] = (
             "header, e.g. a name for a non-loopback DASHBOARD_HOST or a reverse proxy. "
             "Loopback names and DASHBOARD_HOST itself always work; any other Host gets 403 "
             "(DNS rebinding protection).", "Dashboard"),
+    Setting("DASHBOARD_MAX_CONNECTIONS", _int_range(4, 100_000), "256",
+            "Open connections the dashboard accepts at once; more are closed at once (kept "
+            "well below the process's file descriptor limit).", "Dashboard"),
+    Setting("DASHBOARD_MAX_CONNECTIONS_PER_IP", _int_range(1, 100_000), "32",
+            "Open connections one client address may hold.", "Dashboard"),
+    Setting("DASHBOARD_HEADER_TIMEOUT_S", _float_range(0.5, 300), "10",
+            "A connection that has not sent a complete request head within this many "
+            "seconds is closed (slow clients cannot hold connections open).", "Dashboard"),
     # scaling
     Setting("SOULFLOW_BACKEND", _choice("file", "redis"), "file",
             "Where the bus's state lives: file (runtime/ in the workspace; one daemon) or redis "

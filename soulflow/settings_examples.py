@@ -46,6 +46,10 @@ EXAMPLES: dict[str, str] = {
     "WEB_FETCH_ALLOW_PRIVATE": "true",
     "WEB_FETCH_ALLOWED_HOSTS": "wiki.internal,grafana.internal:3000",
     "MAX_INBOUND_CHARS": "20000",
+    "CHAT_DISK_QUOTA_MB": "1024",
+    "CHAT_DISK_QUOTA_FILES": "50000",
+    "EXEC_DISK_QUOTA_MB": "256",
+    "EXEC_DISK_QUOTA_FILES": "10000",
     # outbound delivery
     "OUTBOUND_CONCURRENCY": "32",
     "OUTBOUND_MAX_ATTEMPTS": "12",
@@ -110,6 +114,9 @@ EXAMPLES: dict[str, str] = {
     "DASHBOARD_HOST": "0.0.0.0",
     "DASHBOARD_PORT": "8080",
     "DASHBOARD_TOKEN": "a-long-random-string-from-openssl-rand-hex-32",
+    "DASHBOARD_MAX_CONNECTIONS": "512",
+    "DASHBOARD_MAX_CONNECTIONS_PER_IP": "16",
+    "DASHBOARD_HEADER_TIMEOUT_S": "5",
     "DASHBOARD_ALLOWED_HOSTS": "soulflow.example.com,soulflow.lan:8443",
     # storage backend
     "SOULFLOW_BACKEND": "redis",

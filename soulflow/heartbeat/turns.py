@@ -26,7 +26,7 @@ from soulflow.agent.consolidate import Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run import events as ev
-from soulflow.contracts import ChatRef
+from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
 from soulflow.heartbeat.checklist import is_ok_reply
 from soulflow.supervisor import cancel_and_wait
 
@@ -34,7 +34,7 @@ __all__ = ["ORIGIN", "Publish", "QuietTurn", "QuietTurnRunner", "TurnOutcome", "
 
 log = logging.getLogger(__name__)
 
-ORIGIN = "quiet_turn"  # marks these runs' chat records (recovery, the ops watchdog)
+ORIGIN = QUIET_TURN_ORIGIN  # marks these runs' chat records (recovery, the ops watchdog)
 INTERRUPTED_REASON = "interrupted by a restart; the next occurrence checks again"
 
 Publish = Callable[[ChatRef, str, dict[str, Any]], None]
