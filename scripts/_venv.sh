@@ -14,6 +14,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # llama-cpp-python (the `local` extra) compiles llama.cpp once: use both cores
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)}"
+# ...and for a fixed x86-64 instruction set (AVX2) instead of -march=native: virtual machines
+# can report AMX in cpuid without enabling its register state, and a native build then dies
+# with SIGILL on the first completion. Set CMAKE_ARGS yourself to build otherwise.
+if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = "x86_64" ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+fi
 spec="$ROOT"
 if [ -n "${1:-}" ]; then spec="$ROOT[$1]"; fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
