@@ -29,7 +29,11 @@ WORKDIR /opt/soulflow
 COPY pyproject.toml README.md ./
 COPY soulflow ./soulflow
 # install the package, then the renderer's pinned npm packages next to the installed copy
-RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
+# llama.cpp for x86-64 with AVX2, not -march=native: an image runs on other CPUs than the
+# builder's (and some VMs report AMX they do not enable); override with --build-arg CMAKE_ARGS=
+ARG CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+RUN CMAKE_ARGS="$(if [ "$(uname -m)" = x86_64 ]; then echo "$CMAKE_ARGS"; fi)" \
+    pip install ".${EXTRAS:+[$EXTRAS]}" \
     && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --prefix "$(python -c \
        'import soulflow.agent.diagram.render as r; print(r.PACKAGE_DIR)')" \
     && npm cache clean --force
