@@ -53,7 +53,9 @@ _WHITESPACE = " \t\n\r\f\v"
 _NORMALISE = str.maketrans({**dict.fromkeys(map(ord, _WHITESPACE)),
                             **{ord(c): c.lower() for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"},
                             ord("-"): "+", ord("_"): "/"})
-_WHITESPACE_RUN = re.compile(f"[{_WHITESPACE}]+")
+_DROP_WHITESPACE = str.maketrans("", "", _WHITESPACE)
+_NON_WHITESPACE_RUN = re.compile(f"[^{_WHITESPACE}]+")
+_CHUNK = 4096
 _BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-")
 _URL_SAFE = str.maketrans("+/", "-_")
 # characters each common encoder leaves as they are, besides letters, digits and "_.-~"
@@ -225,22 +227,28 @@ def _occurrences(haystack: str, needle: str) -> Iterator[int]:
 
 
 class _Unsqueeze:
-    """Maps an index of the text without whitespace back to the text: each whitespace run
-    is recorded by the squeezed index it precedes and the total removed up to its end."""
+    """Maps an index of the text without whitespace back to the text. Only a hit needs it,
+    so it is built lazily: the squeezed length of each `_CHUNK` of the text up front (one
+    `str.translate` each), then a walk inside one chunk per index asked for."""
 
     def __init__(self, text: str) -> None:
-        self._at: list[int] = []
-        self._removed: list[int] = []
-        removed = 0
-        for run in _WHITESPACE_RUN.finditer(text):
-            self._at.append(run.start() - removed)
-            removed += run.end() - run.start()
-            self._removed.append(removed)
+        self._text = text
+        self._starts: list[int] = []  # squeezed index at which each chunk starts
+        squeezed = 0
+        for at in range(0, len(text), _CHUNK):
+            self._starts.append(squeezed)
+            squeezed += len(text[at:at + _CHUNK].translate(_DROP_WHITESPACE))
 
     def original(self, index: int) -> int:
         """Where the character at squeezed ``index`` is in the text."""
-        runs = bisect_right(self._at, index)
-        return index + (self._removed[runs - 1] if runs else 0)
+        chunk = bisect_right(self._starts, index) - 1
+        left = index - self._starts[chunk]
+        at = chunk * _CHUNK
+        for run in _NON_WHITESPACE_RUN.finditer(self._text, at, at + _CHUNK):
+            if left < run.end() - run.start():
+                return run.start() + left
+            left -= run.end() - run.start()
+        raise IndexError(index)
 
 
 def _merged(spans: list[_Span]) -> list[_Span]:

@@ -77,6 +77,16 @@ def test_a_split_value_is_blanked_with_the_whitespace_inside_it() -> None:
         "one two\n[REDACTED: reformatted secret PW]\nthree")
 
 
+@pytest.mark.parametrize("pad", [0, 1, 4070, 4085, 4095, 4096, 12_280, 12_300])
+def test_a_split_hit_far_into_a_long_output_is_placed_exactly(pad: int) -> None:
+    """Anywhere in a 50 KB output, across the boundaries the position map works in."""
+    prefix = ("x" * 7 + " ") * (pad // 8) + "y" * (pad % 8) + "\n"
+    suffix = "\n" + "tail words " * 3000
+    wrapped = "\n".join(textwrap.wrap(DATA.hex(), 10))
+    masked = TransformedSecrets({"PW": VALUE}).mask(prefix + wrapped + suffix)
+    assert masked == prefix + "[REDACTED: hex secret PW]" + suffix
+
+
 CLEAN = {
     "shell": "total 12\ndrwxr-xr-x 2 root root 4096 Jan  1 src\n-rw-r--r-- 1 root README.md\n",
     "percentages and escapes": "progress 50% done, 100%\nGET /a%20b?q=x%2Fy\n",
