@@ -24,12 +24,13 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from soulflow.security.detectors import REDACTION_DETECTORS, Detector, find_sensitive_spans
 from soulflow.security.syntax import REDACTED, splice
+from soulflow.security.transformed import TransformedSecrets
 
 ENV_MIN_LENGTH = 6
 KNOWN_MIN_LENGTH = 4
@@ -128,6 +129,7 @@ class Redactor:
         self._values: frozenset[str] = frozenset()
         self._pattern: re.Pattern[str] | None = None
         self._clean = _CleanMemo()
+        self._transformed: tuple[frozenset[str], TransformedSecrets] | None = None
         self.register(*known_values)
 
     @classmethod
@@ -181,6 +183,22 @@ class Redactor:
         if not spans:
             return text
         return splice(text, ((span.start, span.end, REDACTED) for span in spans))
+
+    def redact_transformed(self, text: str, *, skip: Collection[str] = ()) -> str:
+        """``text`` with the transformed forms of every known value (reversed, hex, base64,
+        URL-encoded, split by whitespace...: `soulflow.security.transformed`) redacted, except
+        the values in ``skip``.
+
+        For tool output only, where code can transform a value: the other sinks see text the
+        daemon wrote, so they keep the one-pass `redact`. The forms are computed on first use
+        after the known values change.
+        """
+        values = self._values
+        cached = self._transformed
+        if cached is None or cached[0] is not values:
+            cached = (values, TransformedSecrets(values, min_length=self._min_length))
+            self._transformed = cached
+        return cached[1].mask(text, skip=skip)
 
     def redact_strings(self, obj: Any) -> Any:
         """Redact every string in a JSON-like value, keys included, and nothing else.

@@ -94,6 +94,16 @@ def iter_strings(value: Any) -> Iterator[str]:
             yield from iter_strings(item)
 
 
+def reference_labels(value: Any) -> list[str]:
+    """The label of every reference in ``value`` (a string or JSON-like value), each once, in
+    order; nothing is opened, so this is safe to show before a call runs (approval reasons)."""
+    labels: list[str] = []
+    for string in iter_strings(value):
+        for ref in iter_secret_refs(string):
+            _add_once(labels, ref.label)
+    return labels
+
+
 RefKey = tuple[str | None, str | None]
 
 

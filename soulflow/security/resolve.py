@@ -16,8 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from soulflow.security.redact import Redactor
 from soulflow.security.references import RefKey, open_references
 from soulflow.security.syntax import REDACTED, iter_secret_refs, secret_reference, splice
+from soulflow.security.transformed import TransformedSecrets
 from soulflow.security.vault import SecretVault
 
 MIN_MASK_LENGTH = 4
@@ -100,3 +102,22 @@ def mask_known_secrets(
         return text
     pattern = re.compile("|".join(re.escape(plain) for plain in present))
     return pattern.sub(lambda m: replacement[m.group(0)], text)
+
+
+def mask_tool_output(text: str, secrets: Mapping[str, str],
+                     redactor: Redactor | None = None) -> str:
+    """A tool's output made safe for the model, the session and the chat.
+
+    Every value opened for the call (``secrets``, name -> plaintext) goes back to its reference
+    where it appears as it is, and is blanked, named, where code transformed it (reversed,
+    hex, base64, URL-encoded, split by whitespace: `soulflow.security.transformed`); so are
+    the transformed forms of the ``redactor``'s known values (daemon credentials, secrets
+    opened by earlier calls, e.g. one a call wrote into a file that this one reads). The
+    plain forms of those are left to the redactor every sink runs.
+    """
+    if secrets:
+        text = mask_known_secrets(text, secrets)
+        text = TransformedSecrets(secrets).mask(text)
+    if redactor is not None:
+        text = redactor.redact_transformed(text, skip=set(secrets.values()))
+    return text

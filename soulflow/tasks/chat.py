@@ -35,6 +35,7 @@ from soulflow.agent.approvals import (
     parse_decision,
     refusal_text,
 )
+from soulflow.agent.tools.code_secrets import with_code_secret_reason
 from soulflow.bus.messages import InboundMessage
 from soulflow.contracts import ChatRef
 from soulflow.tasks.commands import make_task_command
@@ -98,13 +99,16 @@ def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
 
 
 def _approval_reason(executors: DaemonExecutors, node: Any, chat: ChatRef) -> str | None:
-    """The tool's own approval rule on the planned params (inputs injected later are unknown:
-    the step still asks then, if it has to)."""
+    """The approval rule the registry applies (the tool's own, and code run with a secret)
+    on the planned params (inputs injected later are unknown: the step still asks then, if it
+    has to)."""
     tool = executors.tools.get(node.tool)
     if tool is None:
         return None
     try:
-        return tool.needs_approval(dict(node.params), executors.tool_context(chat, False))
+        params = dict(node.params)
+        return with_code_secret_reason(
+            tool.needs_approval(params, executors.tool_context(chat, False)), tool, params)
     except Exception as exc:  # params the tool rejects: the step will fail visibly; show it
         return f"its params look wrong: {exc}"
 

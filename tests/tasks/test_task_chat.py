@@ -59,6 +59,19 @@ class LookTool(Tool):
         return f"saw {params.get('where')}"
 
 
+class CalcTool(Tool):
+    """Runs code and changes nothing (idempotent), like python_repl."""
+
+    name = "calc"
+    description = "compute something"
+    parameters = {"type": "object", "properties": {"code": {"type": "string"}}}
+    idempotent = True
+    runs_code = True
+
+    async def run(self, params: dict[str, Any], ctx: ToolContext) -> str:
+        return "42"
+
+
 @dataclass
 class Rig:
     chat: TaskChat
@@ -83,7 +96,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     tools = ToolRegistry()
-    for tool in (ReadFileTool(), WriteFileTool(), LookTool()):
+    for tool in (ReadFileTool(), WriteFileTool(), LookTool(), CalcTool()):
         tools.register(tool)
 
     def context(chat: ChatRef, approved: bool) -> ToolContext:
@@ -252,6 +265,16 @@ async def test_an_idempotent_tool_step_whose_call_needs_approval_is_shown_first(
     started = await rig.say("/task look inside")  # replaces the plan under review
     assert started is not None and started.startswith("Started task t-")
     assert await rig.say("approve") is None  # the plan that was under review is gone
+
+
+async def test_a_code_step_given_a_secret_is_shown_first_naming_the_secret(rig: Rig) -> None:
+    calc = {"id": "c", "kind": "tool", "tool": "calc",
+            "params": {"code": "len('{{secret:PW}}')"}}
+    rig.fake.script_reply(json.dumps({"title": "Measure", "nodes": [calc]}))
+    shown = await rig.say("/task measure my password")
+    assert shown is not None
+    assert "c calls calc, which needs approval (runs code with secret PW (" in shown
+    assert rig.store.list() == []
 
 
 async def test_a_waiting_chat_run_keeps_bare_answers_naming_the_task_reaches_it(rig: Rig) -> None:

@@ -27,6 +27,7 @@ class PythonReplTool(Tool):
         "additionalProperties": False,
     }
     idempotent = True
+    runs_code = True  # a secret in its arguments waits for approval (code_secrets)
     timeout_s = 30
 
     def __init__(self, sandbox: CodeSandbox) -> None:

@@ -5,11 +5,13 @@ Order matters and is the security contract of the whole tools layer:
 1. find the tool and parse the arguments;
 2. validate them against the tool's JSON schema (the model gets every problem in one message);
 3. decide approval on the arguments *as written* - secret references are still references, so
-   an approval reason shown to the user can never contain a secret value;
+   an approval reason shown to the user can never contain a secret value; a tool that runs
+   code also asks when its arguments reference a secret (`code_secrets`);
 4. open secret references all-or-nothing (a tool never runs half-decrypted);
 5. run under a timeout, cancelled if the user aborts; only `ToolError` text reaches the model
    verbatim, anything else becomes a one-line "internal error";
-6. mask every opened secret in the output (back to ``{{secret:NAME}}``), then truncate.
+6. mask every opened secret in the output (back to ``{{secret:NAME}}``; transformed forms of
+   it and of the redactor's known values blanked), then truncate.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError, ToolResult
+from soulflow.agent.tools.code_secrets import with_code_secret_reason
 from soulflow.security.errors import SecurityError
 from soulflow.security.redact import Redactor
-from soulflow.security.resolve import mask_known_secrets, resolve_secret_references
+from soulflow.security.resolve import (
+    mask_known_secrets,
+    mask_tool_output,
+    resolve_secret_references,
+)
 from soulflow.security.vault import chat_scope
 
 log = logging.getLogger(__name__)
@@ -151,7 +158,8 @@ class ToolRegistry:
         if problems:
             return _error(f"invalid arguments for {name}: {problems}")
         try:
-            reason = None if ctx.approved else tool.needs_approval(parsed, ctx)
+            reason = None if ctx.approved else with_code_secret_reason(
+                tool.needs_approval(parsed, ctx), tool, parsed)
         except ToolError as exc:
             return _error(str(exc))
         except Exception as exc:
@@ -231,7 +239,7 @@ class ToolRegistry:
 
     def _finish(self, result: ToolResult, secrets: Mapping[str, str]) -> ToolResult:
         """Mask before truncating, so a cut can never leave half a plaintext unmasked."""
-        result.output = self._truncate(_mask(result.output, secrets))
+        result.output = self._truncate(mask_tool_output(result.output, secrets, self._redactor))
         return result
 
     def _truncate(self, text: str) -> str:

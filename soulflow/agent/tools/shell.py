@@ -89,6 +89,7 @@ class ExecTool(Tool):
         "additionalProperties": False,
     }
     timeout_s = DEFAULT_TIMEOUT_S
+    runs_code = True  # a secret in its arguments waits for approval (code_secrets)
 
     def __init__(self, sandbox: CodeSandbox) -> None:
         self.sandbox = sandbox
