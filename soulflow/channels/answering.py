@@ -9,7 +9,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, Decider, parse_decision
@@ -22,6 +21,7 @@ from soulflow.channels.input_text import input_text
 from soulflow.channels.replies import BusReplies
 from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ReplyStatus
+from soulflow.storage.beneath import Beneath
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class AgentAnswers:
     replies: BusReplies
     feedback: ChannelFeedback
     runs: ActiveRuns
-    files_dir: Path
+    workspace: Beneath  # attachments are saved in the chat's zone beneath it
     max_inbound_chars: int
     backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
     # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
@@ -89,7 +89,7 @@ class AgentAnswers:
 
     async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          *, attributed: bool = False) -> str:
-        return await input_text(batch, adapter, files_dir=self.files_dir,
+        return await input_text(batch, adapter, workspace=self.workspace,
                                 max_chars=self.max_inbound_chars, attributed=attributed)
 
     async def run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
