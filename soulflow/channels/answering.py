@@ -21,6 +21,7 @@ from soulflow.channels.input_text import input_text
 from soulflow.channels.replies import BusReplies
 from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ReplyStatus
+from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class AgentAnswers:
     # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
     # failure is not the run's; the manager gives the batch back instead of apologising
     store_unreachable: Callable[[BaseException], bool] = lambda exc: False
+    # the inbound sealer's vault: an attachment URL it sealed is opened for the download
+    vault: SecretVault | None = None
 
     async def continue_open_run(self, message: InboundMessage,
                                 adapter: ChannelAdapter | None) -> bool:
@@ -90,7 +93,8 @@ class AgentAnswers:
     async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          *, attributed: bool = False) -> str:
         return await input_text(batch, adapter, workspace=self.workspace,
-                                max_chars=self.max_inbound_chars, attributed=attributed)
+                                max_chars=self.max_inbound_chars, attributed=attributed,
+                                vault=self.vault)
 
     async def run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                         text: str) -> AgentReply:

@@ -16,13 +16,21 @@ called ``report.pdf`` never collide.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
+from soulflow.contracts import Attachment, InboundMessage
+from soulflow.security.resolve import resolve_secret_references
+from soulflow.security.syntax import iter_secret_refs
+from soulflow.security.vault_records import chat_scope
 from soulflow.security.zones import ChatZone, zone_named
 from soulflow.storage.beneath import Beneath
 
-__all__ = ["ChatFiles", "chat_files"]
+if TYPE_CHECKING:
+    from soulflow.security.vault import SecretVault
+
+__all__ = ["ChatFiles", "chat_files", "fetchable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +61,21 @@ class ChatFiles:
 def chat_files(workspace: Beneath, provider: str, chat_id: str) -> ChatFiles:
     """The attachment folder of the chat ``provider:chat_id``."""
     return ChatFiles(workspace, zone_named(provider, chat_id))
+
+
+def fetchable(attachment: Attachment, message: InboundMessage,
+              vault: SecretVault | None) -> Attachment:
+    """``attachment`` with the URL the platform gave, for the download only.
+
+    The inbound sealer seals whatever looks secret in a message before it is journaled, the
+    attachment's URL included: a Discord URL holds channel and attachment ids that can read
+    as card numbers, a Slack or Discord URL holds the file's name. The download needs the
+    real URL, so its references are opened here (in the chat's scope, where they were
+    sealed) into a copy that lives only in memory; the message keeps the sealed one.
+    """
+    url = attachment.url
+    if not url or vault is None or next(iter_secret_refs(url), None) is None:
+        return attachment
+    opened = resolve_secret_references(url, vault,
+                                       chat=chat_scope(message.provider, message.chat_id))
+    return replace(attachment, url=opened.value) if opened.ok else attachment

@@ -103,7 +103,8 @@ class ChannelManager:
         self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
                                     self.workspace, max_inbound_chars, self.backlog_for,
-                                    bus.backend.store_unreachable)
+                                    bus.backend.store_unreachable,
+                                    sealer.vault if sealer is not None else None)
         # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
         # meant for a task (its plan review, a waiting step) is answered there; None: not one
         self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None

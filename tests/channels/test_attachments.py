@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.channels.attachments import chat_files
+from soulflow.channels.attachments import chat_files, fetchable
+from soulflow.contracts import Attachment, InboundMessage
+from soulflow.security.inbound import InboundSealer
+from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath, RefusedPath
 
 
@@ -46,3 +49,24 @@ async def test_a_planted_link_is_refused_or_replaced_never_followed(tmp_path: Pa
 async def test_only_plain_names_are_accepted(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="not a plain file name"):
         await chat_files(Beneath(tmp_path), "discord", "1").save(name, b"x")
+
+
+def test_the_download_gets_the_url_the_inbound_sealer_sealed(tmp_path: Path) -> None:
+    """A Discord URL's ids can read as a card number: the journal keeps the sealed URL, the
+    download the real one."""
+    url = ("https://cdn.example/attachments/1575518171987705856/1575518187754094592/d.txt"
+           "?ex=1&hm=2")
+    message = InboundMessage(provider="discord", chat_id="1575518171987705856",
+                             message_id="1", sender_id="u", text="file",
+                             attachments=[Attachment(name="d.txt", url=url)])
+    sealer = InboundSealer(SecretVault(tmp_path / "security"))
+    assert sealer.seal(message).sealed >= 1
+    (sealed,) = message.attachments
+    assert sealed.url != url and "{{secret:" in (sealed.url or "")
+    opened = fetchable(sealed, message, sealer.vault)
+    assert opened.url == url and opened.name == "d.txt"
+    assert sealed.url != url  # the message itself stays sealed
+    assert fetchable(sealed, message, None) is sealed
+    elsewhere = InboundMessage(provider="discord", chat_id="99", message_id="2",
+                               sender_id="u", text="")
+    assert fetchable(sealed, elsewhere, sealer.vault).url == sealed.url  # not its scope
