@@ -3,7 +3,7 @@
 Every setting is declared once in `SETTINGS` (name, parser, default, help); the same table
 validates values, writes `.env.example` and feeds `docs/config.md`, so they cannot drift
 apart. The process environment wins over `.env`, which is read only when it is the
-operator's own (`soulflow.env_file`).
+operator's own (`soulflow.storage.env_file`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from urllib.parse import urlparse
 
 from dotenv import dotenv_values
 
-from soulflow.env_file import UnsafeEnvFile, read_env_text
 from soulflow.settings_catalog import (  # noqa: F401 - re-exported for callers and tests
     SETTINGS,
     Setting,
@@ -27,6 +26,7 @@ from soulflow.settings_catalog import (  # noqa: F401 - re-exported for callers 
     env_example,
     parse_url,
 )
+from soulflow.storage.env_file import UnsafeEnvFile, read_env_text
 
 
 class ConfigError(Exception):
@@ -61,10 +61,11 @@ class Settings:
 def read_env_file(workspace: Path) -> dict[str, str]:
     """The settings in `<workspace>/.env` ({} when there is none).
 
-    Read only when nothing but the daemon's user can have written it (`soulflow.env_file`:
-    no link, a regular file of the daemon's user, not group/world-writable, one link);
-    otherwise a `ConfigError` whose one sentence says what is wrong and how to fix it, so
-    the daemon refuses to start rather than run what a tool may have put there."""
+    Read only when nothing but the daemon's user can have written it
+    (`soulflow.storage.env_file`: no link, a regular file of the daemon's user, not
+    group/world-writable, one link); otherwise a `ConfigError` whose one sentence says what
+    is wrong and how to fix it, so the daemon refuses to start rather than run what a tool
+    may have put there."""
     try:
         text = read_env_text(workspace)
     except UnsafeEnvFile as exc:

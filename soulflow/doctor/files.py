@@ -1,9 +1,9 @@
 """Checks of the workspace on disk: it exists and is writable, the key and `.env` are private.
 
 These mirror what the daemon enforces at start (`soulflow.security.keyfile` refuses a key
-readable by others; `soulflow.env_file` refuses a `.env` that a tool or another user could
-have written) so the operator learns about it before a restart fails, and add what the
-daemon only warns about (a wide `runtime/security/`, a world-readable `.env`).
+readable by others; `soulflow.storage.env_file` refuses a `.env` that a tool or another
+user could have written) so the operator learns about it before a restart fails, and add
+what the daemon only warns about (a wide `runtime/security/`, a world-readable `.env`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
-from soulflow.env_file import ENV_FILE_NAME, UnsafeEnvFile, read_env_text
 from soulflow.security.crypto import KEY_SIZE
 from soulflow.security.protected import KEY_FILE_NAME, RUNTIME_DIR, SECURITY_DIR, key_file_path
+from soulflow.storage.env_file import ENV_FILE_NAME, UnsafeEnvFile, read_env_text
 
 VAULT_FILE_NAME = "secrets.json"
 

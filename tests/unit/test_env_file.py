@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from soulflow.config import ConfigError, read_env_file
-from soulflow.env_file import UnsafeEnvFile, read_env_text
+from soulflow.storage.env_file import UnsafeEnvFile, read_env_text
 
 
 def test_the_operators_own_env_is_read(tmp_path: Path) -> None:
