@@ -2,11 +2,13 @@
 
 Every setting is declared once in `SETTINGS` (name, parser, default, help); the same table
 validates values, writes `.env.example` and feeds `docs/config.md`, so they cannot drift
-apart. The process environment wins over `.env`.
+apart. The process environment wins over `.env`, which is read only when it is the
+operator's own (`soulflow.storage.env_file`).
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -24,6 +26,7 @@ from soulflow.settings_catalog import (  # noqa: F401 - re-exported for callers 
     env_example,
     parse_url,
 )
+from soulflow.storage.env_file import UnsafeEnvFile, read_env_text
 
 
 class ConfigError(Exception):
@@ -56,10 +59,20 @@ class Settings:
 
 
 def read_env_file(workspace: Path) -> dict[str, str]:
-    path = workspace / ".env"
-    if not path.is_file():
+    """The settings in `<workspace>/.env` ({} when there is none).
+
+    Read only when nothing but the daemon's user can have written it
+    (`soulflow.storage.env_file`: no link, a regular file of the daemon's user, not
+    group/world-writable, one link); otherwise a `ConfigError` whose one sentence says what
+    is wrong and how to fix it, so the daemon refuses to start rather than run what a tool
+    may have put there."""
+    try:
+        text = read_env_text(workspace)
+    except UnsafeEnvFile as exc:
+        raise ConfigError(str(exc)) from None
+    if text is None:
         return {}
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 
 
 def load_settings(workspace: Path, environ: Mapping[str, str] | None = None) -> Settings:

@@ -340,7 +340,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHANNEL_POLL_TIMEOUT_S", _int_range(1, 50), "25",
             "Long-poll timeout for Telegram's getUpdates.", "Channels"),
     Setting("MAX_DOWNLOAD_MB", _int_range(1, 2000), "20",
-            "Largest attachment downloaded to runtime/inbound-files/.", "Channels"),
+            "Largest attachment downloaded into a chat's folder (chats/<chat>/files/).",
+            "Channels"),
     Setting("REFUSAL_COOLDOWN_S", _int_range(0, 604_800), "3600",
             "After refusing an unknown user once, ignore them for this long.", "Channels"),
     # heartbeat and ops

@@ -9,7 +9,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, Decider, parse_decision
@@ -22,6 +21,8 @@ from soulflow.channels.input_text import input_text
 from soulflow.channels.replies import BusReplies
 from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ReplyStatus
+from soulflow.security.vault import SecretVault
+from soulflow.storage.beneath import Beneath
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,14 @@ class AgentAnswers:
     replies: BusReplies
     feedback: ChannelFeedback
     runs: ActiveRuns
-    files_dir: Path
+    workspace: Beneath  # attachments are saved in the chat's zone beneath it
     max_inbound_chars: int
     backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
     # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
     # failure is not the run's; the manager gives the batch back instead of apologising
     store_unreachable: Callable[[BaseException], bool] = lambda exc: False
+    # the inbound sealer's vault: an attachment URL it sealed is opened for the download
+    vault: SecretVault | None = None
 
     async def continue_open_run(self, message: InboundMessage,
                                 adapter: ChannelAdapter | None) -> bool:
@@ -89,8 +92,9 @@ class AgentAnswers:
 
     async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          *, attributed: bool = False) -> str:
-        return await input_text(batch, adapter, files_dir=self.files_dir,
-                                max_chars=self.max_inbound_chars, attributed=attributed)
+        return await input_text(batch, adapter, workspace=self.workspace,
+                                max_chars=self.max_inbound_chars, attributed=attributed,
+                                vault=self.vault)
 
     async def run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                         text: str) -> AgentReply:

@@ -11,7 +11,7 @@ import asyncio
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, TypeVar
 
 from soulflow.bus.messages import (
@@ -25,6 +25,7 @@ from soulflow.channels.leadership import AccountLeadership, Election
 
 if TYPE_CHECKING:
     from soulflow.backends.base import CursorStore
+    from soulflow.channels.attachments import ChatFiles
     from soulflow.channels.state import ChannelState
 
 #: Connections each platform client keeps for best-effort calls (typing, read-acks), apart
@@ -163,7 +164,10 @@ class ChannelAdapter(abc.ABC):
         the feedback client, no retries; `SendError` on failure)."""
         raise SendError(f"the {self.name} channel cannot edit messages", permanent=True)
 
-    async def download(self, attachment: Attachment, directory: Path) -> Path:
+    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+        """Fetch ``attachment`` and save it in ``folder`` (the chat's zone, see
+        `soulflow.channels.attachments`); the workspace-relative path it was saved at.
+        OSError says why it could not be had (too large, refused, network)."""
         raise OSError(f"the {self.name} channel does not deliver files")
 
     def parse_command(self, text: str) -> Command | None:

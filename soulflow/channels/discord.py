@@ -30,7 +30,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 import aiohttp
@@ -41,12 +41,12 @@ import discord.http
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels import discord_format as fmt
+from soulflow.channels.attachments import ChatFiles
 from soulflow.channels.base import ChannelAdapter, ChannelLimits, drain
 from soulflow.channels.discord_feedback import DiscordFeedbackClient
 from soulflow.channels.discord_send import ResumableSends
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
-from soulflow.storage.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -398,9 +398,8 @@ class DiscordChannel(ChannelAdapter):
 
     # -- files ---------------------------------------------------------------------------
 
-    async def download(self, attachment: Attachment, directory: Path) -> Path:
-        """Fetch an attachment from Discord's CDN into `directory`, refusing oversized files."""
+    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+        """Fetch an attachment from Discord's CDN into the chat's `folder`, refusing
+        oversized files."""
         data = await fmt.fetch_attachment(attachment, self.max_download_bytes)
-        target = directory / fmt.download_filename(attachment)
-        await asyncio.to_thread(write_bytes_atomic, target, data)
-        return target
+        return await folder.save(fmt.download_filename(attachment), data)

@@ -1,27 +1,38 @@
 """What the agent reads for a batch of messages: their text, attachments as local paths.
 
-Attachments are downloaded to `runtime/inbound-files/<provider>/`; only the local path
-enters the agent's input, never a remote URL. Overlong input is cut, with a note for the
-user.
+Attachments are downloaded into the zone of the chat they were sent in,
+`chats/<zone>/files/` (`soulflow.channels.attachments`); only that workspace-relative path
+enters the agent's input, never a remote URL, and it is the spelling the file tools and
+`exec` (whose working directory is the workspace) accept. Overlong input is cut, with a note
+for the user.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from soulflow.bus.messages import Attachment, InboundMessage
+from soulflow.channels.attachments import chat_files, fetchable
 from soulflow.channels.base import ChannelAdapter
+from soulflow.storage.beneath import Beneath
+
+if TYPE_CHECKING:
+    from soulflow.security.vault import SecretVault
 
 log = logging.getLogger(__name__)
 
 
 async def attachment_line(adapter: ChannelAdapter | None, message: InboundMessage,
-                          attachment: Attachment, files_dir: Path) -> str:
+                          attachment: Attachment, workspace: Beneath,
+                          vault: SecretVault | None = None) -> str:
+    """The line the agent reads for one attachment, after saving it in the chat's zone
+    (``vault``: where the inbound sealer put what it sealed in the attachment's URL)."""
     if adapter is None:
         return f"[attachment {attachment.name}: not downloaded, no adapter]"
+    folder = chat_files(workspace, message.provider, message.chat_id)
     try:
-        path = await adapter.download(attachment, files_dir / message.provider)
+        path = await adapter.download(fetchable(attachment, message, vault), folder)
     except Exception as exc:
         log.warning("could not download %s from %s: %s", attachment.name, message.provider, exc)
         return f"[attachment {attachment.name}: could not be downloaded: {exc}]"
@@ -30,7 +41,8 @@ async def attachment_line(adapter: ChannelAdapter | None, message: InboundMessag
 
 
 async def input_text(batch: list[InboundMessage], adapter: ChannelAdapter | None, *,
-                     files_dir: Path, max_chars: int, attributed: bool = False) -> str:
+                     workspace: Beneath, max_chars: int, attributed: bool = False,
+                     vault: SecretVault | None = None) -> str:
     """The messages' text and attachment lines, cut to `max_chars` (noted on the first).
 
     `attributed` (a folded turn: messages that queued up while the chat's last turn ran):
@@ -38,12 +50,13 @@ async def input_text(batch: list[InboundMessage], adapter: ChannelAdapter | None
     together and knows who said what.
     """
     if attributed:
-        text = await _attributed(batch, adapter, files_dir)
+        text = await _attributed(batch, adapter, workspace, vault)
     else:
         parts = [m.text for m in batch if m.text]
         for message in batch:
             for attachment in message.attachments:
-                parts.append(await attachment_line(adapter, message, attachment, files_dir))
+                parts.append(await attachment_line(adapter, message, attachment, workspace,
+                                                   vault))
         text = "\n".join(parts)
     if len(text) > max_chars:
         batch[0].metadata["truncation_note"] = (
@@ -53,13 +66,13 @@ async def input_text(batch: list[InboundMessage], adapter: ChannelAdapter | None
 
 
 async def _attributed(batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                      files_dir: Path) -> str:
+                      workspace: Beneath, vault: SecretVault | None) -> str:
     lines = [f"({len(batch)} messages arrived while I was busy; answer them together, "
              "in order.)"]
     for number, message in enumerate(batch, 1):
         body = [message.text] if message.text else []
         for attachment in message.attachments:
-            body.append(await attachment_line(adapter, message, attachment, files_dir))
+            body.append(await attachment_line(adapter, message, attachment, workspace, vault))
         who = message.sender_name or message.sender_id
         lines.append(f"[{number}] {who}: " + "\n".join(body))
     return "\n".join(lines)

@@ -50,6 +50,7 @@ from soulflow.security.references import (
     secret_resolution_required_message,
 )
 from soulflow.security.vault import chat_scope
+from soulflow.storage.beneath import Beneath
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ EventSink = Callable[[str, dict[str, Any]], None]
 
 class ChannelManager:
     def __init__(self, registry: ChannelRegistry, bus: MessageBus, agent: AgentDomain, *,
-                 access: AccessPolicy, files_dir: Path, concurrency: int = 8,
+                 access: AccessPolicy, workspace: Path, concurrency: int = 8,
                  max_inbound_chars: int = 100_000, grouping_window_s: float | None = None,
                  grouping_max: int = 5, sealer: InboundSealer | None = None,
                  on_event: EventSink | None = None, fold_max: int = 20,
@@ -75,7 +76,7 @@ class ChannelManager:
         self.bus = bus
         self.agent = agent
         self.access = access
-        self.files_dir = files_dir
+        self.workspace = Beneath(workspace)  # attachments go to each chat's zone in it
         self.max_inbound_chars = max_inbound_chars
         self.sealer = sealer
         self.health = HealthBoard(redact=redact)
@@ -100,9 +101,10 @@ class ChannelManager:
                          if grouping_window_s else None)
         self._on_event = on_event or (lambda kind, data: None)
         self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
-        self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs, files_dir,
-                                    max_inbound_chars, self.backlog_for,
-                                    bus.backend.store_unreachable)
+        self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
+                                    self.workspace, max_inbound_chars, self.backlog_for,
+                                    bus.backend.store_unreachable,
+                                    sealer.vault if sealer is not None else None)
         # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
         # meant for a task (its plan review, a waiting step) is answered there; None: not one
         self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
+from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -18,6 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
+from soulflow.channels.attachments import ChatFiles
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
 from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
@@ -44,7 +45,6 @@ from soulflow.channels.slack_socket import (
     envelope_event,
 )
 from soulflow.channels.state import ChannelState
-from soulflow.storage.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -387,8 +387,8 @@ class SlackChannel(ChannelAdapter):
 
     # -- files ---------------------------------------------------------------------------
 
-    async def download(self, attachment: Attachment, directory: Path) -> Path:
-        """Fetch a shared file (bot token required) into `directory`, at most
+    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+        """Fetch a shared file (bot token required) into the chat's `folder`, at most
         `max_download_bytes`; raises OSError with the reason otherwise."""
         url, limit, label = attachment.url, self.max_download_bytes, attachment.name
         if not url:
@@ -402,6 +402,4 @@ class SlackChannel(ChannelAdapter):
             raise OSError("the Slack channel is not started")
         data = await fetch_file(self._session, url, token=self.bot_token, label=label,
                                 mime_type=attachment.mime_type, limit=limit)
-        target = directory / safe_filename(label, attachment.file_id or "")
-        await asyncio.to_thread(write_bytes_atomic, target, data)
-        return target
+        return await folder.save(safe_filename(label, attachment.file_id or ""), data)

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from telegram import Bot, ReactionTypeEmoji
@@ -21,6 +21,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, TelegramError
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
+from soulflow.channels.attachments import ChatFiles
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import poison_message
@@ -371,9 +372,10 @@ class TelegramChannel(ChannelAdapter):
 
     # -- files -------------------------------------------------------------------------
 
-    async def download(self, attachment: Attachment, directory: Path) -> Path:
-        """Fetch a user's file into `directory` under a sanitised, collision-free name."""
-        return await download_file(self._require_bot, attachment, directory,
+    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+        """Fetch a user's file into the chat's `folder` under a sanitised, collision-free
+        name."""
+        return await download_file(self._require_bot, attachment, folder,
                                    limit=self.max_download_bytes, redact=self._redact)
 
     # -- helpers -----------------------------------------------------------------------

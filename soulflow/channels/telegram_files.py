@@ -1,20 +1,20 @@
-"""A user's file from Telegram into the inbound-files directory: size checked before, during
-(the Bot API's `file_size`) and after the download, stored under a sanitised name that two
-files of the same name cannot share."""
+"""A user's file from Telegram into the chat's zone (`soulflow.channels.attachments`): size
+checked before, during (the Bot API's `file_size`) and after the download, stored under a
+sanitised name, prefixed with a hash of the file id, that two files of the same name cannot
+share."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import PurePosixPath
 
 from telegram import Bot
 from telegram.error import TelegramError
 
 from soulflow.bus.messages import Attachment, SendError
+from soulflow.channels.attachments import ChatFiles
 from soulflow.channels.telegram_format import megabytes, safe_filename
-from soulflow.storage.atomic import write_bytes_atomic
 
 
 def check_size(name: str, size: int | None, limit: int) -> None:
@@ -22,8 +22,8 @@ def check_size(name: str, size: int | None, limit: int) -> None:
         raise OSError(f"{name} is {megabytes(size)}; the limit is {megabytes(limit)}")
 
 
-async def download_file(bot: Callable[[], Bot], attachment: Attachment, directory: Path, *,
-                        limit: int, redact: Callable[[BaseException], str]) -> Path:
+async def download_file(bot: Callable[[], Bot], attachment: Attachment, folder: ChatFiles, *,
+                        limit: int, redact: Callable[[BaseException], str]) -> PurePosixPath:
     """Fetch `attachment` with the adapter's bot (`bot()` raises if it is not started);
     OSError with the reason when it cannot be had."""
     if not attachment.file_id:
@@ -37,6 +37,4 @@ async def download_file(bot: Callable[[], Bot], attachment: Attachment, director
         raise OSError(f"Telegram could not deliver {attachment.name}: {redact(exc)}") from None
     check_size(attachment.name, len(data), limit)
     tag = hashlib.sha256(attachment.file_id.encode()).hexdigest()[:12]
-    target = directory / safe_filename(attachment.name, tag)
-    await asyncio.to_thread(write_bytes_atomic, target, data)
-    return target
+    return await folder.save(safe_filename(attachment.name, tag), data)

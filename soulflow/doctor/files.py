@@ -1,8 +1,9 @@
 """Checks of the workspace on disk: it exists and is writable, the key and `.env` are private.
 
 These mirror what the daemon enforces at start (`soulflow.security.keyfile` refuses a key
-readable by others) so the operator learns about it before a restart fails, and add what the
-daemon only warns about (a wide `runtime/security/`, a world-readable `.env`).
+readable by others; `soulflow.storage.env_file` refuses a `.env` that a tool or another
+user could have written) so the operator learns about it before a restart fails, and add
+what the daemon only warns about (a wide `runtime/security/`, a world-readable `.env`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
 from soulflow.security.crypto import KEY_SIZE
 from soulflow.security.protected import KEY_FILE_NAME, RUNTIME_DIR, SECURITY_DIR, key_file_path
+from soulflow.storage.env_file import ENV_FILE_NAME, UnsafeEnvFile, read_env_text
 
 VAULT_FILE_NAME = "secrets.json"
 
@@ -50,7 +52,7 @@ async def check_permissions(ctx: DoctorContext) -> list[CheckResult]:
 
 def _permissions(workspace: Path, configured: str) -> list[CheckResult]:
     return [_security_dir(workspace / RUNTIME_DIR / SECURITY_DIR),
-            _key(workspace, configured), _env_file(workspace / ".env")]
+            _key(workspace, configured), _env_file(workspace)]
 
 
 def _mode(path: Path) -> int:
@@ -104,10 +106,17 @@ def _key(workspace: Path, configured: str) -> CheckResult:
     return ok(name, f"{where} is private (600)")
 
 
-def _env_file(path: Path) -> CheckResult:
+def _env_file(workspace: Path) -> CheckResult:
     name = ".env"
-    if not path.exists():
-        return ok(name, f"no {path} (settings come from the environment)")
+    path = workspace / ENV_FILE_NAME
+    try:  # the daemon's own check: it refuses to start on what fails here
+        if read_env_text(workspace) is None:
+            return ok(name, f"no {path} (settings come from the environment)")
+    except UnsafeEnvFile as exc:
+        return fail(name, exc.problem, exc.fix)
+    except OSError as exc:
+        return fail(name, f"{path} cannot be read ({exc.strerror or exc})",
+                    f"sudo chown $(id -un) {path}")
     mode = _mode(path)
     if mode & 0o004:
         return fail(name, f"{path} has mode {mode:o}: every user can read its tokens",

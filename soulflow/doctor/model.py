@@ -61,16 +61,18 @@ class DoctorContext:
     def load(cls, workspace: Path, environ: Mapping[str, str] | None = None, *,
              timeout_s: float = 10.0, deep: bool = False) -> DoctorContext:
         env = os.environ if environ is None else environ
-        raw = {**(read_env_file(workspace) if workspace.is_dir() else {}), **env}
         settings: Settings | None = None
         error: str | None = None
+        from_file: dict[str, str] = {}
         if workspace.is_dir():
             try:
+                from_file = read_env_file(workspace)  # refused: the `.env` check says why
                 settings = load_settings(workspace, env)
             except ConfigError as exc:
                 error = str(exc)
         else:
             error = f"the workspace {workspace} does not exist"
+        raw = {**from_file, **env}
         return cls(workspace, env, settings, error, {k: str(v) for k, v in raw.items()},
                    timeout_s, deep)
 

@@ -120,7 +120,7 @@ def channel_manager(settings: Settings, channels: ChannelRegistry, bus: MessageB
     grouping = settings.flag("CHANNEL_GROUPING_ENABLED")
     return ChannelManager(
         channels, bus, agent, access=access_policy(settings),
-        files_dir=settings.runtime_dir / "inbound-files",
+        workspace=settings.workspace,
         concurrency=settings["AGENT_CONCURRENCY"],
         grouping_window_s=(settings.seconds_from_ms("CHANNEL_GROUPING_WINDOW_MS")
                            if grouping else None),

@@ -161,7 +161,7 @@ def wire_chat(bus: MessageBus, agent: AgentDomain, approvals: ApprovalMap, tmp_p
     bus.dispatcher.sent_listeners.append(remember)
     manager = ChannelManager(registry, bus, agent,
                              access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
-                             files_dir=tmp_path / "files")
+                             workspace=tmp_path)
     return adapter, manager
 
 

@@ -60,7 +60,7 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
     agent = agent_domain(tmp_path, InstantModel(), ChatRef(adapter.name, "c"))
     manager = ChannelManager(registry, bus, agent,
                              access=AccessPolicy.from_lists({adapter.name: ["*"]}),
-                             files_dir=tmp_path / "files", fold_max=fold_max,
+                             workspace=tmp_path, fold_max=fold_max,
                              feedback=feedback)
     await bus.start()
 

@@ -17,8 +17,10 @@ import discord.http
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
+from soulflow.channels.attachments import chat_files
 from soulflow.channels.discord import DiscordChannel, DiscordStartError
 from soulflow.channels.state import ChannelState
+from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
 from tests.running import stopped_after
 
@@ -226,13 +228,15 @@ async def test_attachment_is_described_and_downloaded(fake: FakeDiscord, tmp_pat
     assert (attachment.name, attachment.size, attachment.mime_type) == (
         "notes_v2.txt", 14, "text/plain")
     assert attachment.file_id and attachment.url and attachment.url.startswith(fake.base_url)
-    path = await adapter.download(attachment, tmp_path / "files")
-    assert path == tmp_path / "files" / f"{attachment.file_id}_notes_v2.txt"
-    assert path.read_bytes() == b"attached bytes"
+    folder = chat_files(Beneath(tmp_path), "discord", str(general(fake)))
+    files = tmp_path / "chats" / f"discord-{general(fake)}" / "files"
+    rel = await adapter.download(attachment, folder)
+    assert tmp_path / rel == files / f"{attachment.file_id}_notes_v2.txt"
+    assert (tmp_path / rel).read_bytes() == b"attached bytes"
 
     hostile = Attachment(name="../../.bash rc", url=attachment.url, file_id="../7")
-    path = await adapter.download(hostile, tmp_path / "files")
-    assert path.parent == tmp_path / "files" and path.name == "_7_bash_rc"
+    rel = await adapter.download(hostile, folder)
+    assert tmp_path / rel == files / "_7_bash_rc"
 
 
 async def test_download_enforces_the_size_cap(fake: FakeDiscord, tmp_path: Path,
@@ -240,16 +244,16 @@ async def test_download_enforces_the_size_cap(fake: FakeDiscord, tmp_path: Path,
     adapter = await start_adapter(max_download_bytes=10)
     url = fake.add_attachment_file("/attachments/1/2/big.bin", b"x" * 11)
     declared = Attachment(name="big.bin", url=url, file_id="2", size=11)
-    files = tmp_path / "files"
+    folder = chat_files(Beneath(tmp_path), "discord", "1")
     with pytest.raises(OSError, match="limit"):
-        await adapter.download(declared, files)
+        await adapter.download(declared, folder)
     undeclared = Attachment(name="big.bin", url=url, file_id="2")  # size unknown: counted
     with pytest.raises(OSError, match="limit"):
-        await adapter.download(undeclared, files)
-    assert not files.exists() or list(files.iterdir()) == []
+        await adapter.download(undeclared, folder)
+    assert not (tmp_path / "chats").exists()  # nothing written, not even the folder
     missing = Attachment(name="gone.bin", url=f"{fake.base_url}/attachments/0/0/gone.bin")
     with pytest.raises(OSError, match="404"):
-        await adapter.download(missing, files)
+        await adapter.download(missing, folder)
 
 
 # -- outbound ----------------------------------------------------------------------------

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
+from soulflow.channels.attachments import chat_files
 from soulflow.channels.slack import SlackChannel, SlackStartError
 from soulflow.channels.slack_format import markdown_to_mrkdwn, safe_filename, slack_to_plain
 from soulflow.channels.state import ChannelState
+from soulflow.storage.beneath import Beneath
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
 from tests.running import running_fixture
@@ -316,17 +318,18 @@ async def test_download_with_size_cap(make: Factory, fake: FakeSlack, tmp_path: 
     small, big = await read_until(adapter, has_text("big"))
     (attachment,) = small.attachments
     assert attachment.file_id and attachment.size == 4 and attachment.mime_type == "text/plain"
-    path = await adapter.download(attachment, tmp_path / "in")
-    assert path.read_bytes() == b"boom"
-    assert path.name == f"{attachment.file_id}_run_log_1.txt" and path.parent == tmp_path / "in"
+    folder = chat_files(Beneath(tmp_path), "slack", GENERAL)
+    rel = await adapter.download(attachment, folder)
+    assert rel.as_posix() == f"chats/slack-{GENERAL}/files/{attachment.file_id}_run_log_1.txt"
+    assert (tmp_path / rel).read_bytes() == b"boom"
     with pytest.raises(OSError, match="limit"):
-        await adapter.download(big.attachments[0], tmp_path)
+        await adapter.download(big.attachments[0], folder)
     undeclared = Attachment(name="big.bin", url=big.attachments[0].url, file_id="F1")
     with pytest.raises(OSError, match="limit"):
-        await adapter.download(undeclared, tmp_path)
+        await adapter.download(undeclared, folder)
     with pytest.raises(OSError, match="refusing"):
-        await adapter.download(Attachment(name="x", url="https://evil.test/x"), tmp_path)
-    assert listing(tmp_path) == ["in"]  # nothing partial left behind
+        await adapter.download(Attachment(name="x", url="https://evil.test/x"), folder)
+    assert listing(tmp_path / rel.parent) == [rel.name]  # nothing partial left behind
 
 
 # -- formatting --------------------------------------------------------------------------

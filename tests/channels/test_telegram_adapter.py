@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
+from soulflow.channels.attachments import chat_files
 from soulflow.channels.base import Command
 from soulflow.channels.poison import POISON_KIND
 from soulflow.channels.state import ChannelState
@@ -29,6 +30,7 @@ from soulflow.channels.telegram_format import (
     split_for_telegram,
     utf16_length,
 )
+from soulflow.storage.beneath import Beneath
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
 from tests.fakes.telegram_markup import parse_markup
 from tests.running import running, running_fixture
@@ -270,25 +272,27 @@ async def test_attachments_and_download(fake: FakeTelegram, channel: TelegramCha
     assert photo.text == "" and photo.attachments[0].name == "photo_2.jpg"
     assert photo.attachments[0].file_id == f"user-file-{USER}-2"  # the largest size
 
-    path = await channel.download(doc, tmp_path / "inbox")
-    assert path.parent == tmp_path / "inbox" and path.read_bytes() == b"data"
-    assert path.name.endswith("_my_report__final_.txt") and not path.name.startswith(".")
-    photo_path = await channel.download(photo.attachments[0], tmp_path / "inbox")
-    assert photo_path.read_bytes() == b"\x89PNG\r\n\x1a\n fake" and photo_path != path
+    folder = chat_files(Beneath(tmp_path), "telegram", str(USER))
+    rel = await channel.download(doc, folder)
+    assert rel.parent.as_posix() == f"chats/telegram-{USER}/files"
+    assert (tmp_path / rel).read_bytes() == b"data"
+    assert rel.name.endswith("_my_report__final_.txt") and not rel.name.startswith(".")
+    photo_rel = await channel.download(photo.attachments[0], folder)
+    assert (tmp_path / photo_rel).read_bytes() == b"\x89PNG\r\n\x1a\n fake" and photo_rel != rel
 
 
 async def test_download_refuses_oversize_files(fake: FakeTelegram, state: ChannelState,
                                                tmp_path: Path) -> None:
     async with channel_on(fake, state, max_download_bytes=10) as adapter:
         fake.add_file("big", b"y" * 50, filename="big.bin")
-        inbox = tmp_path / "inbox"
+        inbox = chat_files(Beneath(tmp_path), "telegram", str(USER))
         declared = Attachment(name="big.bin", file_id="big", size=50)
         with pytest.raises(OSError, match="big.bin is 50 bytes; the limit is 10 bytes"):
             await adapter.download(declared, inbox)
         assert not fake.calls("getFile")  # refused before asking Telegram
         with pytest.raises(OSError, match="the limit is 10 bytes"):  # size only from getFile
             await adapter.download(Attachment(name="big.bin", file_id="big"), inbox)
-        assert not fake.calls("file") and not inbox.exists()
+        assert not fake.calls("file") and not (tmp_path / "chats").exists()
         with pytest.raises(OSError, match="(?i)invalid file_id"):
             await adapter.download(Attachment(name="x", file_id="missing"), inbox)
 

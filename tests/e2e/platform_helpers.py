@@ -90,6 +90,12 @@ class Driver:
         """A message by this bot itself (`own`) or by another bot, mentioning this one."""
         raise NotImplementedError
 
+    def post_file(self, text: str, name: str, data: bytes, *, chat: str | None = None
+                  ) -> Posted:
+        """The allowed user sends a file called `name` with `text` (its caption / comment,
+        mentioning the bot in a group) to `chat`, the way the platform delivers one."""
+        raise NotImplementedError
+
     def seed_history(self, text: str) -> None:
         """A message that exists before the daemon's first start (delivered as history only)."""
         raise NotImplementedError
@@ -188,6 +194,13 @@ class SlackDriver(Driver):
         body = f"<@{BOT_USER_ID}> {text}" if mention and not chat.startswith("D") else text
         message = self.runner.post_user_message(chat, body, user or self.user, thread)
         return Posted(chat, message["ts"], thread)
+
+    def post_file(self, text: str, name: str, data: bytes, *, chat: str | None = None
+                  ) -> Posted:
+        chat = chat or self.chat
+        body = text if chat.startswith("D") else f"<@{BOT_USER_ID}> {text}"
+        message = self.runner.post_user_message(chat, body, self.user, files=[(name, data)])
+        return Posted(chat, message["ts"])
 
     def post_as_bot(self, text: str, *, own: bool) -> Posted:
         def inject() -> str:
@@ -328,6 +341,16 @@ class TelegramDriver(Driver):
             message_thread_id=int(thread) if thread else None)
         return Posted(chat, str(update["message"]["message_id"]), thread)
 
+    def post_file(self, text: str, name: str, data: bytes, *, chat: str | None = None
+                  ) -> Posted:
+        chat = chat or self.chat
+        group = int(chat) < 0
+        caption = f"@{self.bot_username} {text}" if group else text
+        update = self.runner.push_message(
+            int(chat), caption, from_id=int(self.user),
+            chat_type="supergroup" if group else "private", document=(name, data))
+        return Posted(chat, str(update["message"]["message_id"]))
+
     def post_as_bot(self, text: str, *, own: bool) -> Posted:
         sender = self._bot_id() if own else 5_555_555
 
@@ -443,6 +466,14 @@ class DiscordDriver(Driver):
         chat = chat or self.chat
         message = self.runner.push_message(int(chat), text, int(user or self.user),
                                            mentions_bot=mention and chat != self.dm)
+        return Posted(chat, message["id"])
+
+    def post_file(self, text: str, name: str, data: bytes, *, chat: str | None = None
+                  ) -> Posted:
+        chat = chat or self.chat
+        message = self.runner.push_message(int(chat), text, int(self.user),
+                                           mentions_bot=chat != self.dm,
+                                           attachments=[(name, data)])
         return Posted(chat, message["id"])
 
     def post_as_bot(self, text: str, *, own: bool) -> Posted:

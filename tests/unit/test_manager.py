@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy
+from soulflow.channels.attachments import ChatFiles
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
@@ -49,11 +50,8 @@ class MemoryAdapter(ChannelAdapter):
     async def set_typing(self, chat_id: str, on: bool) -> None:
         self.typing.append(on)
 
-    async def download(self, attachment: Attachment, directory: Path) -> Path:
-        directory.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - tiny test double
-        path = directory / attachment.name
-        path.write_text("file body")
-        return path
+    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+        return await folder.save(attachment.name, b"file body")
 
 
 class EchoModel:
@@ -103,7 +101,7 @@ class Rig:
     def build(self, *, claiming: bool = True, **kwargs: Any) -> ChannelManager:
         access = kwargs.pop("access", AccessPolicy.from_lists({"chat": ["alice"]}))
         manager = ChannelManager(self.registry, self.bus, self.agent, access=access,
-                                 files_dir=self.tmp_path / "files", **kwargs)
+                                 workspace=self.tmp_path, **kwargs)
         if claiming:
             self.claim(manager)
         return manager
@@ -277,10 +275,13 @@ async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -
 async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
     build, adapter, model, bus = rig
     manager = build()
-    await manager.ingest(adapter, [msg(1, "see file", attachments=[Attachment(name="a.txt",
-                                                                        url="http://x/a")])])
+    await manager.ingest(adapter, [msg(1, "see file", thread_id="t9", attachments=[
+        Attachment(name="a.txt", url="http://x/a")])])
     await settle(adapter, 1)
-    assert f"saved at {tmp_path / 'files' / 'chat' / 'a.txt'}" in model.inputs[0]
+    # in the chat's own zone, named by its workspace-relative path (the chat, not a thread)
+    assert "[attachment a.txt saved at chats/chat-c1/files/a.txt]" in model.inputs[0]
+    assert (tmp_path / "chats" / "chat-c1" / "files" / "a.txt").read_bytes() == b"file body"
+    assert not (tmp_path / "runtime" / "inbound-files").exists()
 
 
 async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(

@@ -7,9 +7,12 @@ A chat is identified by provider and chat id; a different thread of the same cha
 the same people and needs no approval.
 
 ``request_file`` pauses the run until the user answers, exactly like the loop's
-``request_more_information`` intent. The channel manager saves the user's attachments under
-``runtime/inbound-files/<provider>/`` and puts ``[attachment NAME saved at PATH]`` lines in
-the reply text, so the model gets local paths it can read. The loop recognises the tool by
+``request_more_information`` intent. It writes nothing itself: the channel manager saves the
+user's attachments in the chat's own zone, ``chats/<zone>/files/``, and puts
+``[attachment NAME saved at PATH]`` lines in the reply text, PATH relative to the workspace,
+so the model gets paths its file tools and ``exec`` can read (and other chats cannot).
+Neither tool sends a workspace file: ``message`` sends text only, so it cannot carry another
+chat's files or the daemon's out of the workspace. The loop recognises the tool by
 its ``asks_user`` attribute and asks `RequestFileTool.question` instead of running it (see
 the loop patch in the runtime notes); `RequestFileTool.run` is only the fallback for a loop
 without that patch, and tells the model to wait with ``request_more_information`` itself.
@@ -103,8 +106,8 @@ class RequestFileTool(Tool):
     description = (
         "Ask the user to upload a file in this chat and wait for it. Describe which file "
         "you need and why. The run pauses until the user replies; their reply contains "
-        "`[attachment NAME saved at PATH]` for each uploaded file, with a local path you "
-        "can read."
+        "`[attachment NAME saved at PATH]` for each uploaded file, PATH relative to the "
+        "workspace (in this chat's folder), which you can read."
     )
     parameters: dict[str, Any] = {
         "type": "object",
