@@ -76,12 +76,14 @@ def secret_setting_values(settings: Any, *, min_length: int = ENV_MIN_LENGTH) ->
 
 
 def _dotenv(workspace: Path) -> dict[str, str]:
-    from dotenv import dotenv_values
+    """The values of ``.env``, read the one safe way (no link followed, the operator's own
+    file); an unsafe ``.env`` stops the daemon at boot anyway, so here it is just empty."""
+    from soulflow.config import ConfigError, read_env_file
 
-    path = workspace / ".env"
-    if not path.is_file():
+    try:
+        return read_env_file(workspace)
+    except ConfigError:
         return {}
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
 
 
 class _CleanMemo:
