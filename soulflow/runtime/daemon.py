@@ -4,7 +4,8 @@ in reverse; `create_runtime()` takes the workspace lock first.
 Boot: take the workspace lock → ensure default files → the backend (files or Redis, from
 SOULFLOW_BACKEND; not connected yet) → MessageBus → DecisionService → EventHub → providers →
 AgentDomain → channels + ChannelManager → dashboard. Start: the backend first (a Redis that
-cannot be used stops the boot with one sentence), the outbox, unfinished inbound work (the
+cannot be used stops the boot with one sentence), the trust-zones migration of the workspace
+(once; `zone_migration`), the outbox, unfinished inbound work (the
 claim loop's first round), channel readers, the claim loop, the journal syncer (files only),
 the dashboard. Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
 SHUTDOWN_GRACE_S, then flushing every journal.
@@ -44,6 +45,7 @@ from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.runtime import agent_state, service_state, status, wiring
 from soulflow.runtime.tool_bridge import ToolBridge
+from soulflow.runtime.zone_migration import migrate_workspace
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.redact import Redactor, install_log_redaction
 from soulflow.security.zones import zone_for
@@ -191,6 +193,9 @@ class Runtime:
         self.started_at = time.time()
         self._uninstall_log_redaction = install_log_redaction(self.redactor)
         await self.backend.start()  # before anything reads state
+        # once per workspace, before any service: shared notes and facts out of global
+        # memory, attachments into their chats' folders (soulflow/runtime/zone_migration.py)
+        await asyncio.to_thread(migrate_workspace, self.memory.beneath, self.sessions)
         self.backend.on_partitions_changed(self._partitions_changed)
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model
