@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import inspect
 import statistics
 import sys
@@ -146,19 +147,26 @@ def memory_use(root: Path, names: list[str], zones: int) -> None:
     from soulflow.security.zones import ChatZone
 
     workspace(root, names)
+    warm = builder(root, Clock(), True)  # one-time allocations (caches, imports) go first
+    for name in names:
+        warm.system_prompt(ChatZone(name))
+    del warm
     for cap in (CHAT_PROMPT_CACHE, zones):
         clock = Clock()
         context = builder(root, clock, True, chat_cache_size=cap)
         context.system_prompt()  # the global part, outside the measurement
+        gc.collect()
         tracemalloc.start()
         base = tracemalloc.take_snapshot()
         for name in names:
             context.system_prompt(ChatZone(name))
-        held = tracemalloc.take_snapshot().compare_to(base, "filename")
-        in_second = sum(stat.size_diff for stat in held)
+        gc.collect()
+        in_second = sum(stat.size_diff for stat in
+                        tracemalloc.take_snapshot().compare_to(base, "filename"))
         held_zones = context.cached_zones()
         clock.now += 1.5
         context.system_prompt(ChatZone(names[0]))
+        gc.collect()
         later = sum(stat.size_diff for stat in tracemalloc.take_snapshot().compare_to(
             base, "filename"))
         tracemalloc.stop()
