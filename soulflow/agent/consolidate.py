@@ -3,13 +3,19 @@
 The model only sees the last N turns of a session, so older ones would be forgotten. Once a
 session has grown past a threshold since the last consolidation, its older turns (all but
 the last `keep_last`) are summarised by the model into a paragraph appended to today's note
-`memory/YYYY-MM-DD.md` and durable facts merged into `memory/MEMORY.md`, which is kept under
-a size cap (the model rewrites it shorter; if still too long, the oldest facts go).
+and durable facts merged into `MEMORY.md`, which is kept under a size cap (the model
+rewrites it shorter; if still too long, the oldest facts go). Both live in the session's
+**chat zone** (`chats/<zone>/memory/`, see `soulflow.security.zones`), never in global
+`memory/`: what Alice says in her DM is recalled in her DM, and nowhere else. The caller
+names the zone (`Consolidator.schedule(key, zone)`): it knows the run's chat.
 
 Progress is a session record `{"_type": "consolidated", "through": i, "count": n}`: messages
 0..i (counting only records without a `_type`) are consolidated, and `n` messages preceded
 the marker, which lets a reader place the marker by reading the file's tail only. The
-context builder skips `_type` records, so markers never reach the model as history.
+context builder skips `_type` records, so markers never reach the model as history. A
+marker with `through: -1` (written by the trust-zones migration, `RESET_MARKER`) means
+"consolidate this session again from its first message": it is due as soon as the session
+holds more than `keep_last` messages.
 
 Safety: every model call happens before the first write, so a provider failure leaves the
 files as they were; a user's edit of MEMORY.md made meanwhile wins (the run is abandoned and
@@ -28,11 +34,13 @@ from typing import Any
 
 from soulflow.agent.memory import MemoryStore, merge_facts, trim_to_cap
 from soulflow.contracts import Provider
+from soulflow.security.zones import ChatZone
 from soulflow.session.store import Sessions
 
 log = logging.getLogger(__name__)
 
 CONSOLIDATED_TYPE = "consolidated"
+RESET_THROUGH = -1  # a marker with this `through`: consolidate again from the first message
 _FIRST_WINDOW = 128
 MAX_SUMMARY_CHARS, MAX_FACT_CHARS = 2_000, 500  # bounds what a rambling model can write
 
@@ -151,11 +159,30 @@ def session_progress(sessions: Sessions, session_key: str) -> SessionProgress:
         window *= 4
 
 
-def consolidation_due(sessions: Sessions, session_key: str, threshold: int) -> bool:
-    """More than `threshold` messages since the last marker (cheap: the cached tail)."""
+def reset_marker(count: int) -> dict[str, Any]:
+    """The record that makes a session of `count` messages be consolidated again from its
+    first message (the trust-zones migration writes it: the old summaries were shared)."""
+    return {"_type": CONSOLIDATED_TYPE, "through": RESET_THROUGH, "count": count}
+
+
+def is_reset(record: dict[str, Any]) -> bool:
+    marker = _marker(record)
+    return marker is not None and marker[0] == RESET_THROUGH
+
+
+def consolidation_due(sessions: Sessions, session_key: str, threshold: int, *,
+                      keep_last: int = 0) -> bool:
+    """More than `threshold` messages since the last marker (cheap: the cached tail); or
+    the last marker is a reset one and more than `keep_last` messages are behind it."""
     records = sessions.last(session_key, threshold + 1)
-    if any(_marker(r) is not None for r in records):
-        return False
+    for position in range(len(records) - 1, -1, -1):
+        marker = _marker(records[position])
+        if marker is None:
+            continue
+        if marker[0] != RESET_THROUGH:
+            return False
+        after = sum(1 for r in records[position + 1:] if _is_message(r))
+        return marker[1] + after > keep_last
     return sum(1 for r in records if _is_message(r)) > threshold
 
 
@@ -216,7 +243,7 @@ def _batch(candidates: list[tuple[int, dict[str, Any]]], policy: ConsolidationPo
 
 def summary_request(session_key: str, first: int, through: int, transcript: str,
                     memory_text: str) -> list[dict[str, Any]]:
-    material = (f"Current long-term memory (memory/MEMORY.md):\n\n"
+    material = (f"Current long-term memory of this chat (MEMORY.md):\n\n"
                 f"{memory_text.strip() or '(empty)'}\n\n"
                 f"Conversation {session_key}, messages {first} to {through}:\n\n{transcript}")
     return [{"role": "system", "content": SUMMARY_INSTRUCTIONS},
@@ -281,13 +308,18 @@ async def consolidate(sessions: Sessions, memory: MemoryStore, session_key: str,
     now = session_progress(sessions, session_key)  # the session may have moved meanwhile
     if now.through >= first:
         return ConsolidationResult(False, "already consolidated by another run")
-    if added and not memory.replace_long_term(memory_before, memory_after):
-        log.info("MEMORY.md changed during consolidation of %s; will retry", session_key)
-        return ConsolidationResult(False, "MEMORY.md changed meanwhile", failed=True)
-    if summary:
-        label = f"**Conversation summary** ({session_key}, messages {first}–{through}):"
-        if label not in memory.read_daily():  # a crash after this write must not repeat it
-            memory.append_daily(f"{label} {summary}")
+    try:
+        if added and not memory.replace_long_term(memory_before, memory_after):
+            log.info("MEMORY.md changed during consolidation of %s; will retry", session_key)
+            return ConsolidationResult(False, "MEMORY.md changed meanwhile", failed=True)
+        if summary:
+            label = f"**Conversation summary** ({session_key}, messages {first}–{through}):"
+            if label not in memory.read_daily():  # a crash after this write must not repeat
+                memory.append_daily(f"{label} {summary}")
+    except OSError as exc:  # a link planted as today's note is refused, never written
+        log.warning("memory consolidation of %s could not write to %s: %s", session_key,
+                    memory.rel, exc)
+        return ConsolidationResult(False, f"write refused: {type(exc).__name__}", failed=True)
     sessions.append(session_key, {"_type": CONSOLIDATED_TYPE, "through": through,
                                   "count": now.total})
     remaining = len(candidates) - len(batch)
@@ -328,7 +360,8 @@ async def run_due(sessions: Sessions, memory: MemoryStore, session_key: str, *,
     """Every batch run for one trigger (empty when the session is not due)."""
     policy = policy or ConsolidationPolicy()
     results: list[ConsolidationResult] = []
-    if not consolidation_due(sessions, session_key, policy.threshold_messages):
+    if not consolidation_due(sessions, session_key, policy.threshold_messages,
+                             keep_last=policy.keep_last):
         return results
     for _ in range(max(policy.max_batches, 1)):
         results.append(await consolidate(sessions, memory, session_key, summarize=summarize,
@@ -347,9 +380,11 @@ async def maybe_consolidate(sessions: Sessions, memory: MemoryStore, session_key
 
 
 class Consolidator:
-    """`schedule(key)` after each answered message: a cheap synchronous check (the cached
-    tail), then a background task, at most one per session, so a reply never waits for it.
-    After a failure the session rests `retry_after_s`: an outage costs no call per message."""
+    """`schedule(key, zone)` after each answered message: a cheap synchronous check (the
+    cached tail), then a background task, at most one per session, so a reply never waits
+    for it. The summary and facts go to `zone`'s memory (`memory.for_zone`), never to the
+    global memory `memory` stands for. After a failure the session rests `retry_after_s`: an
+    outage costs no call per message."""
 
     def __init__(self, sessions: Sessions, memory: MemoryStore,
                  provider: Callable[[], Provider], policy: ConsolidationPolicy | None = None,
@@ -365,23 +400,25 @@ class Consolidator:
         self._tasks: dict[str, asyncio.Task[bool]] = {}
         self._failed_at: dict[str, float] = {}
 
-    def schedule(self, session_key: str) -> asyncio.Task[bool] | None:
-        """Start a consolidation task for the session if it is due; None otherwise."""
+    def schedule(self, session_key: str, zone: ChatZone) -> asyncio.Task[bool] | None:
+        """Start a consolidation task for the session if it is due; None otherwise. `zone`
+        is the chat zone of the session's runs (`zone_for(chat)`): its memory is written."""
         failed_at = self._failed_at.get(session_key, float("-inf"))
         if (session_key in self._tasks or self._clock() - failed_at < self._retry_after_s
                 or not consolidation_due(self.sessions, session_key,
-                                         self.policy.threshold_messages)):
+                                         self.policy.threshold_messages,
+                                         keep_last=self.policy.keep_last)):
             return None
-        task = asyncio.get_running_loop().create_task(self._run(session_key),
+        task = asyncio.get_running_loop().create_task(self._run(session_key, zone),
                                                       name=f"consolidate:{session_key}")
         self._tasks[session_key] = task
         task.add_done_callback(lambda _t, key=session_key: self._tasks.pop(key, None))
         return task
 
-    async def _run(self, session_key: str) -> bool:
+    async def _run(self, session_key: str, zone: ChatZone) -> bool:
         try:
             summarize = provider_summarizer(self._provider(), timeout_s=self._timeout_s)
-            results = await run_due(self.sessions, self.memory, session_key,
+            results = await run_due(self.sessions, self.memory.for_zone(zone), session_key,
                                     summarize=summarize, policy=self.policy)
         except Exception:  # a bug here must never take the daemon down
             log.exception("memory consolidation of %s crashed", session_key)

@@ -82,14 +82,15 @@ def chat_of(message: InboundMessage) -> ChatRef:
 class AgentDomain:
     def __init__(self, context: ContextBuilder, sessions: Sessions,
                  loop: AgentLoop | None, approvals: ApprovalMap | None = None, *,
-                 on_turn_finished: Callable[[str], None] | None = None,
+                 on_turn_finished: Callable[[str, ChatRef], None] | None = None,
                  approvers: ApproverPolicy | None = None,
                  redact: Callable[[str], str] | None = None) -> None:
         self.context = context
         # a reply is the model's text on its way to people: known credentials never go along
         self._redact = redact
         self.approvers = approvers or ApproverPolicy()  # default: no admins, never open
-        self.on_turn_finished = on_turn_finished  # e.g. schedule memory consolidation
+        # e.g. schedule memory consolidation (into the chat's zone: the ChatRef says which)
+        self.on_turn_finished = on_turn_finished
         self.sessions = sessions
         self.loop = loop
         self.approvals = approvals
@@ -105,14 +106,16 @@ class AgentDomain:
                       abort: asyncio.Event | None = None) -> AgentReply:
         """Answer a message: start its run, or resume the one a crash interrupted."""
         key = session_key_for(message)
+        chat = chat_of(message)
         self._record_user_turn(key, message, text)
         if self.loop is None:
-            return self._finish_turn(key, message.key, AgentReply(NOT_CONFIGURED_REPLY,
-                                                                  ReplyStatus.ANSWERED))
+            return self._finish_turn(key, chat, message.key,
+                                     AgentReply(NOT_CONFIGURED_REPLY, ReplyStatus.ANSWERED))
         existing = self.loop.store.find(inbound_key=message.key)
         run_id = existing[0] if existing else self.loop.begin(
-            chat=chat_of(message), text=text,
-            history=self.context.history(key, text, thread_context=_thread_context(message)),
+            chat=chat, text=text,
+            history=self.context.history(key, text, thread_context=_thread_context(message),
+                                         chat=chat),
             inbound_key=message.key)
         return await self._drive(run_id, abort)
 
@@ -250,7 +253,7 @@ class AgentDomain:
             self.approvals.forget_run(run_id)
         session_key = state.chat.session_key
         if session_key and outcome.status in ev.FINISHED:
-            self._finish_turn(session_key, state.inbound_key, reply)
+            self._finish_turn(session_key, state.chat, state.inbound_key, reply)
         return reply
 
     def _record_user_turn(self, key: str, message: InboundMessage, text: str) -> None:
@@ -261,7 +264,8 @@ class AgentDomain:
         self.sessions.append(key, {"role": "user", "content": text, "inbound_key": message.key,
                                    "sender_id": message.sender_id})
 
-    def _finish_turn(self, key: str, inbound_key: str | None, reply: AgentReply) -> AgentReply:
+    def _finish_turn(self, key: str, chat: ChatRef, inbound_key: str | None,
+                     reply: AgentReply) -> AgentReply:
         record: dict[str, Any] = {"role": "assistant", "content": reply.content,
                                   "inbound_key": inbound_key, "status": reply.status}
         if reply.run_id:
@@ -271,7 +275,7 @@ class AgentDomain:
         self.sessions.append(key, record)
         if self.on_turn_finished is not None:
             try:
-                self.on_turn_finished(key)
+                self.on_turn_finished(key, chat)
             except Exception:  # a background helper must never break a reply
                 log.exception("on_turn_finished failed for %s", key)
         return reply

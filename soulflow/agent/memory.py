@@ -1,23 +1,38 @@
-"""Markdown memory the agent reads every turn: `memory/MEMORY.md` and daily notes.
+"""Markdown memory the agent reads every turn: `MEMORY.md` and daily notes, per scope.
 
 Plain files on purpose: the user can open, edit and version them with any editor.
+
+A `MemoryStore` is one memory folder beneath the workspace: the operator's global memory
+(`memory/`) or one chat's (`chats/<zone>/memory/`, see `soulflow.security.zones`); `for_zone`
+gives a chat's store from the global one. Every read, tail read, append and rewrite goes
+through `Beneath`, never a plain `open`: a chat's run can create files in its own folder
+(and before trust zones could write almost anywhere), so a `MEMORY.md` or today's note that
+is a link — to the vault key, to `runtime/`, to a host file — is refused and logged, never
+followed, and an append never writes through one.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from soulflow.storage.append import append_text
-from soulflow.storage.atomic import write_bytes_atomic
+from soulflow.security.zones import OPERATOR_MEMORY_DIR, ChatZone
+from soulflow.storage.beneath import Beneath
+
+__all__ = ["FACTS_HEADING", "LONG_TERM_FILE", "MemoryHit", "MemoryStore", "RefusalLog",
+           "facts_section_bounds", "is_fact_line", "merge_facts", "trim_to_cap"]
+
+log = logging.getLogger(__name__)
 
 LONG_TERM_FILE = "MEMORY.md"
 FACTS_HEADING = "## Learned from conversations"
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
 _TOP_HEADING = re.compile(r"^#{1,2}\s")
+_DAILY_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 
 
 @dataclass(slots=True)
@@ -27,32 +42,115 @@ class MemoryHit:
     line: str
 
 
-class MemoryStore:
-    """Long-term memory and one note per day, with a plain case-insensitive search."""
+class RefusalLog:
+    """Logs a refused memory file once until it reads fine again: the prompt re-reads it
+    every second, and one planted link must not fill the log."""
 
-    def __init__(self, directory: Path, *, today: Callable[[], dt.date] = dt.date.today) -> None:
-        self.directory = directory
+    _MAX = 1024  # distinct paths remembered; beyond that a refusal is logged again
+
+    def __init__(self) -> None:
+        self._warned: set[str] = set()
+
+    def refused(self, rel: PurePosixPath, exc: OSError) -> None:
+        key = rel.as_posix()
+        if key in self._warned:
+            return
+        if len(self._warned) >= self._MAX:
+            self._warned.clear()
+        self._warned.add(key)
+        log.warning("not reading %s: %s", key, exc)
+
+    def fine(self, rel: PurePosixPath) -> None:
+        self._warned.discard(rel.as_posix())
+
+
+class MemoryStore:
+    """Long-term memory and one note per day in one folder, with a plain search.
+
+    `beneath` is the workspace (opened without following links), `rel` the folder's
+    workspace-relative path: `memory` for global memory, `ChatZone.memory_rel` for a chat's.
+    """
+
+    def __init__(self, beneath: Beneath, rel: str | PurePosixPath = OPERATOR_MEMORY_DIR, *,
+                 today: Callable[[], dt.date] = dt.date.today,
+                 refusals: RefusalLog | None = None) -> None:
+        if not isinstance(beneath, Beneath):
+            raise TypeError("MemoryStore needs a Beneath (the workspace), not a path")
+        self.beneath = beneath
+        self.rel = PurePosixPath(rel)
         self._today = today
+        self._refusals = refusals or RefusalLog()
+
+    def for_zone(self, zone: ChatZone) -> MemoryStore:
+        """The memory of one chat zone, on the same workspace and calendar."""
+        return MemoryStore(self.beneath, zone.memory_rel, today=self._today,
+                           refusals=self._refusals)
+
+    # -- where things are ----------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self.beneath.root / self.rel
+
+    @property
+    def long_term_rel(self) -> PurePosixPath:
+        return self.rel / LONG_TERM_FILE
 
     @property
     def long_term_path(self) -> Path:
-        return self.directory / LONG_TERM_FILE
+        return self.beneath.root / self.long_term_rel
+
+    def today(self) -> dt.date:
+        return self._today()
+
+    def daily_rel(self, day: dt.date | None = None) -> PurePosixPath:
+        return self.rel / f"{(day or self._today()).isoformat()}.md"
 
     def daily_path(self, day: dt.date | None = None) -> Path:
-        return self.directory / f"{(day or self._today()).isoformat()}.md"
+        return self.beneath.root / self.daily_rel(day)
 
-    @staticmethod
-    def _read(path: Path) -> str:
+    # -- reading -------------------------------------------------------------------------
+
+    def _read(self, rel: PurePosixPath) -> str:
+        """The file's text; "" when it is missing, or refused (a link, not a regular file:
+        logged once) or unreadable, so one bad file never empties a prompt."""
         try:
-            return path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+            text = self.beneath.read_text(rel)
+        except OSError as exc:
+            self._refusals.refused(rel, exc)
             return ""
+        self._refusals.fine(rel)
+        return text
 
     def read_long_term(self) -> str:
-        return self._read(self.long_term_path)
+        return self._read(self.long_term_rel)
+
+    def read_daily(self, day: dt.date | None = None) -> str:
+        return self._read(self.daily_rel(day))
+
+    def read_daily_tail(self, max_bytes: int, day: dt.date | None = None) -> tuple[str, bool]:
+        """The newest whole paragraphs of the day's note within `max_bytes`, and whether older
+        ones were left out. Reads only the file's end: a busy day's note (one summary per
+        consolidation) grows all day, and the prompt reads it every second."""
+        rel = self.daily_rel(day)
+        try:
+            data, size = self.beneath.read_tail(rel, max_bytes)
+        except OSError as exc:
+            self._refusals.refused(rel, exc)
+            return "", False
+        self._refusals.fine(rel)
+        if size <= max_bytes:
+            return data.decode("utf-8", errors="replace"), False
+        tail = data.decode("utf-8", errors="ignore")
+        start = tail.find("\n\n")  # the first paragraph is likely cut: start after it
+        return (tail[start + 2:] if start >= 0 else tail.partition("\n")[2]), True
+
+    # -- writing (a link under the name is refused: RefusedPath, an OSError) -------------
 
     def write_long_term(self, text: str) -> None:
-        write_bytes_atomic(self.long_term_path, text.encode("utf-8"))
+        """Replace MEMORY.md (temp file and rename in its folder: a link under the name is
+        replaced, never written through)."""
+        self.beneath.write_atomic(self.long_term_rel, text.encode("utf-8"))
 
     def replace_long_term(self, expected: str, text: str) -> bool:
         """Write `text` only if the file still holds `expected`; False (nothing written) if it
@@ -63,30 +161,11 @@ class MemoryStore:
         self.write_long_term(text)
         return True
 
-    def read_daily(self, day: dt.date | None = None) -> str:
-        return self._read(self.daily_path(day))
-
-    def read_daily_tail(self, max_bytes: int, day: dt.date | None = None) -> tuple[str, bool]:
-        """The newest whole paragraphs of the day's note within `max_bytes`, and whether older
-        ones were left out. Reads only the file's end: a busy day's note (one summary per
-        consolidation) grows all day, and the prompt reads it every second."""
-        try:
-            with self.daily_path(day).open("rb") as file:
-                size = file.seek(0, 2)
-                if size <= max_bytes:
-                    file.seek(0)
-                    return file.read().decode("utf-8", errors="replace"), False
-                file.seek(size - max_bytes)
-                tail = file.read().decode("utf-8", errors="ignore")
-        except FileNotFoundError:
-            return "", False
-        start = tail.find("\n\n")  # the first paragraph is likely cut: start after it
-        return (tail[start + 2:] if start >= 0 else tail.partition("\n")[2]), True
-
     def append_daily(self, text: str, day: dt.date | None = None) -> None:
-        """Add a paragraph to the day's note (creates it with a heading)."""
-        append_text(self.daily_path(day), f"{text.rstrip()}\n\n",
-                    header=f"# {(day or self._today()).isoformat()}\n\n")
+        """Add a paragraph to the day's note (creates it with a heading). A link or a
+        non-regular file under the note's name is refused, never appended to."""
+        self.beneath.append_text(self.daily_rel(day), f"{text.rstrip()}\n\n",
+                               header=f"# {(day or self._today()).isoformat()}\n\n")
 
     def append_long_term(self, text: str) -> None:
         current = self.read_long_term()
@@ -94,25 +173,37 @@ class MemoryStore:
             "\n" if current.endswith("\n") else "\n\n")
         self.write_long_term(f"{current}{separator}{text.rstrip()}\n")
 
-    def files(self) -> list[Path]:
-        if not self.directory.is_dir():
+    # -- listing and search --------------------------------------------------------------
+
+    def file_names(self) -> list[str]:
+        """The folder's regular `*.md` files (links are not listed), sorted."""
+        try:
+            entries = self.beneath.list_dir(self.rel)
+        except FileNotFoundError:
             return []
-        return sorted(self.directory.glob("*.md"))
+        except OSError as exc:
+            self._refusals.refused(self.rel, exc)
+            return []
+        return [e.name for e in entries if e.kind == "file" and e.name.endswith(".md")]
+
+    def daily_note_names(self) -> list[str]:
+        """The `YYYY-MM-DD.md` notes of the folder, oldest first."""
+        return [name for name in self.file_names() if _DAILY_NAME.match(name)]
 
     def search(self, query: str, *, limit: int = 50) -> list[MemoryHit]:
         """Lines containing every word of `query`, newest daily notes first after MEMORY.md."""
         words = [w.casefold() for w in query.split() if w]
         if not words:
             return []
-        files = self.files()
-        long_term = [p for p in files if p.name == LONG_TERM_FILE]
-        daily = sorted((p for p in files if p.name != LONG_TERM_FILE), reverse=True)
+        names = self.file_names()
+        long_term = [n for n in names if n == LONG_TERM_FILE]
+        daily = sorted((n for n in names if n != LONG_TERM_FILE), reverse=True)
         hits: list[MemoryHit] = []
-        for path in long_term + daily:
-            for number, line in enumerate(self._read(path).splitlines(), start=1):
+        for name in long_term + daily:
+            for number, line in enumerate(self._read(self.rel / name).splitlines(), start=1):
                 folded = line.casefold()
                 if all(w in folded for w in words):
-                    hits.append(MemoryHit(path.name, number, line))
+                    hits.append(MemoryHit(name, number, line))
                     if len(hits) >= limit:
                         return hits
         return hits
@@ -128,6 +219,17 @@ def _fact_key(line: str) -> str:
 
 def is_fact_line(line: str) -> bool:
     return bool(_BULLET.match(line))
+
+
+def facts_section_bounds(lines: list[str]) -> tuple[int, int] | None:
+    """(heading index, end index) of the FACTS_HEADING section in `lines`: from its heading
+    to the next `#`/`##` heading (or the end); None when the file has none."""
+    heading = next((i for i, line in enumerate(lines) if line.strip() == FACTS_HEADING), None)
+    if heading is None:
+        return None
+    end = next((i for i in range(heading + 1, len(lines)) if _TOP_HEADING.match(lines[i])),
+               len(lines))
+    return heading, end
 
 
 def merge_facts(text: str, facts: Iterable[str]) -> tuple[str, list[str]]:
@@ -147,12 +249,11 @@ def merge_facts(text: str, facts: Iterable[str]) -> tuple[str, list[str]]:
         return text, []
     lines = text.rstrip().splitlines() if text.strip() else []
     bullets = [f"- {fact}" for fact in added]
-    heading = next((i for i, line in enumerate(lines) if line.strip() == FACTS_HEADING), None)
-    if heading is None:
+    bounds = facts_section_bounds(lines)
+    if bounds is None:
         lines += ([""] if lines else []) + [FACTS_HEADING, ""] + bullets
     else:
-        end = next((i for i in range(heading + 1, len(lines)) if _TOP_HEADING.match(lines[i])),
-                   len(lines))
+        heading, end = bounds
         while end > heading + 1 and not lines[end - 1].strip():
             end -= 1
         gap = [""] if end == heading + 1 else []

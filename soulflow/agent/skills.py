@@ -5,16 +5,24 @@ many long skills without paying for them on every turn; the model calls the `ski
 read one in full when it needs it. Users write these files by hand, so everything here is
 tolerant: a missing or broken front matter falls back to the directory name and the first
 line of text rather than hiding the skill.
+
+Skill files are opened through `Beneath`: a `SKILL.md` (or a skill folder) that is a link is
+refused and logged, never followed, so a link planted by a chat's run cannot hand another
+file — `runtime/bus/inbound.jsonl`, the vault key, a host file — to the index (whose lines
+are in every chat's prompt) or to the `skill` tool.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from soulflow.storage.beneath import Beneath
 
 log = logging.getLogger(__name__)
 
@@ -97,42 +105,47 @@ def one_line(text: str, limit: int = MAX_DESCRIPTION_CHARS) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Skill:
-    """One skill as the index shows it; `path` is the SKILL.md file."""
+    """One skill as the index shows it; `rel` is its SKILL.md, relative to the workspace,
+    `path` the same file as an absolute path (for messages)."""
 
     name: str
     description: str
     path: Path
+    rel: PurePosixPath
 
     @property
     def directory(self) -> str:
-        return self.path.parent.name
+        return self.rel.parent.name
 
 
-def read_skill_summary(path: Path) -> Skill:
-    """Name and description of one SKILL.md, with fallbacks for missing fields."""
-    with open(path, "rb") as handle:
-        head = handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+def read_skill_summary(files: Beneath, rel: PurePosixPath) -> Skill:
+    """Name and description of one SKILL.md, with fallbacks for missing fields; a link is
+    refused (`RefusedPath`)."""
+    head = files.read_bytes(rel, _HEAD_BYTES)[:_HEAD_BYTES].decode("utf-8", errors="replace")
     fields, body = parse_front_matter(head)
-    name = one_line(fields.get("name", ""), 80) or path.parent.name
+    name = one_line(fields.get("name", ""), 80) or rel.parent.name
     description = fields.get("description", "") or first_text_line(body)
-    return Skill(name=name, description=one_line(description), path=path)
+    return Skill(name=name, description=one_line(description), path=files.root / rel, rel=rel)
 
 
 class SkillIndex:
     """The workspace's skills, re-listed at most once a second.
 
     Each file's summary is cached by (mtime, size), so the periodic recheck costs a
-    directory listing and a few `stat` calls, not a read of every skill.
+    directory listing and a few `stat` calls, not a read of every skill. `refused` names
+    the skill folders whose SKILL.md was refused (a link, not a regular file) and why.
     """
 
     def __init__(self, workspace: Path, *, clock: Callable[[], float] = time.monotonic,
-                 recheck_s: float = RECHECK_S) -> None:
-        self.directory = workspace / SKILLS_DIR
+                 recheck_s: float = RECHECK_S, files: Beneath | None = None) -> None:
+        self.files = files if files is not None else Beneath(workspace)
+        self.directory = self.files.root / SKILLS_DIR
         self._clock = clock
         self._recheck_s = recheck_s
         self._checked_at = float("-inf")
         self._skills: list[Skill] = []
-        self._by_file: dict[Path, tuple[tuple[int, int], Skill]] = {}
+        self._by_file: dict[PurePosixPath, tuple[tuple[int, int], Skill]] = {}
+        self.refused: dict[str, str] = {}
 
     def list(self) -> list[Skill]:
         """Every readable skill, sorted by directory name."""
@@ -159,24 +172,55 @@ class SkillIndex:
         return [s.name for s in self.list()]
 
     def _scan(self) -> list[Skill]:
-        if not self.directory.is_dir():
+        try:
+            folders = self.files.list_dir(SKILLS_DIR)
+        except OSError as exc:  # missing, or `skills` itself is a link (refused)
+            if not isinstance(exc, FileNotFoundError):
+                self._refuse(SKILLS_DIR, exc)
             self._by_file.clear()
             return []
         skills: list[Skill] = []
-        seen: dict[Path, tuple[tuple[int, int], Skill]] = {}
-        for path in sorted(self.directory.glob(f"*/{SKILL_FILE}")):
-            try:
-                stat = path.stat()
-                stamp = (stat.st_mtime_ns, stat.st_size)
-                cached = self._by_file.get(path)
-                skill = cached[1] if cached and cached[0] == stamp else read_skill_summary(path)
-            except OSError as exc:
-                log.warning("skipping skill %s: %s", path, exc)
+        seen: dict[PurePosixPath, tuple[tuple[int, int], Skill]] = {}
+        refused: dict[str, str] = {}
+        for folder in folders:
+            rel = PurePosixPath(SKILLS_DIR, folder.name, SKILL_FILE)
+            if folder.kind == "link":
+                refused[folder.name] = f"{SKILLS_DIR}/{folder.name} is a symbolic link"
                 continue
-            seen[path] = (stamp, skill)
+            if folder.kind != "dir":
+                continue
+            try:
+                found = self.files.stat(rel)
+                if found is None:
+                    continue
+                if not stat.S_ISREG(found.st_mode):
+                    raise OSError(f"{rel} is a symbolic link or not a regular file")
+                stamp = (found.st_mtime_ns, found.st_size)
+                cached = self._by_file.get(rel)
+                skill = cached[1] if cached and cached[0] == stamp else \
+                    read_skill_summary(self.files, rel)
+            except OSError as exc:
+                refused[folder.name] = str(exc)
+                continue
+            seen[rel] = (stamp, skill)
             skills.append(skill)
+        for name, reason in refused.items():
+            if self.refused.get(name) != reason:
+                log.warning("skipping skill %s: %s", name, reason)
+        self.refused = refused
         self._by_file = seen
         return skills
+
+    def _refuse(self, what: str, exc: OSError) -> None:
+        reason = str(exc)
+        if self.refused.get(what) != reason:
+            log.warning("skipping the skills folder %s: %s", what, reason)
+        self.refused = {what: reason}
+
+    def read(self, skill: Skill, limit: int) -> bytes:
+        """The skill's SKILL.md (at most `limit`+1 bytes), opened again without following
+        links: a file swapped for a link since it was listed is refused (`RefusedPath`)."""
+        return self.files.read_bytes(skill.rel, limit)
 
     def prompt_section(self) -> str:
         """The system prompt's skills index: summaries only, and how to read a skill."""

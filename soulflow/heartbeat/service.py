@@ -31,6 +31,7 @@ from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import actionable_lines, heartbeat_prompt
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner, TurnOutcome, TurnStatus
 from soulflow.storage.atomic import read_json, write_json_atomic
+from soulflow.storage.beneath import Beneath
 
 __all__ = ["HEARTBEAT_SESSION", "HeartbeatService", "HeartbeatState", "HeartbeatStateFile",
            "HeartbeatStateStore", "TickResult", "TickStatus"]
@@ -114,6 +115,7 @@ class HeartbeatService:
                  sleep: Sleep = asyncio.sleep,
                  state: HeartbeatStateStore | None = None) -> None:
         self.workspace = workspace
+        self._files = Beneath(workspace)
         self.runner = runner
         self.target = target
         self.interval_s = interval_s
@@ -147,13 +149,12 @@ class HeartbeatService:
         """One heartbeat: read the checklist, skip or run it, remember when."""
         now = self._clock()
         self.ticks += 1
-        path = self.workspace / CHECKLIST_FILE
-        try:
-            checklist = path.read_text(encoding="utf-8")
+        try:  # beneath the workspace, no links: a planted link is refused, never read
+            checklist = self._files.read_bytes(CHECKLIST_FILE).decode("utf-8")
         except FileNotFoundError:
             result = TickResult(TickStatus.MISSING, now)
         except (OSError, UnicodeDecodeError) as exc:
-            log.error("heartbeat: cannot read %s (%s); skipping this tick", path, exc)
+            log.error("heartbeat: cannot read %s (%s); skipping this tick", CHECKLIST_FILE, exc)
             result = TickResult(TickStatus.MISSING, now)
         else:
             if not actionable_lines(checklist):

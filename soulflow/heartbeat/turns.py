@@ -28,6 +28,7 @@ from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run import events as ev
 from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
 from soulflow.heartbeat.checklist import is_ok_reply
+from soulflow.security.zones import zone_for
 from soulflow.supervisor import cancel_and_wait
 
 __all__ = ["ORIGIN", "Publish", "QuietTurn", "QuietTurnRunner", "TurnOutcome", "TurnStatus"]
@@ -131,8 +132,10 @@ class QuietTurnRunner:
             self._agent.sessions.append(turn.session_key, {
                 "role": "user", "content": turn.text, "inbound_key": turn.turn_key,
                 "sender_id": turn.label})
-            run_id = loop.begin(chat=self._chat(turn), text=turn.text,
-                                history=self._context.history(turn.session_key, turn.text),
+            chat = self._chat(turn)  # a quiet zone of its own (zone_for), not the target's
+            run_id = loop.begin(chat=chat, text=turn.text,
+                                history=self._context.history(turn.session_key, turn.text,
+                                                              chat=chat),
                                 inbound_key=turn.turn_key)
         abort = self._aborts[run_id] = asyncio.Event()
         try:
@@ -211,4 +214,4 @@ class QuietTurnRunner:
         if self._agent.approvals is not None:
             self._agent.approvals.forget_run(run_id)
         if self._consolidator is not None:
-            self._consolidator.schedule(turn.session_key)
+            self._consolidator.schedule(turn.session_key, zone_for(self._chat(turn)))

@@ -4,7 +4,8 @@ in reverse; `create_runtime()` takes the workspace lock first.
 Boot: take the workspace lock → ensure default files → the backend (files or Redis, from
 SOULFLOW_BACKEND; not connected yet) → MessageBus → DecisionService → EventHub → providers →
 AgentDomain → channels + ChannelManager → dashboard. Start: the backend first (a Redis that
-cannot be used stops the boot with one sentence), the outbox, unfinished inbound work (the
+cannot be used stops the boot with one sentence), the trust-zones migration of the workspace
+(once; `zone_migration`), the outbox, unfinished inbound work (the
 claim loop's first round), channel readers, the claim loop, the journal syncer (files only),
 the dashboard. Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
 SHUTDOWN_GRACE_S, then flushing every journal.
@@ -36,6 +37,7 @@ from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.access import AdminPolicy
 from soulflow.config import Settings
+from soulflow.contracts import ChatRef
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
@@ -43,9 +45,12 @@ from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.runtime import agent_state, service_state, status, wiring
 from soulflow.runtime.tool_bridge import ToolBridge
+from soulflow.runtime.zone_migration import migrate_workspace
 from soulflow.scaffold import ensure_workspace
 from soulflow.security.redact import Redactor, install_log_redaction
+from soulflow.security.zones import zone_for
 from soulflow.storage.atomic import write_json_atomic
+from soulflow.storage.beneath import Beneath
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor
 from soulflow.tasks.assembly import TaskServices
@@ -90,7 +95,9 @@ class Runtime:
         self.decisions = service_state.decision_service(settings, self.state_redis)
         self.sessions = agent_state.session_store(settings, self.state_redis,
                                                   redact=self.redactor.redact)
-        self.memory = MemoryStore(settings.workspace / "memory")
+        # global memory (memory/); a chat's is `memory.for_zone(zone)`; every read and write
+        # of workspace files opens beneath the workspace without following links
+        self.memory = MemoryStore(Beneath(settings.workspace))
         self.local_model = embedded_model(settings)  # None unless wanted and installed
         self.providers = build_providers(settings, self.local_model)
         # the embedded model answers: fit its small window, keep its summaries out of memory/
@@ -150,10 +157,11 @@ class Runtime:
         self.traffic.observe(kind, data)
         self.hub.publish(kind, data)
 
-    def _after_turn(self, session_key: str) -> None:
-        """After each recorded answer: fold old turns into memory/ in the background."""
+    def _after_turn(self, session_key: str, chat: ChatRef) -> None:
+        """After each recorded answer: fold old turns into the chat zone's memory in the
+        background (chats/<zone>/memory/, never global memory/)."""
         if self.consolidator is not None:
-            self.consolidator.schedule(session_key)
+            self.consolidator.schedule(session_key, zone_for(chat))
 
     async def _fire_cron(self, job: Job, scheduled: datetime) -> None:
         """A due cron job becomes an ordinary inbound message (journaled, deduplicated)."""
@@ -185,6 +193,9 @@ class Runtime:
         self.started_at = time.time()
         self._uninstall_log_redaction = install_log_redaction(self.redactor)
         await self.backend.start()  # before anything reads state
+        # once per workspace, before any service: shared notes and facts out of global
+        # memory, attachments into their chats' folders (soulflow/runtime/zone_migration.py)
+        await asyncio.to_thread(migrate_workspace, self.memory.beneath, self.sessions)
         self.backend.on_partitions_changed(self._partitions_changed)
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model

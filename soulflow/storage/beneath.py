@@ -355,6 +355,39 @@ class Beneath:
         finally:
             os.close(fd)
 
+    def rename(self, src: str | PurePosixPath, dst: str | PurePosixPath) -> None:
+        """Move ``src`` to ``dst`` (both beneath the root; ``dst``'s parents are created):
+        one ``rename(2)`` between the two parent directories' descriptors, so the move is
+        atomic and a link under either name is moved as the link, never followed. An
+        existing ``dst`` is `FileExistsError` (checked just before the rename: for the
+        daemon's own moves, made while it holds the workspace lock and no tool runs)."""
+        src_parts, dst_parts = relative_parts(src), relative_parts(dst)
+        if not src_parts or not dst_parts:
+            _refuse_root(src if not src_parts else dst)
+        if dst_parts[:-1]:
+            self.make_dirs(PurePosixPath(*dst_parts[:-1]))
+        src_parent = self.open_dir(PurePosixPath(*src_parts[:-1])) if src_parts[:-1] else \
+            self._root_fd()
+        try:
+            dst_parent = self.open_dir(PurePosixPath(*dst_parts[:-1])) if dst_parts[:-1] \
+                else self._root_fd()
+            try:
+                try:
+                    os.stat(dst_parts[-1], dir_fd=dst_parent, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    raise FileExistsError(errno.EEXIST, "the destination exists", str(dst))
+                os.rename(src_parts[-1], dst_parts[-1], src_dir_fd=src_parent,
+                          dst_dir_fd=dst_parent)
+                for fd in (dst_parent, src_parent):
+                    with contextlib.suppress(OSError):
+                        os.fsync(fd)
+            finally:
+                os.close(dst_parent)
+        finally:
+            os.close(src_parent)
+
     def unlink(self, rel: str | PurePosixPath) -> bool:
         """Remove a file (or a link, never its target); False when it was not there."""
         parts = relative_parts(rel)

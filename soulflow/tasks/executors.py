@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.run import events as ev
-from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome
+from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome, SystemPrompt
 from soulflow.agent.run.store import RunJournal
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
@@ -73,7 +73,7 @@ class AgentParts:
 
     store: RunJournal
     provider: Callable[[], Provider]
-    system_prompt: Callable[[], str]
+    system_prompt: SystemPrompt
     tool_context: ContextFactory
     max_turns: int
 

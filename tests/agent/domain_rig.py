@@ -16,13 +16,14 @@ from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.decision.service import DecisionService
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 
 
 def agent_domain(tmp_path: Path, model: Any, chat: ChatRef) -> AgentDomain:
     """Sessions, memory, decisions and run threads under `tmp_path`; every turn asks `model`,
     no tools are registered, and a tool context points at `tmp_path` for `chat`."""
     sessions = SessionStore(tmp_path / "sessions")
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+    context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
                              DecisionService(tmp_path / "d.json"), sessions)
     loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
                      context.system_prompt,

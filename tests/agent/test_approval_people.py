@@ -42,6 +42,7 @@ from soulflow.channels.registry import ChannelRegistry
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 from tests.agent.recorder import Recorder
 
 ALICE, BOB, CAROL = "U_ALICE", "U_BOB", "U_CAROL"
@@ -170,7 +171,7 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
     """The pipeline over the files in `tmp_path`: building it twice is a restart."""
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     sessions = SessionStore(tmp_path / "sessions")
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+    context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
                              DecisionService(tmp_path / "d.json"), sessions)
     tools = ToolRegistry()
     tools.register(tool)

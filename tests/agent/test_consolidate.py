@@ -26,10 +26,13 @@ from soulflow.agent.context import ContextBuilder
 from soulflow.agent.memory import FACTS_HEADING, MemoryStore, merge_facts, trim_to_cap
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderError, ProviderResult
+from soulflow.security.zones import zone_named
 from soulflow.session.store import SessionStore, session_filename
+from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 3, 14)
 KEY = "telegram:42"
+ZONE = zone_named("telegram", "42")
 REPLY = "SUMMARY:\nWe planned the launch.\n\nFACTS:\n- Launch is on Friday\n- Mina owns QA"
 
 
@@ -59,7 +62,7 @@ class Rig:
     def __init__(self, tmp_path: Path) -> None:
         self.root = tmp_path
         self.sessions = SessionStore(tmp_path / "sessions")
-        self.memory = MemoryStore(tmp_path / "memory", today=lambda: TODAY)
+        self.memory = MemoryStore(Beneath(tmp_path), today=lambda: TODAY)
 
     def chat(self, count: int, start: int = 0, key: str = KEY) -> None:
         for i in range(start, start + count):
@@ -318,16 +321,18 @@ async def test_consolidator_runs_in_the_background_and_backs_off(rig: Rig) -> No
     consolidator = Consolidator(rig.sessions, rig.memory, lambda: provider,
                                 retry_after_s=60, clock=lambda: clock[0])
     rig.chat(60)
-    assert consolidator.schedule(KEY) is None  # not due
+    assert consolidator.schedule(KEY, ZONE) is None  # not due
     rig.chat(1, start=60)
-    task = consolidator.schedule(KEY)
-    assert task is not None and consolidator.schedule(KEY) is None  # one per session
+    task = consolidator.schedule(KEY, ZONE)
+    assert task is not None and consolidator.schedule(KEY, ZONE) is None  # one per session
     assert await task is False
-    assert consolidator.schedule(KEY) is None  # resting after the failure
+    assert consolidator.schedule(KEY, ZONE) is None  # resting after the failure
     clock[0] = 61
-    task = consolidator.schedule(KEY)
+    task = consolidator.schedule(KEY, ZONE)
     assert task is not None and await task is True
-    assert consolidator.schedule(KEY) is None and len(rig.markers()) == 1
+    assert consolidator.schedule(KEY, ZONE) is None and len(rig.markers()) == 1
+    assert "Launch is on Friday" in rig.memory.for_zone(ZONE).read_long_term()
+    assert rig.memory.read_long_term() == ""  # global memory is the operator's
 
 
 async def test_consolidator_stop_cancels_without_writing(rig: Rig) -> None:
@@ -335,7 +340,7 @@ async def test_consolidator_stop_cancels_without_writing(rig: Rig) -> None:
     before = rig.snapshot()
     provider = FakeProvider(REPLY, delay=10)
     consolidator = Consolidator(rig.sessions, rig.memory, lambda: provider)
-    task = consolidator.schedule(KEY)
+    task = consolidator.schedule(KEY, ZONE)
     assert task is not None
     async with asyncio.timeout(5):  # wait until the model call is under way
         while not provider.tools_seen:

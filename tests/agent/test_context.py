@@ -18,6 +18,7 @@ from soulflow.agent.tokens import (
 )
 from soulflow.decision.service import DecisionService
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 3, 14)
 
@@ -36,7 +37,7 @@ def write(path: Path, text: str) -> None:
 
 
 def builder(tmp_path: Path, **options: object) -> ContextBuilder:
-    memory = MemoryStore(tmp_path / "memory", today=lambda: TODAY)
+    memory = MemoryStore(Beneath(tmp_path), today=lambda: TODAY)
     return ContextBuilder(tmp_path, memory, DecisionService(tmp_path / "decisions.json"),
                           SessionStore(tmp_path / "sessions"), **options)  # type: ignore[arg-type]
 

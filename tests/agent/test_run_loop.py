@@ -55,7 +55,7 @@ def make_loop(tmp_path: Path, model: ScriptedModel, tool: Tool, max_turns: int =
         return ToolContext(workspace=tmp_path, chat=ChatRef("local", "c"), approved=approved)
 
     return AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, registry,
-                     lambda: "system prompt", context, max_turns=max_turns)
+                     lambda _chat: "system prompt", context, max_turns=max_turns)
 
 
 def begin(loop: AgentLoop, text: str = "do it") -> str:

@@ -134,15 +134,49 @@ async def test_skill_tool_caps_size(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
-async def test_skill_tool_refuses_a_symlink_out_of_the_workspace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["outside", "inbound", "folder"])
+async def test_a_linked_skill_is_refused_by_the_index_and_the_tool(
+        tmp_path: Path, target: str) -> None:
+    """Finding 6: `skills/x/SKILL.md -> runtime/bus/inbound.jsonl` handed other chats'
+    messages to the `skill` tool (and its first line to every prompt's index)."""
     workspace = tmp_path / "ws"
     outside = tmp_path / "outside.md"
-    outside.write_text("private")
-    target = workspace / "skills" / "evil" / "SKILL.md"
-    target.parent.mkdir(parents=True)
-    target.symlink_to(outside)
-    with pytest.raises(ToolError, match="outside the workspace"):
-        await SkillTool(SkillIndex(workspace)).run({"name": "evil"}, ctx(workspace))
+    outside.write_text("---\ndescription: HOST-FILE-LINE\n---\nprivate")
+    inbound = workspace / "runtime" / "bus" / "inbound.jsonl"
+    inbound.parent.mkdir(parents=True)
+    inbound.write_text('{"text": "BOB-PRIVATE-MESSAGE"}\n')
+    (workspace / "skills").mkdir()
+    if target == "folder":  # the skill folder itself is a link
+        (workspace / "skills" / "evil").symlink_to(outside.parent)
+        (tmp_path / "SKILL.md").write_text("HOST-FILE-LINE")
+    else:
+        link = workspace / "skills" / "evil" / "SKILL.md"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(outside if target == "outside" else inbound)
+    skill(workspace, "good", "---\ndescription: fine\n---\nok")
+    index = SkillIndex(workspace)
+    assert [s.name for s in index.list()] == ["good"]
+    assert "evil" in index.refused
+    section = index.prompt_section()
+    assert "HOST-FILE-LINE" not in section and "BOB-PRIVATE" not in section
+    with pytest.raises(ToolError, match="cannot be read") as refused:
+        await SkillTool(index).run({"name": "evil"}, ctx(workspace))
+    assert "BOB-PRIVATE" not in str(refused.value) and "private" not in str(refused.value)
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+async def test_a_skill_swapped_for_a_link_after_listing_is_refused(tmp_path: Path) -> None:
+    path = skill(tmp_path, "deploy", "Ship.")
+    index = SkillIndex(tmp_path, clock=lambda: 0.0)  # listed once: the swap comes after
+    tool = SkillTool(index)
+    assert await tool.run({"name": "deploy"}, ctx(tmp_path)) == "Ship."
+    secret = tmp_path / "runtime" / "security" / "master.key"
+    secret.parent.mkdir(parents=True)
+    secret.write_bytes(b"K" * 32)
+    path.unlink()
+    path.symlink_to(secret)  # within the index's one-second recheck: still listed
+    with pytest.raises(ToolError, match="cannot read skill deploy"):
+        await tool.run({"name": "deploy"}, ctx(tmp_path))
 
 
 async def test_skill_tool_through_the_registry(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ async def main(url: str, prefix: str, node_id: str, ttl_s: float, mode: str) -> 
     registry.register(tool)
     loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(backend)),
                      lambda: ScriptedModel(call("record", value="x")), registry,
-                     lambda: "system", lambda run, approved: ToolContext(
+                     lambda _chat: "system", lambda run, approved: ToolContext(
                          workspace=".", chat=CHAT, approved=approved))
     run_id = loop.begin(chat=CHAT, text="record x", history=[])
     if isinstance(tool, Stuck):

@@ -104,7 +104,7 @@ def _loop(store: RunJournal, tmp_path: Path, model: ScriptedModel, tool: Recorde
     def context(state: Any, approved: bool) -> ToolContext:
         return ToolContext(workspace=tmp_path, chat=state.chat, approved=approved)
 
-    return AgentLoop(store, lambda: model, registry, lambda: "system", context, max_turns=5)
+    return AgentLoop(store, lambda: model, registry, lambda _chat: "system", context, max_turns=5)
 
 
 async def test_a_run_resumes_elsewhere_with_the_interrupted_tool_rules(

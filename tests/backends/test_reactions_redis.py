@@ -32,6 +32,7 @@ from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.bus.bus import MessageBus
 from soulflow.decision.service import DecisionService
+from soulflow.storage.beneath import Beneath
 from tests.agent.recorder import Recorder
 from tests.agent.test_approval_people import (
     ALICE,
@@ -56,7 +57,7 @@ async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: lis
     state = StateRedis(sync_client(url), prefix)
     bus = MessageBus(backend)
     sessions = RedisSessionStore(state)
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+    context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
                              DecisionService(tmp_path / "d.json"), sessions)
     tool = Recorder(risky=True)
     tools = ToolRegistry()

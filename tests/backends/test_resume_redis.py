@@ -40,6 +40,7 @@ from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.contracts import ChatRef, ReplyStatus
 from soulflow.decision.service import DecisionService
 from soulflow.runtime.agent_state import hold_driven_chats
+from soulflow.storage.beneath import Beneath
 from tests.agent.recorder import Recorder
 from tests.agent.test_run_loop import ScriptedModel, call, reply
 from tests.backends.agent_node import CHAT, PARTITIONS, PROMPT_MESSAGE_ID, Stuck
@@ -93,7 +94,7 @@ async def node_b(redis_server: RedisServer, prefix: str,
                            partitions=PARTITIONS, lease_ttl_s=TTL_S)
     state = StateRedis(sync_client(redis_server.url), prefix)
     sessions = RedisSessionStore(state)
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+    context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
                              DecisionService(tmp_path / "decisions.json"), sessions)
     model = ScriptedModel()
     tool = Recorder(risky=True)
@@ -176,7 +177,7 @@ async def test_a_partition_with_a_run_being_driven_is_kept_in_a_rebalance(
     registry.register(tool)
     loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(node_a)),
                      lambda: ScriptedModel(call("record", value="x")), registry,
-                     lambda: "system", lambda run, approved: ToolContext(".", chat))
+                     lambda _chat: "system", lambda run, approved: ToolContext(".", chat))
     hold_driven_chats(node_a, loop)
     driving = asyncio.create_task(loop.drive(loop.begin(chat=chat, text="x", history=[])),
                                   name="drive")

@@ -20,6 +20,7 @@ from soulflow.decision.service import DecisionService
 from soulflow.heartbeat.turns import QuietTurnRunner
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 
 
 @dataclass
@@ -48,7 +49,7 @@ def build_stack(workspace: Path, base_url: str, *, history: int = 6,
     workspace.mkdir(parents=True, exist_ok=True)
     runtime = workspace / "runtime"
     sessions = SessionStore(runtime / "sessions")
-    memory = MemoryStore(workspace / "memory")
+    memory = MemoryStore(Beneath(workspace))
     decisions = DecisionService(runtime / "decisions" / "index.json")
     provider = OpenAICompatibleProvider(OpenAICompatibleConfig(
         name="phi4_local", base_url=base_url, model="fake-model", max_retries=0))
@@ -59,9 +60,10 @@ def build_stack(workspace: Path, base_url: str, *, history: int = 6,
         return ToolContext(workspace, ChatRef(chat.provider, chat.chat_id),
                            approved=approved)
 
-    loop = AgentLoop(ThreadStore(runtime / "threads"), lambda: provider, registry,
-                     lambda: "You are the test agent.", tool_context)
     context = ContextBuilder(workspace, memory, decisions, sessions, history_messages=20)
+    # the daemon's prompt: global context plus the run's chat zone (the heartbeat's own)
+    loop = AgentLoop(ThreadStore(runtime / "threads"), lambda: provider, registry,
+                     context.system_prompt, tool_context)
     agent = AgentDomain(context, sessions, loop)
     consolidator = None
     if consolidate_after:

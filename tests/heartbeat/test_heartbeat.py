@@ -13,7 +13,7 @@ import pytest
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE
 from soulflow.agent.tools.base import Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.contracts import ChatRef
+from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
 from soulflow.heartbeat import (
     HEARTBEAT_SESSION,
     HeartbeatService,
@@ -23,6 +23,7 @@ from soulflow.heartbeat import (
     is_ok_reply,
 )
 from soulflow.scaffold import ensure_workspace
+from soulflow.security.zones import zone_for
 from tests.fakes.openai_api import FakeOpenAI
 from tests.heartbeat.stack import Stack, build_stack
 
@@ -147,7 +148,14 @@ async def test_the_session_is_bounded_history_capped_and_older_turns_consolidate
         await asyncio.wait_for(consolidated(), 10)
         fake.script_reply("HEARTBEAT_OK")
         await service.tick()
-        assert "checked the /srv backup three times" in stack.memory.read_daily()
+        # the heartbeat's own zone holds it: not global memory, not the target chat's
+        own = stack.memory.for_zone(zone_for(ChatRef(
+            "telegram", "-100200", origin=QUIET_TURN_ORIGIN, session_key=HEARTBEAT_SESSION)))
+        assert own.rel.as_posix() == "chats/quiet-heartbeat/memory"
+        assert "checked the /srv backup three times" in own.read_daily()
+        assert stack.memory.read_daily() == ""
+        assert not (stack.workspace / "chats" / "telegram--100200").exists()
+        assert "chats/quiet-heartbeat/" in fake.requests[-1].json["messages"][0]["content"]
         # every model call of a heartbeat saw at most 2 earlier messages of the session
         for request in fake.requests:
             messages = request.json["messages"]

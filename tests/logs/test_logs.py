@@ -117,7 +117,7 @@ class LoggingModel:
 async def test_a_run_stamps_its_lines(stream: io.StringIO, tmp_path: Path) -> None:
     configure_logging("info", "json", stream=stream, redactor=Redactor())
     loop = AgentLoop(ThreadStore(tmp_path / "threads"), LoggingModel, ToolRegistry(),
-                     lambda: "system", lambda state, approved: ToolContext(
+                     lambda _chat: "system", lambda state, approved: ToolContext(
                          workspace=tmp_path, chat=ChatRef("slack", "C9"), approved=approved))
     run_id = loop.begin(chat=ChatRef("slack", "C9"), text="hi", history=[])
     assert (await loop.drive(run_id)).text == "done"

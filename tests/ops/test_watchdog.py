@@ -109,7 +109,7 @@ def make_loop(tmp_path: Path) -> AgentLoop:
         raise AssertionError("the watchdog never calls the model")
 
     return AgentLoop(ThreadStore(tmp_path / "threads"), lambda: never,  # type: ignore[arg-type,return-value]
-                     ToolRegistry(), lambda: "system", context)
+                     ToolRegistry(), lambda _chat: "system", context)
 
 
 def start_run(loop: AgentLoop, chat_id: str, at: float, *, parent: str | None = None,

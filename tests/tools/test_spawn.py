@@ -80,7 +80,7 @@ def make_loop(tmp_path: Path, model: FakeModel) -> AgentLoop:
                            services=services)
 
     loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, registry,
-                     lambda: "system", context, max_turns=5)
+                     lambda _chat: "system", context, max_turns=5)
     return loop
 
 
@@ -171,7 +171,7 @@ async def test_orphaned_subruns_are_cancelled_at_boot(tmp_path: Path) -> None:
     orphan = loop.begin(chat=PARENT_CHAT, text="sub", history=[], parent_run="run_parent")
     normal = loop.begin(chat=PARENT_CHAT, text="main", history=[])
     rebooted = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: FakeModel(), loop.tools,
-                         lambda: "system", lambda state, approved: ToolContext(
+                         lambda _chat: "system", lambda state, approved: ToolContext(
                              tmp_path, ChatRef("local", "c1")))
     assert cancel_orphaned_subruns(rebooted) == 1
     assert rebooted.store.state(orphan).status == ev.CANCELLED

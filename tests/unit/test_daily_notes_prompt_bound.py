@@ -10,12 +10,13 @@ from soulflow.agent.context import DAILY_NOTES_PROMPT_BYTES, ContextBuilder
 from soulflow.agent.memory import MemoryStore
 from soulflow.decision.service import DecisionService
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 11, 24)
 
 
 def builder(root: Path) -> tuple[ContextBuilder, MemoryStore]:
-    memory = MemoryStore(root / "memory", today=lambda: TODAY)
+    memory = MemoryStore(Beneath(root), today=lambda: TODAY)
     ticks = iter(range(1_000_000))
     context = ContextBuilder(root, memory, DecisionService(root / "decisions.json"),
                              SessionStore(root / "sessions"), clock=lambda: float(next(ticks)))

@@ -11,6 +11,7 @@ import pytest
 from soulflow.agent.memory import MemoryStore
 from soulflow.decision.service import DecisionService, canonical_key
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 
 
 def test_session_append_last_range_and_metadata(tmp_path: Path) -> None:
@@ -57,7 +58,7 @@ def test_session_lru_of_open_files(tmp_path: Path) -> None:
 
 
 def test_memory_read_write_append_search(tmp_path: Path) -> None:
-    memory = MemoryStore(tmp_path, today=lambda: dt.date(2026, 11, 22))
+    memory = MemoryStore(Beneath(tmp_path), ".", today=lambda: dt.date(2026, 11, 22))
     assert memory.read_long_term() == ""
     memory.write_long_term("# Memory\n\nThe deploy window is Friday.\n")
     memory.append_long_term("Team lunch on Tuesdays.")

@@ -59,6 +59,8 @@ class RunOutcome:
 
 
 ContextFactory = Callable[[RunState, bool], ToolContext]
+SystemPrompt = Callable[[ChatRef], str]
+"""The system prompt of a run of this chat (global context plus the chat zone's memory)."""
 
 
 def _arguments(call: dict[str, Any]) -> dict[str, Any] | str:
@@ -74,7 +76,7 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any] | str:
 
 class AgentLoop:
     def __init__(self, store: RunJournal, provider: Callable[[], Provider], tools: ToolRegistry,
-                 system_prompt: Callable[[], str], tool_context: ContextFactory, *,
+                 system_prompt: SystemPrompt, tool_context: ContextFactory, *,
                  max_turns: int = 10) -> None:
         self.store = store
         self._provider = provider
@@ -154,7 +156,8 @@ class AgentLoop:
 
     async def _model_turn(self, run_id: str, state: RunState,
                           abort: asyncio.Event | None) -> RunState:
-        messages = [{"role": "system", "content": self._system_prompt()}, *state.conversation]
+        messages = [{"role": "system", "content": self._system_prompt(state.chat)},
+                    *state.conversation]
         schemas = self.tools.schemas() + INTENT_SCHEMAS
         provider = self._provider()
         try:

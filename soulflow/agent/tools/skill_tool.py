@@ -2,15 +2,16 @@
 
 The system prompt only lists skill summaries (see `soulflow.agent.skills`); this tool is how
 the model gets the instructions when a skill applies. Reading is side-effect free, so the
-tool is idempotent and safe to re-run after a restart.
+tool is idempotent and safe to re-run after a restart. The file is opened beneath the
+workspace without following links (`SkillIndex.read`): a `SKILL.md` that is a link — to
+`runtime/bus/inbound.jsonl`, the vault key, a host file — is refused, never read.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-from soulflow.agent.skills import SkillIndex
+from soulflow.agent.skills import Skill, SkillIndex
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 
 MAX_SKILL_BYTES = 100 * 1024
@@ -40,24 +41,25 @@ class SkillTool(Tool):
         name = str(params["name"])
         skill = self.index.find(name)
         if skill is None:
+            refused = next((reason for folder, reason in self.index.refused.items()
+                            if folder.casefold() == name.strip().casefold()), None)
+            if refused is not None:
+                raise ToolError(f"skill {name!r} cannot be read: {refused} (skills are "
+                                "opened without following links)")
             available = ", ".join(self.index.names()) or "none (the skills/ folder is empty)"
             raise ToolError(f"unknown skill {name!r}. Available skills: {available}")
-        return await asyncio.to_thread(_read_capped, skill.path, self.index.directory)
+        return await asyncio.to_thread(_read_capped, self.index, skill)
 
 
-def _read_capped(path: Path, skills_dir: Path) -> str:
-    """The file's text, cut at MAX_SKILL_BYTES with a note. A symlink leading out of the
-    workspace is refused, like every other file the agent reads."""
+def _read_capped(index: SkillIndex, skill: Skill) -> str:
+    """The file's text, cut at MAX_SKILL_BYTES with a note. A link (anywhere on the path)
+    is refused, like every file the daemon reads for the agent."""
     try:
-        resolved = path.resolve()
-        if not resolved.is_relative_to(skills_dir.parent.resolve()):
-            raise ToolError(f"skill {path.parent.name} points outside the workspace")
-        with open(resolved, "rb") as handle:
-            data = handle.read(MAX_SKILL_BYTES + 1)
+        data = index.read(skill, MAX_SKILL_BYTES)
     except OSError as exc:
-        raise ToolError(f"cannot read skill {path.parent.name}: {exc.strerror or exc}") from exc
+        raise ToolError(f"cannot read skill {skill.directory}: {exc.strerror or exc}") from exc
     if len(data) <= MAX_SKILL_BYTES:
         return data.decode("utf-8", errors="replace")
     text = data[:MAX_SKILL_BYTES].decode("utf-8", errors="ignore")
     return (f"{text}\n\n[skill truncated at {MAX_SKILL_BYTES // 1024} KB; read the rest with "
-            f"read_file path=skills/{path.parent.name}/{path.name}]")
+            f"read_file path={skill.rel.as_posix()}]")

@@ -24,7 +24,7 @@ from typing import Any
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
-from soulflow.contracts import ChatRef
+from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -92,9 +92,14 @@ async def run_subagent(loop: AgentLoop, *, parent_chat: ChatRef, task: str,
     in the chat's conversation, only its result does, through the parent.
     """
     # the place and the sender only (no session: its turns stay out of the conversation);
-    # its approvals belong to the parent's sender, as they always have
+    # its approvals belong to the parent's sender, as they always have. A quiet turn's
+    # sub-run keeps the turn's origin and session, which name its chat zone (zone_for): a
+    # heartbeat's sub-agent works in the heartbeat's zone, never in its target chat's
+    quiet = parent_chat.origin == QUIET_TURN_ORIGIN
     chat = ChatRef(parent_chat.provider, parent_chat.chat_id, parent_chat.thread_id,
-                   sender_id=parent_chat.sender_id, requester_id=parent_chat.sender_id)
+                   sender_id=parent_chat.sender_id, requester_id=parent_chat.sender_id,
+                   origin=parent_chat.origin if quiet else "",
+                   session_key=parent_chat.session_key if quiet else "")
     run_id = loop.begin(chat=chat, text=SUBAGENT_BRIEF + task, history=[],
                         parent_run=parent_run, max_turns=max(1, min(MAX_TURNS, max_turns)))
     try:
