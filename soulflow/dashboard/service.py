@@ -251,7 +251,8 @@ class DashboardService:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         assert self._runtime is not None
-        text = render_metrics(self._runtime, sse_clients=self._hub.subscriber_count)
+        text = render_metrics(self._runtime, sse_clients=self._hub.subscriber_count,
+                              connections=self.gate.counts)
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _healthz(self, request: web.Request) -> web.Response:

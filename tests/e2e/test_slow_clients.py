@@ -12,6 +12,7 @@ that needed a new file or socket.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -95,3 +96,7 @@ def test_slow_connections_do_not_starve_the_daemon(telegram: Live) -> None:
     assert "out of system resource" not in log and "Too many open files" not in log
     after = telegram.driver.post("after the slow clients")
     telegram.echo(after, "after the slow clients")
+    metrics = daemon.api("GET", "/metrics").text
+    evicted = re.search(r'^soulflow_dashboard_connections_closed_total\{reason="evicted"\} (\d+)',
+                        metrics, re.M)
+    assert evicted is not None and int(evicted.group(1)) > 0
