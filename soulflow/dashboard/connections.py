@@ -40,9 +40,10 @@ log = logging.getLogger(__name__)
 #: waits between its requests while someone looks at it, short enough that idle sockets do
 #: not pile up (the browser simply opens a new connection after it)
 IDLE_TIMEOUT_S = 30.0
-#: the dashboard holds at most this share of the process's open-files limit; the rest is for
-#: journals, channel and model connections, MCP servers and tools
-OPEN_FILES_SHARE = 4
+#: the dashboard holds at most this share of the process's open-files limit (its caps plus
+#: the connections being accepted or closed at a moment); the rest is for journals, channel
+#: and model connections, MCP servers and tools
+OPEN_FILES_SHARE = 2
 #: a summary of connections refused or made to give way, at most this often
 NOTICE_INTERVAL_S = 60.0
 
@@ -65,15 +66,17 @@ class ConnectionLimits:
     header_timeout_s: float = 10.0
     idle_timeout_s: float = IDLE_TIMEOUT_S
 
-    def within(self, open_files: int) -> tuple[ConnectionLimits, list[str]]:
-        """These limits fitted to the open-files limit `open_files`: the caps clamped to a
-        `1/OPEN_FILES_SHARE` of it, and why, one sentence per clamp, for the log."""
+    def within(self, open_files: int, in_flight: int = 0) -> tuple[ConnectionLimits, list[str]]:
+        """These limits fitted to the open-files limit `open_files`: the caps, plus
+        `in_flight` descriptors of connections being accepted or closed, clamped to
+        `1/OPEN_FILES_SHARE` of it; and why, one sentence per clamp, for the log."""
         notes: list[str] = []
-        budget = max(4, open_files // OPEN_FILES_SHARE)
+        budget = max(4, open_files // OPEN_FILES_SHARE - in_flight)
         fitted = self
         if fitted.max_open > budget:
-            notes.append(f"DASHBOARD_MAX_CONNECTIONS={fitted.max_open} is more than a quarter "
-                         f"of the open-files limit ({open_files}): using {budget}")
+            notes.append(f"DASHBOARD_MAX_CONNECTIONS={fitted.max_open} with {in_flight} "
+                         f"connections in flight is more than half the open-files limit "
+                         f"({open_files}): using {budget}")
             fitted = replace(fitted, max_open=budget)
         if fitted.max_per_address > fitted.max_open:
             notes.append(f"DASHBOARD_MAX_CONNECTIONS_PER_IP={fitted.max_per_address} is more "

@@ -30,6 +30,10 @@ from soulflow.dashboard.connections import Connection, ConnectionGate, address_k
 #: listen(2) backlog: connections the kernel holds before the daemon accepts them (they cost
 #: the daemon no descriptor until then)
 BACKLOG = 128
+#: descriptors of connections the gate has not counted at a moment of a flood: the event loop
+#: accepts up to BACKLOG connections per turn, admits them to the gate two turns later and
+#: closes the ones over a cap one turn after that, so up to three batches are in flight
+IN_FLIGHT = 3 * BACKLOG
 
 
 class GatedRequestHandler(RequestHandler):

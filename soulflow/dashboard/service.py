@@ -41,7 +41,7 @@ from soulflow.dashboard.guard import (
     decode_json_object,
     is_guarded,
 )
-from soulflow.dashboard.listener import listen
+from soulflow.dashboard.listener import IN_FLIGHT, listen
 from soulflow.dashboard.metrics import CONTENT_TYPE, render_metrics
 from soulflow.events.hub import EventHub
 
@@ -394,12 +394,12 @@ class DashboardService:
         log.info("dashboard on http://%s:%s/", self.host, self.bound_port)
 
     def _fitted_limits(self) -> ConnectionLimits:
-        """The connection caps, clamped to a share of the open-files limit (said in the log
-        when they are)."""
+        """The connection caps, clamped so that they and the connections in flight stay
+        within half the open-files limit (said in the log when they are)."""
         open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if open_files == resource.RLIM_INFINITY:
             open_files = 1 << 30
-        limits, notes = self.gate.limits.within(open_files)
+        limits, notes = self.gate.limits.within(open_files, IN_FLIGHT)
         for note in notes:
             log.warning("dashboard: %s", note)
         log.info("dashboard connections: at most %d open, %d per address; a request head "

@@ -29,6 +29,7 @@ from soulflow.bus.bus import MessageBus
 from soulflow.channels.local import LocalChannel
 from soulflow.dashboard import service as service_module
 from soulflow.dashboard.connections import ConnectionLimits, address_key
+from soulflow.dashboard.listener import IN_FLIGHT
 from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub
 from tests.waiting import until
@@ -244,24 +245,26 @@ async def test_many_slow_connections_stay_within_the_caps_and_are_all_closed(
         await rig.healthy()
 
 
-def test_limits_are_clamped_to_a_quarter_of_the_open_files_limit() -> None:
-    fitted, notes = ConnectionLimits(max_open=5000, max_per_address=2000).within(4096)
-    assert (fitted.max_open, fitted.max_per_address) == (1024, 1024)
+def test_limits_are_clamped_to_half_the_open_files_limit_less_what_is_in_flight() -> None:
+    fitted, notes = ConnectionLimits(max_open=5000, max_per_address=2000).within(4096, 384)
+    assert (fitted.max_open, fitted.max_per_address) == (1664, 1664)
     assert len(notes) == 2 and "DASHBOARD_MAX_CONNECTIONS=5000" in notes[0]
-    same, none = ConnectionLimits().within(1024)
+    same, none = ConnectionLimits().within(4096, 384)
     assert same == ConnectionLimits() and none == []
+    small, _ = ConnectionLimits().within(1024, 384)
+    assert (small.max_open, small.max_per_address) == (128, 32)
     longer, _ = ConnectionLimits(header_timeout_s=60).within(1 << 20)
     assert longer.idle_timeout_s == 60  # idle never shorter than the head's allowance
 
 
 async def test_the_dashboard_says_when_it_clamps_its_caps(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(service_module.resource, "getrlimit", lambda which: (512, 512))
+    monkeypatch.setattr(service_module.resource, "getrlimit", lambda which: (2048, 2048))
     caplog.set_level(logging.INFO, "soulflow.dashboard")
-    async with running(tmp_path, ConnectionLimits()) as rig:
-        assert rig.service.gate.limits.max_open == 128
+    async with running(tmp_path, ConnectionLimits(max_open=1000)) as rig:
+        assert rig.service.gate.limits.max_open == 1024 - IN_FLIGHT
         await rig.healthy()
-    assert "using 128" in caplog.text and "open-files limit 512" in caplog.text
+    assert f"using {1024 - IN_FLIGHT}" in caplog.text and "open-files limit 2048" in caplog.text
 
 
 def test_addresses_are_counted_by_host_and_ipv6_by_its_64() -> None:

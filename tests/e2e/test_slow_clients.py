@@ -28,9 +28,9 @@ from tests.fakes.openai_api import FakeOpenAIThread
 SLOW = 1100
 SOFT_OPEN_FILES = 1024
 MAX_CONNECTIONS = 256
-#: the listening socket's backlog: the event loop accepts up to this many connections at once,
-#: and the ones over the cap are closed one loop turn later, so during a flood up to twice as
-#: many descriptors are briefly open on top of the cap
+#: the listening socket's backlog: the event loop accepts up to this many connections per
+#: turn, the dashboard sees them two turns later and the ones over a cap are closed a turn
+#: after that, so during a flood up to three batches are briefly open on top of the cap
 ACCEPT_BATCH = 128
 TOKEN = "slow-clients-token-5e6f7a8b"
 
@@ -89,7 +89,7 @@ def test_slow_connections_do_not_starve_the_daemon(telegram: Live) -> None:
                  what="the daemon to close the slow connections again and again")
         assert healthz(daemon).status_code == 200
         assert daemon.alive()
-    assert peak_fds <= idle_fds + MAX_CONNECTIONS + 2 * ACCEPT_BATCH + 32, (idle_fds, peak_fds)
+    assert peak_fds <= idle_fds + MAX_CONNECTIONS + 3 * ACCEPT_BATCH + 32, (idle_fds, peak_fds)
     log = daemon.log()
     assert f"open-files limit raised from {SOFT_OPEN_FILES} to" in log
     assert "at its connection caps" in log
