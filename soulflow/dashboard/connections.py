@@ -13,6 +13,9 @@ descriptors too). So every dashboard connection is admitted by a `ConnectionGate
   keep-alive), but once the next request's first bytes arrive its head is due within
   `header_timeout_s` too. A connection past its deadline is aborted (not closed: a client that
   reads nothing could otherwise hold the socket with an unflushed response).
+* **A response must be read.** A client that stops reading while an answer is being written
+  (pipelined requests for the page's files, never read) would keep its connection busy
+  forever: when the socket has not taken the pending bytes for `idle_timeout_s`, it is aborted.
 * **Over a cap, the oldest connection that owes a head gives way** — of the same address for
   the per-address cap, of any address for the total one — and the newcomer is admitted. Only
   when every connection is busy with a request (a response being written, the event stream
@@ -53,7 +56,7 @@ class Closed(StrEnum):
 
     REFUSED = "refused"  # over a cap with every connection busy: closed before reading
     EVICTED = "evicted"  # gave way to a newcomer over a cap (it owed a request head)
-    TIMEOUT = "timeout"  # its request head (or the next request) did not come in time
+    TIMEOUT = "timeout"  # its request head did not come, or its answer was not read, in time
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class Connection:
         self._abort = abort
         self._loop = asyncio.get_running_loop()
         self._deadline: asyncio.TimerHandle | None = None
+        self._stalled: asyncio.TimerHandle | None = None  # writing paused: client not reading
         self._head_started = False
         self.owes_head = False
         self.open = True
@@ -154,6 +158,18 @@ class Connection:
         self._disarm()
         self.gate.busy(self)
 
+    def write_stalled(self) -> None:
+        """The socket stopped taking the answer (the client does not read): it has the idle
+        timeout to start again."""
+        if self._stalled is None:
+            self._stalled = self._loop.call_later(self.gate.limits.idle_timeout_s, self.close,
+                                                  Closed.TIMEOUT)
+
+    def write_resumed(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
     def close(self, reason: Closed) -> None:
         """End the connection now (over a cap, or its head did not come in time)."""
         if not self.open:
@@ -167,6 +183,7 @@ class Connection:
         if self.open:
             self.open = False
             self._disarm()
+            self.write_resumed()
             self.gate.release(self)
 
     def _arm(self, seconds: float) -> None:
@@ -240,8 +257,8 @@ class ConnectionGate:
             self.counts.evicted += 1
         else:
             self.counts.timeout += 1
-            log.debug("dashboard: closed a connection from %s: no request head in time",
-                      address)
+            log.debug("dashboard: closed a connection from %s: no request head, or its "
+                      "answer not read, in time", address)
             return  # a browser's unused spare connection ends like this too: not news
         self._notice.note(reason, address, self.limits)
 

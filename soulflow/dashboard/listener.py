@@ -6,9 +6,11 @@ request, and not at all for a head being trickled after a response), and it acce
 connections as the process has descriptors. aiohttp has no hook for either, so:
 
 * `GatedRequestHandler` is aiohttp's `RequestHandler` (the protocol of one connection) that
-  asks the gate before it starts, tells it when bytes arrive and when a response is done,
-  and leaves the gate when the socket goes. Only public methods are overridden
-  (`connection_made`, `data_received`, `connection_lost`, `finish_response`).
+  asks the gate before it starts, tells it when bytes arrive, when a response is done and
+  when the socket stops or starts taking what is written, and leaves the gate when the
+  socket goes. Only public methods are overridden (asyncio's `connection_made`,
+  `data_received`, `pause_writing`, `resume_writing`, `connection_lost`; aiohttp's
+  `finish_response`).
 * "a whole request head came in" is the moment aiohttp builds the request: the server's
   `request_factory` (a public attribute, called with the protocol) is wrapped to say so.
 * `listen` opens the socket with `loop.create_server` and this protocol, for the runner's
@@ -69,6 +71,16 @@ class GatedRequestHandler(RequestHandler):
         finally:
             if self._tracked is not None and self._tracked.open:
                 self._tracked.await_head(first=False)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._tracked is not None:
+            self._tracked.write_stalled()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._tracked is not None:
+            self._tracked.write_resumed()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._tracked is None:

@@ -4,9 +4,10 @@ caps and a short header timeout.
 
 A connection that never completes its request head is closed after the header timeout, also
 when it trickles bytes, and also when it is a kept-alive connection trickling its second
-request; over a cap the oldest connection that owes a head gives way, and when every
-connection is busy (event streams) the newcomer is closed unread; an event stream outlives
-the header timeout; a normal request is answered throughout.
+request; one that does not read its answers is closed too; over a cap the oldest connection
+that owes a head gives way, and when every connection is busy (event streams) the newcomer is
+closed unread; an event stream outlives the header timeout; a normal request is answered
+throughout.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -171,6 +173,25 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_idle_timeout(
         answered = loop.time()
         assert await until_closed(reader) == b""
         assert loop.time() - answered >= 0.9
+
+
+async def test_a_client_that_does_not_read_its_answers_is_closed(tmp_path: Path) -> None:
+    limits = ConnectionLimits(header_timeout_s=HEADER_TIMEOUT_S, idle_timeout_s=1.0)
+    async with running(tmp_path, limits) as rig:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, unread
+        sock.bind(("127.0.0.5", 0))
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", rig.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        # pipelined: ~6 MB of answers, more than the kernel buffers (4 MB at most) take
+        writer.write(get("/static/app.js", rig) * 500)
+        await until(lambda: rig.service.gate.counts.timeout == 1, WAIT_S)
+        assert rig.service.gate.counts.open == 0
+        received = await until_closed(reader)  # what got through before the abort
+        assert received.count(b"HTTP/1.1 200") < 500
+        await rig.healthy()
 
 
 async def test_over_the_address_cap_the_oldest_slow_connection_gives_way(
