@@ -10,7 +10,9 @@ Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the token when DASHBOARD_T
 (401), and for POST/PUT/PATCH/DELETE a JSON-object body sent as `application/json`
 (415/400). New routes are covered without opting in. Binding beyond loopback without a
 token is refused in config. No response carries a CORS header, so a browser never lets
-another site read an answer or send JSON here.
+another site read an answer or send JSON here. Before any of that, every connection is
+admitted and timed by the gate of connections.py (caps in all and per address, a deadline
+for each request head), so slow clients cannot hold the daemon's file descriptors.
 """
 
 from __future__ import annotations
