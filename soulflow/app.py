@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from soulflow.config import Settings, id_list
 from soulflow.cron.api import cron_routes
+from soulflow.dashboard.connections import ConnectionLimits
 from soulflow.dashboard.service import DashboardService
 from soulflow.runtime import Runtime, create_runtime
 
@@ -21,7 +22,11 @@ def build_dashboard(runtime: Runtime) -> DashboardService:
         token=settings["DASHBOARD_TOKEN"], hub=runtime.hub, state=runtime.state,
         local=runtime.local, bus=runtime.bus, ready=lambda: runtime.ready,
         allowed_hosts=id_list(settings["DASHBOARD_ALLOWED_HOSTS"]),
-        routes=cron_routes(runtime.cron, runtime.channels.names), runtime=runtime)
+        routes=cron_routes(runtime.cron, runtime.channels.names), runtime=runtime,
+        limits=ConnectionLimits(
+            max_open=settings["DASHBOARD_MAX_CONNECTIONS"],
+            max_per_address=settings["DASHBOARD_MAX_CONNECTIONS_PER_IP"],
+            header_timeout_s=settings["DASHBOARD_HEADER_TIMEOUT_S"]))
 
 
 def create_app(settings: Settings) -> Runtime:

@@ -67,10 +67,12 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from soulflow.app import create_app
+    from soulflow.runtime.open_files import raise_open_files_limit
 
     settings = _settings(args)
     setup_logging(settings["LOG_LEVEL"], getattr(args, "log_format", None)
                   or settings["LOG_FORMAT"])
+    raise_open_files_limit()  # before anything opens a socket; the dashboard fits its caps
     runtime = create_app(settings)
     asyncio.run(runtime.run_until_signal())
     return 0

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from soulflow.telemetry import Histogram
 
 if TYPE_CHECKING:
+    from soulflow.dashboard.connections import ConnectionCounts
     from soulflow.runtime import Runtime
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -88,7 +89,8 @@ def open_descriptors() -> tuple[int, int]:
     return len(names), sockets
 
 
-def render_metrics(runtime: Runtime, *, sse_clients: int) -> str:
+def render_metrics(runtime: Runtime, *, sse_clients: int,
+                   connections: ConnectionCounts | None = None) -> str:
     """The whole scrape."""
     out = MetricsWriter()
     traffic = runtime.traffic.channels()
@@ -153,6 +155,14 @@ def render_metrics(runtime: Runtime, *, sse_clients: int) -> str:
                    [({}, sockets)])
     out.family("soulflow_sse_clients", "gauge", "Dashboards following the event stream.",
                [({}, sse_clients)])
+    if connections is not None:
+        out.family("soulflow_dashboard_connections", "gauge",
+                   "Open connections to the dashboard (its caps bound them).",
+                   [({}, connections.open)])
+        out.family("soulflow_dashboard_connections_closed", "counter",
+                   "Dashboard connections the daemon ended: refused over a cap, evicted to "
+                   "make room, or timed out without a request head.",
+                   [({"reason": reason.value}, n) for reason, n in connections.closed().items()])
     out.family("soulflow_asyncio_tasks", "gauge", "asyncio tasks alive in the daemon.",
                [({}, len(asyncio.all_tasks()))])
     uptime = time.time() - runtime.started_at if runtime.started_at else 0.0

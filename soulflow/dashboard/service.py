@@ -10,7 +10,9 @@ Host/Origin/Sec-Fetch-Site rules of `guard.py` (403), the token when DASHBOARD_T
 (401), and for POST/PUT/PATCH/DELETE a JSON-object body sent as `application/json`
 (415/400). New routes are covered without opting in. Binding beyond loopback without a
 token is refused in config. No response carries a CORS header, so a browser never lets
-another site read an answer or send JSON here.
+another site read an answer or send JSON here. Before any of that, every connection is
+admitted and timed by the gate of connections.py (caps in all and per address, a deadline
+for each request head), so slow clients cannot hold the daemon's file descriptors.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import hmac
 import json
 import logging
+import resource
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import resources
@@ -30,6 +33,7 @@ from aiohttp.typedefs import Handler
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local import InvalidChatId, LocalChannel
 from soulflow.dashboard.actions import ActionError, ConsoleActions, Operator
+from soulflow.dashboard.connections import ConnectionGate, ConnectionLimits
 from soulflow.dashboard.console import Console
 from soulflow.dashboard.guard import (
     SAFE_METHODS,
@@ -39,6 +43,7 @@ from soulflow.dashboard.guard import (
     decode_json_object,
     is_guarded,
 )
+from soulflow.dashboard.listener import IN_FLIGHT, listen
 from soulflow.dashboard.metrics import CONTENT_TYPE, render_metrics
 from soulflow.events.hub import EventHub
 
@@ -84,7 +89,8 @@ class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
                  state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
                  ready: Callable[[], bool], allowed_hosts: Iterable[str] = (),
-                 routes: Iterable[web.RouteDef] = (), runtime: Runtime | None = None) -> None:
+                 routes: Iterable[web.RouteDef] = (), runtime: Runtime | None = None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.host = host
         self.policy = RequestPolicy.build(host, allowed_hosts)
         self.port = port
@@ -102,6 +108,9 @@ class DashboardService:
             if runtime is not None else None
         self._actions = ConsoleActions(runtime, hub.publish) if runtime is not None else None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        # slow or too many clients (see connections.py); fitted to the fd limit at start
+        self.gate = ConnectionGate(limits or ConnectionLimits())
         self.bound_port: int | None = None
 
     # -- app -----------------------------------------------------------------------------
@@ -244,7 +253,8 @@ class DashboardService:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         assert self._runtime is not None
-        text = render_metrics(self._runtime, sse_clients=self._hub.subscriber_count)
+        text = render_metrics(self._runtime, sse_clients=self._hub.subscriber_count,
+                              connections=self.gate.counts)
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -369,25 +379,46 @@ class DashboardService:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.gate.limits = self._fitted_limits()
         self._runner = web.AppRunner(self.build_app(), access_log=None,
                                      handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
         try:
-            await site.start()
+            self._listener = await listen(self._runner, self.host, self.port, self.gate)
         except OSError as exc:
             await self._runner.cleanup()
             self._runner = None
             raise DashboardError(
                 f"cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); set "
                 "DASHBOARD_PORT to a free port or stop the program using it") from None
-        addresses = self._runner.addresses
-        self.bound_port = int(addresses[0][1]) if addresses else self.port
+        sockets = self._listener.sockets
+        self.bound_port = int(sockets[0].getsockname()[1]) if sockets else self.port
         log.info("dashboard on http://%s:%s/", self.host, self.bound_port)
+
+    def _fitted_limits(self) -> ConnectionLimits:
+        """The connection caps, clamped so that they and the connections in flight stay
+        within half the open-files limit (said in the log when they are)."""
+        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if open_files == resource.RLIM_INFINITY:
+            open_files = 1 << 30
+        limits, notes = self.gate.limits.within(open_files, IN_FLIGHT)
+        for note in notes:
+            log.warning("dashboard: %s", note)
+        log.info("dashboard connections: at most %d open, %d per address; a request head "
+                 "within %g s, idle keep-alive %g s (open-files limit %d)", limits.max_open,
+                 limits.max_per_address, limits.header_timeout_s, limits.idle_timeout_s,
+                 open_files)
+        return limits
 
     async def stop(self) -> None:
         if self._actions is not None:
             await self._actions.close()
+        if self._listener is not None:
+            self._listener.close()  # no new connections; the runner closes the open ones
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
+        self.gate.close()

@@ -85,7 +85,8 @@ def test_metrics_parse_and_count(make_daemon, fake_llm) -> None:
                 "soulflow_send_retries", "soulflow_dlq_entries", "soulflow_queue_depth",
                 "soulflow_run_duration_seconds", "soulflow_provider_requests",
                 "soulflow_provider_errors", "soulflow_provider_latency_seconds",
-                "soulflow_open_connections", "soulflow_asyncio_tasks", "soulflow_channel_up"}
+                "soulflow_open_connections", "soulflow_asyncio_tasks", "soulflow_channel_up",
+                "soulflow_dashboard_connections", "soulflow_dashboard_connections_closed"}
     assert expected <= set(families)
 
     def value(family: str, sample: str, **labels: str) -> float:
@@ -104,6 +105,9 @@ def test_metrics_parse_and_count(make_daemon, fake_llm) -> None:
              for o in ("answered", "max_turns", "failed")}
     assert turns == {"answered": 1, "max_turns": 0, "failed": 1}
     assert value("soulflow_asyncio_tasks", "soulflow_asyncio_tasks") >= 1
+    assert value("soulflow_dashboard_connections", "soulflow_dashboard_connections") >= 1
+    assert value("soulflow_dashboard_connections_closed",
+                 "soulflow_dashboard_connections_closed_total", reason="refused") == 0
 
 
 def _read_events(daemon: Daemon, headers: dict[str, str], until: Any,

@@ -61,6 +61,8 @@ class Daemon:
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
     starts: int = 0
+    #: start the daemon with this soft RLIMIT_NOFILE (as `ulimit -Sn` would), else inherited
+    soft_open_files: int | None = None
     _log_handles: list[Any] = field(default_factory=list)
     # one client for every call: building one costs ~0.1 s (it loads the CA bundle)
     _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
@@ -75,7 +77,7 @@ class Daemon:
         handle.flush()
         info_path = self.workspace / "runtime" / "daemon.json"
         info_path.unlink(missing_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "soulflow", "run"], env=self.env,
+        self.proc = subprocess.Popen(self.command(), env=self.env,
                                      stdout=handle, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
 
@@ -91,6 +93,21 @@ class Daemon:
 
         self.url = wait_for(ready, BOOT_TIMEOUT_S, what="the daemon to be ready")
         return self
+
+    def command(self) -> list[str]:
+        if self.soft_open_files is None:
+            return [sys.executable, "-m", "soulflow", "run"]
+        return [sys.executable, "-c",
+                "import resource, runpy, sys\n"
+                "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+                f"resource.setrlimit(resource.RLIMIT_NOFILE, ({self.soft_open_files}, hard))\n"
+                "sys.argv = ['soulflow', 'run']\n"
+                "runpy.run_module('soulflow', run_name='__main__', alter_sys=True)\n"]
+
+    def open_fds(self) -> int:
+        """The daemon process's open file descriptors now."""
+        assert self.proc is not None
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs at all."""
