@@ -218,7 +218,8 @@ SETTINGS: tuple[Setting, ...] = (
             "At most one progress update per task in this many seconds (prompts and the final "
             "result are sent at once).", "Agent"),
     Setting("MEMORY_CONSOLIDATION_THRESHOLD", _int_range(0, 100_000), "60",
-            "Messages in a session before older turns are summarised into memory/ (0: off).",
+            "Messages in a session before older turns are summarised into its chat's memory "
+            "(chats/<chat>/memory/; 0: off).",
             "Agent"),
     Setting("MEMORY_CONSOLIDATION_KEEP_LAST", _int_range(1, 10_000), "20",
             "Recent messages left out of a consolidation.", "Agent"),
@@ -357,7 +358,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Previous messages of the heartbeat session the model sees.", "Heartbeat and ops"),
     Setting("HEARTBEAT_CONSOLIDATE_AFTER", _int_range(0, 10_000), "24",
             "Messages in the heartbeat session (and each system_event cron job's) before older "
-            "ones are summarised into memory/ (0: never).", "Heartbeat and ops"),
+            "ones are summarised into its own folder's memory (chats/quiet-…/memory/; 0: never).",
+            "Heartbeat and ops"),
     Setting("OPS_TICK_S", _float_range(1, 3600), "30",
             "How often the ops service checks loops, queues, providers and channels.",
             "Heartbeat and ops"),
@@ -397,8 +399,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Loopback names and DASHBOARD_HOST itself always work; any other Host gets 403 "
             "(DNS rebinding protection).", "Dashboard"),
     Setting("DASHBOARD_MAX_CONNECTIONS", _int_range(4, 100_000), "256",
-            "Open connections the dashboard accepts at once; more are closed at once (kept "
-            "well below the process's file descriptor limit).", "Dashboard"),
+            "Open connections the dashboard holds at once; past it the oldest connection still "
+            "sending its request head gives way, or the new one is closed unread (clamped "
+            "well below the open-files limit).", "Dashboard"),
     Setting("DASHBOARD_MAX_CONNECTIONS_PER_IP", _int_range(1, 100_000), "32",
             "Open connections one client address may hold.", "Dashboard"),
     Setting("DASHBOARD_HEADER_TIMEOUT_S", _float_range(0.5, 300), "10",
