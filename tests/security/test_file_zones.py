@@ -9,14 +9,19 @@ even when the call is approved.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from soulflow.agent.approvals import ApproverPolicy, Decider, Requester
+from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools import build_default_registry
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.contracts import QUIET_TURN_ORIGIN
+from soulflow.runtime.tool_bridge import ToolBridge
+from soulflow.security.zones import zone_for
 
 MINE = "chats/telegram-A"
 THEIRS = "chats/telegram-B"
@@ -83,6 +88,19 @@ async def test_a_quiet_turn_has_a_folder_of_its_own(ws: Path, registry: ToolRegi
     assert own.status == "ok", own.output
     person = await registry.execute("read_file", {"path": f"{MINE}/notes.md"}, quiet)
     assert person.status == "error" and "another chat's folder" in person.output
+
+
+def test_the_daemons_tool_context_keeps_the_runs_zone(tmp_path: Path) -> None:
+    """The runtime builds each call's context from the run's chat: a quiet turn's session and
+    origin must survive, or its tools would work in the person's folder."""
+    runtime: Any = SimpleNamespace(settings=SimpleNamespace(workspace=tmp_path), vault=None)
+    bridge = ToolBridge(runtime)
+    quiet = ChatRef("telegram", "A", origin=QUIET_TURN_ORIGIN, session_key="heartbeat")
+    context = bridge.context(RunState("run_1", chat=quiet), False)
+    assert zone_for(context.chat).name == "quiet-heartbeat"
+    person = ChatRef("telegram", "A", sender_id="alice", session_key="telegram:A")
+    context = bridge.context(RunState("run_2", chat=person), False)
+    assert zone_for(context.chat).name == "telegram-A"
 
 
 # -- operator zone -----------------------------------------------------------------------------
