@@ -159,6 +159,15 @@ async def test_write_to_the_operators_files_needs_an_admins_approval(
     assert again.reason == "it changes the operator's files (notes.md)" and again.admins_only
 
 
+async def test_the_own_folder_is_never_written_as_a_file(
+    registry: ToolRegistry, workspace: Path, ctx: ToolContext
+) -> None:
+    for path in (OWN, f"{OWN}/", f"{OWN}/x/.."):
+        result = await registry.execute("write_file", {"path": path, "content": "x"}, ctx)
+        assert result.status == "error" and "this chat's folder" in result.output, path
+    assert not (workspace / "chats").exists()
+
+
 async def test_write_keeps_permissions_and_refuses_escapes(
     registry: ToolRegistry, workspace: Path, outside: Path, make_ctx: MakeCtx
 ) -> None:
@@ -179,7 +188,8 @@ async def test_write_keeps_permissions_and_refuses_escapes(
 
     (workspace / "memory").mkdir()
     (workspace / "memory" / "out").symlink_to(outside)
-    for path in ("../outside/x.txt", "/tmp/x.txt", "memory/out/x.txt", ".", OWN):
+    for path in ("../outside/x.txt", "/tmp/x.txt", "memory/out/x.txt", ".", OWN,
+                 "chats/local-c2"):
         refused = await registry.execute(
             "write_file", {"path": path, "content": "x"}, make_ctx(approved=True)
         )

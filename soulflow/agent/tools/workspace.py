@@ -98,8 +98,7 @@ def write_approval(ctx: ToolContext, path_str: str) -> ApprovalNeed | None:
     """What writing ``path_str`` needs: nothing in the run's own folder, an admins-only
     approval in the operator zone; a `ToolError` where writing is refused outright."""
     target = tool_path(ctx, path_str)
-    if not target.rel.parts:
-        raise ToolError(f"'{path_str}' is the workspace root, a directory; give a file path")
+    _refuse_folders(ctx, target)
     if target.access is Access.OWN:
         return None
     return ApprovalNeed(f"it changes the operator's files ({target.shown})", admins_only=True)
@@ -108,10 +107,21 @@ def write_approval(ctx: ToolContext, path_str: str) -> ApprovalNeed | None:
 def require_writable(ctx: ToolContext, target: ToolPath) -> None:
     """The write rule again where the write happens (the registry skips `needs_approval` for
     an approved call, and a tool may be called without the registry)."""
+    _refuse_folders(ctx, target)
     if target.access is Access.OWN or ctx.approved:
         return
     raise ToolError(f"'{target.given}' is in the operator's files: writing it needs an "
                     f"admin's approval; this chat's own folder is {zone_hint(ctx)}")
+
+
+def _refuse_folders(ctx: ToolContext, target: ToolPath) -> None:
+    """The workspace root and the chat's own folder are directories a write may never turn
+    into a file (a missing chat folder would otherwise be created as one)."""
+    if not target.rel.parts:
+        raise ToolError(f"'{target.given}' is the workspace root, a directory; give a file path")
+    if target.rel == own_zone(ctx).rel:
+        raise ToolError(f"'{target.given}' is this chat's folder, a directory; give a file "
+                        "path inside it")
 
 
 def workspace_root(workspace: Path) -> Path:
