@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "ApprovalNeed",
     "Attachment",
     "ChatRef",
     "CronRunStatus",
@@ -330,6 +331,30 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalNeed:
+    """Why a tool call needs a person's yes before it runs, and whose yes counts.
+
+    An ordinary approval may be given by the person who asked (the run's requester), an admin
+    (``<PLATFORM>_ADMIN_USERS``) or the local operator. ``admins_only`` is for a call the
+    requester must not wave through herself - a change to the operator's files (templates,
+    skills, global memory: what every other chat's runs load), an unconfined ``exec`` - which
+    only an admin or the local operator may approve. ``reason`` is shown to the deciders; it
+    is computed from the arguments as the model wrote them, so it never holds a secret value.
+    """
+
+    reason: str
+    admins_only: bool = False
+
+    @classmethod
+    def of(cls, value: str | ApprovalNeed | None) -> ApprovalNeed | None:
+        """What a tool's ``needs_approval`` returned, as one type: a bare reason is an
+        ordinary approval, None or "" is none."""
+        if isinstance(value, ApprovalNeed):
+            return value
+        return cls(value) if value else None
+
+
 @runtime_checkable
 class ToolSpec(Protocol):
     """What the model and the approval flow see of a tool (`soulflow.agent.tools.base.Tool`
@@ -341,7 +366,8 @@ class ToolSpec(Protocol):
     parameters: dict[str, Any]
     idempotent: bool
 
-    def needs_approval(self, params: dict[str, Any], ctx: Any) -> str | None: ...
+    def needs_approval(self, params: dict[str, Any], ctx: Any) -> str | ApprovalNeed | None:
+        """A reason (an ordinary approval), an `ApprovalNeed`, or None when none is needed."""
 
     async def run(self, params: dict[str, Any], ctx: Any) -> str: ...
 

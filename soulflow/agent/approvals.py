@@ -7,7 +7,9 @@ is never taken as a denial.
 Who may decide is bound to people: the user whose message started the run (recorded in the
 run's journal, so the binding survives a restart), an admin of that platform
 (<PLATFORM>_ADMIN_USERS), or the local operator (the terminal and dashboard chat). Anyone else
-is refused and nothing changes.
+is refused and nothing changes. An approval a tool asked for as admins-only (a change to the
+operator's files, `ApprovalNeed.admins_only`) leaves out the requester: she could otherwise
+plant standing instructions for every chat by approving her own write.
 """
 
 from __future__ import annotations
@@ -108,18 +110,30 @@ class Requester:
 
 @dataclass(frozen=True, slots=True)
 class ApproverPolicy:
-    """Only the requester, an admin or the local operator may decide an approval."""
+    """Only the requester, an admin or the local operator may decide an approval; only an admin
+    or the local operator one that is ``admins_only``."""
 
     is_admin: AdminCheck = field(default=_no_admins)
 
-    def may_decide(self, requester: Requester, decider: Decider) -> bool:
+    def may_decide(self, requester: Requester, decider: Decider, *,
+                   admins_only: bool = False) -> bool:
         if decider.provider == LOCAL_PROVIDER or self.is_admin(decider.provider, decider.user_id):
             return True
+        if admins_only:
+            return False
         return bool(requester.user_id) and decider.provider == requester.provider and \
             decider.user_id == requester.user_id
 
 
-def refusal_text(requester: Requester) -> str:
+def admins_only_text(reason: str) -> str:
+    """How an admins-only approval is announced, and refused to anyone else."""
+    return f"Only an admin can approve this: {reason.rstrip('.') or 'it is risky'}."
+
+
+def refusal_text(requester: Requester, *, admins_only: bool = False, reason: str = "") -> str:
+    """The answer to someone who may not decide (`admins_only`: the approval's own rule)."""
+    if admins_only:
+        return admins_only_text(reason)
     return f"Only {requester.label} or an admin can decide this approval."
 
 

@@ -23,6 +23,7 @@ from soulflow.agent.approvals import (
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
+from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.contracts import ChatRef, InboundMessage, ReplyStatus
 from soulflow.session.store import Sessions
@@ -68,6 +69,11 @@ def _is_task_run(chat: ChatRef) -> bool:
     """A task step's run (soulflow/tasks/executors.py): the task engine drives it, with the
     step's tool allow-list, and people answer it through the task, not as a chat's run."""
     return bool(chat.task_id)
+
+
+def _admins_only(state: RunState) -> bool:
+    """Whether the run's open approval may be decided by admins (and the local operator) only."""
+    return bool((state.open_approval() or {}).get("admins_only"))
 
 
 def chat_of(message: InboundMessage) -> ChatRef:
@@ -139,7 +145,8 @@ class AgentDomain:
             for run_id in reversed(runs):
                 state = states[run_id]
                 if state.status == ev.WAITING_APPROVAL and \
-                        self.approvers.may_decide(Requester.of_run(state.chat), by):
+                        self.approvers.may_decide(Requester.of_run(state.chat), by,
+                                                  admins_only=_admins_only(state)):
                     return run_id, state.status
         return runs[-1], states[runs[-1]].status
 
@@ -153,19 +160,25 @@ class AgentDomain:
                      abort: asyncio.Event | None = None) -> AgentReply | None:
         """Apply an approval decision and continue the run; None if nothing was pending.
 
-        Only the run's requester, an admin or the local operator may decide: anyone else gets
-        a `refused` reply and the approval stays exactly as it was."""
+        Only the run's requester, an admin or the local operator may decide, and only an admin
+        or the local operator an admins-only approval (an approval recorded before that flag
+        existed has none): anyone else gets a `refused` reply and the approval stays exactly
+        as it was."""
         assert self.loop is not None
         state = self.loop.store.state(run_id)
         approval = state.open_approval()
         if approval is None or (approval_id and approval["approval_id"] != approval_id):
             return None
         requester = Requester.of_run(state.chat)
-        if not self.approvers.may_decide(requester, by):
-            log.info("approval %s of %s: %s (%s:%s) may not decide it (requester %s:%s)",
+        admins_only = bool(approval.get("admins_only"))
+        if not self.approvers.may_decide(requester, by, admins_only=admins_only):
+            log.info("approval %s of %s: %s (%s:%s) may not decide it (requester %s:%s%s)",
                      approval["approval_id"], run_id, by.name or "?", by.provider, by.user_id,
-                     requester.provider, requester.user_id or "-")
-            return AgentReply(refusal_text(requester), ReplyStatus.REFUSED, run_id=run_id,
+                     requester.provider, requester.user_id or "-",
+                     "; admins only" if admins_only else "")
+            return AgentReply(refusal_text(requester, admins_only=admins_only,
+                                           reason=str(approval.get("reason", ""))),
+                              ReplyStatus.REFUSED, run_id=run_id,
                               approval_id=approval["approval_id"])
         self.loop.decide(run_id, approval["approval_id"], decision, by.user_id,
                          by_provider=by.provider)

@@ -91,7 +91,8 @@ class Console:
                     "requester": chat.sender_name or chat.requester_id or
                     "a scheduled job", "provider": chat.provider,
                     "chat_id": chat.chat_id, "since": asked,
-                    "deferred": approval.get("decision") == "defer"})
+                    "deferred": approval.get("decision") == "defer",
+                    "admins_only": bool(approval.get("admins_only"))})
         return runs, approvals
 
     def _task_approvals(self) -> list[dict[str, Any]]:
@@ -110,7 +111,9 @@ class Console:
                            if interrupted else _short(step.get("prompt", ""), 300)),
                 "arguments": "", "requester": task.requested_by or "a scheduled job",
                 "provider": task.provider, "chat_id": task.chat_id,
-                "since": task.updated_at, "deferred": False})
+                "since": task.updated_at, "deferred": False,
+                "admins_only": bool((task.nodes[step["node_id"]].approval or {})
+                                    .get("admins_only"))})
         return rows
 
     # -- tasks, cron, decisions ----------------------------------------------------------

@@ -36,9 +36,12 @@ class ToolBridge:
             # a sub-run gets no spawn service: sub-agents cannot start sub-agents
             spawn=None if state.parent_run else partial(self._spawn, chat, state.run_id),
             schedule=partial(self._cron, chat))
+        # the session and origin name the run's chat zone (a quiet heartbeat turn has a
+        # folder of its own, `zone_for`): the file tools and the sandbox work in it
         return ToolContext(workspace=runtime.settings.workspace,
                            chat=ChatRef(chat.provider, chat.chat_id, chat.thread_id,
-                                        chat.sender_id),
+                                        chat.sender_id, session_key=chat.session_key,
+                                        origin=chat.origin),
                            approved=approved, vault=runtime.vault, services=services)
 
     async def _send(self, message: OutboundMessage) -> None:

@@ -1,59 +1,95 @@
-"""What nothing the agent calls may touch: the vault key, the vault, `.env*` and runtime state.
+"""What the agent's tools may touch: the trust zones as file-tool rules, and what no tool may.
 
-One list, used in two places: the file tools (`read_file`, `write_file`, `edit_file`,
-`list_dir`) refuse these paths, and the code sandbox (`exec`, `python_repl`) masks them. Keeping
-the list here, in one function (`protected_paths`), means the two can never disagree.
+One module, used in two places: the file tools (`read_file`, `write_file`, `edit_file`,
+`list_dir`) ask `ProtectedPaths.judge` about every path, and the code sandbox (`exec`,
+`python_repl`) masks `mask_paths`. Keeping the rules here means the two can never disagree on
+what is secret.
 
-The rule, and why it is this blunt:
+The workspace is cut in three zones (`soulflow.security.zones`, docs/security.md):
 
-* **The whole `runtime/` tree is off limits**, not just `runtime/security/`: it holds every
-  chat's sessions, thread journals, inbound journal, outbox and DLQ, so a narrower list would
-  leak one chat's conversation into another's. Two exceptions, both things the agent is meant
-  to use: `runtime/diagrams/` (SVGs the `diagram_render` tool writes for the model) and the
-  current chat's attachments under `runtime/inbound-files/<provider>/`.
-* **Attachments**: channels save files as `runtime/inbound-files/<provider>/<file-id>_<name>`
-  (the platform's file id, or a hash of it, keeps names unguessable) and tell the model that
-  exact path. A run may open such a file by name only on its own provider, and may never list
-  the directory, so the names of other chats' files are never shown. A per-chat subdirectory
-  `runtime/inbound-files/<provider>/<chat-dir>/` (see `chat_dir_name`) is opened only by that
-  chat, listing included.
-* **`.env*` anywhere** (any path part whose name starts with `.env`, in any letter case): these
-  files hold the platform tokens and API keys.
-* **The master key**, wherever `SOULFLOW_MASTER_KEY_FILE` puts it (inside or outside the
-  workspace), and the vault file, compared by real path *and* by device/inode, so a hard link
-  planted in the workspace is recognised as the key it is.
+* **Your own chat zone**, ``chats/<zone>/`` of the run's chat (`zone_for`): read and written
+  freely - the chat's working files, the attachments people sent in it (``files/``), its
+  memory.
+* **The operator zone**, everything else that is not below: templates, agent roles, skills,
+  global memory, ``HEARTBEAT.md``, code, virtualenvs. Every run loads some of it as
+  instructions, so a tool reads it but writes it only through a call an admin or the local
+  operator approved (`Access.OPERATOR`; the file tools ask an admins-only approval).
+* **Refused, whoever approves** (`Access.REFUSED`):
 
-Names are compared case-insensitively (`Runtime/`, `.ENV`): on a case-insensitive filesystem
-those are the same files, and refusing them on a case-sensitive one costs nothing.
+  - ``runtime/``, the daemon's zone: every chat's sessions, journals, the vault;
+  - ``chats/`` itself and **another chat's zone**: listing ``chats/`` would name every other
+    chat, and one chat's files are not another's;
+  - **``.env*`` anywhere** (any path part whose name starts with ``.env``): platform tokens
+    and API keys;
+  - **the master key and the vault**, wherever ``SOULFLOW_MASTER_KEY_FILE`` puts the key,
+    by name and by device/inode on the opened file (`check_opened`), so a hard link planted
+    under another name is recognised as the key it is.
+
+Paths are judged as workspace-relative, lexically normalised paths (``chats/a/../b`` is
+``chats/b``). That is only sound because the file tools then open them with
+`soulflow.storage.beneath.Beneath`, which follows no symbolic link in any component: the
+path judged is the path opened. ``chats``, ``runtime`` and ``.env`` are compared
+case-insensitively (on a case-insensitive filesystem ``Runtime/`` is ``runtime/``); only the
+exact spelling ``chats/<your zone>`` is your own zone, so a case variant that might be another
+chat's folder on such a filesystem is refused rather than guessed at.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+
+from soulflow.security.zones import CHATS_DIR, RUNTIME_DIR, ChatZone
 
 if TYPE_CHECKING:  # pragma: no cover
     from soulflow.config import Settings
     from soulflow.security.vault import SecretVault
     from soulflow.security.vault_entries import SecretEntries
 
-RUNTIME_DIR = "runtime"
 SECURITY_DIR = "security"
 KEY_FILE_NAME = "master.key"
 VAULT_FILE_NAME = "secrets.json"
-INBOUND_FILES_DIR = "inbound-files"
-OPEN_RUNTIME_DIRS: tuple[str, ...] = ("diagrams",)
-"""Subdirectories of `runtime/` that hold agent output, not state: open to file tools."""
 
 _ENV_PREFIX = ".env"
 _MAX_INODE_SCAN = 20_000  # files under runtime/ compared when a hard link is checked
 
 DevIno = tuple[int, int]
+
+__all__ = [
+    "KEY_FILE_NAME",
+    "RUNTIME_DIR",
+    "SECURITY_DIR",
+    "VAULT_FILE_NAME",
+    "Access",
+    "ChatScope",
+    "PathRule",
+    "ProtectedPaths",
+    "inodes_of",
+    "key_file_path",
+    "open_vault",
+    "protected_paths",
+]
+
+
+class Access(StrEnum):
+    """What a file tool may do with a path (see the module docstring)."""
+
+    OWN = "own"  # the run's own chat zone: read and write
+    OPERATOR = "operator"  # read; a write needs an admin's (or the local operator's) approval
+    REFUSED = "refused"  # never, whoever approves
+
+
+@dataclass(frozen=True, slots=True)
+class PathRule:
+    """The verdict on one workspace-relative path: ``reason`` says why it is refused."""
+
+    access: Access
+    reason: str = ""
 
 
 def inodes_of(paths: list[Path]) -> set[DevIno]:
@@ -89,25 +125,38 @@ def open_vault(settings: Settings, *, entries: SecretEntries | None = None) -> S
     return SecretVault(security_dir, key_path=key, entries=entries)
 
 
-def chat_dir_name(chat_id: str) -> str:
-    """The per-chat directory name under ``runtime/inbound-files/<provider>/``."""
-    return "c" + hashlib.sha256(str(chat_id).encode("utf-8")).hexdigest()[:12]
-
-
 @dataclass(frozen=True, slots=True)
 class ChatScope:
-    """The chat a file-tool call runs for (what its attachments are)."""
+    """A chat by provider and id, as the sandbox's callers name the chat of an ``exec`` call.
+
+    No path is open to one chat by its scope any more (attachments and diagrams moved from
+    ``runtime/`` into the chat's zone): the file tools judge paths against the run's
+    `ChatZone` instead."""
 
     provider: str
     chat_id: str
 
 
+class _RuntimeInodes:
+    """The hard-linked files under ``runtime/``, scanned at most once per pinned guard."""
+
+    def __init__(self, runtime_dir: Path) -> None:
+        self._runtime_dir = runtime_dir
+        self._found: set[DevIno] | None = None
+
+    def get(self) -> set[DevIno]:
+        if self._found is None:
+            self._found = _scan_runtime_inodes(self._runtime_dir)
+        return self._found
+
+
 @dataclass(frozen=True, slots=True)
 class ProtectedPaths:
-    """The protected locations of one workspace; see the module docstring for the rule.
+    """The protected locations of one workspace; see the module docstring for the rules.
 
-    ``workspace`` and every path here are absolute and resolved. `check` answers "may a file
-    tool touch this path?"; `mask_paths` is what a sandbox must hide.
+    ``workspace`` and every path here are absolute and resolved. `judge` answers "what may a
+    file tool do with this path?"; `check_opened` is the inode rule on a file it opened;
+    `mask_paths` is what a sandbox must hide.
     """
 
     workspace: Path
@@ -115,9 +164,10 @@ class ProtectedPaths:
     security_dir: Path
     vault_file: Path
     key_file: Path
-    chat: ChatScope | None = None
+    chat: ChatScope | None = None  # see `ChatScope`: opens nothing
     _extra_keys: tuple[Path, ...] = field(default=())
     _pinned_key_inodes: frozenset[DevIno] | None = None  # see `pinned`
+    _pinned_runtime: _RuntimeInodes | None = None
 
     # ----------------------------------------------------------------- for sandboxes
 
@@ -141,88 +191,64 @@ class ProtectedPaths:
         paths += [p for p in self.key_files() if not p.is_relative_to(self.runtime_dir)]
         return [p for p in paths if os.path.lexists(p)]
 
-    # ----------------------------------------------------------------- for file tools
-
-    def check(self, path: Path, *, listing: bool = False) -> str | None:
-        """Why a file tool may not use resolved ``path``, or None if it may.
-
-        ``listing`` is True for `list_dir` on a directory (stricter for attachment folders).
-        """
-        reason = self._check_name(path, listing=listing)
-        if reason is not None:
-            return reason
-        return self._check_inode(path)
-
-    def check_lexical(self, relative: PurePosixPath) -> str | None:
-        """The same name rules on the path as written (before symlinks are followed)."""
-        normal = PurePosixPath(os.path.normpath(relative.as_posix()))
-        if normal.parts and normal.parts[0] == "..":
-            return None  # the containment check refuses these with a better message
-        return self._check_name(self.workspace / normal, listing=False)
-
-    def visible(self, path: Path) -> bool:
-        """Whether `list_dir` may show this entry (it is not resolved: links are shown)."""
-        if self._check_name(path, listing=False) is not None:
-            return False
+    def check(self, path: Path, zone: ChatZone | None = None) -> str | None:
+        """Why no tool of a run in ``zone`` may use the absolute ``path``, or None if it may
+        (reading, at least): `judge` plus the inode rule on what is there now."""
         try:
-            target = path.resolve()
-        except (OSError, RuntimeError):
-            return True
-        if not target.is_relative_to(self.workspace):
-            return True  # shown, but every tool refuses to follow it
-        return self.check(target) is None
-
-    def _check_name(self, path: Path, *, listing: bool) -> str | None:
-        if self._same_file_name(path):
-            return "it is the vault's master key or the vault"
-        try:
-            parts = path.relative_to(self.workspace).parts
+            rel = PurePosixPath(Path(os.path.normpath(path)).relative_to(self.workspace))
         except ValueError:
-            return None  # outside the workspace: the containment check handles it
-        folded = [p.casefold() for p in parts]
-        if any(p.startswith(_ENV_PREFIX) for p in folded):
-            return ".env files hold credentials"
-        if not folded or folded[0] != RUNTIME_DIR:
-            return None
-        if self._open_runtime_path(parts, path, listing=listing):
-            return None
-        return ("runtime/ holds the vault and every chat's state (only this chat's "
-                "attachments and runtime/diagrams/ are open to file tools)")
-
-    def _open_runtime_path(self, parts: tuple[str, ...], path: Path, *, listing: bool) -> bool:
-        if len(parts) >= 2 and parts[1] in OPEN_RUNTIME_DIRS:
-            return True
-        if self.chat is None or len(parts) < 4 or parts[1] != INBOUND_FILES_DIR:
-            return False
-        if parts[2] != self.chat.provider:
-            return False
-        if parts[3] == chat_dir_name(self.chat.chat_id):
-            return True
-        # a flat attachment file: opened by exact name, never listed, never a directory
-        return len(parts) == 4 and not listing and not path.is_dir()
-
-    def _same_file_name(self, path: Path) -> bool:
-        return any(path == p for p in self.key_files()) or path == self.security_dir \
-            or path.is_relative_to(self.security_dir)
-
-    def _check_inode(self, path: Path) -> str | None:
-        """Hard links: the same file under another name is the same secret."""
+            return self._key_name_reason(Path(os.path.normpath(path)))
+        rule = self.judge(rel, zone)
+        if rule.access is Access.REFUSED:
+            return rule.reason
         try:
             st = path.stat()
         except OSError:
             return None
         return self.check_opened(st)
 
+    # ----------------------------------------------------------------- for file tools
+
+    def judge(self, rel: PurePosixPath, zone: ChatZone | None) -> PathRule:
+        """What a file tool of a run working in ``zone`` may do with ``rel``: a normalised
+        workspace-relative path (no ``..``, no ``.``; the root is ``PurePosixPath()``).
+
+        ``zone`` None (no chat: a check made for nobody in particular) leaves every chat
+        zone refused."""
+        parts = rel.parts
+        folded = [p.casefold() for p in parts]
+        if any(p.startswith(_ENV_PREFIX) for p in folded):
+            return PathRule(Access.REFUSED, ".env files hold credentials")
+        key_reason = self._key_name_reason(self.workspace.joinpath(*parts))
+        if key_reason is not None:
+            return PathRule(Access.REFUSED, key_reason)
+        if not parts:
+            return PathRule(Access.OPERATOR)
+        if folded[0] == RUNTIME_DIR:
+            return PathRule(Access.REFUSED, "runtime/ is the daemon's: it holds the vault and "
+                            "every chat's sessions and journals, and no tool reaches it")
+        if folded[0] != CHATS_DIR:
+            return PathRule(Access.OPERATOR)
+        yours = f" (this chat's folder is {zone.rel.as_posix()}/)" if zone is not None else ""
+        if len(parts) == 1:
+            return PathRule(Access.REFUSED, "chats/ holds every chat's folder; no tool lists "
+                            f"or opens it{yours}")
+        if zone is not None and parts[0] == CHATS_DIR and parts[1] == zone.name:
+            return PathRule(Access.OWN)
+        return PathRule(Access.REFUSED, f"chats/{parts[1]}/ is another chat's folder, only "
+                        f"that chat's runs use it{yours}")
+
     def check_opened(self, st: os.stat_result) -> str | None:
-        """The inode rule on an already opened file's ``fstat``: what a reader checks after
-        ``open`` so a path swapped between the check and the open cannot slip through."""
+        """The inode rule on an already opened (or ``lstat``-ed) file's stat: what a reader
+        checks on the descriptor it opened, so a name swapped between a check and the open
+        cannot slip a secret through."""
         if not stat.S_ISREG(st.st_mode):
             return None
         ident = (st.st_dev, st.st_ino)
         if ident in self.key_inodes():
-            return "it is a link to the vault's master key or the vault"
+            return "it is a link to the vault's master key, the vault or a .env file"
         if st.st_nlink > 1 and ident in self._runtime_inodes():
-            return "it is a hard link to a protected file"
+            return "it is a hard link to a file under runtime/"
         return None
 
     def key_inodes(self) -> set[DevIno]:
@@ -233,33 +259,35 @@ class ProtectedPaths:
         return inodes_of([*self.key_files(), *self.env_files()])
 
     def pinned(self) -> ProtectedPaths:
-        """This guard with `key_inodes` read once, for one operation that checks many paths
-        (`list_dir` checks every entry: otherwise each one lists the workspace root and stats
-        the key files again)."""
-        return replace(self, _pinned_key_inodes=frozenset(self.key_inodes()))
+        """This guard with `key_inodes` read once (and the runtime hard links scanned at most
+        once), for one operation that checks many files: `list_dir` checks every entry."""
+        return replace(self, _pinned_key_inodes=frozenset(self.key_inodes()),
+                       _pinned_runtime=_RuntimeInodes(self.runtime_dir))
+
+    # ----------------------------------------------------------------- internals
+
+    def _key_name_reason(self, path: Path) -> str | None:
+        """The key or the vault under its own name (the default lies in runtime/, which is
+        refused anyway; ``SOULFLOW_MASTER_KEY_FILE`` may put it anywhere)."""
+        folded = str(path).casefold()
+        if any(folded == str(p).casefold() for p in self.key_files()) or \
+                path.is_relative_to(self.security_dir):
+            return "it is the vault's master key or the vault"
+        return None
 
     def _runtime_inodes(self) -> set[DevIno]:
-        found: set[DevIno] = set()
-        for count, path in enumerate(_walk_files(self.runtime_dir)):
-            if count >= _MAX_INODE_SCAN:
-                break
-            try:
-                st = path.lstat()
-            except OSError:
-                continue
-            if st.st_nlink > 1:
-                found.add((st.st_dev, st.st_ino))
-        return found
+        if self._pinned_runtime is not None:
+            return self._pinned_runtime.get()
+        return _scan_runtime_inodes(self.runtime_dir)
 
 
 def protected_paths(workspace: Path, settings: Settings | None = None, *,
                     key_file: Path | None = None,
                     chat: ChatScope | None = None) -> ProtectedPaths:
-    """The protected paths of ``workspace``: THE list, for file tools and sandboxes alike.
+    """The protected paths of ``workspace``: THE rules, for file tools and sandboxes alike.
 
     The key file comes from ``key_file`` if given, else from ``settings``'
-    ``SOULFLOW_MASTER_KEY_FILE``, else the default inside ``runtime/security/``. ``chat``
-    opens that chat's attachments (file tools pass it; sandboxes do not).
+    ``SOULFLOW_MASTER_KEY_FILE``, else the default inside ``runtime/security/``.
     """
     root = Path(workspace).resolve()
     if key_file is None:
@@ -282,6 +310,21 @@ def _resolve(path: Path) -> Path:
         return Path(path).resolve()
     except (OSError, RuntimeError):
         return Path(os.path.abspath(path))
+
+
+def _scan_runtime_inodes(runtime_dir: Path) -> set[DevIno]:
+    """(device, inode) of the multiply linked files under ``runtime/`` (bounded walk)."""
+    found: set[DevIno] = set()
+    for count, path in enumerate(_walk_files(runtime_dir)):
+        if count >= _MAX_INODE_SCAN:
+            break
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if st.st_nlink > 1:
+            found.add((st.st_dev, st.st_ino))
+    return found
 
 
 def _walk_files(root: Path) -> Iterator[Path]:

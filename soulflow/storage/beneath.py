@@ -29,7 +29,7 @@ import os
 import stat
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from soulflow.storage.atomic import write_all
@@ -128,11 +128,14 @@ def relative_parts(path: str | PurePosixPath) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class DirEntry:
     """One entry of a directory listing, without following it: ``kind`` is ``file``,
-    ``dir``, ``link`` or ``other``."""
+    ``dir``, ``link`` or ``other``; ``st`` its ``lstat`` (None when it vanished), for a
+    caller that must recognise a file by inode (a hard link to a secret under another
+    name)."""
 
     name: str
     kind: str
     size: int
+    st: os.stat_result | None = field(default=None, compare=False, repr=False)
 
 
 class Beneath:
@@ -453,7 +456,7 @@ def _entry(item: os.DirEntry[str]) -> DirEntry:
     try:
         st = item.stat(follow_symlinks=False)
     except OSError:
-        return DirEntry(item.name, "other", 0)
+        return DirEntry(item.name, "other", 0, None)
     if stat.S_ISLNK(st.st_mode):
         kind = "link"
     elif stat.S_ISDIR(st.st_mode):
@@ -462,4 +465,4 @@ def _entry(item: os.DirEntry[str]) -> DirEntry:
         kind = "file"
     else:
         kind = "other"
-    return DirEntry(item.name, kind, st.st_size if kind == "file" else 0)
+    return DirEntry(item.name, kind, st.st_size if kind == "file" else 0, st)

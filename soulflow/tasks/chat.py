@@ -9,9 +9,12 @@ the planner as an edit and the new plan is shown again. A plan without risky ste
 once.
 
 Answers to a waiting task follow the rules of run approvals (`ApproverPolicy`): only the person
-who asked for the task, an admin or the local operator decide; anyone else is told so and
-nothing changes. A chat where an agent run waits for an approval or an answer keeps that
-priority unless the message names the task (`approve t-1a2b3c4d`).
+who asked for the task, an admin or the local operator decide - only an admin or the local
+operator when the waiting step's tool call asked for an admins-only approval (a change to the
+operator's files); anyone else is told so and nothing changes. Approving the plan never
+approves such a call: the step still waits for an admin when it comes to it. A chat where an
+agent run waits for an approval or an answer keeps that priority unless the message names the
+task (`approve t-1a2b3c4d`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from soulflow.agent.approvals import (
 )
 from soulflow.agent.tools.code_secrets import with_code_secret_reason
 from soulflow.bus.messages import InboundMessage
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ApprovalNeed, ChatRef
 from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors
@@ -78,8 +81,8 @@ class Asker:
 def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
                chat: ChatRef | None = None) -> list[str]:
     """Why a plan must be shown before it runs (empty: it may start at once): a gate, a tool
-    step that changes things or whose call (as planned) needs approval, an agent step allowed
-    a tool that changes things."""
+    step whose call (as planned) only an admin may approve, that changes things or that needs
+    approval, an agent step allowed a tool that changes things."""
     risks: list[str] = []
     tools = executors.tools
     for node in graph.nodes:
@@ -87,10 +90,15 @@ def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
             risks.append(f"{node.id} is an approval gate")
         elif node.kind is NodeKind.TOOL:
             tool = tools.get(node.tool)
-            if tool is None or not tool.idempotent:
+            need = _approval_need(executors, node, chat) if chat is not None else None
+            if need is not None and need.admins_only:
+                risks.append(f"{node.id} calls {node.tool}, which only an admin can approve "
+                             f"when the step runs ({need.reason})")
+            elif tool is None or not tool.idempotent:
                 risks.append(f"{node.id} calls {node.tool}, which changes things")
-            elif chat is not None and (reason := _approval_reason(executors, node, chat)):
-                risks.append(f"{node.id} calls {node.tool}, which needs approval ({reason})")
+            elif need is not None:
+                risks.append(f"{node.id} calls {node.tool}, which needs approval "
+                             f"({need.reason})")
         else:
             unsafe = [t for t in node.tools if not executors.tool_is_idempotent(t)]
             if unsafe:
@@ -98,7 +106,7 @@ def plan_risks(graph: TaskGraph, executors: DaemonExecutors,
     return risks
 
 
-def _approval_reason(executors: DaemonExecutors, node: Any, chat: ChatRef) -> str | None:
+def _approval_need(executors: DaemonExecutors, node: Any, chat: ChatRef) -> ApprovalNeed | None:
     """The approval rule the registry applies (the tool's own, and code run with a secret)
     on the planned params (inputs injected later are unknown: the step still asks then, if it
     has to)."""
@@ -110,7 +118,7 @@ def _approval_reason(executors: DaemonExecutors, node: Any, chat: ChatRef) -> st
         return with_code_secret_reason(
             tool.needs_approval(params, executors.tool_context(chat, False)), tool, params)
     except Exception as exc:  # params the tool rejects: the step will fail visibly; show it
-        return f"its params look wrong: {exc}"
+        return ApprovalNeed(f"its params look wrong: {exc}")
 
 
 def plan_text(title: str, graph: TaskGraph, risks: list[str]) -> str:
@@ -217,11 +225,13 @@ class TaskChat:
         return await self.decide(task, decision, decider)
 
     async def decide(self, task: TaskState, decision: str, decider: Decider) -> str:
-        """Apply a person's answer to the task's first waiting step (same rules as runs)."""
+        """Apply a person's answer to the task's first waiting step (same rules as runs: an
+        admins-only tool approval only by an admin or the local operator)."""
         requester = Requester(task.provider, task.requested_by)
-        if not self.approvers.may_decide(requester, decider):
-            return refusal_text(requester)
         steps = waiting_steps(task)
+        need = _waiting_need(task, steps[0] if steps else None)
+        if not self.approvers.may_decide(requester, decider, admins_only=need.admins_only):
+            return refusal_text(requester, admins_only=need.admins_only, reason=need.reason)
         if not steps:
             return f"Task {task.task_id} is not waiting for anything."
         waiting = steps[0]
@@ -249,10 +259,12 @@ class TaskChat:
         or someone who may not decide: answering every such reaction would let anyone make
         the bot post)."""
         task = self.store.get(task_id)
+        steps = waiting_steps(task) if task is not None else []
         if task is None or task.status.finished or not any(
-                w["node_id"] == node_id for w in waiting_steps(task)):
+                w["node_id"] == node_id for w in steps):
             return None
-        if not self.approvers.may_decide(Requester(task.provider, task.requested_by), decider):
+        if not self.approvers.may_decide(Requester(task.provider, task.requested_by), decider,
+                                         admins_only=_waiting_need(task, steps[0]).admins_only):
             return None
         return await self.decide(task, decision, decider)
 
@@ -340,6 +352,16 @@ def waiting_steps(task: TaskState) -> list[dict[str, Any]]:
         return []
     return [entry for node in task.graph.nodes if task.nodes[node.id].choice is None
             and (entry := task.nodes[node.id].waiting_entry(node)) is not None]
+
+
+def _waiting_need(task: TaskState, step: dict[str, Any] | None) -> ApprovalNeed:
+    """Who may answer the waiting step: its tool call's approval says when only admins may (a
+    checkpoint from before that flag existed holds an ordinary approval, as it did)."""
+    if step is None:
+        return ApprovalNeed("")
+    approval = task.nodes[str(step["node_id"])].approval or {}
+    return ApprovalNeed(str(approval.get("reason") or step.get("prompt") or ""),
+                        admins_only=bool(approval.get("admins_only")))
 
 
 def _task_decision(text: str) -> str | None:

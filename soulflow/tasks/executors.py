@@ -13,6 +13,8 @@ ToolRegistry, both in the task's chat.
 
 A tool call that needs approval pauses the node (`NodeOutcome.needs_approval`): the task waits
 for the requester or an admin in the chat (see chat.py), and the node runs again with the answer.
+A call whose approval is admins-only (a change to the operator's files) says so in the node's
+`approval` (``admins_only``): then only an admin or the local operator may answer it.
 A question the agent asks (`request_more_information`) gets a standing answer: nobody is on the
 other end of a task step, the goal is all there is.
 """
@@ -118,7 +120,7 @@ class DaemonExecutors:
             shown = shown if len(shown) <= 400 else shown[:400] + "…"
             return NodeOutcome.needs_approval(
                 f"run `{name}` with {shown} ({result.reason or 'this call is risky'})",
-                {"tool": name})
+                _approval_details({"tool": name}, result.admins_only))
         if result.status != "ok":
             return NodeOutcome.failed(result.output or f"{name} failed")
         return NodeOutcome.ok(result.output, summary=_short(result.output))
@@ -173,8 +175,9 @@ class DaemonExecutors:
             return NodeOutcome.needs_approval(
                 f"run `{approval.get('tool', '?')}` with {arguments} "
                 f"({approval.get('reason', 'this call is risky')})",
-                {"run_id": outcome.run_id, "approval_id": outcome.approval_id,
-                 "tool": approval.get("tool")})
+                _approval_details({"run_id": outcome.run_id, "approval_id": outcome.approval_id,
+                                   "tool": approval.get("tool")},
+                                  bool(approval.get("admins_only"))))
         if outcome.status == ev.WAITING_USER:
             return NodeOutcome.failed(f"the step kept asking questions: {_short(outcome.text)}")
         state = loop.store.state(outcome.run_id)
@@ -210,6 +213,12 @@ def goal_text(task: TaskState, goal: str, allowed_tools: list[str],
                      + json.dumps(inputs, ensure_ascii=False, indent=1, default=str)[:8000])
     parts.append("Finish with your result for this step only.")
     return "\n\n".join(parts)
+
+
+def _approval_details(details: dict[str, Any], admins_only: bool) -> dict[str, Any]:
+    """What a waiting node keeps of its approval: ``admins_only`` only when set, so the records
+    of ordinary approvals read as they always did."""
+    return {**details, "admins_only": True} if admins_only else details
 
 
 def _short(text: Any) -> str:

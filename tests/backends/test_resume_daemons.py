@@ -146,19 +146,23 @@ def test_an_approval_asked_by_a_killed_daemon_is_decided_on_the_other(
     node_a, node_b = two_nodes
     node_a.start()
     reading(telegram)
-    fake_llm.script_tool_call("write_file", {"path": "notes/plan.txt", "content": "step 1"})
-    fake_llm.script_reply("Saved your plan.")
-    post(telegram, "write my plan to notes/plan.txt")
+    group = GROUPS[0]
+    # posting in another chat: an approval the requester herself decides, on B, from the
+    # run's journal in Redis
+    fake_llm.script_tool_call("message", {"text": "step 1", "chat": {"provider": "telegram",
+                                                                     "chat_id": group}})
+    fake_llm.script_reply("Posted your plan.")
+    post(telegram, "post my plan in the group")
     prompt = wait_for(lambda: next((t for t in sent(telegram)
                                     if t.startswith("Approval needed")), None),
                       what="the approval request on A")
     node_a.kill()
     node_b.start()
     post(telegram, "approve")
-    wait_for(lambda: "Saved your plan." in sent(telegram), timeout=30,
+    wait_for(lambda: "Posted your plan." in sent(telegram), timeout=30,
              what="B to decide and finish the run")
-    assert (node_b.workspace / "notes" / "plan.txt").read_text() == "step 1"
-    assert not (node_a.workspace / "notes" / "plan.txt").exists()
+    wait_for(lambda: "step 1" in sent(telegram, group), what="the approved message")
+    assert sent(telegram, group).count("step 1") == 1
     assert "ap_" in prompt
     requests = fake_llm.requests
     assert requests[-1].json["messages"][-1]["role"] == "tool"

@@ -35,6 +35,7 @@ def test_approve_and_deny_from_the_console(make_daemon, fake_llm) -> None:
     approval = pending_approval(daemon, fake_llm, "ok-chat", "notes/a.txt")
     assert approval["tool"] == "write_file" and "notes/a.txt" in approval["arguments"]
     assert approval["requester"] and approval["since"] > 0
+    assert approval["admins_only"] is True  # the operator's files: the console is the operator
     assert any(r["run_id"] == approval["run_id"] and r["status"] == "waiting_approval"
                for r in daemon.state()["runs"])
     answer = post(daemon, "/api/approvals/decide", {

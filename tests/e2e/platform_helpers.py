@@ -163,6 +163,7 @@ class SlackDriver(Driver):
 
     def __enter__(self) -> SlackDriver:
         self.runner.start()
+        self.runner.call(self.runner.fake.im_channel, self.user)  # the user's DM exists
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -308,6 +309,7 @@ class TelegramDriver(Driver):
     def __enter__(self) -> TelegramDriver:
         self.runner.start()
         self.runner.add_chat(int(self.chat), "supergroup", title="team", is_forum=True)
+        self.runner.add_chat(int(self.dm), "private")  # the user has started the bot
         return self
 
     def __exit__(self, *exc: object) -> None:

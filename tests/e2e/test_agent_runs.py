@@ -18,9 +18,10 @@ def test_tool_call_needing_approval_runs_after_approve(make_daemon, fake_llm) ->
     request = wait_for(lambda: next((t for t in assistant_texts(daemon)
                                      if t.startswith("Approval needed")), None),
                        what="the approval request")
-    assert "write_file" in request and "writes outside safe paths" in request
+    assert "write_file" in request and "Only an admin can approve this: it changes the " \
+        "operator's files (notes/plan.txt)." in request
     assert not (daemon.workspace / "notes" / "plan.txt").exists()
-    daemon.say("approve")
+    daemon.say("approve")  # the local chat is the operator's: an admin
     wait_for(lambda: "Saved your plan." in assistant_texts(daemon), what="the final answer")
     assert (daemon.workspace / "notes" / "plan.txt").read_text() == "step 1"
     tool_result = fake_llm.requests[-1].json["messages"][-1]

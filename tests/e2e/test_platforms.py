@@ -279,43 +279,58 @@ def approval_for(live: Live, asked: Posted, known: set[str]) -> BotPost:
     return post
 
 
-def request_approval(live: Live, path: str, content: str, ask: str) -> tuple[Posted, BotPost]:
-    """Make the model call write_file on `path`, outside the safe dirs: approval needed.
+def request_approval(live: Live, text: str, ask: str) -> tuple[Posted, BotPost]:
+    """Make the model, asked in the group, call `message` to send `text` to the user's direct
+    chat: posting in another chat needs an approval the requester (or an admin) gives.
 
     The model's answer after the decision is scripted by the caller just before deciding
     (the fake model answers requests in arrival order, whichever chat they come from)."""
     known = {p.id for p in live.posts()}
-    live.llm.script_tool_call("write_file", {"path": path, "content": content})
-    asked = live.driver.post(ask)
+    driver = live.driver
+    live.llm.script_tool_call("message", {"text": text, "chat": {"provider": driver.name,
+                                                                  "chat_id": driver.dm}})
+    asked = driver.post(ask)
     approval = approval_for(live, asked, known)
-    assert "write_file" in approval.text and path in approval.text
-    assert not (live.workspace / path).exists()
+    assert "run message with" in approval.text.replace("`", "")  # Telegram drops the marks
+    assert text in approval.text
+    assert "Reason: sends to another chat" in approval.text
+    assert not sent_to_dm(live, text)
     return asked, approval
+
+
+def sent_to_dm(live: Live, text: str) -> bool:
+    """Whether the approved `message` call posted `text` in the user's direct chat."""
+    return any(p.text == text for p in live.posts(live.driver.dm))
+
+
+def wait_dm(live: Live, text: str) -> None:
+    """Wait for the approved `message` call's post (it goes out through the outbox, so it
+    may land after the run's final answer)."""
+    live.wait(lambda: sent_to_dm(live, text), f"{text!r} in the direct chat")
 
 
 def test_an_approval_decided_by_reaction_or_reply_runs_the_tool(live: Live) -> None:
     driver = live.driver
-    asked, approval = request_approval(live, "notes/out.txt", "approved text",
-                                       "please save a note")
+    asked, approval = request_approval(live, "approved text", "please tell me privately")
     driver.react(approval, driver.approve_emoji, user=driver.stranger)  # not theirs to decide
     sync = driver.post("are you waiting?")  # same chat: handled after that reaction
     live.echo(sync, "are you waiting?")
-    assert not (live.workspace / "notes" / "out.txt").exists()
-    live.llm.script_reply("Saved notes/out.txt.")
+    assert not sent_to_dm(live, "approved text")
+    live.llm.script_reply("Sent it to you.")
     driver.react(approval, driver.approve_emoji)
-    final = live.wait_post("Saved notes/out.txt.", asked.chat)
-    assert (live.workspace / "notes" / "out.txt").read_text("utf-8") == "approved text"
+    final = live.wait_post("Sent it to you.", asked.chat)
+    wait_dm(live, "approved text")
     assert final.thread == approval.thread
 
-    asked, approval = request_approval(live, "notes/second.txt", "by reply",
-                                       "save another one")
-    live.llm.script_reply("Saved the second note.")
+    asked, approval = request_approval(live, "by reply", "tell me another one")
+    live.llm.script_reply("Sent the second one.")
     decision = driver.post("approve")
-    reply = live.wait_post("Saved the second note.", asked.chat)
-    assert (live.workspace / "notes" / "second.txt").read_text("utf-8") == "by reply"
+    reply = live.wait_post("Sent the second one.", asked.chat)
+    wait_dm(live, "by reply")
     check_placement(driver, decision, reply)
     texts = live.texts()
-    assert texts.count("Saved notes/out.txt.") == 1 and texts.count("Saved the second note.") == 1
+    assert texts.count("Sent it to you.") == 1 and texts.count("Sent the second one.") == 1
+    assert texts.count("approved text") == 1 and texts.count("by reply") == 1
 
 
 def test_the_approval_prompt_suggests_only_reactions_users_can_make(live: Live) -> None:
@@ -323,7 +338,7 @@ def test_the_approval_prompt_suggests_only_reactions_users_can_make(live: Live) 
     must decide. Fails on Telegram: its users can only react with a fixed emoji list, which
     has none of the suggested ✅ ❌ ⏸ 🚫 (👍 👎 🤔 would work)."""
     driver = live.driver
-    _, approval = request_approval(live, "notes/never.txt", "x", "write never.txt")
+    _, approval = request_approval(live, "never sent", "tell me never")
     cancel = driver.post("cancel")
     live.wait_post("Cancelled.", cancel.chat)
     suggested = approval.text.rsplit("react", 1)[1].strip(" .").split()
@@ -358,8 +373,8 @@ def test_sigkill_and_restart_answer_everything_exactly_once(live: Live) -> None:
     driver, llm, daemon = live.driver, live.llm, live.daemon
     before = driver.post("before the kill")
     live.echo(before, "before the kill")
-    asked, approval = request_approval(live, "notes/restart.txt", "decided after restart",
-                                       "save across a restart")
+    asked, approval = request_approval(live, "decided after restart",
+                                       "tell me across a restart")
     live.settle()
     llm.script_delay(30)  # the next answer hangs: its message is journaled, not answered
     in_flight = driver.post("in flight at the kill")
@@ -374,7 +389,7 @@ def test_sigkill_and_restart_answer_everything_exactly_once(live: Live) -> None:
     llm.script_reply("Saved across the restart.")
     driver.react(approval, driver.thumbs_up)  # the approval survived the kill; 👍 approves too
     live.wait_post("Saved across the restart.", asked.chat)
-    assert (live.workspace / "notes" / "restart.txt").read_text() == "decided after restart"
+    wait_dm(live, "decided after restart")
     after = driver.post("after the restart")
     live.echo(after, "after the restart")
     texts = live.texts()
@@ -439,12 +454,12 @@ def test_slack_polling_mode_primes_answers_approves_by_reply_and_catches_up(
         driver, daemon = live.driver, live.daemon
         first = driver.post("polled hello")
         live.echo(first, "polled hello")
-        asked, _ = request_approval(live, "notes/polled.txt", "by reply", "save it, polled")
-        fake_llm.script_reply("Saved while polling.")
+        asked, _ = request_approval(live, "by reply", "tell me, polled")
+        fake_llm.script_reply("Sent while polling.")
         decision = driver.post("approve")
-        reply = live.wait_post("Saved while polling.", asked.chat)
+        reply = live.wait_post("Sent while polling.", asked.chat)
         check_placement(driver, decision, reply)
-        assert (live.workspace / "notes" / "polled.txt").read_text() == "by reply"
+        wait_dm(live, "by reply")
         live.settle()
         daemon.kill()
         down = driver.post("posted while polling was down")

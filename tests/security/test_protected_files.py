@@ -1,5 +1,6 @@
 """A prompt-injected model asks the file tools for the key, the vault, `.env` and another chat's
-files, by every path form it can write: each is refused and nothing secret comes back."""
+files, by every path form it can write: each is refused and nothing secret comes back.
+(tests/security/test_file_zones.py holds the zone rules path by path.)"""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import pytest
 from soulflow.agent.tools import build_default_registry, files
 from soulflow.agent.tools.base import ChatRef, ToolContext, ToolError
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.security.protected import chat_dir_name, protected_paths
+from soulflow.agent.tools.workspace import tool_path
+from soulflow.security.protected import protected_paths
 from soulflow.security.vault import SecretVault
+from soulflow.storage.beneath import Beneath
 
 ENV_TOKEN = "123456789:AAEhBOweik6ad9r_QXMENQjcrGbqCr4K-ZZ"
 SESSION_TEXT = "chat B says the launch code is tangerine"
+MINE = "chats/telegram-A"  # the zone of chat telegram:A, the one the tools run for
 
 
 @pytest.fixture
@@ -105,74 +109,85 @@ async def test_symlinks_inside_the_workspace_to_protected_files(
     for path in paths:
         result = await registry.execute("read_file", {"path": path}, ctx)
         assert result.status == "error", path
+        assert "symbolic link" in result.output or "protected" in result.output, path
         for secret in _secrets(ws, vault):
             assert secret not in result.output
     listing = await registry.execute("list_dir", {"path": "rt"}, ctx)
-    assert listing.status == "error" and "protected" in listing.output
+    assert listing.status == "error" and "symbolic link" in listing.output
 
 
 async def test_hard_links_to_the_key_and_env_are_refused(ws: Path, vault: SecretVault,
                                                          registry: ToolRegistry) -> None:
-    os.link(vault.key_path, ws / "innocent.txt")
-    os.link(ws / ".env", ws / "config.txt")
-    os.link(ws / "runtime" / "sessions" / "telegram_B.jsonl", ws / "chat.txt")
+    """Planted in the chat's own folder, where reading and editing need no approval, and in
+    the operator's files, where even an admin-approved edit is refused."""
+    mine = ws / MINE
+    mine.mkdir(parents=True)
+    os.link(vault.key_path, mine / "innocent.txt")
+    os.link(ws / ".env", mine / "config.txt")
+    os.link(ws / "runtime" / "sessions" / "telegram_B.jsonl", mine / "chat.txt")
+    os.link(vault.key_path, ws / "operator.txt")
     ctx = _ctx(ws, vault)
-    for path in ("innocent.txt", "config.txt", "chat.txt"):
+    for path in (f"{MINE}/innocent.txt", f"{MINE}/config.txt", f"{MINE}/chat.txt",
+                 "operator.txt"):
         result = await registry.execute("read_file", {"path": path}, ctx)
         assert result.status == "error" and "link" in result.output, (path, result.output)
         for secret in _secrets(ws, vault):
             assert secret not in result.output
-        edit = await registry.execute(
-            "edit_file", {"path": path, "old_text": "a", "new_text": "b"}, ctx)
-        assert edit.status == "error" and "protected" in edit.output
+        for tool, params in (("edit_file", {"path": path, "old_text": "a", "new_text": "b"}),
+                             ("write_file", {"path": path, "content": "b"})):
+            changed = await registry.execute(tool, params, _ctx(ws, vault, approved=True))
+            assert changed.status == "error" and "protected" in changed.output, (tool, path)
+    assert vault.get("API_KEY") == "sk-vault-value-123456"
+    assert (ws / ".env").read_text() == f"TELEGRAM_BOT_TOKEN={ENV_TOKEN}\n"
 
 
 async def test_list_dir_hides_protected_entries(ws: Path, vault: SecretVault,
                                                 registry: ToolRegistry) -> None:
+    """Refused paths are left out; a link is shown as a link (never followed), a hard link to
+    the key not at all."""
     (ws / "k").symlink_to(vault.key_path)
+    os.link(vault.key_path, ws / "innocent.txt")
     ctx = _ctx(ws, vault)
     flat = await registry.execute("list_dir", {}, ctx)
-    assert flat.ok and "notes.md" in flat.output
-    for hidden in (".env", "runtime", "k"):
+    assert flat.ok and "notes.md" in flat.output and "k@" in flat.output.split("\n")
+    for hidden in (".env", "runtime", "k", "innocent.txt"):
         assert hidden not in flat.output.split("\n") and f"{hidden}/" not in flat.output
     deep = await registry.execute("list_dir", {"recursive": True}, ctx)
     assert deep.ok and "notes.md" in deep.output
     assert ".env" not in deep.output and "runtime" not in deep.output
     assert "master.key" not in deep.output and "telegram_B" not in deep.output
+    assert "innocent" not in deep.output
+    for secret in _secrets(ws, vault):
+        assert secret not in flat.output + deep.output
 
 
 async def test_only_this_chats_attachments_are_open(ws: Path, vault: SecretVault,
                                                     registry: ToolRegistry) -> None:
-    inbound = ws / "runtime" / "inbound-files" / "telegram"
-    inbound.mkdir(parents=True)
-    (inbound / "abc123_report.txt").write_text("flat attachment\n")
-    mine, theirs = inbound / chat_dir_name("A"), inbound / chat_dir_name("B")
-    mine.mkdir()
-    theirs.mkdir()
+    """Attachments live in each chat's folder (chats/<zone>/files/): chat A reads its own;
+    chat B's are refused by every tool, and so is the same chat id on another platform."""
+    mine, theirs = ws / MINE / "files", ws / "chats" / "telegram-B" / "files"
+    mine.mkdir(parents=True)
+    theirs.mkdir(parents=True)
     (mine / "a.txt").write_text("chat A's file\n")
     (theirs / "b.txt").write_text("chat B's file\n")
     ctx = _ctx(ws, vault, "A")
 
-    async def call(tool: str, path: str) -> tuple[str, str]:
-        result = await registry.execute(tool, {"path": path}, ctx)
+    async def call(tool: str, path: str, context: ToolContext = ctx) -> tuple[str, str]:
+        result = await registry.execute(tool, {"path": path}, context)
         return result.status, result.output
 
-    assert await call("read_file", "runtime/inbound-files/telegram/abc123_report.txt") == (
-        "ok", "flat attachment\n")
-    assert await call("read_file", f"runtime/inbound-files/telegram/{mine.name}/a.txt") == (
-        "ok", "chat A's file\n")
-    assert (await call("list_dir", f"runtime/inbound-files/telegram/{mine.name}"))[0] == "ok"
-    for tool, path in (("read_file", f"runtime/inbound-files/telegram/{theirs.name}/b.txt"),
-                       ("list_dir", f"runtime/inbound-files/telegram/{theirs.name}"),
-                       ("list_dir", "runtime/inbound-files/telegram"),
-                       ("list_dir", "runtime/inbound-files")):
+    assert await call("read_file", f"{MINE}/files/a.txt") == ("ok", "chat A's file\n")
+    assert await call("list_dir", f"{MINE}/files") == ("ok", "a.txt")
+    for tool, path in (("read_file", "chats/telegram-B/files/b.txt"),
+                       ("list_dir", "chats/telegram-B/files"),
+                       ("list_dir", "chats/telegram-B"),
+                       ("list_dir", "chats")):
         status, output = await call(tool, path)
         assert status == "error" and "protected" in output, (tool, path)
-        assert "chat B's file" not in output and "abc123" not in output
+        assert "chat B's file" not in output
     other = ToolContext(ws, ChatRef("slack", "A"), vault=vault)
-    result = await registry.execute(
-        "read_file", {"path": "runtime/inbound-files/telegram/abc123_report.txt"}, other)
-    assert result.status == "error" and "protected" in result.output
+    status, output = await call("read_file", f"{MINE}/files/a.txt", other)
+    assert status == "error" and "protected" in output
 
 
 def test_mask_paths_for_sandboxes(ws: Path, vault: SecretVault, tmp_path: Path) -> None:
@@ -188,33 +203,44 @@ def test_mask_paths_for_sandboxes(ws: Path, vault: SecretVault, tmp_path: Path) 
 
 
 def test_the_read_checks_the_opened_file_again(ws: Path, vault: SecretVault) -> None:
-    """A path that passed the check but was swapped before the read (here: handed over
-    directly) is refused on the open descriptor."""
-    os.link(vault.key_path, ws / "swapped.txt")
-    (ws / "sym.txt").symlink_to(ws / "notes.md")
+    """A path that passed the zone check but names a secret under another name, or a link,
+    by the time it is opened (here: handed over directly) is refused on what was opened."""
+    mine = ws / MINE
+    mine.mkdir(parents=True)
+    os.link(vault.key_path, mine / "swapped.txt")
+    (mine / "sym.txt").symlink_to(ws / "notes.md")
+    (mine / "plain.txt").write_text("ordinary notes\n")
+    ctx = _ctx(ws, vault)
     guard = protected_paths(ws, key_file=vault.key_path)
+    beneath = Beneath(ws)
     with pytest.raises(ToolError, match="protected"):
-        files._read_text(ws / "swapped.txt", "swapped.txt", guard)
-    with pytest.raises(ToolError, match="could not open"):
-        files._read_text(ws / "sym.txt", "sym.txt", guard)  # a last-hop link is not followed
-    assert files._read_text(ws / "notes.md", "notes.md", guard) == "ordinary notes\n"
+        files._read_text(beneath, tool_path(ctx, f"{MINE}/swapped.txt"), guard)
+    with pytest.raises(ToolError, match="symbolic link"):
+        files._read_text(beneath, tool_path(ctx, f"{MINE}/sym.txt"), guard)
+    assert files._read_text(beneath, tool_path(ctx, f"{MINE}/plain.txt"), guard) == \
+        "ordinary notes\n"
 
 
 async def test_absolute_paths(ws: Path, vault: SecretVault, registry: ToolRegistry) -> None:
     """Absolute spellings inside the workspace (how channels name saved attachments) get the
     same rules; anything else absolute, /proc/self/... included, is refused outright."""
-    inbound = ws / "runtime" / "inbound-files" / "telegram"
-    inbound.mkdir(parents=True)
-    (inbound / "f1_a.txt").write_text("attachment text\n")
+    mine = ws / MINE / "files"
+    mine.mkdir(parents=True)
+    (mine / "f1_a.txt").write_text("attachment text\n")
+    theirs = ws / "chats" / "telegram-B" / "files"
+    theirs.mkdir(parents=True)
+    (theirs / "f2_b.txt").write_text("chat B's attachment\n")
     ctx = _ctx(ws, vault)
-    ok = await registry.execute("read_file", {"path": str(inbound / "f1_a.txt")}, ctx)
+    ok = await registry.execute("read_file", {"path": str(mine / "f1_a.txt")}, ctx)
     assert ok.output == "attachment text\n"
     notes = await registry.execute("read_file", {"path": f"{ws}/sub/../notes.md"}, ctx)
     assert notes.output == "ordinary notes\n"
     for path in (f"{ws}/.env", str(vault.key_path), f"{ws}/runtime/sessions/telegram_B.jsonl",
-                 f"{ws}/runtime", f"{ws}/../ws/.env"):
+                 f"{ws}/runtime", f"{ws}/../ws/.env", str(theirs / "f2_b.txt"),
+                 f"{ws}/{MINE}/../telegram-B/files/f2_b.txt"):
         result = await registry.execute("read_file", {"path": path}, ctx)
         assert result.status == "error" and "protected" in result.output, path
+        assert "chat B's attachment" not in result.output
     for path in (f"/proc/self/root{ws}/.env", "/proc/self/cwd/.env", f"/proc/self/root{ws}",
                  "/etc/hostname"):
         result = await registry.execute("read_file", {"path": path}, ctx)

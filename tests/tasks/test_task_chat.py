@@ -42,6 +42,7 @@ from soulflow.tasks.proposals import ProposalStore
 from tests.fakes.openai_api import FakeOpenAI
 
 ADMIN = "carol"
+OWN = "chats/telegram-c1"  # the folder of the chat the tasks run in (telegram:c1)
 
 
 class LookTool(Tool):
@@ -118,7 +119,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 WRITE = {"id": "w", "kind": "tool", "tool": "write_file",
-         "params": {"path": "scratch/a.txt", "content": "A"}}
+         "params": {"path": f"{OWN}/a.txt", "content": "A"}}
 
 
 async def test_a_risky_plan_is_shown_edited_by_reply_and_started_on_approval(rig: Rig) -> None:
@@ -132,12 +133,12 @@ async def test_a_risky_plan_is_shown_edited_by_reply_and_started_on_approval(rig
     assert await rig.say("ok", sender="bob") == \
         "Only alice or an admin can decide this approval."
     second = {"id": "w2", "kind": "tool", "tool": "write_file", "depends_on": ["w"],
-              "params": {"path": "scratch/b.txt", "content": "B"}}
+              "params": {"path": f"{OWN}/b.txt", "content": "B"}}
     rig.fake.script_reply(json.dumps({"title": "Write A and B", "nodes": [WRITE, second]}))
     reshown = await rig.say("also write B")
     assert reshown is not None and reshown.startswith("Plan: Write A and B")
     edit = rig.fake.requests[-1].json["messages"][-1]["content"]
-    assert edit.startswith("write A") and '"scratch/a.txt"' in edit
+    assert edit.startswith("write A") and f'"{OWN}/a.txt"' in edit
     assert edit.endswith("Change the plan as follows and answer with the whole new plan: "
                          "also write B")
     started = await rig.say("approve")
@@ -145,7 +146,7 @@ async def test_a_risky_plan_is_shown_edited_by_reply_and_started_on_approval(rig
     [task] = rig.store.list()
     assert task.requested_by == "alice" and task.title == "Write A and B"
     assert (await rig.engine.wait(task.task_id)).status is TaskStatus.COMPLETED
-    assert (rig.workspace / "scratch" / "b.txt").read_text() == "B"
+    assert (rig.workspace / OWN / "b.txt").read_text() == "B"
     assert await rig.say("approve") is None  # nothing left to approve
 
 
@@ -164,7 +165,7 @@ async def test_a_plan_without_risky_steps_starts_at_once_and_cancel_drops_one(ri
 async def gated_task(rig: Rig) -> str:
     graph = TaskGraph([TaskNode(id="gate", kind=NodeKind.APPROVAL, prompt="Go on?"),
                        TaskNode(id="w", kind=NodeKind.TOOL, tool="write_file",
-                                params={"path": "scratch/g.txt", "content": "g"},
+                                params={"path": f"{OWN}/g.txt", "content": "g"},
                                 depends_on=["gate"])])
     task = await rig.engine.submit(graph, title="Gated", provider="telegram", chat_id="c1",
                                    requested_by="alice")
@@ -177,12 +178,12 @@ async def test_another_users_ok_does_not_approve_a_gate(rig: Rig) -> None:
     assert await rig.say("ok", sender="bob") == \
         "Only alice or an admin can decide this approval."
     assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
-    assert not (rig.workspace / "scratch" / "g.txt").exists()
+    assert not (rig.workspace / OWN / "g.txt").exists()
     answer = await rig.say(f"approve {task_id}", sender=ADMIN)  # an admin may
     assert answer == f"Task {task_id}: step gate approved."
     task = await rig.engine.wait(task_id)
     assert task.status is TaskStatus.COMPLETED and task.nodes["gate"].decided_by == ADMIN
-    assert (rig.workspace / "scratch" / "g.txt").read_text() == "g"
+    assert (rig.workspace / OWN / "g.txt").read_text() == "g"
 
 
 async def test_a_reaction_decides_only_for_the_requester_or_an_admin(rig: Rig) -> None:
@@ -197,17 +198,51 @@ async def test_a_reaction_decides_only_for_the_requester_or_an_admin(rig: Rig) -
 
 
 async def test_a_tool_step_needing_approval_waits_and_a_denial_cancels(rig: Rig) -> None:
-    graph = TaskGraph([TaskNode(id="w", kind=NodeKind.TOOL, tool="write_file",
-                                params={"path": "elsewhere/x.txt", "content": "x"})])
+    graph = TaskGraph([TaskNode(id="w", kind=NodeKind.TOOL, tool="look",
+                                params={"where": "outside"})])
     task = await rig.engine.submit(graph, title="Outside", provider="telegram", chat_id="c1",
                                    requested_by="alice")
     waiting = await rig.engine.wait(task.task_id)
     assert waiting.status is TaskStatus.WAITING_APPROVAL
     [entry] = waiting.waiting
-    assert entry["reason"] == "approval" and "elsewhere/x.txt" in entry["prompt"]
+    assert entry["reason"] == "approval" and "it looks outside" in entry["prompt"]
     assert await rig.say("no") == f"Task {task.task_id}: step w denied."
     done = await rig.engine.wait(task.task_id)
-    assert done.status is TaskStatus.CANCELLED and not (rig.workspace / "elsewhere").exists()
+    assert done.status is TaskStatus.CANCELLED and done.error == "w: denied by alice"
+
+
+async def test_a_step_changing_the_operators_files_waits_for_an_admin(rig: Rig) -> None:
+    """The requester approved the plan, but its write to templates/ is an admins-only call:
+    her own "approve" (reply or reaction) is refused and nothing is written; an admin's is
+    taken and the write happens."""
+    graph = TaskGraph([TaskNode(id="w", kind=NodeKind.TOOL, tool="write_file",
+                                params={"path": "templates/rule.md", "content": "obey"})])
+    task = await rig.engine.submit(graph, title="Plant", provider="telegram", chat_id="c1",
+                                   requested_by="alice")
+    waiting = await rig.engine.wait(task.task_id)
+    assert waiting.status is TaskStatus.WAITING_APPROVAL
+    assert (waiting.nodes["w"].approval or {}).get("admins_only") is True
+    refusal = await rig.say(f"approve {task.task_id}")
+    assert refusal is not None and refusal.startswith("Only an admin can approve this: ")
+    assert "it changes the operator's files (templates/rule.md)" in refusal
+    assert await rig.chat.decide_reaction(task.task_id, "w", "approve",
+                                          Decider("telegram", "alice")) is None
+    assert rig.store.require(task.task_id).status is TaskStatus.WAITING_APPROVAL
+    assert not (rig.workspace / "templates").exists()
+    answer = await rig.say(f"approve {task.task_id}", sender=ADMIN)
+    assert answer == f"Task {task.task_id}: step w approved."
+    assert (await rig.engine.wait(task.task_id)).status is TaskStatus.COMPLETED
+    assert (rig.workspace / "templates" / "rule.md").read_text() == "obey"
+
+
+async def test_the_plan_says_which_steps_only_an_admin_can_approve(rig: Rig) -> None:
+    plant = {"id": "p", "kind": "tool", "tool": "write_file",
+             "params": {"path": "skills/x/SKILL.md", "content": "always obey"}}
+    rig.fake.script_reply(json.dumps({"title": "Plant", "nodes": [plant]}))
+    shown = await rig.say("/task plant a skill")
+    assert shown is not None and ("p calls write_file, which only an admin can approve when "
+                                  "the step runs (it changes the operator's files "
+                                  "(skills/x/SKILL.md))") in shown
 
 
 async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:

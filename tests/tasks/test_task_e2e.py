@@ -109,7 +109,7 @@ def test_kill_at_a_boundary_and_mid_step_then_approve_after_restart(
     fake.script_reply(plan(
         "Write and report",
         {"id": "write", "kind": "tool", "tool": "write_file",
-         "params": {"path": "scratch/out.txt", "content": "written once"}},
+         "params": {"path": "chats/local-test/out.txt", "content": "written once"}},
         {"id": "gate", "kind": "approval", "prompt": "Report it?", "depends_on": ["write"]},
         {"id": "report", "kind": "agent", "goal": "Report what was written",
          "tools": ["read_file"], "depends_on": ["gate"]}))
@@ -119,7 +119,7 @@ def test_kill_at_a_boundary_and_mid_step_then_approve_after_restart(
     assert store(daemon).list() == []  # nothing runs before the OK
     daemon.wait_reply(daemon.say("approve"))
     wait_text(daemon, "waits for approval at step gate: Report it?")
-    out = daemon.workspace / "scratch" / "out.txt"
+    out = daemon.workspace / "chats" / "local-test" / "out.txt"  # the chat's own folder
     assert out.read_text() == "written once"
 
     daemon.kill()  # at a step boundary: write done, the gate waiting

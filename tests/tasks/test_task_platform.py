@@ -19,6 +19,7 @@ from tests.e2e.platform_helpers import BotPost, TelegramDriver
 from tests.fakes.openai_api import FakeOpenAIThread
 
 BOB, CAROL = "222222", "333333"
+OWN = f"chats/telegram-{TelegramDriver.chat}"  # the group's own folder
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_a_gate_is_decided_by_an_admins_reaction_not_by_another_user(
         {"id": "think", "kind": "agent", "goal": "Think it over", "tools": [],
          "depends_on": ["ok"]},
         {"id": "note", "kind": "tool", "tool": "write_file", "depends_on": ["think"],
-         "params": {"path": "scratch/note.txt", "content": "noted"}}]}))
+         "params": {"path": f"{OWN}/note.txt", "content": "noted"}}]}))
     driver.post("/task write a note after my OK")
     wait_post(driver, daemon, "Plan: Note after OK")
     driver.post("approve")
@@ -67,7 +68,7 @@ def test_a_gate_is_decided_by_an_admins_reaction_not_by_another_user(
     driver.post("ok", user=BOB)
     wait_post(driver, daemon, "can decide this approval.")
     driver.react(prompt, "👍", user=BOB)
-    note = daemon.workspace / "scratch" / "note.txt"
+    note = daemon.workspace / OWN / "note.txt"
     # the thinking step takes a moment (longer than the fake's group rate limit holds the
     # status message back): its status is then edited in place
     llm.script_delay(3.0)
@@ -76,7 +77,7 @@ def test_a_gate_is_decided_by_an_admins_reaction_not_by_another_user(
     wait_for(note.exists, 20, what="the note written after Carol's approval")
     assert note.read_text() == "noted"
     done = wait_post(driver, daemon, "is done.")
-    assert "created scratch/note.txt" in done.text
+    assert f"created {OWN}/note.txt" in done.text
     status = [p for p in driver.posts(driver.chat) if "steps done" in p.text]
     assert len(status) == 1  # one status message, edited in place
     edited = [m for m in driver.runner.sent_messages if "steps done" in m.get("text", "")]

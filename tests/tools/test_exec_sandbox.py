@@ -191,27 +191,19 @@ async def test_a_hard_link_to_the_key_is_masked(sandbox: CodeSandbox, secrets: S
     assert not secrets.leaked_in(result.output), result.output
 
 
-async def test_the_chats_named_attachments_are_readable_and_nothing_else(
+async def test_nothing_under_runtime_is_shared_any_more(
     sandbox: CodeSandbox, secrets: Secrets
 ) -> None:
-    """The same rule as the file tools: an attachment of this chat's provider opens by its
-    exact (unguessable) name, read-only; the directory never lists the others, and another
-    provider's files stay hidden."""
+    """Attachments moved from runtime/inbound-files/ into each chat's own folder
+    (chats/<zone>/files/), so no runtime/ path is opened back into the sandbox by name: the
+    whole of runtime/ stays masked, old attachment files included."""
     files = secrets.workspace / "runtime" / "inbound-files"
     (files / "local").mkdir(parents=True)
-    (files / "telegram").mkdir()
     mine = files / "local" / "AgAD123_report.txt"
-    mine.write_text("quarterly numbers\n")
-    (files / "local" / "AgAD999_other.txt").write_bytes(secrets.token)
-    (files / "telegram" / "T1_x.txt").write_bytes(secrets.token)
+    mine.write_bytes(secrets.token)
     command = (f"cat runtime/inbound-files/local/{mine.name}; cat {mine}; "
-               "ls runtime/inbound-files/local; cat runtime/inbound-files/telegram/T1_x.txt; "
-               f"echo x >> {mine}")
+               "ls runtime/inbound-files/local; echo done")
     result = await _registry(sandbox).execute("exec", {"command": command},
                                               _ctx(secrets.workspace))
-    lines = result.output.splitlines()
-    assert lines[:3] == ["quarterly numbers", "quarterly numbers", mine.name], result.output
-    assert "AgAD999_other" not in result.output
+    assert "done" in result.output and mine.name not in result.output.split("\n")
     assert not secrets.leaked_in(result.output)
-    assert "Read-only file system" in result.output
-    assert mine.read_text() == "quarterly numbers\n"

@@ -1,22 +1,24 @@
-"""Workspace containment and the file tools (read/write/edit/list), through the registry."""
+"""Workspace containment and the file tools (read/write/edit/list), through the registry.
+
+The zone rules themselves (own folder, operator files, other chats, runtime/) are proven in
+tests/security/test_file_zones.py; this file covers the tools' everyday behaviour."""
 
 from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from soulflow.agent.tools import build_default_registry, files
 from soulflow.agent.tools.base import ToolContext, ToolError
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.agent.tools.workspace import (
-    is_safe_write_path,
-    resolve_in_workspace,
-    write_approval_reason,
-)
+from soulflow.agent.tools.workspace import resolve_in_workspace, tool_path
+from soulflow.security.protected import Access
 from tests.tools.conftest import MakeCtx
+
+OWN = "chats/local-c1"  # the zone of the fixtures' chat (local:c1)
 
 
 @pytest.fixture
@@ -32,14 +34,16 @@ def outside(tmp_path: Path) -> Path:
     return target
 
 
-# ----------------------------------------------------------------- resolve_in_workspace
+# ----------------------------------------------------------------- tool_path
 
 
-def test_relative_paths_resolve_inside(workspace: Path) -> None:
-    root = workspace.resolve()
-    assert resolve_in_workspace(workspace, "notes/a.md") == root / "notes" / "a.md"
-    assert resolve_in_workspace(workspace, "notes/../b.md") == root / "b.md"
-    assert resolve_in_workspace(workspace, ".") == root
+def test_paths_are_normalised_lexically(ctx: ToolContext) -> None:
+    assert tool_path(ctx, "notes/a.md").rel == PurePosixPath("notes/a.md")
+    assert tool_path(ctx, "notes/../b.md").rel == PurePosixPath("b.md")
+    assert tool_path(ctx, "./notes//c.md").shown == "notes/c.md"
+    assert tool_path(ctx, ".").shown == "."
+    assert tool_path(ctx, f"{OWN}/x/../y.md").access is Access.OWN
+    assert tool_path(ctx, "templates/t.md").access is Access.OPERATOR
 
 
 @pytest.mark.parametrize(
@@ -53,45 +57,35 @@ def test_relative_paths_resolve_inside(workspace: Path) -> None:
         ("a\x00b", "NUL"),
     ],
 )
-def test_escapes_are_refused(workspace: Path, outside: Path, path: str, message: str) -> None:
+def test_escapes_are_refused(ctx: ToolContext, outside: Path, path: str, message: str) -> None:
     with pytest.raises(ToolError, match=message):
-        resolve_in_workspace(workspace, path)
+        tool_path(ctx, path)
 
 
-def test_symlinks_pointing_outside_are_refused_at_any_depth(workspace: Path, outside: Path):
-    (workspace / "link_file").symlink_to(outside / "secret.txt")
-    (workspace / "link_dir").symlink_to(outside)
-    (workspace / "deep").mkdir()
-    (workspace / "deep" / "hop").symlink_to(outside)
-    (workspace / "dangling").symlink_to(outside / "not-yet")
-    for path in ("link_file", "link_dir/secret.txt", "deep/hop/new.txt", "dangling"):
-        with pytest.raises(ToolError, match="symlink that points outside"):
-            resolve_in_workspace(workspace, path)
-
-
-def test_symlinks_inside_the_workspace_are_fine(workspace: Path) -> None:
-    (workspace / "real").mkdir()
-    (workspace / "alias").symlink_to(workspace / "real")
-    assert resolve_in_workspace(workspace, "alias/x") == (workspace / "real" / "x").resolve()
-
-
-def test_must_exist(workspace: Path) -> None:
-    with pytest.raises(ToolError, match="not found"):
-        resolve_in_workspace(workspace, "missing.txt", must_exist=True)
-
-
-def test_safe_write_paths(workspace: Path) -> None:
-    root = workspace.resolve()
-    for rel in ("memory/x.md", "skills/a/b.md", "runtime/inbound-files/f.bin", "scratch/t"):
-        assert is_safe_write_path(workspace, root / rel), rel
-    for rel in ("memory", "notes.md", "runtime/state.json", "memoryx/a", "config.toml"):
-        assert not is_safe_write_path(workspace, root / rel), rel
-    (workspace / "notes.md").write_text("x")
-    assert write_approval_reason(workspace, "memory/../notes.md") == (
-        "overwrites an existing file outside safe paths (notes.md)"
-    )
-    assert write_approval_reason(workspace, "new.md") == "writes outside safe paths (new.md)"
-    assert write_approval_reason(workspace, "scratch/new.md") is None
+async def test_symlinks_are_never_followed(registry: ToolRegistry, workspace: Path,
+                                           outside: Path, make_ctx: MakeCtx) -> None:
+    """A link anywhere on the path is refused with a sentence saying so: inside the
+    workspace or out, to a file or a directory, approved or not."""
+    own = workspace / OWN
+    own.mkdir(parents=True)
+    (own / "real").mkdir()
+    (own / "real" / "x.txt").write_text("real")
+    (own / "alias").symlink_to("real")
+    (own / "link_file").symlink_to(outside / "secret.txt")
+    (own / "link_dir").symlink_to(outside)
+    (own / "dangling").symlink_to(outside / "not-yet")
+    for path in ("alias/x.txt", "link_file", "link_dir/secret.txt", "dangling"):
+        for approved in (False, True):
+            result = await registry.execute("read_file", {"path": f"{OWN}/{path}"},
+                                            make_ctx(approved=approved))
+            assert result.status == "error" and "symbolic link" in result.output, path
+            assert "outside secret" not in result.output
+    for path in ("alias/new.txt", "link_dir/new.txt", "dangling", "link_file"):
+        result = await registry.execute("write_file", {"path": f"{OWN}/{path}", "content": "x"},
+                                        make_ctx(approved=True))
+        assert result.status == "error" and "symbolic link" in result.output, path
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "outside secret"
 
 
 # ----------------------------------------------------------------- read_file
@@ -128,58 +122,74 @@ async def test_read_file_refusals(
     assert "not UTF-8 text" in await read("latin.txt")
     assert "over the 1 MB read limit" in await read("big.txt")
     assert "is a directory" in await read("dir")
+    assert "a directory; use list_dir" in await read(".")
     assert "not found" in await read("missing.txt")
     assert "absolute paths are not allowed" in await read("/etc/hostname")
     assert "points outside the workspace" in await read("../outside/secret.txt")
-    assert "outside the workspace" in await read("escape")
+    assert "symbolic link" in await read("escape")
 
 
 # ----------------------------------------------------------------- write_file
 
 
-async def test_write_in_safe_path_needs_no_approval(
+async def test_write_in_the_own_folder_needs_no_approval(
     registry: ToolRegistry, workspace: Path, ctx: ToolContext
 ) -> None:
     result = await registry.execute(
-        "write_file", {"path": "memory/deep/notes.md", "content": "héllo"}, ctx
+        "write_file", {"path": f"{OWN}/deep/notes.md", "content": "héllo"}, ctx
     )
     assert result.status == "ok"
-    assert result.output == "created memory/deep/notes.md (6 bytes)"
-    assert (workspace / "memory/deep/notes.md").read_text() == "héllo"
+    assert result.output == f"created {OWN}/deep/notes.md (6 bytes)"
+    assert (workspace / OWN / "deep/notes.md").read_text() == "héllo"
 
 
-async def test_write_outside_safe_paths_needs_approval(
+async def test_write_to_the_operators_files_needs_an_admins_approval(
     registry: ToolRegistry, workspace: Path, make_ctx: MakeCtx
 ) -> None:
     params = {"path": "notes.md", "content": "new"}
     pending = await registry.execute("write_file", params, make_ctx())
-    assert pending.status == "approval_required"
-    assert pending.reason == "writes outside safe paths (notes.md)"
+    assert pending.status == "approval_required" and pending.admins_only
+    assert pending.reason == "it changes the operator's files (notes.md)"
     assert not (workspace / "notes.md").exists()
 
     done = await registry.execute("write_file", params, make_ctx(approved=True))
     assert done.output == "created notes.md (3 bytes)"
 
     again = await registry.execute("write_file", params, make_ctx())
-    assert again.reason == "overwrites an existing file outside safe paths (notes.md)"
+    assert again.reason == "it changes the operator's files (notes.md)" and again.admins_only
+
+
+async def test_the_own_folder_is_never_written_as_a_file(
+    registry: ToolRegistry, workspace: Path, ctx: ToolContext
+) -> None:
+    for path in (OWN, f"{OWN}/", f"{OWN}/x/.."):
+        result = await registry.execute("write_file", {"path": path, "content": "x"}, ctx)
+        assert result.status == "error" and "this chat's folder" in result.output, path
+    assert not (workspace / "chats").exists()
 
 
 async def test_write_keeps_permissions_and_refuses_escapes(
     registry: ToolRegistry, workspace: Path, outside: Path, make_ctx: MakeCtx
 ) -> None:
-    script = workspace / "scratch" / "run.sh"
-    script.parent.mkdir()
+    script = workspace / OWN / "run.sh"
+    script.parent.mkdir(parents=True)
     script.write_text("old")
     script.chmod(0o755)
     result = await registry.execute(
-        "write_file", {"path": "scratch/run.sh", "content": "echo hi"}, make_ctx()
+        "write_file", {"path": f"{OWN}/run.sh", "content": "echo hi"}, make_ctx()
     )
-    assert result.output == "replaced scratch/run.sh (7 bytes)"
+    assert result.output == f"replaced {OWN}/run.sh (7 bytes)"
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    (workspace / OWN / "private.txt").write_text("old")
+    (workspace / OWN / "private.txt").chmod(0o600)
+    await registry.execute("write_file", {"path": f"{OWN}/private.txt", "content": "new"},
+                           make_ctx())
+    assert stat.S_IMODE((workspace / OWN / "private.txt").stat().st_mode) == 0o600
 
     (workspace / "memory").mkdir()
     (workspace / "memory" / "out").symlink_to(outside)
-    for path in ("../outside/x.txt", "/tmp/x.txt", "memory/out/x.txt"):
+    for path in ("../outside/x.txt", "/tmp/x.txt", "memory/out/x.txt", ".", OWN,
+                 "chats/local-c2"):
         refused = await registry.execute(
             "write_file", {"path": path, "content": "x"}, make_ctx(approved=True)
         )
@@ -191,12 +201,13 @@ async def test_write_keeps_permissions_and_refuses_escapes(
 
 
 async def test_edit_file(registry: ToolRegistry, workspace: Path, ctx: ToolContext) -> None:
-    target = workspace / "memory" / "todo.md"
-    target.parent.mkdir()
+    target = workspace / OWN / "todo.md"
+    target.parent.mkdir(parents=True)
     target.write_text("- a\n- b\n- a\n")
+    target.chmod(0o640)
 
     async def edit(**params: object) -> str:
-        result = await registry.execute("edit_file", {"path": "memory/todo.md", **params}, ctx)
+        result = await registry.execute("edit_file", {"path": f"{OWN}/todo.md", **params}, ctx)
         return result.output
 
     assert "matches 2 places" in await edit(old_text="- a", new_text="- c")
@@ -204,22 +215,23 @@ async def test_edit_file(registry: ToolRegistry, workspace: Path, ctx: ToolConte
     assert "but count is 3" in await edit(old_text="- a", new_text="x", count=3)
     assert target.read_text() == "- a\n- b\n- a\n"
     assert await edit(old_text="- b", new_text="- B") == (
-        "edited memory/todo.md: replaced 1 occurrence(s)"
+        f"edited {OWN}/todo.md: replaced 1 occurrence(s)"
     )
     assert await edit(old_text="- a", new_text="- A", count=2) == (
-        "edited memory/todo.md: replaced 2 occurrence(s)"
+        f"edited {OWN}/todo.md: replaced 2 occurrence(s)"
     )
     assert target.read_text() == "- A\n- B\n- A\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
 
 
-async def test_edit_outside_safe_paths_needs_approval(
+async def test_edit_of_the_operators_files_needs_an_admins_approval(
     registry: ToolRegistry, workspace: Path, make_ctx: MakeCtx
 ) -> None:
     (workspace / "config.toml").write_text("debug = false\n")
     params = {"path": "config.toml", "old_text": "false", "new_text": "true"}
     pending = await registry.execute("edit_file", params, make_ctx())
-    assert pending.status == "approval_required"
-    assert pending.reason == "overwrites an existing file outside safe paths (config.toml)"
+    assert pending.status == "approval_required" and pending.admins_only
+    assert pending.reason == "it changes the operator's files (config.toml)"
     assert (workspace / "config.toml").read_text() == "debug = false\n"
     done = await registry.execute("edit_file", params, make_ctx(approved=True))
     assert done.status == "ok"
@@ -267,3 +279,11 @@ def test_workspace_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="workspace directory is not available"):
         resolve_in_workspace(tmp_path / "nope", "a.txt")
     assert os.path.exists(tmp_path)
+
+
+def test_resolve_in_workspace_names_a_directory_for_another_process(workspace: Path) -> None:
+    assert resolve_in_workspace(workspace, ".") == workspace.resolve()
+    assert resolve_in_workspace(workspace, "a/../b") == workspace.resolve() / "b"
+    for path in ("runtime", "chats", "chats/local-c1", ".env"):
+        with pytest.raises(ToolError, match="protected"):
+            resolve_in_workspace(workspace, path)

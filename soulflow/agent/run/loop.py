@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow.agent.approvals import admins_only_text
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.run.store import RunJournal, RunMoved
@@ -219,9 +220,12 @@ class AgentLoop:
         result = await self.tools.execute(name, arguments, context)
         if result.status == "approval_required":
             approval_id = f"ap_{uuid.uuid4().hex[:8]}"
+            # `admins_only` travels with the request: whoever decides it later (a reply, a
+            # reaction, the dashboard, a task step's answer) is checked against it
             return self.store.append(run_id, ev.Event(ev.APPROVAL_REQUESTED, {
                 "approval_id": approval_id, "call_id": call_id, "tool": name,
-                "arguments": arguments, "reason": result.reason or "this call is risky"}))
+                "arguments": arguments, "reason": result.reason or "this call is risky",
+                "admins_only": result.admins_only}))
         return self._result(run_id, call_id, name, result.status, result.output)
 
     async def _recover_interrupted(self, run_id: str, state: RunState) -> RunState:
@@ -262,12 +266,15 @@ DEFAULT_REACTION_HINT = "✅ ❌ ⏸ 🚫"
 
 def approval_text(approval: dict[str, Any], provider: str = "") -> str:
     """The chat message announcing an approval request (no secret values: the arguments are
-    the model's, with `{{secret:…}}` references still unresolved)."""
+    the model's, with `{{secret:…}}` references still unresolved). An admins-only one says
+    so, so the requester knows to ask an admin rather than answer herself."""
     arguments = json.dumps(approval.get("arguments", {}), ensure_ascii=False)
     if len(arguments) > 600:
         arguments = arguments[:600] + "…"
+    reason = str(approval.get("reason", ""))
+    why = admins_only_text(reason) if approval.get("admins_only") else f"Reason: {reason}."
     return (f"Approval needed [{approval.get('approval_id', '?')}]: I want to run "
             f"`{approval.get('tool', '?')}` with {arguments}\n"
-            f"Reason: {approval.get('reason', '')}.\n"
+            f"{why}\n"
             "Reply approve / deny / defer / cancel (or 승인 / 거부 / 보류 / 취소), or react "
             f"{REACTION_HINTS.get(provider, DEFAULT_REACTION_HINT)}.")

@@ -95,7 +95,9 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
         _drop_call(new, data["id"])
     elif event.type == ev.APPROVAL_REQUESTED:
         new.started_calls.discard(data["call_id"])
-        new.approvals[data["approval_id"]] = {**data, "decision": None}
+        # an approval recorded before `admins_only` existed is an ordinary one, as it was
+        new.approvals[data["approval_id"]] = {**data, "decision": None,
+                                              "admins_only": bool(data.get("admins_only"))}
         new.status = ev.WAITING_APPROVAL
     elif event.type == ev.APPROVAL_DECIDED:
         approval = new.approvals.get(data["approval_id"])

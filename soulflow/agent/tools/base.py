@@ -16,13 +16,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from soulflow.contracts import ChatRef, OutboundMessage
+from soulflow.contracts import ApprovalNeed, ChatRef, OutboundMessage
 from soulflow.security.vault import SecretVault
 
 if TYPE_CHECKING:  # pragma: no cover - re-exported lazily below, see __getattr__
     from soulflow.agent.tools.registry import ToolRegistry
 
 __all__ = [
+    "ApprovalNeed",
     "ChatRef",
     "Tool",
     "ToolContext",
@@ -33,7 +34,8 @@ __all__ = [
 ]
 
 # `ChatRef` (the chat a tool call belongs to: where replies, files and approvals go) is the one
-# chat type of `soulflow.contracts`, re-exported here for the tools.
+# chat type of `soulflow.contracts`, re-exported here for the tools, as is `ApprovalNeed` (what
+# `Tool.needs_approval` may return to ask for an admin's approval rather than anyone's).
 
 Params = dict[str, Any]
 ServiceFn = Callable[..., Awaitable[Any]]
@@ -104,11 +106,13 @@ class ToolResult:
 
     ``reason`` is set for ``approval_required`` (why the user must approve); it is computed
     from the arguments as the model wrote them, so it never contains a secret value.
+    ``admins_only``: only an admin or the local operator may approve it (see `ApprovalNeed`).
     """
 
     status: ToolStatus
     output: str
     reason: str | None = None
+    admins_only: bool = False
 
     @property
     def ok(self) -> bool:
@@ -131,8 +135,12 @@ class Tool(abc.ABC):
     idempotent: bool = False
     timeout_s: float = 60
 
-    def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
-        """Why this call needs the user's approval, or None. Sees unresolved secret references."""
+    def needs_approval(self, params: Params, ctx: ToolContext) -> str | ApprovalNeed | None:
+        """Why this call needs approval, or None. Sees unresolved secret references.
+
+        A plain reason may be approved by the requester, an admin or the local operator; an
+        `ApprovalNeed` with ``admins_only`` by an admin or the local operator only. Raise
+        `ToolError` for a call that is refused whoever approves it."""
         return None
 
     def timeout_for(self, params: Params) -> float:

@@ -18,7 +18,9 @@ the task planner's risk list, so no tool has to remember it in its own `needs_ap
 
 from __future__ import annotations
 
-from soulflow.agent.tools.base import Params, Tool
+from dataclasses import replace
+
+from soulflow.agent.tools.base import ApprovalNeed, Params, Tool
 from soulflow.security.references import reference_labels
 
 
@@ -42,10 +44,14 @@ def code_secret_reason(tool: Tool, params: Params) -> str | None:
             "that redaction does not catch)")
 
 
-def with_code_secret_reason(reason: str | None, tool: Tool, params: Params) -> str | None:
-    """The tool's own approval ``reason`` joined with `code_secret_reason` (either may be
-    missing): one approval covers both."""
+def with_code_secret_reason(need: str | ApprovalNeed | None, tool: Tool,
+                            params: Params) -> ApprovalNeed | None:
+    """The tool's own approval ``need`` joined with `code_secret_reason` (either may be
+    missing): one approval covers both, and an admins-only need stays admins-only."""
+    own = ApprovalNeed.of(need)
     extra = code_secret_reason(tool, params)
     if not extra:
-        return reason
-    return f"{reason}; {extra}" if reason else extra
+        return own
+    if own is None:
+        return ApprovalNeed(extra)
+    return replace(own, reason=f"{own.reason}; {extra}")

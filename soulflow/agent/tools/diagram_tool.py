@@ -1,10 +1,13 @@
 """The ``diagram_render`` tool: Mermaid source to ASCII art (for the chat) and an SVG file.
 
 Rendering runs in a short-lived Node.js process (`soulflow.agent.diagram.render`), with its
-own timeout and memory cap. The SVG is saved as ``runtime/diagrams/<sha12>.svg`` in the
-workspace, named by a hash of the source: rendering the same diagram again rewrites the same
-file with the same bytes, which is what makes the tool idempotent (safe to re-run after a
-crash) and keeps repeated renders from filling the disk.
+own timeout and memory cap. The SVG is saved in the run's own chat folder, as
+``chats/<zone>/diagrams/<sha12>.svg`` - what one chat draws is that chat's, like its other
+files, and ``runtime/`` is the daemon's - named by a hash of the source: rendering the same
+diagram again rewrites the same file with the same bytes, which is what makes the tool
+idempotent (safe to re-run after a crash) and keeps repeated renders from filling the disk.
+The file is written through `Beneath`, so a link planted at ``diagrams`` is refused, never
+followed.
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ from typing import Any
 
 from soulflow.agent.diagram.render import DiagramError, render_mermaid
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
-from soulflow.agent.tools.workspace import relative_to_workspace, resolve_in_workspace
-from soulflow.storage.atomic import write_bytes_atomic
+from soulflow.agent.tools.workspace import beneath_for, own_zone
 
 __all__ = ["DIAGRAM_DIR", "DiagramRenderTool"]
 
-DIAGRAM_DIR = "runtime/diagrams"
+DIAGRAM_DIR = "diagrams"
+"""Where in the run's chat folder (``chats/<zone>/``) the SVGs are saved."""
 RENDER_TIMEOUT_S = 20.0
 _FORMATS = {"svg": ("svg",), "ascii": ("ascii",), "both": ("svg", "ascii")}
 
@@ -35,8 +38,8 @@ class DiagramRenderTool(Tool):
     description = (
         "Render a Mermaid diagram (flowchart, sequence, state, class or ER diagram). "
         "Returns ASCII art you can show in the chat inside a code block, and saves an SVG "
-        f"under {DIAGRAM_DIR}/ (its path is in the result). format: svg, ascii or both "
-        "(default both)."
+        f"in this chat's folder, under chats/<this chat>/{DIAGRAM_DIR}/ (its path is in the "
+        "result). format: svg, ascii or both (default both)."
     )
     parameters: dict[str, Any] = {
         "type": "object",
@@ -62,13 +65,12 @@ class DiagramRenderTool(Tool):
         if result.ascii is not None:
             parts.append(f"```\n{result.ascii.rstrip()}\n```")
         if result.svg is not None:
-            path = resolve_in_workspace(ctx.workspace, f"{DIAGRAM_DIR}/{diagram_name(source)}")
+            rel = own_zone(ctx).rel / DIAGRAM_DIR / diagram_name(source)
             data = result.svg.encode("utf-8")
             try:
-                await asyncio.to_thread(write_bytes_atomic, path, data)
+                await asyncio.to_thread(beneath_for(ctx).write_atomic, rel, data)
             except OSError as exc:
                 raise ToolError(f"the diagram rendered but its SVG could not be saved: "
                                 f"{exc.strerror or exc}") from None
-            shown = relative_to_workspace(ctx.workspace, path)
-            parts.append(f"SVG saved at {shown} ({len(data)} bytes)")
+            parts.append(f"SVG saved at {rel.as_posix()} ({len(data)} bytes)")
         return "\n\n".join(parts)

@@ -5,8 +5,9 @@ Order matters and is the security contract of the whole tools layer:
 1. find the tool and parse the arguments;
 2. validate them against the tool's JSON schema (the model gets every problem in one message);
 3. decide approval on the arguments *as written* - secret references are still references, so
-   an approval reason shown to the user can never contain a secret value; a tool that runs
-   code also asks when its arguments reference a secret (`code_secrets`);
+   an approval reason shown to the user can never contain a secret value; a tool may ask for
+   an admins-only approval (`ApprovalNeed`), which the result carries to the run; a tool that
+   runs code also asks when its arguments reference a secret (`code_secrets`);
 4. open secret references all-or-nothing (a tool never runs half-decrypted);
 5. run under a timeout, cancelled if the user aborts; only `ToolError` text reaches the model
    verbatim, anything else becomes a one-line "internal error";
@@ -29,7 +30,14 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError, ToolResult
+from soulflow.agent.tools.base import (
+    ApprovalNeed,
+    Params,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 from soulflow.agent.tools.code_secrets import with_code_secret_reason
 from soulflow.security.errors import SecurityError
 from soulflow.security.redact import Redactor
@@ -67,7 +75,7 @@ class DynamicTool(Tool):
         self.parameters = parameters
         self._handler = handler
 
-    def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
+    def needs_approval(self, params: Params, ctx: ToolContext) -> str | ApprovalNeed | None:
         return "dynamic tool"
 
     async def run(self, params: Params, ctx: ToolContext) -> str:
@@ -158,14 +166,14 @@ class ToolRegistry:
         if problems:
             return _error(f"invalid arguments for {name}: {problems}")
         try:
-            reason = None if ctx.approved else with_code_secret_reason(
+            need = None if ctx.approved else with_code_secret_reason(
                 tool.needs_approval(parsed, ctx), tool, parsed)
         except ToolError as exc:
             return _error(str(exc))
         except Exception as exc:
             return _internal_error(tool.name, exc, {})
-        if reason:
-            return ToolResult("approval_required", "", reason)
+        if need is not None:
+            return ToolResult("approval_required", "", need.reason, admins_only=need.admins_only)
         return await self._resolve_and_run(tool, parsed, ctx)
 
     def _schema_problems(self, name: str, params: Params) -> str:
@@ -207,18 +215,19 @@ class ToolRegistry:
         """Re-ask `needs_approval` with secrets filled in.
 
         A secret's value could turn a harmless-looking call into one that needs approval (a
-        path such as ``memory/{{secret:X}}``). The reason computed here may contain the value,
-        so it is never shown: the user gets a generic one.
+        path such as ``chats/x/{{secret:X}}``). The reason computed here may contain the
+        value, so it is never shown: the user gets a generic one (admins-only when the filled
+        call is).
         """
         try:
-            needed = tool.needs_approval(resolved, ctx)
+            needed = ApprovalNeed.of(tool.needs_approval(resolved, ctx))
         except Exception:  # whatever went wrong would show the value: ask the user instead
-            needed = "refused"
-        if not needed:
+            needed = ApprovalNeed("refused")
+        if needed is None:
             return None
-        return ToolResult(
-            "approval_required", "", "needs approval once its secret values are filled in"
-        )
+        return ToolResult("approval_required", "",
+                          "needs approval once its secret values are filled in",
+                          admins_only=needed.admins_only)
 
     async def _run(
         self, tool: Tool, params: Params, ctx: ToolContext, secrets: Mapping[str, str]
