@@ -4,7 +4,7 @@ Before trust zones, consolidation wrote every chat's summaries into the one dail
 `memory/YYYY-MM-DD.md` and every chat's facts under `## Learned from conversations` in
 `memory/MEMORY.md`, and channels saved attachments under `runtime/inbound-files/<provider>/`
 (flat `<id>_<name>` files, or per-chat `c<sha12>/` folders, see
-`soulflow.security.protected.chat_dir_name`). Left in place, the notes and facts would go on
+`chat_dir_name` below). Left in place, the notes and facts would go on
 reaching every chat's prompt as global memory. So, once, before any service starts:
 
 1. **Daily notes** holding consolidation summaries (paragraphs starting with
@@ -32,6 +32,7 @@ into the same backup with nothing lost. Sessions are read and marked through the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -44,19 +45,19 @@ from typing import Any
 from soulflow.agent.consolidate import reset_marker, session_progress
 from soulflow.agent.memory import LONG_TERM_FILE, facts_section_bounds
 from soulflow.config import ConfigError
-from soulflow.security.protected import INBOUND_FILES_DIR, RUNTIME_DIR, chat_dir_name
+from soulflow.security.protected import RUNTIME_DIR
 from soulflow.security.zones import OPERATOR_MEMORY_DIR, ChatZone, zone_named
 from soulflow.session.store import Sessions
 from soulflow.storage.beneath import Beneath, DirEntry, RefusedPath
 
 __all__ = ["MIGRATIONS_DIR", "STATE_FILE", "MigrationError", "MigrationReport",
-           "ZoneMigration", "migrate_workspace"]
+           "ZoneMigration", "chat_dir_name", "migrate_workspace"]
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = PurePosixPath(RUNTIME_DIR, "migrations")
 STATE_FILE = MIGRATIONS_DIR / "zones.json"
-INBOUND_DIR = PurePosixPath(RUNTIME_DIR, INBOUND_FILES_DIR)
+INBOUND_DIR = PurePosixPath(RUNTIME_DIR, "inbound-files")  # where attachments used to be saved
 SUMMARY_PREFIX = "**Conversation summary** ("
 RESTORE_FILE = "RESTORE.md"
 _VERSION = 1
@@ -68,6 +69,12 @@ _MENTION = re.compile(r"inbound-files/([A-Za-z0-9_.-]+)/((?:c[0-9a-f]{12}/)?[A-Z
 Step = Callable[[str], None]
 """Called after each change the migration makes (a move, a write, a marker), with a short
 description: progress for logs, and where the crash tests stop it."""
+
+
+def chat_dir_name(chat_id: str) -> str:
+    """The per-chat folder name the old layout used under ``runtime/inbound-files/<provider>/``
+    (a digest of the chat id): how the migration finds whose files those were."""
+    return "c" + hashlib.sha256(str(chat_id).encode("utf-8")).hexdigest()[:12]
 
 
 class MigrationError(ConfigError):

@@ -32,6 +32,7 @@ from soulflow.contracts import ReplyStatus
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.session.store import SessionStore
+from soulflow.storage.beneath import Beneath
 from tests.agent.test_approval_people import ALICE, BOB, CAROL, Pipeline, wire_chat
 
 TARGET = "templates/rules.md"
@@ -62,7 +63,7 @@ async def pipe(tmp_path: Path) -> AsyncIterator[Pipeline]:
     workspace.mkdir()
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     sessions = SessionStore(tmp_path / "sessions")
-    context = ContextBuilder(tmp_path, MemoryStore(tmp_path / "memory"),
+    context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
                              DecisionService(tmp_path / "d.json"), sessions)
     tools = ToolRegistry()
     tools.register(WriteFileTool())

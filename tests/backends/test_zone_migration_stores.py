@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE, consolidation_due
-from soulflow.runtime.zone_migration import ZoneMigration
-from soulflow.security.protected import chat_dir_name
+from soulflow.runtime.zone_migration import ZoneMigration, chat_dir_name
 from soulflow.storage.beneath import Beneath
 from tests.backends.agent_stores import AgentStores, redis_stores, stores
 

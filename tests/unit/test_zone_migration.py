@@ -25,9 +25,9 @@ from soulflow.runtime.zone_migration import (
     STATE_FILE,
     MigrationError,
     ZoneMigration,
+    chat_dir_name,
     migrate_workspace,
 )
-from soulflow.security.protected import chat_dir_name
 from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
