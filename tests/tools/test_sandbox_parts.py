@@ -205,7 +205,7 @@ async def test_the_process_cap_holds_even_for_root(tmp_path: Path) -> None:
     if os.getuid() == 0 and sandbox.cgroups.parent is None:
         pytest.skip("root without a pids cgroup: only the wall clock bounds processes")
     out = OutputPipe(64 * 1024)
-    limits = Limits(cpu_s=5, memory_mb=1024, max_pids=8, file_size_mb=1, open_files=64)
+    limits = Limits(cpu_s=5, memory_mb=1024, max_pids=8, file_size=1024 * 1024, open_files=64)
     command = "for i in $(seq 40); do sleep 5 & done 2>&1; echo started; kill $(jobs -p)"
     run = await sandbox.run(CodeSandbox.python_spec(tmp_path), ["/bin/sh", "-c", command],
                             limits, 20, out)
