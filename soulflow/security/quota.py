@@ -135,17 +135,20 @@ class UsageIndex:
         with self._lock:
             self._zones[zone] = ZoneUsage(zone, usage.bytes, usage.files, time.time())
             snapshot = self._document()
-        if self._file is not None:
-            self._file.save(snapshot)
+            file = self._file
+        if file is not None:
+            file.save(snapshot)
 
     def all(self) -> list[ZoneUsage]:
         with self._lock:
             return list(self._zones.values())
 
     def close(self) -> None:
-        """Write what is pending (shutdown)."""
-        if self._file is not None:
-            self._file.close(timeout=10)
+        """Write what is pending (shutdown); later changes stay in memory."""
+        with self._lock:
+            file, self._file = self._file, None
+        if file is not None:
+            file.close(timeout=10)
 
     def _document(self) -> dict[str, Any]:
         return {"version": _INDEX_VERSION,
