@@ -59,6 +59,8 @@ class Daemon:
     env: dict[str, str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    python: str = sys.executable  # the interpreter `soulflow run` runs under
+    cwd: Path | None = None  # where it is started (None: the test's own directory)
     url: str = ""
     starts: int = 0
     _log_handles: list[Any] = field(default_factory=list)
@@ -75,9 +77,9 @@ class Daemon:
         handle.flush()
         info_path = self.workspace / "runtime" / "daemon.json"
         info_path.unlink(missing_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "soulflow", "run"], env=self.env,
+        self.proc = subprocess.Popen([self.python, "-m", "soulflow", "run"], env=self.env,
                                      stdout=handle, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, cwd=self.cwd)
 
         def ready() -> str | None:
             if self.proc is not None and self.proc.poll() is not None:
