@@ -80,6 +80,22 @@ class _Listed:
 class _Cache:
     key_inodes: frozenset[DevIno]
     dirs: dict[str, _Listed] = field(default_factory=dict)
+    found: list[str] = field(default_factory=list)
+    # every directory's path and (ctime, mtime, inode, device) when none of them is racy:
+    # the fast check of an unchanged workspace, one lstat and one comparison per directory
+    settled: list[tuple[str, tuple[int, int, int, int]]] | None = None
+
+    def unchanged(self) -> bool:
+        if self.settled is None:
+            return False
+        try:
+            for path, ident in self.settled:
+                st = os.lstat(path)
+                if (st.st_ctime_ns, st.st_mtime_ns, st.st_ino, st.st_dev) != ident:
+                    return False
+        except OSError:
+            return False
+        return True
 
 
 class MaskScanner:
@@ -100,15 +116,17 @@ class MaskScanner:
             cache = self._caches.get(workspace)
             if cache is None or cache.key_inodes != keys:
                 cache = _Cache(keys)
-            try:
-                found = self._refresh(workspace, cache)
-            except MaskScanRefused:
-                self._caches.pop(workspace, None)
-                raise
-            self._caches[workspace] = cache
+            if not cache.unchanged():
+                try:
+                    self._refresh(workspace, cache)
+                except MaskScanRefused:
+                    self._caches.pop(workspace, None)
+                    raise
+                self._caches[workspace] = cache
+            found = list(cache.found)
         return [workspace / rel for rel in found]
 
-    def _refresh(self, workspace: Path, cache: _Cache) -> list[str]:
+    def _refresh(self, workspace: Path, cache: _Cache) -> None:
         key_numbers = {ino for _dev, ino in cache.key_inodes}
         fresh: dict[str, _Listed] = {}
         found: list[str] = []
@@ -141,8 +159,11 @@ class MaskScanner:
                     "vault key before each call, so exec does not run; the operator can "
                     "move large trees out of the workspace")
             pending += listed.subdirs
-        cache.dirs = fresh
-        return found
+        cache.dirs, cache.found = fresh, found
+        settled = [(f"{root}/{rel}" if rel else root, (d.ident[2], d.ident[3], d.ident[1],
+                                                       d.ident[0]))
+                   for rel, d in fresh.items() if d.listed_at_ns - d.ident[2] > RACY_NS]
+        cache.settled = settled if len(settled) == len(fresh) else None
 
     @staticmethod
     def _list(path: str, rel: str, keys: frozenset[DevIno], key_numbers: set[int],
