@@ -234,6 +234,7 @@ class ZoneQuotas:
         beneath = Beneath(workspace)
         beneath.make_dirs(zone.rel)
         fd = open_tree(beneath, zone.rel)
+        started = time.monotonic()
         try:
             before = scan(fd, keep_entries=True, max_files=SNAPSHOT_LIMIT)
             if not before.exact:
@@ -246,7 +247,7 @@ class ZoneQuotas:
         allowed = Usage(max(0, min(limits.exec_bytes, limits.chat_bytes - before.usage.bytes)),
                         max(0, min(limits.exec_files, limits.chat_files - before.usage.files)))
         return ExecBudget(zone=zone, fd=fd, before=before, allowed=allowed, limits=limits,
-                          index=self.index)
+                          index=self.index, snapshot_s=time.monotonic() - started)
 
     # -- status ----------------------------------------------------------------------------
 
@@ -274,6 +275,8 @@ class ExecBudget:
     allowed: Usage
     limits: QuotaLimits
     index: UsageIndex
+    snapshot_s: float = 0.0  # how long the snapshot took: what one check will cost, about
+    last_usage: Usage = NOTHING  # what the last `check` measured in the folder
 
     @property
     def file_size_limit(self) -> int:
@@ -287,6 +290,7 @@ class ExecBudget:
         over, or None; ``tmp`` is what its private /tmp holds (while it runs)."""
         bound = self.before.usage.files + self.allowed.files - tmp.files
         now = scan(self.fd, max_files=max(bound, 0))
+        self.last_usage = now.usage
         return self.excess(now, tmp)
 
     def excess(self, now: TreeScan, tmp: Usage = NOTHING) -> str | None:

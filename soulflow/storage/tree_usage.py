@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from soulflow.storage.beneath import Beneath
 
@@ -71,9 +72,9 @@ class Usage:
         return Usage(self.bytes - other.bytes, self.files - other.files)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One entry of a snapshot: its kind, inode and apparent size."""
+class Entry(NamedTuple):
+    """One entry of a snapshot: its kind, inode and apparent size (a tuple: a snapshot of
+    a full chat folder holds tens of thousands)."""
 
     kind: EntryKind
     ino: int
@@ -123,14 +124,13 @@ def open_tree(beneath: Beneath, rel: str | PurePosixPath) -> int:
         return beneath.open_dir(rel)
 
 
+_IFMT = 0o170000
+_KINDS = {stat.S_IFDIR: EntryKind.DIR, stat.S_IFREG: EntryKind.FILE,
+          stat.S_IFLNK: EntryKind.LINK}
+
+
 def kind_of(mode: int) -> EntryKind:
-    if stat.S_ISDIR(mode):
-        return EntryKind.DIR
-    if stat.S_ISREG(mode):
-        return EntryKind.FILE
-    if stat.S_ISLNK(mode):
-        return EntryKind.LINK
-    return EntryKind.OTHER
+    return _KINDS.get(stat.S_IFMT(mode), EntryKind.OTHER)
 
 
 def scan(root_fd: int, *, keep_entries: bool = False, max_files: int | None = None,
@@ -150,19 +150,22 @@ def scan(root_fd: int, *, keep_entries: bool = False, max_files: int | None = No
         if listing is None:
             too_deep = True
             continue
-        for name, st in listing:
-            files += 1
-            kind = kind_of(st.st_mode)
+        files += len(listing)
+        for name, st in listing:  # the hot loop of every quota check: kept lean
+            kind = _KINDS.get(st.st_mode & _IFMT, EntryKind.OTHER)
+            size = 0
             if kind is EntryKind.FILE:
-                if st.st_nlink <= 1 or st.st_ino not in linked:
-                    total_bytes += st.st_size
+                if st.st_nlink == 1 or st.st_ino not in linked:
+                    size = st.st_size
+                    total_bytes += size
                 if st.st_nlink > 1:
                     linked.add(st.st_ino)
+                    size = st.st_size
             elif kind is EntryKind.LINK:
-                total_bytes += st.st_size
+                size = st.st_size
+                total_bytes += size
             if keep_entries:
-                size = st.st_size if kind in (EntryKind.FILE, EntryKind.LINK) else 0
-                entries[_join(prefix, name)] = Entry(kind, st.st_ino, size)
+                entries[f"{prefix}/{name}" if prefix else name] = Entry(kind, st.st_ino, size)
         if max_files is not None and files > max_files:
             return TreeScan(Usage(total_bytes, files), complete=False, too_deep=too_deep,
                             unreadable=tuple(unreadable), entries=entries)

@@ -64,6 +64,7 @@ _PROBE_TIMEOUT_S = 10.0
 PAGE = 4096
 MASK_TMPFS_BYTES = PAGE  # a mask is an empty directory: it needs no room
 DEFAULT_TMP_BYTES = 16 * 1024 * 1024
+TMPFS_MOUNTS = (Path("/tmp"), Path("/dev/shm"))  # the sandbox's own, sized tmpfs mounts
 
 
 class SandboxMode(StrEnum):
@@ -240,6 +241,24 @@ def _sized(features: BwrapFeatures, size: int) -> list[str]:
     return ["--size", str(tmpfs_size(size))]
 
 
+def tmpfs_skeleton(spec: SandboxSpec) -> int:
+    """How many entries bwrap itself makes in the private ``/tmp`` and ``/dev/shm``: the
+    directories leading to a mount point that lies there (a workspace under ``/tmp``, say),
+    so that what the command makes there can be counted apart from them."""
+    destinations = [*spec.ro_binds, *python_paths(), *(b.path for b in spec.rw_binds)]
+    made: set[Path] = set()
+    for destination in destinations:
+        for tmpfs in TMPFS_MOUNTS:
+            if not destination.is_relative_to(tmpfs) or destination == tmpfs:
+                continue
+            chain = [destination, *destination.parents]
+            for path in chain[:chain.index(tmpfs)]:
+                if not any(path != other and path.is_relative_to(other)
+                           for other in destinations):
+                    made.add(path)
+    return len(made)
+
+
 def _visible_roots(spec: SandboxSpec) -> list[Path]:
     """Host paths that appear at the same path inside (where a mask would be needed)."""
     roots = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(spec.ro_binds)
@@ -251,8 +270,8 @@ def _system_mounts(features: BwrapFeatures, tmp_bytes: int) -> list[str]:
     # The private /tmp comes first: binds listed after it land on top of it, so an interpreter
     # or venv that lives under /tmp (a CI checkout, say) stays visible inside.
     args: list[str] = ["--proc", "/proc", "--dev", "/dev"]
-    args += [*_sized(features, tmp_bytes), "--tmpfs", "/tmp"]
-    args += [*_sized(features, tmp_bytes), "--tmpfs", "/dev/shm"]
+    for tmpfs in TMPFS_MOUNTS:
+        args += [*_sized(features, tmp_bytes), "--tmpfs", str(tmpfs)]
     for directory in SYSTEM_DIRS:
         args += ["--ro-bind", directory, directory]
     for link in SYSTEM_LINKS:

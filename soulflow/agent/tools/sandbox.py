@@ -30,6 +30,7 @@ from soulflow.agent.tools.bwrap import (
     DEFAULT_TMP_BYTES,
     LIMITS_LAUNCHER,
     SCRATCH,
+    TMPFS_MOUNTS,
     TOOLS_DIR,
     BwrapDetector,
     Limits,
@@ -58,7 +59,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _CGROUP_SPARE_PIDS = 4  # bwrap itself, its pid-namespace init and the launcher
-_TMPFS_DIRS = ("tmp", "dev/shm")  # the sandbox's own writable tmpfs mounts
 _GONE_POLL_S = 0.01
 
 
@@ -102,11 +102,12 @@ class SandboxView:
                 self.pid = int(json.loads(self._text)["child-pid"])
         return self.pid
 
-    def tmpfs_usage(self, size: int) -> Usage:
+    def tmpfs_usage(self, size: int, skeleton: int = 0) -> Usage:
         """What the sandbox's private ``/tmp`` and ``/dev/shm`` hold (bytes, entries), from
-        their file systems' counters; zero until they exist. A mount is counted only if it
-        is a file system of exactly the size the sandbox was given, so a half-built sandbox
-        never reports the host's /tmp."""
+        their file systems' counters, less the ``skeleton`` entries bwrap made there for
+        its mount points (`bwrap.tmpfs_skeleton`); zero until they exist. A mount is
+        counted only if it is a file system of exactly the size the sandbox was given, so
+        a half-built sandbox never reports the host's /tmp."""
         pid = self.poll()
         if pid is None:
             return Usage()
@@ -115,15 +116,15 @@ class SandboxView:
         try:
             if _ident(os.stat(root)) == self._host_root:
                 return total
-            for name in _TMPFS_DIRS:
-                found = os.statvfs(root / name)
+            for mount in TMPFS_MOUNTS:
+                found = os.statvfs(root / mount.relative_to("/"))
                 if found.f_blocks * found.f_frsize != size:
                     continue
                 used = (found.f_blocks - found.f_bfree) * found.f_frsize
-                total += Usage(used, max(0, found.f_files - found.f_ffree - 1))
+                total += Usage(used, found.f_files - found.f_ffree - 1)  # less its root
         except OSError:
-            return total
-        return total
+            pass
+        return Usage(total.bytes, max(0, total.files - skeleton))
 
     async def gone(self, within: float) -> None:
         """Wait (up to ``within`` s) until the sandbox's first process has exited: when it

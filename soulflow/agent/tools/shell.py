@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
-from soulflow.agent.tools.bwrap import PAGE, Limits, tmpfs_size
+from soulflow.agent.tools.bwrap import PAGE, Limits, tmpfs_size, tmpfs_skeleton
 from soulflow.agent.tools.process import OutputPipe, wait_or_kill
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.agent.tools.sandbox_masks import MaskScanRefused
@@ -195,7 +195,7 @@ async def run_sandboxed_command(
                         file_size=min(EXEC_FILE_SIZE, budget.file_size_limit),
                         open_files=EXEC_OPEN_FILES)
         output = OutputPipe(MAX_OUTPUT_BYTES)
-        watcher = QuotaWatcher(budget, tmp_bytes)
+        watcher = QuotaWatcher(budget, tmp_bytes, tmpfs_skeleton(spec))
         try:
             run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output,
                                     monitor=watcher)
