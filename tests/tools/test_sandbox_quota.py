@@ -158,3 +158,20 @@ async def test_links_are_counted_not_followed(sandbox: CodeSandbox, workspace: P
     usage = bounded.quotas.index.get("local-c1")
     assert usage is not None
     assert (usage.bytes, usage.files) == (600_000 + len("../../big.bin"), 4)
+
+
+async def test_a_folder_at_its_quota_still_runs_what_adds_nothing(
+    sandbox: CodeSandbox, workspace: Path
+) -> None:
+    """The workspace lies under /tmp here, so bwrap makes folders in the sandbox's private
+    /tmp for its mount point: they are not the command's files."""
+    bounded = _bounded(sandbox, workspace, CHAT_DISK_QUOTA_FILES="10")
+    home = _home(workspace)
+    home.mkdir(parents=True)
+    for i in range(10):
+        (home / f"f{i}").touch()
+    output = await _exec(bounded, workspace, "cd; ls | wc -l; sleep 1; rm f0; touch new")
+    assert output == "10\n[exit code: 0]", output
+    assert sorted(p.name for p in home.iterdir()) == [f"f{i}" for i in range(1, 10)] + ["new"]
+    output = await _exec(bounded, workspace, "cd; touch one-too-many")
+    assert "over this chat's quota of 10 (CHAT_DISK_QUOTA_FILES)" in output, output
