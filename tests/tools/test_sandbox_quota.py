@@ -4,17 +4,20 @@ it added is not kept; what was there before stays."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
+from soulflow.agent.tools import shell
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.agent.tools.shell import ExecTool
 from soulflow.config import load_settings
 from tests.tools.sandbox_support import working_sandbox
+from tests.waiting import until
 
 MB = 1024 * 1024
 
@@ -175,3 +178,29 @@ async def test_a_folder_at_its_quota_still_runs_what_adds_nothing(
     assert sorted(p.name for p in home.iterdir()) == [f"f{i}" for i in range(1, 10)] + ["new"]
     output = await _exec(bounded, workspace, "cd; touch one-too-many")
     assert "over this chat's quota of 10 (CHAT_DISK_QUOTA_FILES)" in output, output
+
+
+async def test_an_aborted_call_is_held_to_the_quotas_too(
+    sandbox: CodeSandbox, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the watcher asleep, the user's /stop ends a call that went over: what it added
+    is still measured and undone."""
+
+    async def asleep(self: object, view: object) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    monkeypatch.setattr(shell.QuotaWatcher, "__call__", asleep)
+    bounded = _bounded(sandbox, workspace, EXEC_DISK_QUOTA_MB="1")
+    registry = ToolRegistry(max_output_chars=200_000)
+    registry.register(ExecTool(bounded))
+    abort = asyncio.Event()
+    ctx = ToolContext(workspace, ChatRef("local", "c1", sender_id="u1"), abort=abort)
+    command = ("cd; for i in 1 2 3; do head -c 900000 /dev/zero > f$i; done; touch ready; "
+               "sleep 60")
+    call = asyncio.create_task(registry.execute("exec", {"command": command}, ctx))
+    await until(lambda: (_home(workspace) / "ready").exists(), timeout=60)
+    abort.set()
+    result = await call
+    assert result.output == "Error: exec was aborted by the user"
+    assert list(_home(workspace).iterdir()) == []

@@ -167,6 +167,12 @@ class CodeSandbox:
             quotas = ZoneQuotas.from_settings(settings) if settings else ZoneQuotas()
         self.quotas = quotas
         self.scanner = scanner or MaskScanner()
+        self._zone_locks: dict[str, asyncio.Lock] = {}
+
+    def zone_lock(self, zone: ChatZone) -> asyncio.Lock:
+        """One exec call at a time per chat folder (a sub-agent shares its parent's): a
+        call's snapshot, budget and undo assume nothing else writes there meanwhile."""
+        return self._zone_locks.setdefault(zone.name, asyncio.Lock())
 
     def status(self) -> SandboxStatus:
         """Probed on first use (one ``bwrap ... true``), then cached."""

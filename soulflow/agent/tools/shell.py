@@ -35,13 +35,13 @@ from pathlib import Path
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.bwrap import PAGE, Limits, tmpfs_size, tmpfs_skeleton
 from soulflow.agent.tools.process import OutputPipe, wait_or_kill
-from soulflow.agent.tools.sandbox import CodeSandbox
+from soulflow.agent.tools.sandbox import CodeSandbox, SandboxRun
 from soulflow.agent.tools.sandbox_masks import MaskScanRefused
 from soulflow.agent.tools.sandbox_quota import QuotaWatcher
 from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason, path_words
 from soulflow.agent.tools.workspace import resolve_in_workspace
 from soulflow.security.protected import ChatScope
-from soulflow.security.quota import QuotaExceeded
+from soulflow.security.quota import ExecBudget, ExecOutcome, QuotaExceeded
 from soulflow.security.zones import ChatZone, zone_for
 from soulflow.storage.beneath import Beneath
 
@@ -178,6 +178,19 @@ async def run_sandboxed_command(
 
     ``chat``'s attachments that the command names are visible (read-only) inside.
     """
+    async with sandbox.zone_lock(zone):
+        run, output, outcome = await _run_in_budget(sandbox, command, workspace, timeout,
+                                                    zone=zone, network=network, chat=chat)
+    over = outcome.message() if outcome.reason is not None else None
+    timed_out = run.timed_out and over is None
+    return CommandResult(output.data, output.dropped, run.returncode, timed_out, over)
+
+
+async def _run_in_budget(
+    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, zone: ChatZone,
+    network: bool, chat: ChatScope | None,
+) -> tuple[SandboxRun, OutputPipe, ExecOutcome]:
+    """Snapshot the chat's folder, run the command within its disk budget, settle."""
     try:  # off the loop: both walk folders (the chat's, then the operator zone's)
         budget = await asyncio.to_thread(sandbox.quotas.begin_exec, workspace, zone)
     except QuotaExceeded as exc:
@@ -201,12 +214,24 @@ async def run_sandboxed_command(
                                     monitor=watcher)
         except OSError as exc:  # bwrap vanished since it was probed
             raise ToolError(f"could not start the sandbox: {exc.strerror or exc}") from exc
-        outcome = await asyncio.to_thread(budget.settle, run.stopped)
+        except asyncio.CancelledError:  # aborted or timed out: the quotas hold all the same
+            await _settled(budget, None)
+            raise
+        outcome = await _settled(budget, run.stopped)
     finally:
         budget.close()
-    over = outcome.message() if outcome.reason is not None else None
-    timed_out = run.timed_out and over is None
-    return CommandResult(output.data, output.dropped, run.returncode, timed_out, over)
+    return run, output, outcome
+
+
+async def _settled(budget: ExecBudget, stopped: str | None) -> ExecOutcome:
+    """`ExecBudget.settle` off the loop; if this task is cancelled meanwhile, the settling
+    still finishes before the budget's descriptor may be closed."""
+    work = asyncio.get_running_loop().run_in_executor(None, budget.settle, stopped)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.wait([work])
+        raise
 
 
 async def run_command(command: str, workspace: Path, timeout: float, *,
