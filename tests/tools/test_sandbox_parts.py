@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.agent.tools.bwrap import LIMITS_LAUNCHER, TOOLS_DIR, Limits
+from soulflow.agent.tools import bwrap
+from soulflow.agent.tools.bwrap import (
+    LIMITS_LAUNCHER,
+    TOOLS_DIR,
+    BwrapFeatures,
+    Limits,
+    RwBind,
+    SandboxSpec,
+    bwrap_argv,
+    tmpfs_skeleton,
+)
 from soulflow.agent.tools.pids_cgroup import PidsCgroups
 from soulflow.agent.tools.process import OutputPipe
 from soulflow.agent.tools.sandbox import CodeSandbox
@@ -211,3 +221,53 @@ async def test_the_process_cap_holds_even_for_root(tmp_path: Path) -> None:
                             limits, 20, out)
     assert not run.timed_out
     assert "fork" in out.text().lower() or "resource temporarily unavailable" in out.text()
+
+
+def _features(**options: bool) -> BwrapFeatures:
+    return BwrapFeatures("/usr/bin/bwrap", "bubblewrap 0.8.0", disable_userns=True,
+                         cgroup_try=True, **options)
+
+
+def test_the_mount_order_keeps_the_operator_zone_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workspace read-only, then the interpreter's directories (a venv inside stays
+    read-only), the masks that contain the chat folder, the folder itself, and last the
+    masks inside it."""
+    ws = tmp_path / "ws"
+    venv = ws / ".venv"
+    (venv / "lib").mkdir(parents=True)
+    (ws / "chats" / "local-c1").mkdir(parents=True)
+    (ws / "runtime").mkdir()
+    key = ws / "chats" / "local-c1" / "key"
+    key.write_text("k")
+    monkeypatch.setattr(bwrap, "python_roots", lambda: [venv])
+    home = ws / "chats" / "local-c1"
+    spec = SandboxSpec(cwd=str(ws), ro_binds=(ws,), rw_binds=(RwBind(home, 7),),
+                       masks=(ws / "chats", ws / "runtime", key), tmp_bytes=5000)
+    argv = bwrap_argv(_features(tmpfs_size=True, bind_fd=True), spec, ["true"])
+    joined = " ".join(argv)
+    order = [f"--ro-bind {ws} {ws}", f"--ro-bind {venv / 'lib'} {venv / 'lib'}",
+             f"--size 4096 --tmpfs {ws / 'chats'}", f"--bind-fd 7 {home}",
+             f"--ro-bind /dev/null {key}"]
+    positions = [joined.index(part) for part in order]
+    assert positions == sorted(positions), joined
+    assert "--size 8192 --tmpfs /tmp" in joined and "--size 8192 --tmpfs /dev/shm" in joined
+    assert spec.pass_fds == (7,)
+
+
+def test_an_older_bwrap_gets_no_size_and_a_path_bind(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    spec = SandboxSpec(cwd="/", rw_binds=(RwBind(home, 7),))
+    argv = bwrap_argv(_features(), spec, ["true"])
+    assert "--size" not in argv and "--bind-fd" not in argv
+    assert f"--bind {home} {home}" in " ".join(argv)
+
+
+def test_the_tmpfs_skeleton_counts_the_folders_bwrap_makes_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bwrap, "python_roots", lambda: [])
+    ws = Path("/tmp/pytest-x/ws")
+    spec = SandboxSpec(cwd=str(ws), ro_binds=(ws,), rw_binds=(RwBind(ws / "chats" / "z"),))
+    assert tmpfs_skeleton(spec) == 2  # /tmp/pytest-x and /tmp/pytest-x/ws
+    assert tmpfs_skeleton(SandboxSpec(cwd="/", ro_binds=(Path("/srv/ws"),))) == 0

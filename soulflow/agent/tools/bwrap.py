@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -150,8 +152,8 @@ class BwrapFeatures:
     version: str
     disable_userns: bool
     cgroup_try: bool
-    tmpfs_size: bool = False  # --size (0.5+)
-    bind_fd: bool = False  # --bind-fd (0.7+)
+    tmpfs_size: bool = False  # --size (0.7+; refused by a setuid bwrap)
+    bind_fd: bool = False  # --bind-fd
 
 
 def python_roots() -> list[Path]:
@@ -320,7 +322,7 @@ class BwrapDetector:
             return _unavailable(f"{path} does not run ({exc}); {ENABLE_HINT}"), None
         features = BwrapFeatures(path, version, "--disable-userns" in help_text,
                                  "--unshare-cgroup-try" in help_text,
-                                 tmpfs_size="--size" in help_text,
+                                 tmpfs_size="--size" in help_text and not _setuid(path),
                                  bind_fd="--bind-fd" in help_text)
         with tempfile.TemporaryDirectory(prefix="soulflow-probe-") as scratch:
             spec = SandboxSpec(cwd=SCRATCH, scratch=Path(scratch), env={"PATH": "/usr/bin:/bin"})
@@ -333,6 +335,14 @@ class BwrapDetector:
             why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
             return _unavailable(f"bwrap fails here ({why}); {ENABLE_HINT}"), None
         return SandboxStatus(SandboxMode.BUBBLEWRAP, version), features
+
+
+def _setuid(path: str) -> bool:
+    """A setuid bwrap refuses ``--size`` (it would let users size host memory)."""
+    try:
+        return bool(os.stat(path).st_mode & stat.S_ISUID)
+    except OSError:
+        return False
 
 
 def _unavailable(detail: str) -> SandboxStatus:

@@ -102,12 +102,13 @@ class SandboxView:
                 self.pid = int(json.loads(self._text)["child-pid"])
         return self.pid
 
-    def tmpfs_usage(self, size: int, skeleton: int = 0) -> Usage:
+    def tmpfs_usage(self, size: int | None, skeleton: int = 0) -> Usage:
         """What the sandbox's private ``/tmp`` and ``/dev/shm`` hold (bytes, entries), from
         their file systems' counters, less the ``skeleton`` entries bwrap made there for
-        its mount points (`bwrap.tmpfs_skeleton`); zero until they exist. A mount is
-        counted only if it is a file system of exactly the size the sandbox was given, so
-        a half-built sandbox never reports the host's /tmp."""
+        its mount points (`bwrap.tmpfs_skeleton`); zero until they exist. Only once the
+        process's root is no longer the host's, and (``size`` given: bwrap sized them) only
+        a file system of exactly that size, so a half-built sandbox never reports the
+        host's /tmp."""
         pid = self.poll()
         if pid is None:
             return Usage()
@@ -118,7 +119,7 @@ class SandboxView:
                 return total
             for mount in TMPFS_MOUNTS:
                 found = os.statvfs(root / mount.relative_to("/"))
-                if found.f_blocks * found.f_frsize != size:
+                if size is not None and found.f_blocks * found.f_frsize != size:
                     continue
                 used = (found.f_blocks - found.f_bfree) * found.f_frsize
                 total += Usage(used, found.f_files - found.f_ffree - 1)  # less its root
@@ -181,6 +182,11 @@ class CodeSandbox:
     async def ready(self) -> SandboxStatus:
         """`status` without blocking the event loop on the first probe."""
         return await asyncio.to_thread(self.status)
+
+    def tmpfs_sized(self) -> bool:
+        """Whether this bwrap bounds the private /tmp (``--size``)."""
+        features = self.detector.features()
+        return features is not None and features.tmpfs_size
 
     @staticmethod
     def unconfined_reason() -> str:

@@ -39,7 +39,7 @@ class QuotaWatcher:
     """A `Monitor` for `CodeSandbox.run`; ``checks`` and ``busy_s`` say what it cost."""
 
     budget: ExecBudget
-    tmp_bytes: int  # the size the sandbox's tmpfs mounts were given
+    tmp_bytes: int | None  # the size the sandbox's tmpfs mounts were given (None: unsized)
     tmp_skeleton: int = 0  # entries bwrap makes there itself (`bwrap.tmpfs_skeleton`)
     min_interval_s: float = MIN_INTERVAL_S
     idle_interval_s: float = IDLE_INTERVAL_S

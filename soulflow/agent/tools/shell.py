@@ -208,7 +208,8 @@ async def _run_in_budget(
                         file_size=min(EXEC_FILE_SIZE, budget.file_size_limit),
                         open_files=EXEC_OPEN_FILES)
         output = OutputPipe(MAX_OUTPUT_BYTES)
-        watcher = QuotaWatcher(budget, tmp_bytes, tmpfs_skeleton(spec))
+        watcher = QuotaWatcher(budget, tmp_bytes if sandbox.tmpfs_sized() else None,
+                               tmpfs_skeleton(spec))
         try:
             run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output,
                                     monitor=watcher)
