@@ -281,3 +281,18 @@ async def test_an_unreadable_operator_directory_refuses_the_call(
     output = await _exec(CodeSandbox(detector=sandbox.detector), workspace, "echo ran")
     assert output == ("Error: exec does not run: proj could not be checked for .env files "
                       "and links to the vault key (Permission denied)")
+
+
+async def test_a_chats_folder_that_is_a_link_is_refused(
+    sandbox: CodeSandbox, tmp_path: Path
+) -> None:
+    """The chat folder is opened beneath the workspace without following links: a
+    ``chats`` link to elsewhere is never bound read-write."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / "chats").symlink_to(elsewhere)
+    output = await _exec(sandbox, workspace, "echo ran > \"$HOME/x\"")
+    assert output.startswith("Error: exec cannot use this chat's folder chats/local-c1/"), output
+    assert list(elsewhere.iterdir()) == []

@@ -195,6 +195,8 @@ async def _run_in_budget(
         budget = await asyncio.to_thread(sandbox.quotas.begin_exec, workspace, zone)
     except QuotaExceeded as exc:
         raise ToolError(str(exc)) from None
+    except OSError as exc:  # chats/ is a link, not a folder, unreadable...
+        raise ToolError(f"exec cannot use this chat's folder {zone.rel}/: {exc}") from None
     try:
         tmp_bytes = tmpfs_size(budget.allowed.bytes + PAGE)
         try:
