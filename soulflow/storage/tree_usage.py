@@ -234,6 +234,7 @@ def _walk_fds(root_fd: int, only: Mapping[str, Entry] | None, *, max_depth: int 
     top = os.dup(root_fd)
     stack: list[tuple[int, str, list[str]]] = []
     try:
+        _owner_access(top)
         listing = _list_or_note(top, "", unreadable)
         stack.append((top, "", _subdirs(listing, "", only)))
         yield "", top, listing
@@ -256,6 +257,7 @@ def _walk_fds(root_fd: int, only: Mapping[str, Entry] | None, *, max_depth: int 
                 continue
             if child is None:
                 continue
+            _owner_access(child)
             listing = _list_or_note(child, path, unreadable)
             stack.append((child, path, _subdirs(listing, path, only)))
             yield path, child, listing
@@ -313,6 +315,15 @@ def _open_dir(parent_fd: int, name: str) -> int | None:
     return None
 
 
+def _owner_access(fd: int) -> None:
+    """Give an open folder back ``u+rwx`` if its owner (the daemon, as the sandbox runs as
+    the daemon's user) took it away: without it nothing in it can be read or removed."""
+    with contextlib.suppress(OSError):
+        mode = os.fstat(fd).st_mode
+        if mode & 0o700 != 0o700:
+            os.fchmod(fd, stat.S_IMODE(mode) | 0o700)
+
+
 def _restore_owner_access(parent_fd: int, name: str, *, directory: bool) -> None:
     """``chmod u+rwx`` (``u+rw`` for a file) through an ``O_PATH`` descriptor of the entry
     itself, so a link swapped in between is never followed."""
@@ -352,6 +363,7 @@ def _remove_dir(parent_fd: int, name: str, root_fd: int) -> None:
         top = _open_dir(top_parent, top_name)
         if top is None:
             continue
+        _owner_access(top)
         stack = [(top_parent, top_name, top)]
         try:
             while stack:
@@ -370,6 +382,7 @@ def _remove_dir(parent_fd: int, name: str, root_fd: int) -> None:
                     continue
                 child = _open_dir(fd, sub)
                 if child is not None:
+                    _owner_access(child)
                     stack.append((fd, sub, child))
         finally:
             for _parent, _dirname, fd in stack:

@@ -147,7 +147,11 @@ def test_a_folder_locked_by_its_owner_is_measured_and_undone(tree: tuple[Path, i
     before = scan(fd, keep_entries=True)
     (root / "locked").mkdir()
     (root / "locked" / "f").write_bytes(b"x" * 100)
+    (root / "sealed").mkdir()
+    (root / "sealed" / "g").write_bytes(b"y")
     (root / "locked").chmod(0)
-    assert scan(fd).usage == Usage(100, 2)
+    (root / "sealed").chmod(0o500)  # readable, but nothing can be removed from it
+    root.chmod(0o500)
+    assert scan(fd).usage == Usage(101, 4)
     undo(fd, before.entries)
     assert list(root.iterdir()) == []
