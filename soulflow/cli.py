@@ -101,6 +101,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state.get("sandbox"):
         sandbox = state["sandbox"]
         print(f"  sandbox    {sandbox['mode']} ({sandbox['detail']})")
+    _print_disk(state.get("disk") or {})
     if state.get("local_model"):
         local = state["local_model"]
         print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "
@@ -126,6 +127,28 @@ def _print_backend(backend: dict[str, Any]) -> None:
         when = time.strftime("%H:%M:%S", time.localtime(since)) if since else "?"
         line += f"; UNREACHABLE since {when}: {str(backend.get('last_error', ''))[:100]}"
     print(line)
+
+
+def _print_disk(disk: dict[str, Any], largest: int = 5) -> None:
+    """What the chat folders hold (as last measured, after each write or exec call), their
+    quotas, and the largest folders."""
+    if not disk:
+        return
+    quota = disk.get("quota") or {}
+    print(f"  disk       {disk.get('chats', 0)} chat folder(s) hold "
+          f"{_size(disk.get('bytes', 0))} in {disk.get('files', 0)} files and folders; "
+          f"quota per chat {_size(quota.get('chat_bytes', 0))} / "
+          f"{quota.get('chat_files', '?')}, per exec call "
+          f"{_size(quota.get('exec_bytes', 0))} / {quota.get('exec_files', '?')}")
+    for row in (disk.get("largest") or [])[:largest]:
+        print(f"    {row['zone']:<30} {_size(row['bytes']):>10} {row['files']:>7} files")
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
 
 
 def _print_channels(state: dict[str, Any]) -> None:

@@ -257,6 +257,7 @@ class Runtime:
         self._sync_all()
         await self.bus.close()  # the backend: files closed, or partitions handed back
         self.sessions.close()
+        self.sandbox.quotas.close()  # the chat folders' usage index
         if self.threads is not None:
             self.threads.close()
         if self.state_redis is not None:

@@ -91,6 +91,7 @@ def state(runtime: Runtime) -> dict[str, Any]:
                  "fired": runtime.cron.fired_count},
         "task_graphs": shared(backend, runtime.task_services.state, {}),
         "sandbox": runtime.sandbox.status().as_dict(),
+        "disk": runtime.sandbox.quotas.summary(),  # the chat folders, from the usage index
         **shared(backend, runtime.background.state, {}),  # "ops", "heartbeat"
     }
 

@@ -79,21 +79,25 @@ def test_a_run_cut_off_mid_tool_is_finished_by_the_other_daemon(
     node_a, node_b = two_nodes
     node_a.start()
     reading(telegram)
-    marker = node_a.workspace / "ran.txt"
-    fake_llm.script_tool_call("exec", {"command": "echo run >> ran.txt; sleep 30"})
+    fake_llm.script_tool_call("exec", {"command": "echo run >> \"$HOME/ran.txt\"; sleep 30"})
     fake_llm.script_reply("The command was interrupted; I did not run it again.")
     post(telegram, "run the long job")
-    wait_for(lambda: marker.exists(), what="the tool to start on A")
+    marker = wait_for(lambda: ran(node_a), what="the tool to start on A")
     node_a.kill()
     node_b.start()
     wait_for(lambda: "The command was interrupted; I did not run it again." in sent(telegram),
              timeout=30, what="B to finish the run")
     assert marker.read_text() == "run\n"  # not run a second time, on A or on B
-    assert not (node_b.workspace / "ran.txt").exists()
+    assert ran(node_b) is None
     assert "interrupted" in fake_llm.requests[-1].json["messages"][-1]["content"]
     wait_for(lambda: node_b.state()["queues"]["inbound_pending"] == 0, what="nothing pending")
     assert sent(telegram).count("The command was interrupted; I did not run it again.") == 1
     assert node_b.stop() == 0
+
+
+def ran(daemon: Daemon) -> Path | None:
+    """The file the long exec command writes in its chat's folder (exec's HOME)."""
+    return next(daemon.workspace.glob("chats/*/ran.txt"), None)
 
 
 def held(daemon: Daemon) -> set[int]:
@@ -118,8 +122,7 @@ def test_a_run_driven_after_its_message_was_answered_is_resumed_on_takeover(
     node_b.start()
     chat = chat_held_by(node_a, node_b)
     reading(telegram)
-    marker = node_a.workspace / "ran.txt"
-    fake_llm.script_tool_call("exec", {"command": "echo run >> ran.txt; sleep 30",
+    fake_llm.script_tool_call("exec", {"command": "echo run >> \"$HOME/ran.txt\"; sleep 30",
                                        "network": True})  # always asks for approval
     fake_llm.script_reply("It was cut off; I did not run it again.")
     post(telegram, "fetch something slowly", chat)
@@ -128,7 +131,7 @@ def test_a_run_driven_after_its_message_was_answered_is_resumed_on_takeover(
     assert node_a.api("POST", "/api/approvals/decide", json={
         "run_id": approval["run_id"], "approval_id": approval["approval_id"],
         "decision": "approve"}).status_code == 200
-    wait_for(lambda: marker.exists(), what="the approved tool to start on A")
+    marker = wait_for(lambda: ran(node_a), what="the approved tool to start on A")
     wait_for(lambda: node_a.state()["queues"]["inbound_pending"] == 0,
              what="no message pending for the run")
     node_a.kill()

@@ -59,6 +59,8 @@ class Daemon:
     env: dict[str, str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    python: str = sys.executable  # the interpreter `soulflow run` runs under
+    cwd: Path | None = None  # where it is started (None: the test's own directory)
     url: str = ""
     starts: int = 0
     #: start the daemon with this soft RLIMIT_NOFILE (as `ulimit -Sn` would), else inherited
@@ -79,7 +81,7 @@ class Daemon:
         info_path.unlink(missing_ok=True)
         self.proc = subprocess.Popen(self.command(), env=self.env,
                                      stdout=handle, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, cwd=self.cwd)
 
         def ready() -> str | None:
             if self.proc is not None and self.proc.poll() is not None:
@@ -96,8 +98,8 @@ class Daemon:
 
     def command(self) -> list[str]:
         if self.soft_open_files is None:
-            return [sys.executable, "-m", "soulflow", "run"]
-        return [sys.executable, "-c",
+            return [self.python, "-m", "soulflow", "run"]
+        return [self.python, "-c",
                 "import resource, runpy, sys\n"
                 "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
                 f"resource.setrlimit(resource.RLIMIT_NOFILE, ({self.soft_open_files}, hard))\n"

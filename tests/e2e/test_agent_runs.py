@@ -59,11 +59,11 @@ def test_sigkill_mid_tool_reports_interrupted_and_does_not_rerun(make_daemon,
                                                                   fake_llm: FakeOpenAIThread
                                                                   ) -> None:
     daemon = make_daemon().start()
-    marker = daemon.workspace / "ran.txt"
-    fake_llm.script_tool_call("exec", {"command": "echo run >> ran.txt; sleep 30"})
+    fake_llm.script_tool_call("exec", {"command": "echo run >> \"$HOME/ran.txt\"; sleep 30"})
     fake_llm.script_reply("The command was interrupted; I did not run it again.")
     message_id = daemon.say("run the long job")
-    wait_for(lambda: marker.exists(), what="the tool to start")
+    marker = wait_for(lambda: next(daemon.workspace.glob("chats/*/ran.txt"), None),
+                      what="the tool to start")  # in the chat's folder, exec's HOME
     daemon.kill()
     daemon.start()
     reply = daemon.wait_reply(message_id, timeout=30)

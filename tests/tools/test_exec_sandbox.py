@@ -143,20 +143,27 @@ async def test_no_network_unless_approved_with_network_access(
     assert listener.connections >= 1
 
 
-async def test_the_workspace_is_still_an_ordinary_place_to_work(
+async def test_the_chat_folder_is_an_ordinary_place_to_work_and_the_rest_read_only(
     sandbox: CodeSandbox, secrets: Secrets
 ) -> None:
-    command = ("cat notes.txt && echo more >> notes.txt && mkdir -p out/deep && "
-               "echo made > out/deep/file.txt && ls && echo $HOME && pwd")
+    """cwd is the workspace root (paths as the file tools take them), HOME the chat's own
+    folder: the one place a command writes; the operator zone reads but never changes."""
+    command = ("pwd; echo $HOME; cat notes.txt; echo more >> notes.txt; mkdir out; "
+               "cd \"$HOME\" && echo mine > notes.txt && mkdir -p out/deep && "
+               "echo made > out/deep/file.txt && ls")
     result = await _registry(sandbox).execute("exec", {"command": command},
                                               _ctx(secrets.workspace))
     assert result.status == "ok", result.output
+    real = secrets.workspace.resolve()
+    home = real / "chats" / "local-c1"
     lines = result.output.splitlines()
-    assert lines[0] == "hello" and "notes.txt" in lines and "out" in lines
-    real = str(secrets.workspace.resolve())
-    assert lines[-3:] == [real, real, "[exit code: 0]"]
-    assert (secrets.workspace / "notes.txt").read_text() == "hello\nmore\n"
-    assert (secrets.workspace / "out" / "deep" / "file.txt").read_text() == "made\n"
+    assert lines[:3] == [str(real), str(home), "hello"]
+    assert all("Read-only file system" in line for line in lines[3:5]), lines
+    assert lines[5:] == ["notes.txt", "out", "[exit code: 0]"]
+    assert (secrets.workspace / "notes.txt").read_text() == "hello\n"
+    assert not (secrets.workspace / "out").exists()
+    assert (home / "notes.txt").read_text() == "mine\n"
+    assert (home / "out" / "deep" / "file.txt").read_text() == "made\n"
 
 
 async def test_a_key_kept_elsewhere_in_the_workspace_is_masked_too(

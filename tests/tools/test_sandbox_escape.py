@@ -28,7 +28,7 @@ from tests.tools.listener import Listener
 from tests.tools.sandbox_support import wait_none_with, working_sandbox
 
 SANDBOX_PROCESS_MARK = "/opt/soulflow-sandbox/"  # every sandboxed python's command line
-RAW_LIMITS = Limits(cpu_s=3, memory_mb=256, max_pids=16, file_size_mb=1, open_files=64)
+RAW_LIMITS = Limits(cpu_s=3, memory_mb=256, max_pids=16, file_size=1024 * 1024, open_files=64)
 RAW_TIMEOUT_S = 4.0
 
 

@@ -23,6 +23,7 @@ from soulflow.agent.tools.shell_policy import (
     destructive_reason,
     outside_workspace_reason,
 )
+from soulflow.security.zones import zone_for
 from tests.tools.conftest import MakeCtx
 from tests.tools.sandbox_support import processes_with, wait_none_with, working_sandbox
 
@@ -108,10 +109,11 @@ async def test_abort_kills_the_group(
 ) -> None:
     abort = asyncio.Event()
     mark = _marker()
-    command = f"sleep {mark} & echo started > started.txt; sleep {mark}"
-    task = asyncio.create_task(registry.execute("exec", {"command": command},
-                                                make_ctx(abort=abort)))
-    await _wait_for(lambda: (workspace / "started.txt").exists() and processes_with(mark))
+    command = f"sleep {mark} & echo started > \"$HOME/started.txt\"; sleep {mark}"
+    ctx = make_ctx(abort=abort)
+    started = zone_for(ctx.chat).path(workspace) / "started.txt"
+    task = asyncio.create_task(registry.execute("exec", {"command": command}, ctx))
+    await _wait_for(lambda: started.exists() and processes_with(mark))
     abort.set()
     result = await task
     assert result.output == "Error: exec was aborted by the user"
@@ -121,14 +123,16 @@ async def test_abort_kills_the_group(
 async def test_destructive_command_needs_approval_and_does_not_run(
     registry: ToolRegistry, make_ctx: MakeCtx, workspace: Path
 ) -> None:
-    (workspace / "build").mkdir()
-    result = await registry.execute("exec", {"command": "rm -rf build"}, make_ctx())
+    build = zone_for(make_ctx().chat).path(workspace) / "build"
+    build.mkdir(parents=True)
+    command = "cd \"$HOME\" && rm -rf build"
+    result = await registry.execute("exec", {"command": command}, make_ctx())
     assert result.status == "approval_required"
     assert result.reason == "destructive command: recursive delete (rm -r)"
-    assert (workspace / "build").exists()
-    done = await registry.execute("exec", {"command": "rm -rf build"}, make_ctx(approved=True))
+    assert build.exists()
+    done = await registry.execute("exec", {"command": command}, make_ctx(approved=True))
     assert done.output == "[exit code: 0]"
-    assert not (workspace / "build").exists()
+    assert not build.exists()
 
 
 async def test_timeout_argument_is_validated(registry: ToolRegistry, ctx: ToolContext) -> None:

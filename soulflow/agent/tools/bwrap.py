@@ -8,11 +8,19 @@ A sandboxed call runs as ``bwrap <namespaces> <mounts> -- python -I -S _sandbox_
   can unmount a mask; its own session (no terminal injection); killed with its parent;
 * ``/usr`` and the library/binary links read-only, a few harmless files of ``/etc`` (never
   ``shadow``, ``ssh`` or ``ssl/private``), the interpreter's ``bin``/``lib`` read-only,
-  a fresh ``/proc``, a minimal ``/dev`` and a private ``/tmp``;
-* `SandboxSpec.rw_binds`: for `python_repl` one scratch directory, for `exec` the workspace
-  (at its real path) with `SandboxSpec.masks` (``runtime/``, ``.env*``, the key) covered and
-  `SandboxSpec.shared` (the chat's named attachments) mounted back read-only;
-* an empty environment plus the variables the caller names.
+  a fresh ``/proc``, a minimal ``/dev`` and a private ``/tmp`` and ``/dev/shm`` of a bounded
+  size (`SandboxSpec.tmp_bytes`);
+* for `python_repl` one scratch directory and nothing of the workspace; for `exec` the
+  workspace read-only at its real path (`SandboxSpec.ro_binds`, the operator zone), its
+  `SandboxSpec.masks` covered (``runtime/``, ``chats/``, ``.env*``, the key), the run's own
+  chat folder mounted read-write over the ``chats/`` mask (`SandboxSpec.rw_binds`, by an open
+  descriptor where bwrap takes one, so the folder bound is the one the daemon checked) and
+  `SandboxSpec.shared` (the chat's named attachments) mounted back read-only.
+
+The order of the mounts is the security argument: the interpreter's own directories are
+bound read-only *after* the workspace (a virtualenv inside the workspace stays read-only and
+visible), every mask comes after them, the chat folder after the masks that contain it
+(``chats/``) and before those inside it.
 
 `BwrapDetector` answers once per instance whether this works here (`SandboxStatus`).
 """
@@ -21,7 +29,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -53,6 +63,10 @@ ENABLE_HINT = (
     "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), then restart the daemon"
 )
 _PROBE_TIMEOUT_S = 10.0
+PAGE = 4096
+MASK_TMPFS_BYTES = PAGE  # a mask is an empty directory: it needs no room
+DEFAULT_TMP_BYTES = 16 * 1024 * 1024
+TMPFS_MOUNTS = (Path("/tmp"), Path("/dev/shm"))  # the sandbox's own, sized tmpfs mounts
 
 
 class SandboxMode(StrEnum):
@@ -84,18 +98,29 @@ class Limits:
     cpu_s: int
     memory_mb: int
     max_pids: int
-    file_size_mb: int
+    file_size: int  # bytes (RLIMIT_FSIZE: the largest file a process may write)
     open_files: int
 
     def rlimits_json(self) -> str:
         """The launcher's ``--limits`` argument (bytes for sizes, seconds for CPU)."""
         return json.dumps({
             "cpu": self.cpu_s, "as": self.memory_mb * 1024 * 1024, "nproc": self.max_pids,
-            "fsize": self.file_size_mb * 1024 * 1024, "nofile": self.open_files, "core": 0,
+            "fsize": self.file_size, "nofile": self.open_files, "core": 0,
         })  # fmt: skip
 
 
-_PROBE_LIMITS = Limits(cpu_s=5, memory_mb=256, max_pids=16, file_size_mb=1, open_files=64)
+_PROBE_LIMITS = Limits(cpu_s=5, memory_mb=256, max_pids=16, file_size=1024 * 1024,
+                       open_files=64)
+
+
+@dataclass(frozen=True, slots=True)
+class RwBind:
+    """A directory mounted read-write at ``path``; ``fd``, when set, is an open descriptor
+    of it: bwrap then binds what the descriptor names, not whatever the path leads to by
+    the time it gets there."""
+
+    path: Path
+    fd: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +130,18 @@ class SandboxSpec:
 
     cwd: str
     env: dict[str, str] = field(default_factory=dict)
-    rw_binds: tuple[Path, ...] = ()
+    ro_binds: tuple[Path, ...] = ()
+    rw_binds: tuple[RwBind, ...] = ()
     scratch: Path | None = None
     masks: tuple[Path, ...] = ()
     shared: tuple[Path, ...] = ()  # read-only, mounted over the masks
     network: bool = False
+    tmp_bytes: int = DEFAULT_TMP_BYTES  # size of the private /tmp and of /dev/shm
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """Descriptors bwrap must inherit (it closes them before the command starts)."""
+        return tuple(b.fd for b in self.rw_binds if b.fd is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +152,8 @@ class BwrapFeatures:
     version: str
     disable_userns: bool
     cgroup_try: bool
+    tmpfs_size: bool = False  # --size (0.7+; refused by a setuid bwrap)
+    bind_fd: bool = False  # --bind-fd
 
 
 def python_roots() -> list[Path]:
@@ -147,8 +181,10 @@ def limited(inner: list[str], limits: Limits) -> list[str]:
     return [sys.executable, "-I", "-S", launcher, "--limits", limits.rlimits_json(), "--", *inner]
 
 
-def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> list[str]:
-    """The full ``bwrap`` command line for ``inner`` (already wrapped by `limited`)."""
+def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str], *,
+               info_fd: int | None = None) -> list[str]:
+    """The full ``bwrap`` command line for ``inner`` (already wrapped by `limited`);
+    ``info_fd``: where bwrap writes the pid of the sandbox's first process."""
     argv = [features.path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if features.cgroup_try:
         argv.append("--unshare-cgroup-try")
@@ -157,20 +193,29 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> 
     if features.disable_userns:
         argv.append("--disable-userns")
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
-    argv += _system_mounts()
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    argv += _system_mounts(features, spec.tmp_bytes)
     argv += ["--ro-bind", str(TOOLS_DIR), IN_SANDBOX_TOOLS]
     if spec.scratch is not None:
         argv += ["--bind", str(spec.scratch), SCRATCH]
-    for path in spec.rw_binds:
-        argv += ["--bind", str(path), str(path)]
+    for path in spec.ro_binds:
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in python_paths():  # after the workspace: a venv inside it stays read-only
+        argv += ["--ro-bind", str(path), str(path)]
     visible = _visible_roots(spec)
-    for mask in spec.masks:
-        if not any(mask.is_relative_to(root) for root in visible):
-            continue  # not mounted in this sandbox at all: nothing to hide
-        if mask.is_dir():
-            argv += ["--tmpfs", str(mask)]
+    masks = [m for m in spec.masks if any(m.is_relative_to(root) for root in visible)]
+    inner_masks = [m for m in masks if any(m.is_relative_to(b.path) for b in spec.rw_binds)]
+    for mask in masks:
+        if mask not in inner_masks:
+            argv += _mask(features, mask)
+    for bind in spec.rw_binds:
+        if bind.fd is not None and features.bind_fd:
+            argv += ["--bind-fd", str(bind.fd), str(bind.path)]
         else:
-            argv += ["--ro-bind", "/dev/null", str(mask)]
+            argv += ["--bind", str(bind.path), str(bind.path)]
+    for mask in inner_masks:
+        argv += _mask(features, mask)
     for path in spec.shared:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", spec.cwd, "--clearenv"]
@@ -179,16 +224,56 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str]) -> 
     return [*argv, "--", *inner]
 
 
+def _mask(features: BwrapFeatures, mask: Path) -> list[str]:
+    """An empty, tiny tmpfs over a directory; ``/dev/null`` over anything else."""
+    if mask.is_dir():
+        return [*_sized(features, MASK_TMPFS_BYTES), "--tmpfs", str(mask)]
+    return ["--ro-bind", "/dev/null", str(mask)]
+
+
+def tmpfs_size(size: int) -> int:
+    """``size`` as a tmpfs takes it: whole pages, and never 0 (which means unbounded)."""
+    return max(PAGE, -(-size // PAGE) * PAGE)
+
+
+def _sized(features: BwrapFeatures, size: int) -> list[str]:
+    """``--size`` for the next tmpfs, where bwrap has it."""
+    if not features.tmpfs_size:
+        return []
+    return ["--size", str(tmpfs_size(size))]
+
+
+def tmpfs_skeleton(spec: SandboxSpec) -> int:
+    """How many entries bwrap itself makes in the private ``/tmp`` and ``/dev/shm``: the
+    directories leading to a mount point that lies there (a workspace under ``/tmp``, say),
+    so that what the command makes there can be counted apart from them."""
+    destinations = [*spec.ro_binds, *python_paths(), *(b.path for b in spec.rw_binds)]
+    made: set[Path] = set()
+    for destination in destinations:
+        for tmpfs in TMPFS_MOUNTS:
+            if not destination.is_relative_to(tmpfs) or destination == tmpfs:
+                continue
+            chain = [destination, *destination.parents]
+            for path in chain[:chain.index(tmpfs)]:
+                if not any(path != other and path.is_relative_to(other)
+                           for other in destinations):
+                    made.add(path)
+    return len(made)
+
+
 def _visible_roots(spec: SandboxSpec) -> list[Path]:
     """Host paths that appear at the same path inside (where a mask would be needed)."""
-    roots = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(spec.rw_binds)
+    roots = [Path(d) for d in SYSTEM_DIRS] + python_paths() + list(spec.ro_binds)
+    roots += [b.path for b in spec.rw_binds]
     return roots + [Path(name) for name in ETC_FILES]
 
 
-def _system_mounts() -> list[str]:
+def _system_mounts(features: BwrapFeatures, tmp_bytes: int) -> list[str]:
     # The private /tmp comes first: binds listed after it land on top of it, so an interpreter
     # or venv that lives under /tmp (a CI checkout, say) stays visible inside.
-    args: list[str] = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args: list[str] = ["--proc", "/proc", "--dev", "/dev"]
+    for tmpfs in TMPFS_MOUNTS:
+        args += [*_sized(features, tmp_bytes), "--tmpfs", str(tmpfs)]
     for directory in SYSTEM_DIRS:
         args += ["--ro-bind", directory, directory]
     for link in SYSTEM_LINKS:
@@ -197,8 +282,6 @@ def _system_mounts() -> list[str]:
             args += ["--symlink", str(path.readlink()), link]
         elif path.is_dir():
             args += ["--ro-bind", link, link]
-    for path in python_paths():
-        args += ["--ro-bind", str(path), str(path)]
     for name in ETC_FILES:
         if Path(name).exists():
             args += ["--ro-bind", name, name]
@@ -238,7 +321,9 @@ class BwrapDetector:
         except (OSError, subprocess.SubprocessError) as exc:
             return _unavailable(f"{path} does not run ({exc}); {ENABLE_HINT}"), None
         features = BwrapFeatures(path, version, "--disable-userns" in help_text,
-                                 "--unshare-cgroup-try" in help_text)
+                                 "--unshare-cgroup-try" in help_text,
+                                 tmpfs_size="--size" in help_text and not _setuid(path),
+                                 bind_fd="--bind-fd" in help_text)
         with tempfile.TemporaryDirectory(prefix="soulflow-probe-") as scratch:
             spec = SandboxSpec(cwd=SCRATCH, scratch=Path(scratch), env={"PATH": "/usr/bin:/bin"})
             try:
@@ -250,6 +335,14 @@ class BwrapDetector:
             why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
             return _unavailable(f"bwrap fails here ({why}); {ENABLE_HINT}"), None
         return SandboxStatus(SandboxMode.BUBBLEWRAP, version), features
+
+
+def _setuid(path: str) -> bool:
+    """A setuid bwrap refuses ``--size`` (it would let users size host memory)."""
+    try:
+        return bool(os.stat(path).st_mode & stat.S_ISUID)
+    except OSError:
+        return False
 
 
 def _unavailable(detail: str) -> SandboxStatus:

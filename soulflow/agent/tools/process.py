@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from typing import Any
 
 DRAIN_AFTER_KILL_S = 2.0
 _POLL_MAX_S = 0.05
@@ -95,21 +96,25 @@ def kill_process_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-async def wait_or_kill(proc: asyncio.subprocess.Process, timeout: float) -> bool:
-    """Wait up to ``timeout`` s for ``proc`` to exit; then (or on cancellation) kill its group.
+async def wait_or_kill(proc: asyncio.subprocess.Process, timeout: float,
+                       stop: asyncio.Future[Any] | None = None) -> bool:
+    """Wait up to ``timeout`` s for ``proc`` to exit, or until ``stop`` is done; then (or on
+    cancellation) kill its group.
 
     Returns True if the time ran out. The group is killed even when the process exited on its
     own, so background children (``sleep 100 &``) never outlive the call.
     """
     try:
-        return not await wait_for_exit(proc, timeout)
+        exited = await wait_for_exit(proc, timeout, stop)
+        return not exited and not (stop is not None and stop.done())
     finally:
         kill_process_group(proc.pid)
         await wait_for_exit(proc, DRAIN_AFTER_KILL_S)
 
 
-async def wait_for_exit(proc: asyncio.subprocess.Process, timeout: float) -> bool:
-    """True once ``proc`` has exited, False if ``timeout`` s pass first.
+async def wait_for_exit(proc: asyncio.subprocess.Process, timeout: float,
+                        stop: asyncio.Future[Any] | None = None) -> bool:
+    """True once ``proc`` has exited, False if ``timeout`` s pass (or ``stop`` is done) first.
 
     Polls ``returncode`` instead of awaiting ``proc.wait()``: on Python 3.11 ``wait()`` also
     waits for the process's asyncio pipes to close, which is not what "exited" means.
@@ -119,7 +124,7 @@ async def wait_for_exit(proc: asyncio.subprocess.Process, timeout: float) -> boo
     delay = 0.002
     while proc.returncode is None:
         remaining = deadline - loop.time()
-        if remaining <= 0:
+        if remaining <= 0 or (stop is not None and stop.done()):
             return False
         await asyncio.sleep(min(delay, remaining))
         delay = min(delay * 2, _POLL_MAX_S)

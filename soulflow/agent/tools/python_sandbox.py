@@ -112,7 +112,7 @@ async def _run_sandboxed(
     out = OutputPipe(limits.max_output * 4 + 1024)
     err = OutputPipe(_STDERR_CAP)
     rlimits = Limits(cpu_s=limits.cpu_s, memory_mb=limits.memory_mb, max_pids=_MAX_PIDS,
-                     file_size_mb=1, open_files=64)
+                     file_size=1024 * 1024, open_files=64)
     inner = runner_argv(limits, f"{IN_SANDBOX_TOOLS}/{RUNNER.name}")
     run = await sandbox.run(sandbox.python_spec(scratch), inner, rlimits, limits.timeout_s,
                             out, err, stdin=code.encode("utf-8", errors="surrogatepass"))

@@ -1,14 +1,20 @@
 """The `exec` tool: run a shell command in the workspace, with limits the model cannot lift.
 
 * The boundary is the kernel: the command runs in a bubblewrap sandbox (`CodeSandbox`) that
-  sees the workspace read-write but not ``runtime/``, ``.env*`` or the vault key, the system
-  read-only, a private ``/tmp``, no network unless the call asked for it (``network: true``,
-  which always needs approval), and rlimits plus a pids cgroup. The chat's own attachments
-  (``runtime/inbound-files/...``) that the command names are shown read-only. Where
-  bubblewrap does not work, every call needs approval and then runs unconfined as the
-  daemon's user.
-* The command gets a minimal environment (PATH, HOME=workspace, LANG, TERM): the daemon's own
-  environment holds API tokens, and ``env`` or a failing ``curl -v`` would print them.
+  sees the workspace read-only (the operator zone: code, virtualenvs, ``.git``, ``scripts/``,
+  templates, skills...) and only its own chat folder ``chats/<zone>/`` read-write (its
+  ``HOME``); not ``runtime/``, the other chats' folders, ``.env*`` or the vault key; the
+  system read-only, a private size-bounded ``/tmp``, no network unless the call asked for it
+  (``network: true``, which always needs approval), and rlimits plus a pids cgroup. The
+  chat's own attachments (``runtime/inbound-files/...``) that the command names are shown
+  read-only. Where bubblewrap does not work, every call needs approval and then runs
+  unconfined as the daemon's user (it can then write anywhere the daemon can).
+* What a call may add to its chat folder is bounded by the disk quotas
+  (`soulflow.security.quota`): a call over one is stopped, fails with the reason, and what
+  it added is undone (`sandbox_quota`).
+* The command gets a minimal environment (PATH, HOME=its chat folder, LANG, TERM): the
+  daemon's own environment holds API tokens, and ``env`` or a failing ``curl -v`` would print
+  them. It starts in the workspace root, so paths are the ones the file tools take.
 * It runs in its own process group, and the whole group is killed when the command ends, times
   out or is cancelled, so ``sleep 1000 &`` cannot outlive the call. Long-running work belongs to
   the spawn and cron tools, not here.
@@ -27,12 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
-from soulflow.agent.tools.bwrap import Limits
+from soulflow.agent.tools.bwrap import PAGE, Limits, tmpfs_size, tmpfs_skeleton
 from soulflow.agent.tools.process import OutputPipe, wait_or_kill
-from soulflow.agent.tools.sandbox import CodeSandbox
+from soulflow.agent.tools.sandbox import CodeSandbox, SandboxRun
+from soulflow.agent.tools.sandbox_masks import MaskScanRefused
+from soulflow.agent.tools.sandbox_quota import QuotaWatcher
 from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason, path_words
 from soulflow.agent.tools.workspace import resolve_in_workspace
 from soulflow.security.protected import ChatScope
+from soulflow.security.quota import ExecBudget, ExecOutcome, QuotaExceeded
+from soulflow.security.zones import ChatZone, zone_for
+from soulflow.storage.beneath import Beneath
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 300.0
@@ -43,15 +54,15 @@ NETWORK_REASON = "network access requested (the command can reach any host, the 
 # Inside the sandbox: address space per process, processes, file size, open files.
 EXEC_MEMORY_MB = 4096
 EXEC_MAX_PIDS = 256
-EXEC_FILE_SIZE_MB = 1024
+EXEC_FILE_SIZE = 1024 * 1024 * 1024
 EXEC_OPEN_FILES = 1024
 
 
-def minimal_env(workspace: Path) -> dict[str, str]:
+def minimal_env(workspace: Path, home: Path) -> dict[str, str]:
     """The only environment a command sees; nothing secret is inherited."""
     return {
         "PATH": os.environ.get("PATH") or DEFAULT_PATH,
-        "HOME": str(workspace),
+        "HOME": str(home),
         "PWD": str(workspace),
         "LANG": os.environ.get("LANG") or "C.UTF-8",
         "TERM": "dumb",
@@ -61,13 +72,16 @@ def minimal_env(workspace: Path) -> dict[str, str]:
 class ExecTool(Tool):
     name = "exec"
     description = (
-        "Run a shell command (/bin/sh -c) in the workspace and return its combined "
+        "Run a shell command (/bin/sh -c) in the workspace root and return its combined "
         f"stdout/stderr (max {MAX_OUTPUT_BYTES // 1024} KB) and exit code. Default timeout "
         f"{DEFAULT_TIMEOUT_S:g} s, at most {MAX_TIMEOUT_S:g} s. Background processes are "
-        "killed when the command ends. It runs in a sandbox: only the workspace is writable "
-        "(runtime/ and .env files are hidden), /tmp is private, and there is no network "
-        "unless you set network=true, which needs the user's approval. Destructive commands "
-        "need approval too."
+        "killed when the command ends. It runs in a sandbox: the workspace is read-only "
+        "except this chat's own folder (chats/<this chat>/, also $HOME), which is where to "
+        "write; runtime/, other chats' folders and .env files are hidden; /tmp is private; "
+        "there is a disk quota: a write past what the call may still add fails with 'File "
+        "too large', and a call over the quota fails and what it added is undone. "
+        "There is no network unless you set network=true, which needs the user's approval. "
+        "Destructive commands need approval too."
     )
     parameters = {
         "type": "object",
@@ -112,16 +126,20 @@ class ExecTool(Tool):
         timeout = _command_timeout(params)
         workspace = resolve_in_workspace(ctx.workspace, ".")  # absolute, and it must exist
         network = bool(params.get("network"))
+        zone = zone_for(ctx.chat)
         if (await self.sandbox.ready()).available:
             if network and not ctx.approved:
                 raise ToolError(f"not approved: {NETWORK_REASON}")
             chat = ChatScope(ctx.chat.provider, ctx.chat.chat_id)
             result = await run_sandboxed_command(self.sandbox, params["command"], workspace,
-                                                 timeout, network=network, chat=chat)
+                                                 timeout, zone=zone, network=network,
+                                                 chat=chat)
         elif ctx.approved:
-            result = await run_command(params["command"], workspace, timeout)
+            result = await run_command(params["command"], workspace, timeout, zone=zone)
         else:
             raise ToolError(f"not approved: {self.sandbox.unconfined_reason()}")
+        if result.over_quota is not None:
+            raise ToolError(f"{result.over_quota} Output so far:\n{result.render()}")
         if result.timed_out:
             raise ToolError(
                 f"command timed out after {timeout:g} s and was killed (with its whole "
@@ -132,12 +150,14 @@ class ExecTool(Tool):
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """What a finished (or killed) command produced; ``dropped`` counts bytes over the cap."""
+    """What a finished (or killed) command produced; ``dropped`` counts bytes over the cap;
+    ``over_quota`` says why the call failed on a disk quota (its additions undone)."""
 
     output: bytes
     dropped: int
     exit_code: int | None
     timed_out: bool
+    over_quota: str | None = None
 
     def render(self) -> str:
         text = self.output.decode("utf-8", errors="replace")
@@ -145,36 +165,85 @@ class CommandResult:
             text += "\n"
         if self.dropped:
             text += f"[output truncated: {self.dropped} more bytes]\n"
-        if not self.timed_out:
+        if not self.timed_out and self.over_quota is None:
             text += f"[exit code: {self.exit_code}]"
         return text.rstrip("\n")
 
 
 async def run_sandboxed_command(
-    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *,
+    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, zone: ChatZone,
     network: bool = False, chat: ChatScope | None = None,
 ) -> CommandResult:
-    """Run ``command`` under ``/bin/sh -c`` in the sandbox; nothing it starts outlives the call.
+    """Run ``command`` under ``/bin/sh -c`` in the sandbox, with ``zone``'s folder as its
+    writable home, within the disk quotas; nothing it starts outlives the call.
 
     ``chat``'s attachments that the command names are visible (read-only) inside.
     """
-    limits = Limits(cpu_s=math.ceil(timeout) + 1, memory_mb=EXEC_MEMORY_MB,
-                    max_pids=EXEC_MAX_PIDS, file_size_mb=EXEC_FILE_SIZE_MB,
-                    open_files=EXEC_OPEN_FILES)
-    output = OutputPipe(MAX_OUTPUT_BYTES)
-    # off the loop: finding the masks walks the workspace for .env files
-    spec = await asyncio.to_thread(sandbox.exec_spec, workspace, network=network, chat=chat,
-                                   words=path_words(command))
+    async with sandbox.zone_lock(zone):
+        run, output, outcome = await _run_in_budget(sandbox, command, workspace, timeout,
+                                                    zone=zone, network=network, chat=chat)
+    over = outcome.message() if outcome.reason is not None else None
+    timed_out = run.timed_out and over is None
+    return CommandResult(output.data, output.dropped, run.returncode, timed_out, over)
+
+
+async def _run_in_budget(
+    sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, zone: ChatZone,
+    network: bool, chat: ChatScope | None,
+) -> tuple[SandboxRun, OutputPipe, ExecOutcome]:
+    """Snapshot the chat's folder, run the command within its disk budget, settle."""
+    try:  # off the loop: both walk folders (the chat's, then the operator zone's)
+        budget = await asyncio.to_thread(sandbox.quotas.begin_exec, workspace, zone)
+    except QuotaExceeded as exc:
+        raise ToolError(str(exc)) from None
+    except OSError as exc:  # chats/ is a link, not a folder, unreadable...
+        raise ToolError(f"exec cannot use this chat's folder {zone.rel}/: {exc}") from None
     try:
-        run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output)
-    except OSError as exc:  # bwrap vanished since it was probed
-        raise ToolError(f"could not start the sandbox: {exc.strerror or exc}") from exc
-    return CommandResult(output.data, output.dropped, run.returncode, run.timed_out)
+        tmp_bytes = tmpfs_size(budget.allowed.bytes + PAGE)
+        try:
+            spec = await asyncio.to_thread(sandbox.exec_spec, workspace, zone=zone,
+                                           zone_fd=budget.fd, network=network, chat=chat,
+                                           words=path_words(command), tmp_bytes=tmp_bytes)
+        except MaskScanRefused as exc:
+            raise ToolError(str(exc)) from None
+        limits = Limits(cpu_s=math.ceil(timeout) + 1, memory_mb=EXEC_MEMORY_MB,
+                        max_pids=EXEC_MAX_PIDS,
+                        file_size=min(EXEC_FILE_SIZE, budget.file_size_limit),
+                        open_files=EXEC_OPEN_FILES)
+        output = OutputPipe(MAX_OUTPUT_BYTES)
+        watcher = QuotaWatcher(budget, tmp_bytes if sandbox.tmpfs_sized() else None,
+                               tmpfs_skeleton(spec))
+        try:
+            run = await sandbox.run(spec, ["/bin/sh", "-c", command], limits, timeout, output,
+                                    monitor=watcher)
+        except OSError as exc:  # bwrap vanished since it was probed
+            raise ToolError(f"could not start the sandbox: {exc.strerror or exc}") from exc
+        except asyncio.CancelledError:  # aborted or timed out: the quotas hold all the same
+            await _settled(budget, None)
+            raise
+        outcome = await _settled(budget, run.stopped)
+    finally:
+        budget.close()
+    return run, output, outcome
 
 
-async def run_command(command: str, workspace: Path, timeout: float) -> CommandResult:
+async def _settled(budget: ExecBudget, stopped: str | None) -> ExecOutcome:
+    """`ExecBudget.settle` off the loop; if this task is cancelled meanwhile, the settling
+    still finishes before the budget's descriptor may be closed."""
+    work = asyncio.get_running_loop().run_in_executor(None, budget.settle, stopped)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.wait([work])
+        raise
+
+
+async def run_command(command: str, workspace: Path, timeout: float, *,
+                      zone: ChatZone) -> CommandResult:
     """Run ``command`` under ``/bin/sh -c`` unconfined (approved calls where there is no
-    sandbox); the process group never outlives this call."""
+    sandbox), from the workspace root with ``zone``'s folder as HOME; the process group
+    never outlives this call. Nothing bounds what it writes: it runs as the daemon."""
+    await asyncio.to_thread(Beneath(workspace).make_dirs, zone.rel)
     output = OutputPipe(MAX_OUTPUT_BYTES)
     try:
         write_fd = await output.open()
@@ -184,7 +253,7 @@ async def run_command(command: str, workspace: Path, timeout: float) -> CommandR
                 "-c",
                 command,
                 cwd=str(workspace),
-                env=minimal_env(workspace),
+                env=minimal_env(workspace, workspace / zone.rel),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,  # interleaved, as a terminal shows them
