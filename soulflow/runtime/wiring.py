@@ -85,7 +85,7 @@ def tool_registry(settings: Settings, redactor: Redactor, sandbox: CodeSandbox,
         allow_private_fetch=settings.flag("WEB_FETCH_ALLOW_PRIVATE"),
         allowed_hosts=frozenset(id_list(settings["WEB_FETCH_ALLOWED_HOSTS"])))
     for tool in (MessageTool(), RequestFileTool(), SpawnTool(), CronTool(),
-                 DiagramRenderTool(), SkillTool(skills)):
+                 DiagramRenderTool(sandbox.quotas), SkillTool(skills)):
         tools.register(tool)
     return tools
 

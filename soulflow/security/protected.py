@@ -66,7 +66,6 @@ __all__ = [
     "SECURITY_DIR",
     "VAULT_FILE_NAME",
     "Access",
-    "ChatScope",
     "PathRule",
     "ProtectedPaths",
     "inodes_of",
@@ -125,18 +124,6 @@ def open_vault(settings: Settings, *, entries: SecretEntries | None = None) -> S
     return SecretVault(security_dir, key_path=key, entries=entries)
 
 
-@dataclass(frozen=True, slots=True)
-class ChatScope:
-    """A chat by provider and id, as the sandbox's callers name the chat of an ``exec`` call.
-
-    No path is open to one chat by its scope any more (attachments and diagrams moved from
-    ``runtime/`` into the chat's zone): the file tools judge paths against the run's
-    `ChatZone` instead."""
-
-    provider: str
-    chat_id: str
-
-
 class _RuntimeInodes:
     """The hard-linked files under ``runtime/``, scanned at most once per pinned guard."""
 
@@ -164,7 +151,6 @@ class ProtectedPaths:
     security_dir: Path
     vault_file: Path
     key_file: Path
-    chat: ChatScope | None = None  # see `ChatScope`: opens nothing
     _extra_keys: tuple[Path, ...] = field(default=())
     _pinned_key_inodes: frozenset[DevIno] | None = None  # see `pinned`
     _pinned_runtime: _RuntimeInodes | None = None
@@ -282,8 +268,7 @@ class ProtectedPaths:
 
 
 def protected_paths(workspace: Path, settings: Settings | None = None, *,
-                    key_file: Path | None = None,
-                    chat: ChatScope | None = None) -> ProtectedPaths:
+                    key_file: Path | None = None) -> ProtectedPaths:
     """The protected paths of ``workspace``: THE rules, for file tools and sandboxes alike.
 
     The key file comes from ``key_file`` if given, else from ``settings``'
@@ -302,7 +287,7 @@ def protected_paths(workspace: Path, settings: Settings | None = None, *,
     extra = () if resolved_key == default_key else (default_key,)
     return ProtectedPaths(workspace=root, runtime_dir=runtime_dir, security_dir=security_dir,
                           vault_file=security_dir / VAULT_FILE_NAME, key_file=resolved_key,
-                          chat=chat, _extra_keys=extra)
+                          _extra_keys=extra)
 
 
 def _resolve(path: Path) -> Path:

@@ -81,6 +81,8 @@ async def test_exec_needs_approval_for_every_call(
     asked = await registry.execute("exec", {"command": "echo hi"}, _ctx(workspace))
     assert asked.status == "approval_required"
     assert asked.reason is not None and asked.reason.startswith("no OS sandbox: runs unconfined")
+    # unconfined, it could rewrite the operator's files: the requester alone may not allow it
+    assert asked.admins_only
     # without a sandbox the outside-the-workspace rule is back, next to the reason above
     outside = await registry.execute("exec", {"command": "cat /etc/hostname"}, _ctx(workspace))
     assert outside.reason is not None and "outside the workspace" in outside.reason

@@ -74,8 +74,8 @@ def build_default_registry(
     sandbox = sandbox or CodeSandbox()
     for tool in (
         ReadFileTool(),
-        WriteFileTool(),
-        EditFileTool(),
+        WriteFileTool(sandbox.quotas),
+        EditFileTool(sandbox.quotas),
         ListDirTool(),
         ExecTool(sandbox),
         WebFetchTool(allow_private=allow_private_fetch, allowed_hosts=allowed_hosts),

@@ -133,6 +133,7 @@ class Tool(abc.ABC):
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     idempotent: bool = False
+    runs_code: bool = False  # runs code the model wrote: a secret in its arguments asks first
     timeout_s: float = 60
 
     def needs_approval(self, params: Params, ctx: ToolContext) -> str | ApprovalNeed | None:

@@ -14,8 +14,7 @@ A sandboxed call runs as ``bwrap <namespaces> <mounts> -- python -I -S _sandbox_
   workspace read-only at its real path (`SandboxSpec.ro_binds`, the operator zone), its
   `SandboxSpec.masks` covered (``runtime/``, ``chats/``, ``.env*``, the key), the run's own
   chat folder mounted read-write over the ``chats/`` mask (`SandboxSpec.rw_binds`, by an open
-  descriptor where bwrap takes one, so the folder bound is the one the daemon checked) and
-  `SandboxSpec.shared` (the chat's named attachments) mounted back read-only.
+  descriptor where bwrap takes one, so the folder bound is the one the daemon checked).
 
 The order of the mounts is the security argument: the interpreter's own directories are
 bound read-only *after* the workspace (a virtualenv inside the workspace stays read-only and
@@ -134,7 +133,6 @@ class SandboxSpec:
     rw_binds: tuple[RwBind, ...] = ()
     scratch: Path | None = None
     masks: tuple[Path, ...] = ()
-    shared: tuple[Path, ...] = ()  # read-only, mounted over the masks
     network: bool = False
     tmp_bytes: int = DEFAULT_TMP_BYTES  # size of the private /tmp and of /dev/shm
 
@@ -216,8 +214,6 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str], *,
             argv += ["--bind", str(bind.path), str(bind.path)]
     for mask in inner_masks:
         argv += _mask(features, mask)
-    for path in spec.shared:
-        argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", spec.cwd, "--clearenv"]
     for name, value in spec.env.items():
         argv += ["--setenv", name, value]

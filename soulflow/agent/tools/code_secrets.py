@@ -26,7 +26,7 @@ from soulflow.security.references import reference_labels
 
 def runs_code(tool: Tool) -> bool:
     """Whether ``tool`` runs code the model wrote (a class attribute ``runs_code = True``)."""
-    return bool(getattr(tool, "runs_code", False))
+    return tool.runs_code
 
 
 def code_secret_reason(tool: Tool, params: Params) -> str | None:

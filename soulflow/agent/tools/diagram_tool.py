@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import PurePosixPath
 from typing import Any
 
 from soulflow.agent.diagram.render import DiagramError, render_mermaid
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.workspace import beneath_for, own_zone
+from soulflow.security.quota import QuotaExceeded, ZoneQuotas
+from soulflow.security.zones import ChatZone
+from soulflow.storage.beneath import Beneath
 
 __all__ = ["DIAGRAM_DIR", "DiagramRenderTool"]
 
@@ -54,6 +58,9 @@ class DiagramRenderTool(Tool):
     idempotent = True
     timeout_s = RENDER_TIMEOUT_S + 10  # the renderer's own timeout fires first, with a reason
 
+    def __init__(self, quotas: ZoneQuotas | None = None) -> None:
+        self.quotas = quotas
+
     async def run(self, params: Params, ctx: ToolContext) -> str:
         source = params["source"]
         formats = _FORMATS[params.get("format", "both")]
@@ -68,9 +75,20 @@ class DiagramRenderTool(Tool):
             rel = own_zone(ctx).rel / DIAGRAM_DIR / diagram_name(source)
             data = result.svg.encode("utf-8")
             try:
-                await asyncio.to_thread(beneath_for(ctx).write_atomic, rel, data)
+                await asyncio.to_thread(self._save, beneath_for(ctx), own_zone(ctx), rel, data)
+            except QuotaExceeded as exc:
+                raise ToolError(f"the diagram rendered but its SVG was not saved: {exc}") \
+                    from None
             except OSError as exc:
                 raise ToolError(f"the diagram rendered but its SVG could not be saved: "
                                 f"{exc.strerror or exc}") from None
             parts.append(f"SVG saved at {rel.as_posix()} ({len(data)} bytes)")
         return "\n\n".join(parts)
+
+    def _save(self, beneath: Beneath, zone: ChatZone, rel: PurePosixPath, data: bytes) -> None:
+        """Write the SVG into the chat's folder, within its disk quota (an SVG already there
+        under its content's name is the same file: nothing is added)."""
+        if self.quotas is not None and not beneath.is_file(rel):
+            new_dirs = 0 if beneath.is_dir(rel.parent) else 1
+            self.quotas.check_write(beneath.root, zone, len(data), 1 + new_dirs)
+        beneath.write_atomic(rel, data)

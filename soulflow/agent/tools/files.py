@@ -22,6 +22,7 @@ import asyncio
 import mimetypes
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from soulflow.agent.tools.base import ApprovalNeed, Params, Tool, ToolContext, ToolError
@@ -35,6 +36,7 @@ from soulflow.agent.tools.workspace import (
     write_approval,
 )
 from soulflow.security.protected import Access, ProtectedPaths
+from soulflow.security.quota import QuotaExceeded, ZoneQuotas
 from soulflow.security.zones import ChatZone
 from soulflow.storage.beneath import Beneath, DirEntry, RefusedPath
 
@@ -104,6 +106,9 @@ class WriteFileTool(Tool):
         "additionalProperties": False,
     }
 
+    def __init__(self, quotas: ZoneQuotas | None = None) -> None:
+        self.quotas = quotas
+
     def needs_approval(self, params: Params, ctx: ToolContext) -> ApprovalNeed | None:
         return write_approval(ctx, params["path"])
 
@@ -112,7 +117,9 @@ class WriteFileTool(Tool):
         target = tool_path(ctx, params["path"], guard)
         require_writable(ctx, target)
         data = params["content"].encode("utf-8")
-        existed = await asyncio.to_thread(_write_file, beneath_for(ctx), target, guard, data)
+        quota = _ZoneBudget(self.quotas, ctx, target)
+        existed = await asyncio.to_thread(_write_file, beneath_for(ctx), target, guard, data,
+                                          quota)
         verb = "replaced" if existed else "created"
         return f"{verb} {target.shown} ({len(data)} bytes)"
 
@@ -140,6 +147,9 @@ class EditFileTool(Tool):
         "additionalProperties": False,
     }
 
+    def __init__(self, quotas: ZoneQuotas | None = None) -> None:
+        self.quotas = quotas
+
     def needs_approval(self, params: Params, ctx: ToolContext) -> ApprovalNeed | None:
         return write_approval(ctx, params["path"])
 
@@ -164,7 +174,9 @@ class EditFileTool(Tool):
                 f"count={found} to replace every occurrence"
             )
         updated = text.replace(old, new).encode("utf-8")
-        await asyncio.to_thread(_replace, beneath, target, updated, mode)
+        budget = _ZoneBudget(self.quotas, ctx, target)
+        await asyncio.to_thread(_replace_within, beneath, target, updated, mode, budget,
+                                len(text.encode("utf-8")))
         return f"edited {target.shown}: replaced {found} occurrence(s)"
 
 
@@ -253,8 +265,44 @@ def _text_of(fd: int, st: os.stat_result, target: ToolPath) -> str:
         ) from exc
 
 
+@dataclass(frozen=True, slots=True)
+class _ZoneBudget:
+    """The chat folder's disk quota as a write in it sees it (nothing to check for a write
+    elsewhere: the operator's files are written only with an admin's approval)."""
+
+    quotas: ZoneQuotas | None
+    ctx: ToolContext
+    target: ToolPath
+
+    def check(self, beneath: Beneath, added_bytes: int, new_file: bool) -> None:
+        """Refuse (`ToolError`) a write that would take the folder over its quota."""
+        if self.quotas is None or self.target.access is not Access.OWN:
+            return
+        added_files = int(new_file) + _missing_parents(beneath, self.target.rel)
+        try:
+            self.quotas.check_write(beneath.root, own_zone(self.ctx), added_bytes, added_files)
+        except QuotaExceeded as exc:
+            raise ToolError(f"not written: {exc}") from None
+
+
+def _missing_parents(beneath: Beneath, rel: PurePosixPath) -> int:
+    """How many folders a write to ``rel`` would create."""
+    missing = 0
+    for parent in rel.parents:
+        if not parent.parts or beneath.is_dir(parent):
+            break
+        missing += 1
+    return missing
+
+
+def _replace_within(beneath: Beneath, target: ToolPath, data: bytes, mode: int,
+                    budget: _ZoneBudget, old_size: int) -> None:
+    budget.check(beneath, len(data) - old_size, new_file=False)
+    _replace(beneath, target, data, mode)
+
+
 def _write_file(beneath: Beneath, target: ToolPath, guard: ProtectedPaths,
-                data: bytes) -> bool:
+                data: bytes, budget: _ZoneBudget) -> bool:
     """Create or replace the file; True if one was there. An existing file must be a regular
     file that is not a secret under another name; its permission bits are kept."""
     try:
@@ -276,6 +324,8 @@ def _write_file(beneath: Beneath, target: ToolPath, guard: ProtectedPaths,
             raise ToolError(f"'{target.given}' is protected and file tools cannot use it: "
                             f"{reason}")
         mode = stat.S_IMODE(st.st_mode)
+    budget.check(beneath, len(data) - (st.st_size if st is not None else 0),
+                 new_file=st is None)
     _replace(beneath, target, data, mode)
     return st is not None
 

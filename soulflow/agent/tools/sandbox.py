@@ -47,8 +47,7 @@ from soulflow.agent.tools.process import (
     kill_process_group,
     wait_or_kill,
 )
-from soulflow.agent.tools.sandbox_masks import MaskScanner, masked_paths, shared_runtime_paths
-from soulflow.security.protected import ChatScope
+from soulflow.agent.tools.sandbox_masks import MaskScanner, masked_paths
 from soulflow.security.quota import ZoneQuotas
 from soulflow.security.zones import ChatZone
 from soulflow.storage.tree_usage import Usage
@@ -194,14 +193,12 @@ class CodeSandbox:
         return f"no OS sandbox: runs unconfined as {_user()}"
 
     def exec_spec(self, workspace: Path, *, zone: ChatZone, zone_fd: int | None = None,
-                  network: bool = False, chat: ChatScope | None = None,
-                  words: list[str] | None = None, tmp_bytes: int = DEFAULT_TMP_BYTES,
+                  network: bool = False, tmp_bytes: int = DEFAULT_TMP_BYTES,
                   ) -> SandboxSpec:
         """The workspace read-only at its real path (the operator zone), ``zone``'s folder
         read-write (bound through ``zone_fd`` when given), the daemon's state, the other
-        chats' folders and the secrets hidden; the attachments of ``chat`` named in
-        ``words`` shown read-only. cwd is the workspace root (paths as the file tools take
-        them), ``HOME`` the chat's folder.
+        chats' folders and the secrets hidden. cwd is the workspace root (paths as the file
+        tools take them), ``HOME`` the chat's folder.
 
         Blocking (it checks the workspace for what to mask): call it from a worker thread.
         Raises `sandbox_masks.MaskScanRefused` when that check cannot be done whole.
@@ -209,13 +206,12 @@ class CodeSandbox:
         real = workspace.resolve()
         home = real / zone.rel
         masks = masked_paths(real, self.settings, scanner=self.scanner)
-        shared = shared_runtime_paths(real, words or [], chat, self.settings) if chat else []
         environ = os.environ if self._environ is None else self._environ
         env = {"PATH": DEFAULT_PATH, "HOME": str(home), "PWD": str(real),
                "LANG": environ.get("LANG") or "C.UTF-8", "TERM": "dumb"}
         return SandboxSpec(cwd=str(real), env=env, ro_binds=(real,),
                            rw_binds=(RwBind(home, zone_fd),), masks=tuple(masks),
-                           shared=tuple(shared), network=network, tmp_bytes=tmp_bytes)
+                           network=network, tmp_bytes=tmp_bytes)
 
     @staticmethod
     def python_spec(scratch: Path) -> SandboxSpec:

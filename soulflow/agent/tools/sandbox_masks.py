@@ -1,4 +1,4 @@
-"""What the `exec` sandbox hides inside the workspace, and the few runtime files it shows.
+"""What the `exec` sandbox hides inside the workspace.
 
 `exec` sees the workspace read-only (the operator zone) and its own chat folder read-write;
 it never sees ``runtime/`` (every chat's sessions, the vault and, by default, the vault
@@ -23,9 +23,8 @@ mtime and ctime (a ctime cannot be set back), so an unchanged directory still ho
 same ``.env`` files and links. A directory changed within `RACY_NS` of its listing is
 listed again next time, since a change in the same clock tick would not show.
 
-`shared_runtime_paths` is the way back in for what the file tools may open too: the chat's
-own attachments that the command names (``runtime/inbound-files/<provider>/<id>_<name>``,
-unguessable names, never listed) and ``runtime/diagrams/``, mounted read-only over the mask.
+Nothing under ``runtime/`` is shown back: a chat's attachments and diagrams live in its own
+folder, which the sandbox mounts read-write.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from soulflow.security.protected import RUNTIME_DIR, ChatScope, DevIno, protected_paths
+from soulflow.security.protected import RUNTIME_DIR, DevIno, protected_paths
 from soulflow.security.zones import CHATS_DIR
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -216,26 +215,6 @@ def masked_paths(workspace: Path, settings: Settings | None = None, *,
     kept_dirs = [d for d in dirs if not any(d != o and d.is_relative_to(o) for o in dirs)]
     kept_files = [f for f in files if not any(f.is_relative_to(d) for d in kept_dirs)]
     return kept_dirs + kept_files
-
-
-def shared_runtime_paths(workspace: Path, words: list[str], chat: ChatScope,
-                         settings: Settings | None = None) -> list[Path]:
-    """Paths under ``runtime/`` named in ``words`` that the file tools would let ``chat``
-    open (its attachments, ``runtime/diagrams/``): mounted read-only inside the mask."""
-    workspace = Path(workspace).resolve()
-    runtime = workspace / RUNTIME_DIR
-    protected = protected_paths(workspace, settings, chat=chat)
-    shared: list[Path] = []
-    for word in words:
-        if RUNTIME_DIR not in word:
-            continue
-        path = Path(word)
-        real = _real(path if path.is_absolute() else workspace / path)
-        if real is None or real in shared or not real.is_relative_to(runtime):
-            continue
-        if protected.check(real) is None:
-            shared.append(real)
-    return shared
 
 
 def _unwalked(workspace: Path) -> list[Path]:

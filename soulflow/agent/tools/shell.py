@@ -6,8 +6,8 @@
   ``HOME``); not ``runtime/``, the other chats' folders, ``.env*`` or the vault key; the
   system read-only, a private size-bounded ``/tmp``, no network unless the call asked for it
   (``network: true``, which always needs approval), and rlimits plus a pids cgroup. The
-  chat's own attachments (``runtime/inbound-files/...``) that the command names are shown
-  read-only. Where bubblewrap does not work, every call needs approval and then runs
+  chat's attachments are in its folder (``files/``). Where bubblewrap does not work, every
+  call needs an approval only an admin or the local operator can give, and then runs
   unconfined as the daemon's user (it can then write anywhere the daemon can).
 * What a call may add to its chat folder is bounded by the disk quotas
   (`soulflow.security.quota`): a call over one is stopped, fails with the reason, and what
@@ -32,15 +32,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
+from soulflow.agent.tools.base import ApprovalNeed, Params, Tool, ToolContext, ToolError
 from soulflow.agent.tools.bwrap import PAGE, Limits, tmpfs_size, tmpfs_skeleton
 from soulflow.agent.tools.process import OutputPipe, wait_or_kill
 from soulflow.agent.tools.sandbox import CodeSandbox, SandboxRun
 from soulflow.agent.tools.sandbox_masks import MaskScanRefused
 from soulflow.agent.tools.sandbox_quota import QuotaWatcher
-from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason, path_words
+from soulflow.agent.tools.shell_policy import approval_reason, destructive_reason
 from soulflow.agent.tools.workspace import resolve_in_workspace
-from soulflow.security.protected import ChatScope
 from soulflow.security.quota import ExecBudget, ExecOutcome, QuotaExceeded
 from soulflow.security.zones import ChatZone, zone_for
 from soulflow.storage.beneath import Beneath
@@ -108,13 +107,15 @@ class ExecTool(Tool):
     def __init__(self, sandbox: CodeSandbox) -> None:
         self.sandbox = sandbox
 
-    def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
+    def needs_approval(self, params: Params, ctx: ToolContext) -> str | ApprovalNeed | None:
         command = params["command"]
         if not self.sandbox.status().available:
+            # unconfined, the command can write the operator's files (code, .env, templates):
+            # a change every chat's runs would load, so the requester alone may not allow it
             reasons = [approval_reason(command), self.sandbox.unconfined_reason()]
-        else:
-            reasons = [destructive_reason(command),
-                       NETWORK_REASON if params.get("network") else None]
+            return ApprovalNeed("; ".join(r for r in reasons if r), admins_only=True)
+        reasons = [destructive_reason(command),
+                   NETWORK_REASON if params.get("network") else None]
         return "; ".join(r for r in reasons if r) or None
 
     def timeout_for(self, params: Params) -> float:
@@ -130,10 +131,8 @@ class ExecTool(Tool):
         if (await self.sandbox.ready()).available:
             if network and not ctx.approved:
                 raise ToolError(f"not approved: {NETWORK_REASON}")
-            chat = ChatScope(ctx.chat.provider, ctx.chat.chat_id)
             result = await run_sandboxed_command(self.sandbox, params["command"], workspace,
-                                                 timeout, zone=zone, network=network,
-                                                 chat=chat)
+                                                 timeout, zone=zone, network=network)
         elif ctx.approved:
             result = await run_command(params["command"], workspace, timeout, zone=zone)
         else:
@@ -172,16 +171,14 @@ class CommandResult:
 
 async def run_sandboxed_command(
     sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, zone: ChatZone,
-    network: bool = False, chat: ChatScope | None = None,
+    network: bool = False,
 ) -> CommandResult:
     """Run ``command`` under ``/bin/sh -c`` in the sandbox, with ``zone``'s folder as its
     writable home, within the disk quotas; nothing it starts outlives the call.
-
-    ``chat``'s attachments that the command names are visible (read-only) inside.
     """
     async with sandbox.zone_lock(zone):
         run, output, outcome = await _run_in_budget(sandbox, command, workspace, timeout,
-                                                    zone=zone, network=network, chat=chat)
+                                                    zone=zone, network=network)
     over = outcome.message() if outcome.reason is not None else None
     timed_out = run.timed_out and over is None
     return CommandResult(output.data, output.dropped, run.returncode, timed_out, over)
@@ -189,7 +186,7 @@ async def run_sandboxed_command(
 
 async def _run_in_budget(
     sandbox: CodeSandbox, command: str, workspace: Path, timeout: float, *, zone: ChatZone,
-    network: bool, chat: ChatScope | None,
+    network: bool,
 ) -> tuple[SandboxRun, OutputPipe, ExecOutcome]:
     """Snapshot the chat's folder, run the command within its disk budget, settle."""
     try:  # off the loop: both walk folders (the chat's, then the operator zone's)
@@ -202,8 +199,8 @@ async def _run_in_budget(
         tmp_bytes = tmpfs_size(budget.allowed.bytes + PAGE)
         try:
             spec = await asyncio.to_thread(sandbox.exec_spec, workspace, zone=zone,
-                                           zone_fd=budget.fd, network=network, chat=chat,
-                                           words=path_words(command), tmp_bytes=tmp_bytes)
+                                           zone_fd=budget.fd, network=network,
+                                           tmp_bytes=tmp_bytes)
         except MaskScanRefused as exc:
             raise ToolError(str(exc)) from None
         limits = Limits(cpu_s=math.ceil(timeout) + 1, memory_mb=EXEC_MEMORY_MB,

@@ -75,16 +75,6 @@ def outside_workspace_reason(command: str) -> str | None:
     return None
 
 
-def path_words(command: str) -> list[str]:
-    """Every word of ``command`` that may be a path (``--in=x`` and ``A:B`` parts included),
-    quotes removed; used to find the attachments a command names."""
-    words: list[str] = []
-    for word in _words(command):
-        if "://" not in word:
-            words.extend(_path_candidates(word))
-    return words
-
-
 def approval_reason(command: str) -> str | None:
     """Why ``command`` needs approval (destructive first), or None."""
     return destructive_reason(command) or outside_workspace_reason(command)
