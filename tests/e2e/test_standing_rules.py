@@ -33,7 +33,8 @@ from tests.e2e.harness import Daemon
 from tests.e2e.platform_helpers import BotPost, make_driver
 from tests.e2e.test_approval_people import other_users
 from tests.e2e.test_platforms import Live, daemon_env
-from tests.e2e.test_zone_memory import People, people, system_prompts
+from tests.e2e.test_zone_memory import People, people
+from tests.e2e.tool_runs import fresh_prompt
 from tests.fakes.openai_api import FakeOpenAIThread
 
 PLATFORMS = ("telegram", "slack", "discord")
@@ -150,24 +151,6 @@ def try_route(room: Room, chat: str, route: Route, tool: str, rule: str) -> list
     return problems
 
 
-def fresh_prompt(room: Room, chat: str, user: str) -> str:
-    """The system prompt of a request made for `user` in `chat` once the operator's new
-    template shows in it: whatever was written before is in it by then."""
-    live = room.live
-    control = f"control{uuid.uuid4().hex[:10]}"
-    (room.workspace / "templates" / "zz-control.md").write_text(f"Operator note {control}.\n")
-    asked = [0]
-
-    def fresh() -> str | None:
-        asked[0] += 1
-        text = f"what do you know {asked[0]} {control}"
-        live.driver.post(text, user=user, chat=chat)
-        live.wait_post(f"echo: {text}", chat)
-        prompts = system_prompts(live.llm, text)
-        return prompts[-1] if prompts and control in prompts[-1] else None
-    return live.wait(fresh, f"a fresh system prompt in {chat}", 30)
-
-
 def notes_holding(workspace: Path, rule: str) -> list[str]:
     """The memory notes (global and every chat zone's) that hold `rule`."""
     notes = [*workspace.glob("memory/*.md"), *workspace.glob("chats/*/memory/*.md")]
@@ -211,7 +194,9 @@ def test_no_chat_plants_a_rule_for_alice_s_dm(room: Room) -> None:
             problems.append(f"consolidation from {chat}: the rule is in {landed[chat]}, "
                             f"not only in {own}")
 
-    alice = fresh_prompt(room, who.alice_dm, who.alice)
+    control = f"control{uuid.uuid4().hex[:10]}"  # the operator's own edit, to know when
+    (room.workspace / "templates" / "zz-control.md").write_text(f"Operator note {control}.\n")
+    alice = fresh_prompt(live, who.alice_dm, who.alice, [control])
     problems += [f"{route} reached Alice's DM system prompt"
                  for route, rule in rules.items() if rule.split()[-1] in alice]
     assert problems == []
