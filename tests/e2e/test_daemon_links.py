@@ -161,6 +161,23 @@ def test_links_in_operator_files_put_nothing_into_model_requests(
                 leaks.append(f"the reply in {run.posts[0].chat}: {found}")
         assert leaks == []
 
+        # Since the zones a run's own folder is writable from exec: the model links its
+        # chat's MEMORY.md to the key, next to a regular today's note (the control).
+        require_bwrap()
+        zone = zone_named("slack", who.alice_dm).rel.as_posix()
+        zone_control = f"zonecontrol{uuid.uuid4().hex[:10]}"
+        plant = (f"mkdir -p {zone}/memory && ln -sfn {ws}/{key_file} {zone}/memory/MEMORY.md "
+                 f"&& echo 'note {zone_control}' > {zone}/memory/{TODAY}.md && echo planted")
+        seen_before = len(live.llm.requests)
+        run = run_tools(live, who.alice_dm, [("exec", {"command": plant})], user=who.alice)
+        assert "planted" in run.outputs[0], run.outputs[0]
+        assert (ws / zone / "memory" / "MEMORY.md").is_symlink()
+        prompt = fresh_prompt(live, who.alice_dm, who.alice, [zone_control])
+        assert key_runs(prompt, linked.key) == []
+        assert [key_runs(json.dumps(request.json["messages"]), linked.key)
+                for request in live.llm.requests[seen_before:]
+                if key_runs(json.dumps(request.json["messages"]), linked.key)] == []
+
 
 def test_consolidation_never_writes_through_a_linked_daily_note(
         tmp_path: Path, llm: FakeOpenAIThread) -> None:
@@ -198,3 +215,23 @@ def test_consolidation_never_writes_through_a_linked_daily_note(
         assert outside.read_bytes() == before, outside.read_text(errors="replace")
         for link in (ws / "memory" / f"{TODAY}.md", ws / note):
             assert os.readlink(link) == str(outside), link
+
+        # a chat's whole memory folder linked outside: consolidation writes nothing there
+        group = zone_named("discord", who.group).rel.as_posix()
+        plant = (f"mkdir -p {group} && {{ test ! -e {group}/memory || mv {group}/memory "
+                 f"{group}/memory.old; }} && ln -sn {outside.parent} {group}/memory && "
+                 "echo planted")
+        run = run_tools(live, who.group, [("exec", {"command": plant})], user=who.alice)
+        assert "planted" in run.outputs[0], run.outputs[0]
+        assert os.readlink(ws / group / "memory") == str(outside.parent)
+        tried = re.compile(rf"(consolidated messages \d+-\d+|memory consolidation) of "
+                           rf"{re.escape(f'discord:{who.group}')}\b")
+        for turn in range(8):
+            if tried.search(live.daemon.log()):
+                break
+            live.driver.post(f"group talk {turn}", user=who.alice, chat=who.group)
+            live.wait_post(f"echo: group talk {turn}", who.group)
+        live.wait(lambda: tried.search(live.daemon.log()), "the group to be consolidated", 30)
+        live.settle()
+        assert sorted(p.name for p in outside.parent.iterdir()) == ["diary.txt"]
+        assert outside.read_bytes() == before
