@@ -61,15 +61,16 @@ class Swapper(threading.Thread):
         self.link = folder.with_name(f"{folder.name}.link")
         self.parked = folder.with_name(f"{folder.name}.parked")
         self.swaps = 0
+        self.atomic = False
         self.error: BaseException | None = None
         self._halt = threading.Event()
 
     def run(self) -> None:
         try:
             os.symlink(self.target, self.link)
-            atomic = exchange(self.folder, self.link) and exchange(self.folder, self.link)
+            self.atomic = exchange(self.folder, self.link) and exchange(self.folder, self.link)
             while not self._halt.is_set():
-                if atomic:
+                if self.atomic:
                     exchange(self.folder, self.link)  # folder is now the link
                     exchange(self.folder, self.link)  # and the real folder again
                 else:
@@ -140,5 +141,7 @@ def test_parallel_reads_never_return_runtime_content_while_a_parent_is_swapped(
               if output != SHELF_TEXT and not output.startswith("Error")]
     assert leaked == [], f"{len(leaked)} of {len(outputs)} reads returned other content: {seen}"
     assert bob_note not in "".join(outputs)
-    # the race was run: the folder was swapped, and reads found it both ways
-    assert swaps > 0 and seen["the operator's file"] and seen["refused"], (swaps, seen)
+    # the race was run: the folder was swapped, and reads found it both ways (by rename
+    # alone the real folder is there for a moment per swap: reads rarely find it)
+    assert swaps > 0 and seen["refused"], (swaps, seen)
+    assert seen["the operator's file"] or not swapper.atomic, (swaps, seen)
