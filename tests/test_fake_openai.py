@@ -122,6 +122,55 @@ async def test_tool_call_non_streaming(fake: FakeOpenAI, client: httpx.AsyncClie
     assert call["function"] == {"name": "lookup", "arguments": '{"q": "x"}'}
 
 
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+
+
+def agent_body(text: str, *extra: dict[str, Any]) -> dict[str, Any]:
+    """An agent request: a system prompt, the user's text, tools offered."""
+    return {"messages": [{"role": "system", "content": "you are kind"},
+                         {"role": "user", "content": text}, *extra], "tools": TOOLS}
+
+
+async def test_a_script_when_some_text_answers_only_that_chats_agent_requests(
+    fake: FakeOpenAI, client: httpx.AsyncClient
+) -> None:
+    """Keyed scripts are taken by the agent requests whose input holds the key, in any order;
+    a request without tools (a consolidation) or with other text gets the queue or the echo."""
+    fake.script_tool_calls([("lookup", {"q": 1}, "c1"), ("lookup", {"q": 2}, None)],
+                           when="alpha")
+    fake.script_reply("alpha done", when="alpha")
+    fake.script_reply("beta done", when="beta")
+    fake.script_reply("unkeyed")
+
+    def content(response: httpx.Response) -> Any:
+        return response.json()["choices"][0]["message"]
+
+    summary = {"messages": [{"role": "user", "content": "transcript: alpha, beta"}]}
+    assert content(await client.post("/chat/completions", json=summary))["content"] == \
+        "unkeyed"
+    beta = await client.post("/chat/completions", json=agent_body("say beta"))
+    assert content(beta)["content"] == "beta done"
+    alpha = content(await client.post("/chat/completions", json=agent_body("run alpha")))
+    assert [c["id"] for c in alpha["tool_calls"]][0] == "c1"
+    assert [c["function"]["arguments"] for c in alpha["tool_calls"]] == ['{"q": 1}',
+                                                                         '{"q": 2}']
+    result = {"role": "tool", "tool_call_id": "c1", "content": "found"}
+    follow_up = await client.post("/chat/completions", json=agent_body("run alpha", result))
+    assert content(follow_up)["content"] == "alpha done"
+    again = await client.post("/chat/completions", json=agent_body("run alpha"))
+    assert content(again)["content"] == "echo: run alpha"
+
+
+async def test_a_recital_repeats_the_system_prompt_and_tool_results(
+    fake: FakeOpenAI, client: httpx.AsyncClient
+) -> None:
+    fake.script_recital(when="tell")
+    result = {"role": "tool", "tool_call_id": "c1", "content": "file body"}
+    response = await client.post("/chat/completions", json=agent_body("tell me", result))
+    assert response.json()["choices"][0]["message"]["content"] == \
+        "You asked: tell me\n\nI was told:\n\nyou are kind\n\nfile body"
+
+
 async def test_streamed_reply_shape(fake: FakeOpenAI, client: httpx.AsyncClient) -> None:
     fake.script_reply("a b c")
     events = await stream_events(client, stream_options={"include_usage": True})
@@ -194,10 +243,13 @@ async def test_reset_forgets_script_and_requests(
     fake: FakeOpenAI, client: httpx.AsyncClient
 ) -> None:
     fake.fail_next(3)
+    fake.script_reply("kept?", when="ping")
     await post(client)
     fake.reset()
     assert fake.requests == []
     assert (await post(client)).status_code == 200
+    response = await client.post("/chat/completions", json=agent_body("ping"))
+    assert response.json()["choices"][0]["message"]["content"] == "echo: ping"
 
 
 def test_thread_runner_serves_sync_clients() -> None:

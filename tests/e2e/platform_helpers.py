@@ -16,6 +16,7 @@ from typing import Any
 
 from tests.e2e.harness import Daemon, wait_for
 from tests.fakes.discord_api import FakeDiscordThread
+from tests.fakes.rate_limits import SLACK_LIMITS, TELEGRAM_LIMITS
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlackThread
 from tests.fakes.slack_objects import BOT_USER_ID, user_message
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegramThread
@@ -156,10 +157,11 @@ class SlackDriver(Driver):
     chat = "C0GENERAL1"
     dm = "D0HUMAN001"  # the fake names a DM "D" + the user id without its "U"
 
-    def __init__(self, *, socket: bool = True, poll_interval_ms: int = 200) -> None:
+    def __init__(self, *, socket: bool = True, poll_interval_ms: int = 200,
+                 paced: bool = True) -> None:
         self.socket = socket
         self.poll_interval_ms = poll_interval_ms
-        self.runner = FakeSlackThread()
+        self.runner = FakeSlackThread(limits=SLACK_LIMITS if paced else SLACK_LIMITS.relaxed())
 
     def __enter__(self) -> SlackDriver:
         self.runner.start()
@@ -303,8 +305,9 @@ class TelegramDriver(Driver):
     chat = "-1002000000001"  # a forum supergroup (topics = threads)
     dm = "111111"  # a private chat's id is the user's id
 
-    def __init__(self) -> None:
-        self.runner = FakeTelegramThread()
+    def __init__(self, *, paced: bool = True) -> None:
+        self.runner = FakeTelegramThread(
+            limits=TELEGRAM_LIMITS if paced else TELEGRAM_LIMITS.relaxed())
 
     def __enter__(self) -> TelegramDriver:
         self.runner.start()
@@ -441,8 +444,9 @@ class DiscordDriver(Driver):
     text_limit = 2000
     approve_emoji = "✅"
 
-    def __init__(self) -> None:
-        self.runner = FakeDiscordThread()
+    def __init__(self, *, paced: bool = True) -> None:
+        # unpaced: sends fall under the fake's general 50 per second, not 5 per 5 s a channel
+        self.runner = FakeDiscordThread() if paced else FakeDiscordThread(route_limits={})
 
     def __enter__(self) -> DiscordDriver:
         self.runner.__enter__()
@@ -532,9 +536,11 @@ class DiscordDriver(Driver):
 DRIVERS = {"slack": SlackDriver, "telegram": TelegramDriver, "discord": DiscordDriver}
 
 
-def make_driver(name: str) -> Driver:
-    """A driver by test id: a platform name, or `slack-polling` (Slack without Socket Mode)."""
+def make_driver(name: str, *, paced: bool = True) -> Driver:
+    """A driver by test id: a platform name, or `slack-polling` (Slack without Socket Mode).
+    `paced=False` switches the fake's per-chat send limits off, for tests that post many
+    replies to one chat and test something other than pacing."""
     if name == "slack-polling":
-        return SlackDriver(socket=False)
-    return DRIVERS[name]()
+        return SlackDriver(socket=False, paced=paced)
+    return DRIVERS[name](paced=paced)
 

@@ -1,14 +1,15 @@
 """Attachments are per chat, on Slack, Telegram and Discord, through the real daemon, the real
 SDKs and the platform fakes: a file sent in a chat (a group and a DM) is saved in that chat's
 zone, `chats/<zone>/files/`, the model is told exactly that path, and a run of another chat
-cannot read it by the name it was told, neither with `read_file` nor with `exec`.
+cannot read it by the name it was told, neither with `read_file` nor with `exec`, nor by any
+other name: absolute, `./`, `..`, doubled slashes, another letter case, the old flat layout
+`runtime/inbound-files/<provider>/`, a glob, `find`, `grep -r`, `/proc/self/root`, or a
+symbolic or hard link its own run made in its own folder (issue 17, finding 3).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ import pytest
 
 from soulflow.security.zones import zone_named
 from tests.e2e.test_platforms import Live, own_daemon
-from tests.fakes.openai_api import FakeOpenAIThread, RecordedRequest
+from tests.e2e.tool_runs import require_bwrap, run_tools, tool_output
+from tests.fakes.openai_api import FakeOpenAIThread
 
 PLATFORMS = ("slack", "telegram", "discord")
 TOLD = re.compile(r"\[attachment (?P<name>[^\]\n]+?) saved at (?P<path>[^\]\n]+)\]")
@@ -59,16 +61,6 @@ def send_file(live: Live, chat: str, name: str) -> Sent:
     return Sent(chat, data, found["path"])
 
 
-def tool_output(requests: list[RecordedRequest], call_id: str) -> str:
-    """What the tool call `call_id` returned, as the model was shown it."""
-    for request in requests:
-        for message in request.json["messages"]:
-            if message.get("role") == "tool" and str(message.get("tool_call_id")).endswith(
-                    call_id):  # the loop prefixes the model's id with its turn
-                return str(message["content"])
-    raise AssertionError(f"no result of {call_id} reached the model")
-
-
 def run_tool(live: Live, chat: str, tool: str, arguments: dict[str, str]) -> str:
     """A run in `chat` whose model calls `tool` once; what the tool returned."""
     call_id = f"call-{uuid.uuid4().hex[:12]}"
@@ -95,10 +87,7 @@ def test_another_chat_cannot_read_a_file_by_the_name_it_was_told(live: Live) -> 
     """Own-zone reads work; another chat's `read_file` is refused by the file tools' zone
     rule and its `exec` finds the zone masked (the file-tool and sandbox halves of trust
     zones)."""
-    if shutil.which("bwrap") is None:  # without a sandbox exec waits for an admin's approval
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap (bwrap) is not installed")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    require_bwrap()  # without a sandbox exec waits for an admin's approval
     driver = live.driver
     group = send_file(live, driver.chat, "group_plan.txt")
     dm = send_file(live, driver.dm, "dm_diary.txt")
@@ -113,3 +102,64 @@ def test_another_chat_cannot_read_a_file_by_the_name_it_was_told(live: Live) -> 
         shell = run_tool(live, reader, "exec", {"command": f"cat {sent.told}; echo finished"})
         assert "finished" in shell, shell
         assert secret_of[sent.told] not in shell, f"{reader} ran cat {sent.told}: {shell}"
+
+
+def other_spellings(workspace: PurePosixPath, told: PurePosixPath, reader: str) -> list[str]:
+    """Names for the file at `told` (workspace-relative) other than the one told, as seen
+    from the folder `reader` of another chat; the last three are links the reader's own
+    run makes in its folder first (`link_command`)."""
+    name = told.name
+    upper = PurePosixPath(told.parts[0].capitalize(), *told.parts[1:])
+    return [str(workspace / told), f"./{told}", str(told).replace("/", "//"),
+            f"{reader}/../../{told}", str(upper),
+            *(f"runtime/inbound-files/{provider}/{name}"
+              for provider in ("slack", "telegram", "discord")),
+            f"{reader}/peek", f"{reader}/peek-abs", f"{reader}/hard"]
+
+
+def link_command(workspace: PurePosixPath, told: PurePosixPath, reader: str) -> str:
+    """The reader's run links the other chat's file into its own folder (a symbolic link,
+    relative and absolute, and a hard link), so the file tools see it under a name there."""
+    return (f"mkdir -p {reader}; ln -sfn ../../{told} {reader}/peek; "
+            f"ln -sfn {workspace / told} {reader}/peek-abs; ln -f {told} {reader}/hard 2>&1; "
+            "echo linked")
+
+
+def shell_command(workspace: PurePosixPath, told: PurePosixPath, reader: str) -> str:
+    """Every way a shell could find and print the other chat's file."""
+    name = told.name.split("_", 1)[-1]
+    return (f"cat {told} ./{told} {workspace / told} /proc/self/root{workspace / told} "
+            f"{reader}/peek {reader}/peek-abs {reader}/hard chats/*/files/*{name} "
+            f"runtime/inbound-files/*/*{name} 2>&1; "
+            f"find . {workspace} /tmp -name '*{name}' -exec cat {{}} + 2>&1; "
+            "grep -r 'attachment body' . 2>&1; ls -laR chats runtime 2>&1 | head -80; "
+            "echo finished")
+
+
+def test_another_chat_cannot_read_a_file_by_any_other_name(live: Live) -> None:
+    """Whatever the name, another chat's run never sees the file's content: the file tools
+    judge the path after normalising it and never follow a link, and in `exec` the other
+    chat's folder (and `runtime/`) is masked. Before the zones, attachments lay flat under
+    `runtime/inbound-files/<provider>/`, open to every chat of that platform."""
+    require_bwrap()
+    driver = live.driver
+    workspace = PurePosixPath(live.workspace)
+    group = send_file(live, driver.chat, "group_ledger.txt")
+    dm = send_file(live, driver.dm, "dm_letter.txt")
+    leaks = []
+    for reader_chat, sent in ((driver.dm, group), (driver.chat, dm)):
+        canary = sent.data.decode().split()[-1]
+        told = PurePosixPath(sent.told)
+        if told.is_absolute():
+            told = told.relative_to(workspace)
+        reader = zone_named(driver.name, reader_chat).rel.as_posix()
+        calls = [("exec", {"command": link_command(workspace, told, reader)}),
+                 *(("read_file", {"path": path})
+                   for path in other_spellings(workspace, told, reader)),
+                 ("exec", {"command": shell_command(workspace, told, reader)})]
+        run = run_tools(live, reader_chat, calls)
+        assert "finished" in run.outputs[-1], run.outputs[-1]  # the shell ran
+        assert (live.workspace / reader / "peek").is_symlink(), run.outputs[0]
+        leaks += [f"{reader_chat} read {sent.told} by {name} {arguments}: {output[:300]}"
+                  for (name, arguments), output in run.results() if canary in output]
+    assert leaks == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +30,16 @@ from soulflow.security.zones import zone_named
 from soulflow.session.store import SessionStore
 from tests.e2e.harness import Daemon, wait_for
 from tests.e2e.platform_helpers import BotPost, Driver, make_driver
-from tests.e2e.test_platforms import daemon_env
+from tests.e2e.test_platforms import Live, daemon_env
+from tests.e2e.tool_runs import require_bwrap, run_tools
 from tests.fakes.openai_api import FakeOpenAIThread
 
 OLD_DM = "OLDDM7741"  # what Alice said in her DM before the migration
 OLD_SHARED = "OLDSHARED5520"  # her facts and summary, in the old shared global memory
 NEW_DM = "NEWDM3318"  # what she says in her DM after it
+#: any of the three marks; a tool's arguments spell them this way, never as the marks
+MARKS = re.compile(r"(?:OLDDM|OLDSHARED|NEWDM)[0-9]+")
+MARK_PATTERN = "(OLDDM|OLDSHARED|NEWDM)[0-9]+"
 
 
 @dataclass
@@ -178,3 +183,51 @@ def test_alice_s_dm_memory_stays_in_her_dm(platform: str, tmp_path: Path,
                     assert mark not in request, (text, mark)
         alice_zone = zone.rel.as_posix()
         assert all(alice_zone not in r for text in bob_texts for r in requests_for(llm, text))
+
+
+def consolidated(workspace: Path, mark: str) -> bool:
+    """`mark` is in a memory note somewhere: global `memory/` or any chat's zone."""
+    notes = [*workspace.glob("memory/*.md"), *workspace.glob("chats/*/memory/*.md")]
+    return any(mark in note.read_text(errors="replace") for note in notes if note.is_file())
+
+
+@pytest.mark.parametrize("platform", ["telegram", "slack", "discord"])
+def test_no_reply_or_tool_run_for_bob_shows_alice_s_dm_memory(platform: str, tmp_path: Path,
+                                                               llm: FakeOpenAIThread) -> None:
+    """Finding 1's other routes: Alice's DM memory reached Bob through `read_file` and `exec`
+    and in the replies to him, not only in his system prompt. Once her DM is consolidated,
+    Bob's runs — in his DM and in the group — read her chat's memory and the global memory
+    by every path, `cat` and `grep -r` the workspace, and the model recites to Bob all it
+    was given (prompt and tool results). None of her marks reaches a tool result or a post.
+    Before the zones her DM's summary went into the global `memory/<today>.md`: every
+    route showed it."""
+    require_bwrap()
+    with zoned_daemon(platform, tmp_path, llm) as (driver, daemon, who):
+        live = Live(driver, daemon, llm)
+        ws = daemon.workspace
+        for turn in range(8):  # her DM grows until it is consolidated (wherever that goes)
+            if consolidated(ws, NEW_DM):
+                break
+            text = f"my new favourite is green {NEW_DM}" if turn == 0 else f"and {turn}"
+            driver.post(text, user=who.alice, chat=who.alice_dm)
+            live.wait_post(f"echo: {text}", who.alice_dm)
+        live.wait(lambda: consolidated(ws, NEW_DM), "Alice's DM to be consolidated", 30)
+
+        today = dt.date.today().isoformat()
+        alice = zone_named(platform, who.alice_dm).rel.as_posix()
+        paths = [f"{alice}/memory/{today}.md", f"{alice}/memory/MEMORY.md",
+                 f"{ws}/{alice}/memory/{today}.md", f"./{alice}//memory/../memory/{today}.md",
+                 f"memory/{today}.md", "memory/MEMORY.md"]
+        shell = (f"cat {alice}/memory/*.md memory/*.md; grep -rE '{MARK_PATTERN}' . "
+                 f"{ws} 2>&1; echo finished")
+        calls = [*(("read_file", {"path": path}) for path in paths),
+                 ("exec", {"command": shell})]
+        leaks = []
+        for chat in (who.bob_dm, who.group):
+            run = run_tools(live, chat, calls, user=who.bob, recite=True)
+            assert "finished" in run.outputs[-1], run.outputs[-1]  # the command ran
+            leaks += [f"{name} {args} in {chat}: {MARKS.findall(output)}"
+                      for (name, args), output in run.results() if MARKS.search(output)]
+            if MARKS.search(run.said()):
+                leaks.append(f"the reply to Bob in {chat}: {MARKS.findall(run.said())}")
+        assert leaks == []

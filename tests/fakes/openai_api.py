@@ -2,7 +2,10 @@
 
 Tests queue the responses they need (replies, tool calls, errors, delays, drops, garbage);
 anything unscripted gets a deterministic `"echo: <last user message>"`, so end-to-end tests can
-check answers without scripting every turn. Run it in the test's loop (`FakeOpenAI`), in a
+check answers without scripting every turn. A response scripted `when=` some text answers only
+an agent request (one that offers tools) whose last user message holds that text, whatever
+order the daemon's requests arrive in: runs of several chats and background consolidation
+requests never take another chat's script. Run it in the test's loop (`FakeOpenAI`), in a
 background thread for sync tests driving a daemon subprocess (`FakeOpenAIThread`), or alone:
 `python -m tests.fakes.openai_api --port 0` prints `READY <base_url>` and serves until killed.
 """
@@ -42,8 +45,9 @@ class RecordedRequest:
 
 @dataclass(slots=True)
 class Scripted:
-    """One queued behaviour. `kind`: reply, tool_calls, error, drop, garbage or delay.
-    `seconds` is the wait of a delay, or the pause between streamed chunks of a reply."""
+    """One queued behaviour. `kind`: reply, tool_calls, error, drop, garbage, delay or recital
+    (a reply that repeats what the model was given: see `script_recital`). `seconds` is the
+    wait of a delay, or the pause between streamed chunks of a reply."""
 
     kind: str
     content: str = ""
@@ -61,18 +65,29 @@ class _State:
     model: str = DEFAULT_MODEL
     delay_s: float = 0.0
     queue: deque[Scripted] = field(default_factory=deque)
+    #: responses scripted for the agent requests whose last user message holds the key
+    keyed: dict[str, deque[Scripted]] = field(default_factory=dict)
     requests: list[RecordedRequest] = field(default_factory=list)
     call_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     cond: threading.Condition = field(default_factory=threading.Condition)
 
-    def push(self, *items: Scripted) -> None:
+    def push(self, *items: Scripted, when: str | None = None) -> None:
         with self.cond:
-            self.queue.extend(items)
+            if when is None:
+                self.queue.extend(items)
+            else:
+                self.keyed.setdefault(when, deque()).extend(items)
 
-    def next_response(self) -> tuple[float, Scripted | None]:
-        """Pop leading delays plus the next response (None means: use the default echo)."""
+    def next_response(self, body: dict[str, Any]) -> tuple[float, Scripted | None]:
+        """Pop leading delays plus the next response (None means: use the default echo).
+        A response scripted for this request's text (`when=`) goes first."""
         delay = 0.0
         with self.cond:
+            if body.get("tools"):
+                text = _last_user_text(body["messages"])
+                for key, queue in self.keyed.items():
+                    if queue and key in text:
+                        return 0.0, queue.popleft()
             while self.queue:
                 item = self.queue.popleft()
                 if item.kind != "delay":
@@ -91,17 +106,37 @@ class _ScriptingMixin:
 
     _state: _State
 
-    def script_reply(self, content: str, *, chunk_delay_s: float = 0.0) -> None:
-        """Queue a text reply; `chunk_delay_s` paces streamed chunks (for abort tests)."""
-        self._state.push(Scripted("reply", content, seconds=chunk_delay_s))
+    def script_reply(self, content: str, *, chunk_delay_s: float = 0.0,
+                     when: str | None = None) -> None:
+        """Queue a text reply; `chunk_delay_s` paces streamed chunks (for abort tests).
+        `when`: only for an agent request whose last user message holds this text."""
+        self._state.push(Scripted("reply", content, seconds=chunk_delay_s), when=when)
 
     def script_tool_call(
-        self, name: str, arguments: dict[str, Any] | str, call_id: str | None = None
+        self, name: str, arguments: dict[str, Any] | str, call_id: str | None = None,
+        *, when: str | None = None
     ) -> None:
         """Queue a tool call; a str `arguments` is sent verbatim (e.g. to test invalid JSON)."""
-        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        call = (call_id or f"call_{next(self._state.call_ids)}", name, raw)
-        self._state.push(Scripted("tool_calls", calls=[call]))
+        self.script_tool_calls([(name, arguments, call_id)], when=when)
+
+    def script_tool_calls(
+        self, calls: list[tuple[str, dict[str, Any] | str, str | None]], *,
+        when: str | None = None
+    ) -> None:
+        """Queue one answer calling several tools at once: (name, arguments, call id or
+        None for a generated one) each, in order."""
+        scripted = []
+        for name, arguments, call_id in calls:
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            scripted.append((call_id or f"call_{next(self._state.call_ids)}", name, raw))
+        self._state.push(Scripted("tool_calls", calls=scripted), when=when)
+
+    def script_recital(self, *, when: str | None = None) -> None:
+        """Queue a reply that repeats everything the model was given in that request: its
+        system prompt and every tool result, as a careless or talked-into model would tell
+        the person it answers. What the daemon put in front of the model is then in the
+        chat, where a test can look for what must not be there."""
+        self._state.push(Scripted("recital"), when=when)
 
     def script_error(
         self, status: int, body: _Body = None, retry_after: float | None = None
@@ -129,6 +164,7 @@ class _ScriptingMixin:
         """Forget queued responses and recorded requests."""
         with self._state.cond:
             self._state.queue.clear()
+            self._state.keyed.clear()
             self._state.requests.clear()
 
     @property
@@ -198,9 +234,11 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         self._request_seen.set()
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error_response(Scripted("error", status=400, body=_err("bad messages")))
-        delay, item = self._state.next_response()
+        delay, item = self._state.next_response(body)
         await asyncio.sleep(delay + self._state.delay_s)
         item = item or Scripted("reply", "echo: " + _last_user_text(body["messages"]))
+        if item.kind == "recital":
+            item = Scripted("reply", _recital(body["messages"]))
         if item.kind == "error":
             return _error_response(item)
         if item.kind == "drop":
@@ -283,6 +321,13 @@ def _last_user_text(messages: list[Any]) -> str:
         if isinstance(message, dict) and message.get("role") == "user":
             return _text_of(message.get("content"))
     return ""
+
+
+def _recital(messages: list[Any]) -> str:
+    """The question, then the system prompt and every tool result of a request."""
+    told = [_text_of(m.get("content")) for m in messages
+            if isinstance(m, dict) and m.get("role") in ("system", "tool")]
+    return "\n\n".join([f"You asked: {_last_user_text(messages)}", "I was told:", *told])
 
 
 def _text_of(content: Any) -> str:
