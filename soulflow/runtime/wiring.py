@@ -37,7 +37,7 @@ from soulflow.channels.capability_commands import (
 )
 from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.local import LocalChannel
+from soulflow.channels.local.adapter import LocalChannel
 from soulflow.channels.manager import ChannelManager, EventSink
 from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry

@@ -18,7 +18,7 @@ import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.attachments import chat_files
-from soulflow.channels.discord import DiscordChannel, DiscordStartError
+from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
 from soulflow.channels.state import ChannelState
 from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord

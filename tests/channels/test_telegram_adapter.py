@@ -21,12 +21,12 @@ import pytest
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.attachments import chat_files
 from soulflow.channels.base import Command
+from soulflow.channels.files import safe_filename
 from soulflow.channels.poison import POISON_KIND
 from soulflow.channels.state import ChannelState
-from soulflow.channels.telegram import TelegramChannel, TelegramStartError
-from soulflow.channels.telegram_format import (
+from soulflow.channels.telegram.adapter import TelegramChannel, TelegramStartError
+from soulflow.channels.telegram.format import (
     markdown_to_telegram_html,
-    safe_filename,
     split_for_telegram,
     utf16_length,
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.telegram import TelegramChannel
+from soulflow.channels.telegram.adapter import TelegramChannel
 from tests.channels.adapters import telegram_adapter
 from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.rate_limits import TELEGRAM_LIMITS

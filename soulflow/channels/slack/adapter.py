@@ -1,8 +1,10 @@
 """The Slack channel: Socket Mode (push) or history polling, replies via the Web API.
 
-Only this module family (`slack*.py`) imports slack_sdk, so the rest of SoulFlow never sees
-a Slack object. The inbound transports (Socket Mode receiver, history poller) live in
-`slack_socket`; pure conversions (mrkdwn, events, timestamps) in `slack_format`.
+Only this package (`soulflow/channels/slack/`) imports slack_sdk, so the rest of SoulFlow
+never sees a Slack object. The inbound transports (Socket Mode receiver, history poller) live
+in `inbound`; pure conversions (mrkdwn, events, timestamps) in `format`; the sender names and
+thread context added to a message in `enrich`. Files people share are downloaded here, with
+the bot token sent only to Slack's own hosts.
 """
 
 from __future__ import annotations
@@ -18,14 +20,18 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.channels.attachments import ChatFiles
-from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
+from soulflow.channels.base import (
+    BEST_EFFORT_CONNECTIONS,
+    AttachmentFolder,
+    ChannelAdapter,
+    ChannelLimits,
+)
+from soulflow.channels.files import safe_filename
 from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
 from soulflow.channels.rendering import split_text
-from soulflow.channels.slack_enrich import SlackEnricher
-from soulflow.channels.slack_files import fetch_file, trusted_file_host
-from soulflow.channels.slack_format import (
+from soulflow.channels.slack.enrich import SlackEnricher
+from soulflow.channels.slack.format import (
     BOT_TOKEN_REJECTED,
     CONTENT_ERRORS,
     SlackEventParser,
@@ -33,9 +39,8 @@ from soulflow.channels.slack_format import (
     error_code,
     escape,
     markdown_to_mrkdwn,
-    safe_filename,
 )
-from soulflow.channels.slack_socket import (
+from soulflow.channels.slack.inbound import (
     FOLLOW_PREFIX,
     NETWORK_ERRORS,
     HistoryPoller,
@@ -387,7 +392,8 @@ class SlackChannel(ChannelAdapter):
 
     # -- files ---------------------------------------------------------------------------
 
-    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+    async def download(self, attachment: Attachment,
+                       folder: AttachmentFolder) -> PurePosixPath:
         """Fetch a shared file (bot token required) into the chat's `folder`, at most
         `max_download_bytes`; raises OSError with the reason otherwise."""
         url, limit, label = attachment.url, self.max_download_bytes, attachment.name
@@ -396,10 +402,42 @@ class SlackChannel(ChannelAdapter):
         if attachment.size is not None and attachment.size > limit:
             raise OSError(f"Slack file {label!r} is {attachment.size:,} bytes; the limit is "
                           f"{limit:,}")
-        if not trusted_file_host(url, self.api_url):
+        if not _trusted_file_host(url, self.api_url):
             raise OSError(f"refusing to send the Slack token to {urlsplit(url).hostname}")
         if self._session is None:
             raise OSError("the Slack channel is not started")
-        data = await fetch_file(self._session, url, token=self.bot_token, label=label,
-                                mime_type=attachment.mime_type, limit=limit)
+        data = await _fetch_file(self._session, url, token=self.bot_token, label=label,
+                                 mime_type=attachment.mime_type, limit=limit)
         return await folder.save(safe_filename(label, attachment.file_id or ""), data)
+
+
+def _trusted_file_host(url: str, api_url: str) -> bool:
+    """Slack's hosts (or the configured API host, for proxies and tests): never send the bot
+    token anywhere else, whatever URL an event carries."""
+    host = (urlsplit(url).hostname or "").lower()
+    api_host = (urlsplit(api_url).hostname or "").lower()
+    return bool(host) and (host == api_host or host == "slack.com"
+                           or host.endswith(".slack.com"))
+
+
+async def _fetch_file(session: aiohttp.ClientSession, url: str, *, token: str, label: str,
+                      mime_type: str | None, limit: int) -> bytes:
+    """The file's bytes, at most `limit`; OSError says why not (HTTP error, login page
+    instead of the file when the token lacks files:read, too large, network)."""
+    data = bytearray()
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        async with session.get(url, headers=headers,
+                               timeout=aiohttp.ClientTimeout(total=300)) as resp:
+            if resp.status != 200:
+                raise OSError(f"Slack answered HTTP {resp.status} for file {label!r}")
+            if resp.content_type == "text/html" and mime_type != "text/html":
+                raise OSError(f"Slack served a login page instead of {label!r}: the bot "
+                              "token needs the files:read scope")
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > limit:
+                    raise OSError(f"Slack file {label!r} exceeds the {limit:,}-byte limit")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise OSError(f"download of {label!r} failed: {exc}") from None
+    return bytes(data)

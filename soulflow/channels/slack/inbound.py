@@ -27,7 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import drain
 from soulflow.channels.poison import poison_message
-from soulflow.channels.slack_format import (
+from soulflow.channels.slack.format import (
     SlackEventParser,
     error_code,
     newest,

@@ -19,7 +19,6 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 
 from soulflow.bus.messages import Attachment, InboundMessage, SendError
-from soulflow.channels.files import safe_filename  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +44,7 @@ _SAFE_URL = re.compile(r"^(?:https?://|mailto:)", re.IGNORECASE)
 _INBOUND_LINK = re.compile(r"<((?:https?|mailto|tel):[^|>]*)(?:\|([^>]*))?>")
 _INBOUND_CHANNEL = re.compile(r"<#[A-Z0-9]+\|([^>]*)>")
 _INBOUND_SPECIAL = re.compile(r"<!(here|channel|everyone)(?:\|[^>]*)?>")
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 _TS = re.compile(r"^\d+(?:\.\d+)?$")
-MAX_FILENAME = 100
 PROVIDER = "slack"
 #: Normal human messages; edits, deletions, joins, bot_message, ... are not conversation.
 MESSAGE_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})

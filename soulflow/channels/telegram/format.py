@@ -28,7 +28,6 @@ from telegram import (
 from telegram.constants import ChatType, MessageEntityType
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage
-from soulflow.channels.files import safe_filename  # noqa: F401 - re-exported
 from soulflow.channels.rendering import split_text
 
 #: Telegram counts message length (4096) in UTF-16 code units, not characters.
@@ -41,8 +40,6 @@ _BULLET = re.compile(r"^(\s*)[-*+]\s+")
 _LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|tg|mailto):[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)\)")
 _EMPHASIS = (("***", ("b", "i")), ("**", ("b",)), ("__", ("b",)), ("~~", ("s",)),
              ("*", ("i",)), ("_", ("i",)))
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
-_MAX_NAME = 100
 _MAX_INBOUND_TEXT = 65_536  # Telegram caps text at 4096; far beyond that is a broken update
 _MEDIA_KINDS = ("audio", "video", "voice", "animation")
 

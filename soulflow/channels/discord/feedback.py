@@ -18,9 +18,9 @@ from discord.http import handle_message_parameters
 from discord.message import convert_emoji_reaction
 
 from soulflow.bus.messages import SendError
-from soulflow.channels import discord_format as fmt
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
-from soulflow.channels.discord_http import RoutedHTTPClient
+from soulflow.channels.discord import format as fmt
+from soulflow.channels.discord.http import RoutedHTTPClient
 
 #: Longest rate-limit wait a feedback call sits out inside discord.py (ChannelFeedback's
 #: default call timeout); anything longer comes back as a cool-down.

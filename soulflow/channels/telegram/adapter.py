@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable
@@ -21,21 +22,26 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, TelegramError
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.channels.attachments import ChatFiles
-from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter, ChannelLimits
+from soulflow.channels.base import (
+    BEST_EFFORT_CONNECTIONS,
+    AttachmentFolder,
+    ChannelAdapter,
+    ChannelLimits,
+)
+from soulflow.channels.files import safe_filename
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
-from soulflow.channels.telegram_files import download_file
-from soulflow.channels.telegram_format import (
+from soulflow.channels.telegram.format import (
     UpdateParser,
     chat_ref,
     int_or_none,
     markdown_to_telegram_html,
+    megabytes,
     send_options,
     split_for_telegram,
 )
-from soulflow.channels.telegram_http import (
+from soulflow.channels.telegram.http import (
     TOKEN_REJECTED,
     AiohttpRequest,
     TelegramStartError,
@@ -54,6 +60,11 @@ _MAX_CAPTION = 1024
 _REMEMBERED_SENT = 2048
 class _Stopped(Exception):
     """The adapter was stopped while waiting."""
+
+
+def _check_size(name: str, size: int | None, limit: int) -> None:
+    if size is not None and size > limit:
+        raise OSError(f"{name} is {megabytes(size)}; the limit is {megabytes(limit)}")
 
 
 def _target(message_id: str, action: str) -> int:
@@ -103,7 +114,7 @@ class TelegramChannel(ChannelAdapter):
 
         Three connection pools, so no kind of call can starve another: replies and downloads,
         the long poll, and best-effort feedback (typing, read-acks) on a small pool of its own
-        with short timeouts. All run on aiohttp (see `telegram_http` for why not httpx)."""
+        with short timeouts. All run on aiohttp (see `http.py` for why not httpx)."""
         await self._open_then_read(self._open_sending())
 
     async def _open_sending(self) -> None:
@@ -372,11 +383,25 @@ class TelegramChannel(ChannelAdapter):
 
     # -- files -------------------------------------------------------------------------
 
-    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
-        """Fetch a user's file into the chat's `folder` under a sanitised, collision-free
-        name."""
-        return await download_file(self._require_bot, attachment, folder,
-                                   limit=self.max_download_bytes, redact=self._redact)
+    async def download(self, attachment: Attachment, folder: AttachmentFolder) -> PurePosixPath:
+        """Fetch a user's file into the chat's `folder`: its size checked before, during (the
+        Bot API's `file_size`) and after the download, stored under a sanitised name prefixed
+        with a hash of the file id, so two files of the same name never share one. OSError
+        with the reason when it cannot be had."""
+        if not attachment.file_id:
+            raise OSError(f"{attachment.name} has no Telegram file id to download")
+        limit = self.max_download_bytes
+        _check_size(attachment.name, attachment.size, limit)
+        try:
+            file = await self._require_bot().get_file(attachment.file_id)
+            _check_size(attachment.name, file.file_size, limit)
+            data = bytes(await file.download_as_bytearray())
+        except (TelegramError, SendError) as exc:
+            raise OSError(f"Telegram could not deliver {attachment.name}: "
+                          f"{self._redact(exc)}") from None
+        _check_size(attachment.name, len(data), limit)
+        tag = hashlib.sha256(attachment.file_id.encode()).hexdigest()[:12]
+        return await folder.save(safe_filename(attachment.name, tag), data)
 
     # -- helpers -----------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The Discord channel: discord.py's gateway client for events, its REST client for sends.
 
 Redirection. discord.py keeps its URLs on classes; the adapter changes none of them: its
-clients get their own `RoutedHTTPClient` (`discord_http.py`), which sends REST calls to
+clients get their own `RoutedHTTPClient` (`http.py`), which sends REST calls to
 `api_url`, connects the gateway to `gateway_url` and reads bytes that are not UTF-8 as U+FFFD.
 
 Staying connected. discord.py reconnects and resumes by itself after network drops, but a
@@ -40,11 +40,10 @@ import discord.gateway
 import discord.http
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.channels import discord_format as fmt
-from soulflow.channels.attachments import ChatFiles
-from soulflow.channels.base import ChannelAdapter, ChannelLimits, drain
-from soulflow.channels.discord_feedback import DiscordFeedbackClient
-from soulflow.channels.discord_send import ResumableSends
+from soulflow.channels.base import AttachmentFolder, ChannelAdapter, ChannelLimits, drain
+from soulflow.channels.discord import format as fmt
+from soulflow.channels.discord.feedback import DiscordFeedbackClient
+from soulflow.channels.discord.send import ResumableSends
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
 
@@ -379,13 +378,13 @@ class DiscordChannel(ChannelAdapter):
 
     async def set_typing(self, chat_id: str, on: bool) -> None:
         """Discord shows typing for ~10 s per request and has no "stop": off is a no-op.
-        Sent on the feedback client (see `discord_feedback`)."""
+        Sent on the feedback client (see `feedback.py`)."""
         if on:
             self._connected()
             await self._feedback.typing(chat_id)
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
-        """React on the feedback client (best effort, see `discord_feedback`)."""
+        """React on the feedback client (best effort, see `feedback.py`)."""
         self._connected()
         await self._feedback.react(chat_id, message_id, emoji)
 
@@ -398,7 +397,8 @@ class DiscordChannel(ChannelAdapter):
 
     # -- files ---------------------------------------------------------------------------
 
-    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+    async def download(self, attachment: Attachment,
+                       folder: AttachmentFolder) -> PurePosixPath:
         """Fetch an attachment from Discord's CDN into the chat's `folder`, refusing
         oversized files."""
         data = await fmt.fetch_attachment(attachment, self.max_download_bytes)

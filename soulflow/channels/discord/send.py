@@ -14,8 +14,8 @@ import discord
 import discord.abc
 
 from soulflow.bus.messages import OutboundMessage, SendError
-from soulflow.channels import discord_format as fmt
 from soulflow.channels.base import ChannelLimits
+from soulflow.channels.discord import format as fmt
 from soulflow.channels.rendering import RenderedPart, render_reply
 
 _REMEMBERED = 1000  # replies with delivered parts kept for their retry

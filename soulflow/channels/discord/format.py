@@ -18,15 +18,13 @@ import discord
 import discord.abc
 
 from soulflow.bus.messages import Attachment, InboundMessage, SendError
-from soulflow.channels.discord_http import route_client
+from soulflow.channels.discord.http import route_client
 from soulflow.channels.files import safe_filename
 from soulflow.channels.rendering import RenderedPart
 
 PROVIDER = "discord"
 # Only what a person writes: joins, pins, thread announcements etc. are not messages to answer.
 _CONVERSATION_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
-_UNSAFE_FILENAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
-_MAX_FILENAME = 100
 _REACTION_ID = re.compile(r"^reaction-(\d+)-")
 _DOWNLOAD_CHUNK = 64 * 1024
 # Model text must not ping @everyone, roles or arbitrary users; the person replied to is pinged
