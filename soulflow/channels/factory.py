@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.state import ChannelState
-from soulflow.config import Settings, id_list
+from soulflow.config import Settings
 
 PLATFORMS = ("slack", "telegram", "discord")
 
@@ -45,9 +44,3 @@ def build_platform_channels(settings: Settings, runtime_dir: Path) -> list[Chann
             state=ChannelState(cursors / "discord.json"),
             max_download_bytes=max_bytes, send_interval_s=interval))
     return adapters
-
-
-def access_policy(settings: Settings) -> AccessPolicy:
-    """Deny by default: a platform's users must be listed in <PLATFORM>_ALLOWED_USERS."""
-    lists = {name: id_list(settings[f"{name.upper()}_ALLOWED_USERS"]) for name in PLATFORMS}
-    return AccessPolicy.from_lists(lists, cooldown_s=float(settings["REFUSAL_COOLDOWN_S"]))

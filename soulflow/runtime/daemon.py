@@ -35,9 +35,9 @@ from soulflow.backends.factory import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
-from soulflow.channels.access import AdminPolicy
 from soulflow.config import Settings
 from soulflow.contracts import ChatRef
+from soulflow.conversation.access import AdminPolicy
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices

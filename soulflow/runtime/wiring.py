@@ -29,21 +29,21 @@ from soulflow.backends.base import Backend, BackendKind
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.retry import RetryPolicy
-from soulflow.channels.access import AdminPolicy
-from soulflow.channels.capability_commands import (
+from soulflow.channels.factory import build_platform_channels
+from soulflow.channels.local.adapter import LocalChannel
+from soulflow.channels.reader import ReadPolicy
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.config import ConfigError, Settings, id_list
+from soulflow.contracts import Provider
+from soulflow.conversation.access import AdminPolicy, access_policy
+from soulflow.conversation.capability_commands import (
     make_cron_command,
     make_repl_command,
     render_command,
 )
-from soulflow.channels.factory import access_policy, build_platform_channels
-from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.local.adapter import LocalChannel
-from soulflow.channels.manager import ChannelManager, EventSink
-from soulflow.channels.reader import ReadPolicy
-from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.secret_command import make_secret_command
-from soulflow.config import ConfigError, Settings, id_list
-from soulflow.contracts import Provider
+from soulflow.conversation.feedback import FeedbackPolicy
+from soulflow.conversation.secret_command import make_secret_command
+from soulflow.conversation.turns import ChannelManager, EventSink
 from soulflow.cron import CronService
 from soulflow.providers.factory import failover_order
 from soulflow.providers.local_runtime import LocalModelRuntime

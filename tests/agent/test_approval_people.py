@@ -35,10 +35,10 @@ from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
-from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.turns import ChannelManager
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.session.store import SessionStore

@@ -18,11 +18,11 @@ from typing import Any
 from soulflow.agent.tools.base import ChatRef
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.feedback import FeedbackPolicy
+from soulflow.conversation.turns import ChannelManager
 from soulflow.providers.base import ProviderResult
 from tests.agent.domain_rig import agent_domain
 

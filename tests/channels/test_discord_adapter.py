@@ -17,9 +17,9 @@ import discord.http
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
-from soulflow.channels.attachments import chat_files
 from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
 from soulflow.channels.state import ChannelState
+from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
 from tests.running import stopped_after

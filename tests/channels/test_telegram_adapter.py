@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
-from soulflow.channels.attachments import chat_files
 from soulflow.channels.base import Command
 from soulflow.channels.files import safe_filename
 from soulflow.channels.poison import POISON_KIND
@@ -30,6 +29,7 @@ from soulflow.channels.telegram.format import (
     split_for_telegram,
     utf16_length,
 )
+from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
 from tests.fakes.telegram_markup import parse_markup

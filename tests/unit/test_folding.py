@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.bus.bus import MessageBus
-from soulflow.channels.folding import ChatBacklog
+from soulflow.conversation.folding import ChatBacklog
 from tests.unit.test_manager import (  # noqa: F401 - rig is a fixture
     done_records,
     drained,

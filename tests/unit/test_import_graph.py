@@ -12,7 +12,7 @@ other. The most specific prefix in LAYERS decides a module's layer.
 | 2 stores | `security`, `session`, `decision`, `cron`, `tasks` (model, graph, store, engine) |
 | 3 observability | `events` (publishes task-store changes, so above `tasks`), `logs` (redacts) |
 | 4 domain | `agent`, `bus` (peers: they never import each other) |
-| 5 edges | `channels`, `providers`, `backends` |
+| 5 edges | `channels`, `providers`, `backends` < `conversation` (intake to complete turn) |
 | 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
 |   | `tasks.{assembly,chat,executors,progress,proposals,tool}` |
 | 7 runtime | `runtime` (builds and starts everything) |
@@ -43,6 +43,7 @@ LAYERS: dict[str, float] = {
     **dict.fromkeys(["soulflow.events", "soulflow.logs"], 3),
     **dict.fromkeys(["soulflow.agent", "soulflow.bus"], 4),
     **dict.fromkeys(["soulflow.channels", "soulflow.providers", "soulflow.backends"], 5),
+    "soulflow.conversation": 5.5,  # the pipeline between the channels' edge and the services
     **dict.fromkeys(["soulflow.heartbeat",
                      *(f"soulflow.tasks.{name}" for name in
                        ("assembly", "chat", "executors", "progress", "proposals", "tool"))], 6),

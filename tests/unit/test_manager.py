@@ -13,12 +13,12 @@ from soulflow.agent.tools.base import ChatRef
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
-from soulflow.channels.access import AccessPolicy
-from soulflow.channels.attachments import ChatFiles
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
-from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.contracts import ReplyStatus
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.attachments import ChatFiles
+from soulflow.conversation.turns import ChannelManager
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.domain_rig import agent_domain
 from tests.waiting import until

@@ -11,7 +11,8 @@ from soulflow.bus.inbound_dlq import InboundDeadLetters, strict_redact
 from soulflow.bus.messages import Attachment, InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.normalize import normalize_inbound, normalize_text, scrub_surrogates
-from soulflow.channels.poison import APOLOGY, poison_message
+from soulflow.channels.poison import poison_message
+from soulflow.conversation.quarantine import APOLOGY
 from tests.unit.test_manager import drained, msg, rig, settle  # noqa: F401 - rig: a fixture
 
 TOKEN = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"

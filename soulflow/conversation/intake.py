@@ -16,9 +16,10 @@ from typing import Protocol
 
 from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.normalize import normalize_inbound
-from soulflow.channels.poison import POISON_KIND, IntakeError, Quarantine, safe_key, stage
+from soulflow.channels.poison import POISON_KIND
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.quarantine import IntakeError, Quarantine, safe_key, stage
 from soulflow.security.inbound import InboundSealer
 
 Handler = Callable[[InboundMessage], None]

@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from soulflow.channels.factory import PLATFORMS
+from soulflow.config import Settings, id_list
+
 ALLOW_ALL = "*"
 ADMIN_SETTINGS: dict[str, str] = {
     "slack": "SLACK_ADMIN_USERS",
@@ -57,6 +60,12 @@ class AccessPolicy:
             return False
         self._refused_at[key] = now
         return True
+
+
+def access_policy(settings: Settings) -> AccessPolicy:
+    """Deny by default: a platform's users must be listed in <PLATFORM>_ALLOWED_USERS."""
+    lists = {name: id_list(settings[f"{name.upper()}_ALLOWED_USERS"]) for name in PLATFORMS}
+    return AccessPolicy.from_lists(lists, cooldown_s=float(settings["REFUSAL_COOLDOWN_S"]))
 
 
 @dataclass(frozen=True, slots=True)

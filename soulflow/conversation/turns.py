@@ -27,22 +27,22 @@ from soulflow.bus.bus import MessageBus
 from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
-from soulflow.channels.access import AccessPolicy, refusal_text
-from soulflow.channels.answering import AgentAnswers, decider_of, reply_metadata
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.claiming import ClaimLoop
-from soulflow.channels.commands import STOP_NAMES, CommandRouter
-from soulflow.channels.feedback import ChannelFeedback, FeedbackPolicy
-from soulflow.channels.folding import ChatBacklog, FoldRule, Turn
-from soulflow.channels.grouping import Grouper
 from soulflow.channels.health import HealthBoard
-from soulflow.channels.intake import InboundScreen
-from soulflow.channels.poison import APOLOGY, Quarantine
 from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.replies import BusReplies
-from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.conversation.access import AccessPolicy, refusal_text
+from soulflow.conversation.answering import AgentAnswers, decider_of, reply_metadata
+from soulflow.conversation.claiming import ClaimLoop
+from soulflow.conversation.commands import STOP_NAMES, CommandRouter
+from soulflow.conversation.feedback import ChannelFeedback, FeedbackPolicy
+from soulflow.conversation.folding import ChatBacklog, FoldRule, Turn
+from soulflow.conversation.grouping import Grouper
+from soulflow.conversation.intake import InboundScreen
+from soulflow.conversation.quarantine import APOLOGY, Quarantine
+from soulflow.conversation.replies import BusReplies
+from soulflow.conversation.runs import ActiveRuns
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (

@@ -13,9 +13,9 @@ scope and may remove any.
 from __future__ import annotations
 
 from soulflow.bus.messages import InboundMessage
-from soulflow.channels.access import AdminPolicy
 from soulflow.channels.base import Command
-from soulflow.channels.commands import CommandHandler
+from soulflow.conversation.access import AdminPolicy
+from soulflow.conversation.commands import CommandHandler
 from soulflow.security.seal import INBOUND_PREFIX
 from soulflow.security.syntax import is_valid_name, secret_reference
 from soulflow.security.vault import SecretInfo, SecretVault, chat_scope

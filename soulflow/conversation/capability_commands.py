@@ -9,7 +9,7 @@ from soulflow.agent.tools.python_sandbox import run_python
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
-from soulflow.channels.commands import CommandHandler
+from soulflow.conversation.commands import CommandHandler
 from soulflow.cron.service import CronService
 
 REPL_USAGE = "Usage: /repl <python code>, e.g. /repl sum(range(10))"

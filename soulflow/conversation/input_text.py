@@ -1,7 +1,7 @@
 """What the agent reads for a batch of messages: their text, attachments as local paths.
 
 Attachments are downloaded into the zone of the chat they were sent in,
-`chats/<zone>/files/` (`soulflow.channels.attachments`); only that workspace-relative path
+`chats/<zone>/files/` (`soulflow.conversation.attachments`); only that workspace-relative path
 enters the agent's input, never a remote URL, and it is the spelling the file tools and
 `exec` (whose working directory is the workspace) accept. Overlong input is cut, with a note
 for the user.
@@ -13,8 +13,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from soulflow.bus.messages import Attachment, InboundMessage
-from soulflow.channels.attachments import chat_files, fetchable
 from soulflow.channels.base import ChannelAdapter
+from soulflow.conversation.attachments import chat_files, fetchable
 from soulflow.storage.beneath import Beneath
 
 if TYPE_CHECKING:

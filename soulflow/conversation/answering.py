@@ -16,11 +16,11 @@ from soulflow.agent.domain import AgentDomain, AgentReply
 from soulflow.agent.run.store import RunMoved
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.feedback import ChannelFeedback
-from soulflow.channels.input_text import input_text
-from soulflow.channels.replies import BusReplies
-from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ReplyStatus
+from soulflow.conversation.feedback import ChannelFeedback
+from soulflow.conversation.input_text import input_text
+from soulflow.conversation.replies import BusReplies
+from soulflow.conversation.runs import ActiveRuns
 from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath
 

@@ -1,0 +1,1 @@
+"""The conversation: from "a message was taken in" to "its turn is complete"."""
