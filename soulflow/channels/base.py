@@ -80,7 +80,7 @@ class ChannelAdapter(abc.ABC):
     """A connection to one chat platform.
 
     `read()` returns the next batch of new messages; it may wait (long poll, push queue) but
-    must return within a few seconds so the manager can stop it cleanly.
+    must return within a few seconds so its reader (reader.py) can stop it cleanly.
 
     Sending and reading start separately, because when several nodes share a platform account
     (SOULFLOW_BACKEND=redis, `share_account()`) every node sends but only the account's leader

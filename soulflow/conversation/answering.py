@@ -1,6 +1,6 @@
 """A turn's work with the agent: continue the chat's open run (a decision, an answer it waits
 for) or start a new one, with the channel's typing indicator and read-acks while it runs and
-/stop able to abort it. The manager decides which messages make a turn; this answers them.
+/stop able to abort it. The turn (turns.py) decides which messages it answers; this answers them.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class AgentAnswers:
     max_inbound_chars: int
     backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
     # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
-    # failure is not the run's; the manager gives the batch back instead of apologising
+    # failure is not the run's; the turn gives the batch back instead of apologising
     store_unreachable: Callable[[BaseException], bool] = lambda exc: False
     # the inbound sealer's vault: an attachment URL it sealed is opened for the download
     vault: SecretVault | None = None
@@ -107,10 +107,10 @@ class AgentAnswers:
                 with self.runs.track(first.chat_key) as abort:
                     reply = await self.agent.respond(first, text, abort=abort)
         except RunMoved:
-            raise  # not a failure: the run goes on at the chat's new node (the manager)
+            raise  # not a failure: the run goes on at the chat's new node (turns.py)
         except Exception as exc:  # a bug must still end in a recorded failure, not silence
             if self.store_unreachable(exc):
-                raise  # Redis away: the manager gives the batch back to run again
+                raise  # Redis away: the turn gives the batch back to run again
             log.exception("answering %s failed", first.key)
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
                                "the error is in the daemon's log.", ReplyStatus.FAILED,

@@ -6,7 +6,7 @@ that are not wired into this daemon yet answer so plainly instead of pretending.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from soulflow.bus.messages import InboundMessage
@@ -27,19 +27,18 @@ HELP_LINES = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class CommandRouter:
-    """Maps command names to handlers; unregistered known commands say they are unavailable."""
+    """Maps command names to handlers, all given when it is built (the runtime passes those
+    backed by its services: /secret, /repl, /render, /cron, /task); a known command without
+    one says it is unavailable."""
 
-    stop_runs: Callable[[str], int]
-    handlers: dict[str, CommandHandler] = field(default_factory=dict)
-
-    def register(self, name: str, handler: CommandHandler) -> None:
-        self.handlers[name] = handler
+    stop_chat: Callable[[str], int]  # the chat's runs and tasks; how many were running
+    handlers: Mapping[str, CommandHandler] = field(default_factory=dict)
 
     def stop(self, chat_key: str) -> str:
-        """Abort the chat's active runs; the reply says how many were running."""
-        stopped = self.stop_runs(chat_key)
+        """Abort the chat's active runs and tasks; the reply says how many were running."""
+        stopped = self.stop_chat(chat_key)
         return f"Stopped {stopped} running task(s)." if stopped else \
             "Nothing is running in this chat."
 

@@ -16,7 +16,7 @@ Both are cosmetic, so they are *best effort* and must never cost a reply anythin
   at most one read-ack per chat per `read_ack_interval_s`, and none while more than
   `read_ack_backlog` messages wait in that chat (the typing indicator already says "seen").
 
-`ChannelFeedback` is owned by the channel manager; its clock is injected so that the
+`ChannelFeedback` is owned by the conversation; its clock is injected so that the
 rate-limit decisions can be tested without waiting.
 """
 

@@ -3,7 +3,7 @@
 The journal is the backend's inbound store (the file journal or Redis), so every step that
 touches it is asynchronous. Each step runs under `stage(...)`, so any error is an
 `IntakeError` naming the step; the message is then quarantined (inbound DLQ, id marked
-seen) and the rest of the batch goes on. The manager lets the adapter commit its cursor
+seen) and the rest of the batch goes on. `Conversation.ingest` lets the adapter commit its cursor
 only after `screen()` returns, so a message passes the cursor only once it is journaled,
 recorded as seen, or quarantined.
 """

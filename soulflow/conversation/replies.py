@@ -3,7 +3,7 @@ completion of the inbound messages it answered.
 
 A reply is handed to the outbox writer (bus/dispatcher.py) at once, so the parts of one reply,
 and the replies of one chat, keep their order whoever publishes them; the returned awaitable
-tells when they are stored. The manager awaits it before completing the inbound message, so a
+tells when they are stored. A turn awaits it before completing the inbound message, so a
 crash in between replays the message and finds it answered (`has_answered`), instead of
 completing a message whose reply was never stored.
 """

@@ -1,46 +1,52 @@
-"""The inbound pipeline: read → normalise → filter → seal → journal → commit cursor → claim →
-answer.
+"""The conversation of every chat: a message taken in → claimed → queued for its chat → its
+turn → answered → completed.
 
 Per message: the adapter's priming history and messages not addressed to the bot are only
-recorded as seen; reactions stop runs and decide approvals; users not on the allow-list get
-one polite refusal; everything else is journaled before the adapter may move its cursor, so
-a crash replays instead of losing, and the journal's seen ids stop a second answer. A message
-that fails on the way in is quarantined (intake.py), never retried forever. What this node
-answers comes from the backend's `claim()` (claiming.py: with Redis, the chats whose partition
-it holds), not from what it read. Each chat is handled serially, different chats concurrently
-up to a bound; what queues up in a chat while its turn runs is folded into its next turn
-(folding.py). A reply is stored in the outbox before its inbound message is completed.
+recorded as seen; reactions stop runs and decide approvals (reactions.py); users not on the
+allow-list get one polite refusal; everything else is journaled before the adapter may move
+its cursor, so a crash replays instead of losing, and the journal's seen ids stop a second
+answer (intake.py). A message that fails on the way in is quarantined (quarantine.py), never
+retried forever. What this node answers comes from the backend's `claim()` (claiming.py:
+with Redis, the chats whose partition it holds), not from what it read. Each chat is handled
+serially, different chats concurrently up to a bound; what queues up in a chat while its turn
+runs is folded into its next turn (folding.py).
+
+Who answers a turn is `Conversation._answer`, in order: a reply already stored (a crash after
+replying) → a command (commands.py) → the chat's tasks (`ChatTasks`, given at construction) →
+the chat's run that waits for a decision or an answer → the agent (answering.py). A reply is
+stored in the outbox, split for its platform once (replies.py), before its inbound message is
+completed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any
 
-from soulflow.agent.approvals import CLARIFY, parse_reaction
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run.store import RunMoved
 from soulflow.bus.bus import MessageBus
+from soulflow.bus.dispatcher import EventSink
 from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.health import HealthBoard
-from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.contracts import ChatRef, ReplyStatus
 from soulflow.conversation.access import AccessPolicy, refusal_text
-from soulflow.conversation.answering import AgentAnswers, decider_of, reply_metadata
+from soulflow.conversation.answering import AgentAnswers, reply_metadata
+from soulflow.conversation.chat_tasks import ChatTasks
 from soulflow.conversation.claiming import ClaimLoop
-from soulflow.conversation.commands import STOP_NAMES, CommandRouter
+from soulflow.conversation.commands import STOP_NAMES, CommandHandler, CommandRouter
 from soulflow.conversation.feedback import ChannelFeedback, FeedbackPolicy
 from soulflow.conversation.folding import ChatBacklog, FoldRule, Turn
 from soulflow.conversation.grouping import Grouper
 from soulflow.conversation.intake import InboundScreen
 from soulflow.conversation.quarantine import APOLOGY, Quarantine
+from soulflow.conversation.reactions import Reactions
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.logs import log_context
@@ -58,57 +64,56 @@ log = logging.getLogger(__name__)
 # that repeats (a store down, a full disk) costs a line a second, not a busy loop
 RELEASE_PAUSE_S = 1.0
 EMPTY_MESSAGE_REPLY = "I received an empty message; write something and I'll answer."
-STOP_REACTIONS = frozenset({"🛑", "⛔", "octagonal_sign", "no_entry", "stop_sign"})
-
-EventSink = Callable[[str, dict[str, Any]], None]
 
 
-class ChannelManager:
+class Conversation:
+    """Every chat's conversation in one daemon (see the module docstring).
+
+    Built with everything that answers a message: the agent, the chat commands backed by the
+    daemon's services (`commands`) and the chat's task graphs (`tasks`); nothing is attached
+    afterwards. The channels only read and send: the runtime hands what they read to `ingest`.
+    """
+
     def __init__(self, registry: ChannelRegistry, bus: MessageBus, agent: AgentDomain, *,
-                 access: AccessPolicy, workspace: Path, concurrency: int = 8,
+                 access: AccessPolicy, workspace: Path, tasks: ChatTasks | None = None,
+                 commands: Mapping[str, CommandHandler] | None = None, concurrency: int = 8,
                  max_inbound_chars: int = 100_000, grouping_window_s: float | None = None,
                  grouping_max: int = 5, sealer: InboundSealer | None = None,
                  on_event: EventSink | None = None, fold_max: int = 20,
-                 read_policy: ReadPolicy | None = None,
-                 redact: Callable[[str], str] | None = None,
                  feedback: FeedbackPolicy | None = None, claim_wait_s: float = 1.0) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
         self.access = access
+        self.tasks = tasks
         self.workspace = Beneath(workspace)  # attachments go to each chat's zone in it
         self.max_inbound_chars = max_inbound_chars
         self.sealer = sealer
-        self.health = HealthBoard(redact=redact)
-        bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
-        self.read_policy = read_policy or ReadPolicy()
+        self._on_event = on_event or (lambda kind, data: None)
         self.quarantine = Quarantine(bus.inbound_dlq, bus.inbound.mark_seen, on_record=lambda e: (
             self._on_event("inbound.quarantined", {
                 "provider": e.provider, "chat_id": e.chat_id, "message_id": e.message_id,
                 "stage": e.stage, "error": e.error})))
+        self._executor = KeyedSerialExecutor("inbound", concurrency)
+        self.runs = ActiveRuns()
+        self.commands = CommandRouter(self.stop_chat, dict(commands or {}))
+        self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
+        self.reactions = Reactions(access, agent, tasks, self.stop_chat, self._executor.submit,
+                                   self.publish_to_chat)
         self._screen = InboundScreen(bus.inbound, access, sealer, self.quarantine,
-                                     on_reaction=self._on_reaction, refuse=self._refuse,
+                                     on_reaction=self.reactions.handle, refuse=self._refuse,
                                      apologise=self._apologise, owns=bus.backend.owns)
         self._backlog = ChatBacklog(fold_max)
         self._fold_rule = FoldRule(registry, agent)
-        self.runs = ActiveRuns()
-        self.commands = CommandRouter(stop_runs=self.runs.stop)
-        self._executor = KeyedSerialExecutor("inbound", concurrency)
         self.release_pause_s = RELEASE_PAUSE_S
         self.claimer = ClaimLoop(bus.inbound.claim, self._take_claimed, wait_s=claim_wait_s)
         self.feedback = ChannelFeedback(feedback)  # typing and read-acks, coalesced per chat
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
-        self._on_event = on_event or (lambda kind, data: None)
-        self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
                                     self.workspace, max_inbound_chars, self.backlog_for,
                                     bus.backend.store_unreachable,
                                     sealer.vault if sealer is not None else None)
-        # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
-        # meant for a task (its plan review, a waiting step) is answered there; None: not one
-        self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None
-        self.task_reactions: Callable[[InboundMessage], Awaitable[str | None]] | None = None
         self.received_count = 0
         self.answered_count = 0
         self.max_turns_count = 0
@@ -128,26 +133,12 @@ class ChannelManager:
         """The "inbound:claim" loop: run what the backend hands this node, until cancelled."""
         await self.claimer.run()
 
-    async def _take_claimed(self, message: InboundMessage) -> None:
-        try:
-            await self._queue(message)
-        except Exception as exc:  # journaled: record, finish it, never replay it forever
-            log.exception("could not queue %s", message.key)
-            await self._fail_turn([message], exc)
-
-    async def channel_loop(self, adapter: ChannelAdapter) -> None:
-        """Connect and read one channel until cancelled (see reader.py: backoff, health,
-        restart of a stalled or failing channel by raising to its supervisor)."""
-        await run_channel(adapter, self.ingest, self.health, self.read_policy)
-
     async def stop(self, timeout: float) -> None:
         if self._grouper is not None:
             self._grouper.flush_all()
         await self._executor.close(timeout)
         await self.feedback.close()
         self._backlog.clear()  # still pending in the journal: the next start answers them
-        for adapter in self.registry:
-            self.health.stopped(adapter.name)
 
     @property
     def queued(self) -> int:
@@ -160,6 +151,12 @@ class ChannelManager:
     @property
     def active_chats(self) -> int:
         return self._executor.active_keys
+
+    def stop_chat(self, chat_key: str) -> int:
+        """Abort the chat's active runs and cancel its tasks (/stop, a stop reaction); how
+        many were running."""
+        stopped = self.runs.stop(chat_key)
+        return stopped + self.tasks.stop_chat(chat_key) if self.tasks is not None else stopped
 
     # -- intake --------------------------------------------------------------------------
 
@@ -177,22 +174,6 @@ class ChannelManager:
         for message in fresh:
             self._received(message)
         return fresh
-
-    def _apologise(self, message: InboundMessage) -> None:
-        """Tell the sender their message was set aside (it holds nothing of the message)."""
-        try:
-            self.replies.reply(message, APOLOGY, inbound_key=None)
-        except Exception:
-            log.exception("could not tell %s that its message was quarantined", message.key)
-
-    async def _give_up(self, batch: list[InboundMessage], error: str) -> None:
-        """A journaled message whose handling failed (not the agent: that is a failed
-        reply): quarantine it, finish it as failed, tell the sender."""
-        for message in batch:
-            await self.quarantine.record(message, IntakeStage.PROCESS, error)
-        await self.replies.complete([m.key for m in batch], ReplyStatus.FAILED, error)
-        self.failed_count += 1
-        self._apologise(batch[-1])
 
     async def inject(self, message: InboundMessage) -> bool:
         """Journal a message the daemon wrote itself (a cron job), to be answered exactly once
@@ -213,9 +194,32 @@ class ChannelManager:
             "message_id": message.message_id, "sender_id": message.sender_id,
             "text": message.text[:500]})
 
+    def _refuse(self, message: InboundMessage) -> None:
+        log.info("refused %s user %s (not on the allow-list)", message.provider,
+                 message.sender_id)
+        if self.access.should_explain_refusal(message.provider, message.sender_id):
+            self.replies.reply(message, refusal_text(message.provider, message.sender_id),
+                               inbound_key=None)
+
+    def _apologise(self, message: InboundMessage) -> None:
+        """Tell the sender their message was set aside (it holds nothing of the message)."""
+        try:
+            self.replies.reply(message, APOLOGY, inbound_key=None)
+        except Exception:
+            log.exception("could not tell %s that its message was quarantined", message.key)
+
+    # -- queueing ------------------------------------------------------------------------
+
+    async def _take_claimed(self, message: InboundMessage) -> None:
+        try:
+            await self._queue(message)
+        except Exception as exc:  # journaled: record, finish it, never replay it forever
+            log.exception("could not queue %s", message.key)
+            await self._fail_turn([message], exc)
+
     async def _queue(self, message: InboundMessage) -> None:
         if message.kind == "reaction":  # read by another node for this node's chat (intake)
-            self._on_reaction(message)
+            self.reactions.handle(message)
             await self.replies.complete([message.key], ReplyStatus.IGNORED)
             return
         if await self._stop_now(message):
@@ -240,6 +244,8 @@ class ChannelManager:
         chat_key = self._backlog.push(batch)
         self._executor.submit(chat_key, lambda: self._take_turn(chat_key))
 
+    # -- turns ---------------------------------------------------------------------------
+
     async def _take_turn(self, chat_key: str) -> None:
         """Answer the chat's next batch, folded with those queued behind it when allowed."""
         turn = self._backlog.take(chat_key, self._fold_rule.for_chat(chat_key))
@@ -251,7 +257,7 @@ class ChannelManager:
             return
         try:
             with log_context(chat=chat_key):  # every log line of this turn names its chat
-                await self._process(turn)
+                await self._answer(turn)
         except asyncio.CancelledError:
             raise
         except RunMoved:  # a decision or an answer to a run the chat's new node took over
@@ -264,98 +270,48 @@ class ChannelManager:
         finally:
             self._backlog.finished(chat_key)
 
-    async def _fail_turn(self, batch: list[InboundMessage], exc: Exception) -> None:
-        """Quarantine a batch whose handling failed; but if the store itself is away (Redis
-        lost mid-turn: the failure was the store not answering, or the backend's own probe
-        says so), nothing can be recorded: give the batch back to be run again once the
-        store answers (its turn then finds a reply already stored, if there was one)."""
-        error = f"{type(exc).__name__}: {exc}"
-        backend = self.bus.backend
-        if backend.status().get("connected", True) and not backend.store_unreachable(exc):
-            try:
-                await self._give_up(batch, error)
-                return
-            except Exception:
-                log.exception("could not record the failure of %s", batch[0].key)
-        chat_key = batch[0].chat_key
-        log.warning("%d message(s) of %s given back, to be run again when the store answers",
-                    len(batch), chat_key)
-        await asyncio.sleep(self.release_pause_s)  # the chat waits: never a hot retry loop
-        if backend.owns(chat_key):  # still ours: before the chat's later messages, in order
-            self._backlog.push_front(batch)
-            self._executor.submit(chat_key, lambda: self._take_turn(chat_key))
-        else:  # the chat moved: its new holder takes the entries over from the stream
-            await self.bus.inbound.release(batch)
+    async def _answer(self, turn: Turn) -> None:
+        """Who answers the turn: the first of these that takes it.
 
-    def _on_reaction(self, message: InboundMessage) -> None:
-        if not self.access.is_allowed(message.provider, message.sender_id):
-            return
-        if message.reaction in STOP_REACTIONS:
-            stopped = self.commands.stop_runs(message.chat_key)  # runs and tasks, as /stop
-            log.info("stop reaction in %s stopped %d run(s)", message.chat_key, stopped)
-        decision = parse_reaction(message.reaction)
-        approvals = self.agent.approvals
-        if decision is None or approvals is None or not message.target_message_id:
-            return
-        entry = approvals.lookup(message.chat_key, message.target_message_id)
-        if entry is None:
-            if self.task_reactions is not None:
-                self._executor.submit(message.chat_key, lambda: self._task_reaction(message))
-            return
+        1. nobody, if a reply to it is stored already (the last process crashed, or the chat
+           moved, after replying);
+        2. a command (`/help`, `/secret`, `/task` ...: commands.py);
+        3. the chat's tasks, when the message answers one of them (`ChatTasks`);
+        4. the chat's run waiting for this person's decision or answer (answering.py);
+        5. the agent, in a new run: unless the text is empty or names a secret this chat
+           cannot use.
 
-        async def decide() -> None:
-            if decision == CLARIFY:
-                text = self.agent.pending_approval_text(entry["run_id"])
-                self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), text)
-                return
-            reply = await self.agent.decide(entry["run_id"], decision, by=decider_of(message),
-                                            approval_id=entry["approval_id"])
-            # a reaction by someone who may not decide is ignored: answering each one would
-            # let anyone make the bot post at will (a reply "ok" is answered, once per message)
-            if reply is not None and reply.status is not ReplyStatus.REFUSED:
-                self.publish_to_chat(self.agent.chat_of_run(entry["run_id"]), reply.content,
-                                      reply_metadata(reply))
-
-        self._executor.submit(message.chat_key, decide)
-
-    async def _task_reaction(self, message: InboundMessage) -> None:
-        assert self.task_reactions is not None
-        answer = await self.task_reactions(message)
-        if answer is not None:
-            self.publish_to_chat(message.chat, answer)
-
-    def _refuse(self, message: InboundMessage) -> None:
-        log.info("refused %s user %s (not on the allow-list)", message.provider,
-                 message.sender_id)
-        if self.access.should_explain_refusal(message.provider, message.sender_id):
-            self.replies.reply(message, refusal_text(message.provider, message.sender_id),
-                               inbound_key=None)
-
-    # -- answering -----------------------------------------------------------------------
-
-    async def _process(self, turn: Turn) -> None:
+        Commands, task answers and decisions are single messages from a person, never a
+        folded batch or a cron job."""
         batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
         for key in keys:
-            if await self.bus.outbox.has_answered(key):  # crashed (or moved) after replying
+            if await self.bus.outbox.has_answered(key):
                 await self.replies.complete(keys, ReplyStatus.ANSWERED)
                 return
         adapter = self.registry.get(first.provider)
-        internal = first.metadata.get("origin") == "cron"  # never a command, answer or decision
-        if len(batch) == 1 and adapter is not None and not internal and \
+        personal = len(batch) == 1 and first.metadata.get("origin") != "cron"
+        if personal and adapter is not None and \
                 (command := adapter.parse_command(first.text)) is not None:
-            await self.replies.reply(first, await self.commands.handle(command, first))
+            await self._reply_and_complete(first, await self.commands.handle(command, first))
+            return
+        if personal and self.tasks is not None and \
+                (answer := await self.tasks.answer_reply(first)) is not None:
+            await self._reply_and_complete(first, answer)
+            return
+        if personal and await self.answers.continue_open_run(first, adapter):
             await self.replies.complete(keys, ReplyStatus.ANSWERED)
             return
-        if len(batch) == 1 and not internal and self.task_replies is not None and \
-                (answer := await self.task_replies(first)) is not None:
-            await self.replies.reply(first, answer)
-            await self.replies.complete(keys, ReplyStatus.ANSWERED)
-            return
-        if len(batch) == 1 and not internal and \
-                await self.answers.continue_open_run(first, adapter):
-            await self.replies.complete(keys, ReplyStatus.ANSWERED)
-            return
+        await self._run_agent(turn, adapter)
+
+    async def _reply_and_complete(self, message: InboundMessage, text: str) -> None:
+        await self.replies.reply(message, text)
+        await self.replies.complete([message.key], ReplyStatus.ANSWERED)
+
+    async def _run_agent(self, turn: Turn, adapter: ChannelAdapter | None) -> None:
+        """A new agent run answers the turn's messages with one reply."""
+        batch = turn.batch
+        first, keys = batch[0], [m.key for m in batch]
         text = await self.answers.input_text(batch, adapter, attributed=turn.folded)
         if not text.strip():
             await self.replies.reply(first, EMPTY_MESSAGE_REPLY)
@@ -383,6 +339,40 @@ class ChannelManager:
             self.max_turns_count += 1  # answered with a best effort: counted on its own
         else:
             self.answered_count += 1
+
+    async def _fail_turn(self, batch: list[InboundMessage], exc: Exception) -> None:
+        """Quarantine a batch whose handling failed; but if the store itself is away (Redis
+        lost mid-turn: the failure was the store not answering, or the backend's own probe
+        says so), nothing can be recorded: give the batch back to be run again once the
+        store answers (its turn then finds a reply already stored, if there was one)."""
+        error = f"{type(exc).__name__}: {exc}"
+        backend = self.bus.backend
+        if backend.status().get("connected", True) and not backend.store_unreachable(exc):
+            try:
+                await self._give_up(batch, error)
+                return
+            except Exception:
+                log.exception("could not record the failure of %s", batch[0].key)
+        chat_key = batch[0].chat_key
+        log.warning("%d message(s) of %s given back, to be run again when the store answers",
+                    len(batch), chat_key)
+        await asyncio.sleep(self.release_pause_s)  # the chat waits: never a hot retry loop
+        if backend.owns(chat_key):  # still ours: before the chat's later messages, in order
+            self._backlog.push_front(batch)
+            self._executor.submit(chat_key, lambda: self._take_turn(chat_key))
+        else:  # the chat moved: its new holder takes the entries over from the stream
+            await self.bus.inbound.release(batch)
+
+    async def _give_up(self, batch: list[InboundMessage], error: str) -> None:
+        """A journaled message whose handling failed (not the agent: that is a failed
+        reply): quarantine it, finish it as failed, tell the sender."""
+        for message in batch:
+            await self.quarantine.record(message, IntakeStage.PROCESS, error)
+        await self.replies.complete([m.key for m in batch], ReplyStatus.FAILED, error)
+        self.failed_count += 1
+        self._apologise(batch[-1])
+
+    # -- runs left running, and messages the daemon writes itself ------------------------
 
     async def resume_runs(self) -> int:
         """Continue runs that were mid-way when the daemon stopped (their inbound is done),

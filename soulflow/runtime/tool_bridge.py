@@ -50,7 +50,7 @@ class ToolBridge:
             raise ToolError(f"there is no {message.provider!r} channel in this daemon "
                             f"(configured: {', '.join(runtime.channels.names())})")
         chat = ChatRef(message.provider, message.chat_id, message.thread_id)
-        await runtime.manager.publish_to_chat(  # split per platform limits, stored
+        await runtime.conversation.publish_to_chat(  # split per platform limits, stored
             chat, runtime.redactor.redact(message.content), message.metadata,
             reply_to=message.reply_to)
 

@@ -240,7 +240,7 @@ async def test_reactions(fake: FakeTelegram, channel: TelegramChannel) -> None:
 
 async def test_malformed_updates_come_back_as_poison_records(
         fake: FakeTelegram, channel: TelegramChannel, caplog: pytest.LogCaptureFixture) -> None:
-    """An update that cannot be read is returned as a poison record (the manager quarantines
+    """An update that cannot be read is returned as a poison record (the conversation quarantines
     it in the inbound DLQ before the offset passes it), never dropped silently."""
     fake.push_message(USER, "before")
     fake.push_raw_update({"message": {"text": "no update_id, no chat"}})

@@ -12,7 +12,7 @@ gets its own `RoutedHTTPClient`, which
 * opens its aiohttp session with response classes that read bytes which are not UTF-8 as
   U+FFFD instead of raising: one such message used to make the gateway connection fail (and
   reconnect) and the REST catch-up of its channel fail, so it was neither answered nor
-  recorded. The manager's edge normalisation then treats it like any other text.
+  recorded. The edge normalisation (channels/normalize.py) then treats it like any other text.
 
 Two adapters with different URLs can therefore run in one process (tests do).
 """

@@ -251,7 +251,7 @@ class SlackChannel(ChannelAdapter):
             try:
                 event = envelope_event(envelope)
                 message = self._parser.parse(event) if event is not None else None
-            except Exception as exc:  # quarantined by the manager; the others go on
+            except Exception as exc:  # quarantined by the intake; the others go on
                 message = poison_message(
                     self.name, message_id=f"envelope-{envelope.get('envelope_id')}",
                     error=exc, raw=envelope)

@@ -34,7 +34,7 @@ class SlackEnricher:
         await self._fill_thread_context(batch)
 
     async def _fill_thread_context(self, batch: list[InboundMessage]) -> None:
-        """Earlier messages of a mention's thread for the agent (sealed by the manager like
+        """Earlier messages of a mention's thread for the agent (sealed by the intake like
         the message). Best effort: a failure skips it."""
         for message in batch:
             if message.priming or not (message.thread_id and message.is_mention):

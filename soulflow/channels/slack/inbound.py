@@ -155,7 +155,7 @@ class HistoryPoller:
     threads the bot answered in.
 
     Read positions run ahead in memory so a message is returned once; the persisted cursors
-    (`cursor:<channel>`, `thread_cursors`) move only in `commit()`, after the manager has
+    (`cursor:<channel>`, `thread_cursors`) move only in `commit()`, after the intake has
     journaled the messages, so a crash replays instead of skipping. With no cursor yet the
     newest history page comes back as `priming` (seen, never answered).
     """
@@ -257,7 +257,7 @@ class HistoryPoller:
         for entry in sorted(raw, key=lambda m: ts_key(valid_ts(m) or "0")):
             try:
                 message = self._parser.parse(entry, channel=self.channel, priming=priming)
-            except Exception as exc:  # quarantined by the manager; the cursor passes it
+            except Exception as exc:  # quarantined by the intake; the cursor passes it
                 message = poison_message("slack", message_id=f"ts-{valid_ts(entry)}",
                                          error=exc, raw=entry, chat_id=self.channel)
                 message.metadata["ts"] = valid_ts(entry)

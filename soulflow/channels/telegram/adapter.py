@@ -1,9 +1,10 @@
 """The Telegram channel: long polling with python-telegram-bot's `Bot` (no `Application`).
 
-The manager owns the loop, so this adapter only wraps single API calls: `read()` is one
-`getUpdates` long poll, `commit()` persists the update offset once the batch is journaled,
-and `send()` turns Markdown into Telegram HTML. Updates are parsed one by one, so a single
-malformed update is skipped with a warning instead of losing (or wedging) the whole batch.
+The reader (channels/reader.py) owns the loop, so this adapter only wraps single API calls:
+`read()` is one `getUpdates` long poll, `commit()` persists the update offset once the batch
+is journaled, and `send()` turns Markdown into Telegram HTML. Updates are parsed one by one,
+so a single malformed update is skipped with a warning instead of losing (or wedging) the
+whole batch.
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ class TelegramChannel(ChannelAdapter):
             for message in messages:
                 message.priming = priming
                 self._batch_end[message.key] = end
-            while len(self._batch_end) > 10_000:  # never committed (manager crash): bound it
+            while len(self._batch_end) > 10_000:  # never committed (intake crashed): bound it
                 self._batch_end.pop(next(iter(self._batch_end)))
         return messages
 
@@ -293,7 +294,7 @@ class TelegramChannel(ChannelAdapter):
             update_id = raw.get("update_id") if isinstance(raw, dict) else None
             log.warning("telegram: update %s could not be read (%s: %s); quarantined",
                         update_id, type(exc).__name__, str(exc)[:200])
-            # recorded in the inbound DLQ by the manager before the offset passes it
+            # recorded in the inbound DLQ by the intake before the offset passes it
             return poison_message(self.name, message_id=f"update-{update_id}", error=exc,
                                   raw=raw)
 

@@ -18,7 +18,7 @@ from soulflow.channels.registry import ChannelRegistry
 from soulflow.contracts import ReplyStatus
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.attachments import ChatFiles
-from soulflow.conversation.turns import ChannelManager
+from soulflow.conversation.turns import Conversation
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.domain_rig import agent_domain
 from tests.waiting import until
@@ -82,7 +82,7 @@ class EchoModel:
 
 
 class Rig:
-    """A bus on the file backend and the managers built on it, each with its claim loop
+    """A bus on the file backend and the conversations built on it, each with its claim loop
     running as the daemon's supervisor runs it ("inbound:claim"); `restart_bus()` reopens the
     backend over the same files, as a new process would."""
 
@@ -98,16 +98,16 @@ class Rig:
         bus.bind_senders(self.registry.get)
         return bus
 
-    def build(self, *, claiming: bool = True, **kwargs: Any) -> ChannelManager:
+    def build(self, *, claiming: bool = True, **kwargs: Any) -> Conversation:
         access = kwargs.pop("access", AccessPolicy.from_lists({"chat": ["alice"]}))
-        manager = ChannelManager(self.registry, self.bus, self.agent, access=access,
+        conversation = Conversation(self.registry, self.bus, self.agent, access=access,
                                  workspace=self.tmp_path, **kwargs)
         if claiming:
-            self.claim(manager)
-        return manager
+            self.claim(conversation)
+        return conversation
 
-    def claim(self, manager: ChannelManager) -> None:
-        self.tasks.append(asyncio.create_task(manager.claim_loop(), name="inbound:claim"))
+    def claim(self, conversation: Conversation) -> None:
+        self.tasks.append(asyncio.create_task(conversation.claim_loop(), name="inbound:claim"))
 
     async def stop_claiming(self) -> None:
         for task in self.tasks:
@@ -171,24 +171,24 @@ async def settle(adapter: MemoryAdapter, count: int) -> list[str]:
 
 async def test_priming_bots_and_unaddressed_messages_are_seen_not_answered(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build()
-    fresh = await manager.ingest(adapter, [msg(1, priming=True), msg(2, from_bot=True),
+    conversation = build()
+    fresh = await conversation.ingest(adapter, [msg(1, priming=True), msg(2, from_bot=True),
                                      msg(3, is_mention=False), msg(4, "real")])
     assert [m.message_id for m in fresh] == ["m4"]
     assert adapter.committed == ["m1", "m2", "m3", "m4"]
     assert await settle(adapter, 1) == ["echo: real"]
     assert all([await bus.inbound.is_seen(f"chat:c1:m{i}") for i in range(1, 5)])
-    assert await manager.ingest(adapter, [msg(1), msg(4)]) == []  # never answered later
+    assert await conversation.ingest(adapter, [msg(1), msg(4)]) == []  # never answered later
 
 
 async def test_unknown_user_gets_one_polite_refusal_per_cooldown(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build()
-    await manager.ingest(adapter, [msg(1, sender_id="mallory"), msg(2, sender_id="mallory")])
+    conversation = build()
+    await conversation.ingest(adapter, [msg(1, sender_id="mallory"), msg(2, sender_id="mallory")])
     replies = await settle(adapter, 1)
     assert len(replies) == 1 and "mallory" in replies[0] and "CHAT_ALLOWED_USERS" in replies[0]
     assert model.inputs == []
-    await manager.ingest(adapter, [msg(3, sender_id="mallory")])
+    await conversation.ingest(adapter, [msg(3, sender_id="mallory")])
     await asyncio.sleep(0.01)
     assert len(adapter.sent) == 1
 
@@ -197,28 +197,28 @@ async def test_a_run_stopped_by_max_turns_is_counted_apart_from_answers(rig) -> 
     """The best-effort reply is posted, but the turn counts (and is journaled) as max_turns."""
     build, adapter, model, bus = rig
     model.calls = [ToolCall("c1", "no_such_tool", {})]
-    manager = build()
-    await manager.ingest(adapter, [msg(1, "loop forever")])
+    conversation = build()
+    await conversation.ingest(adapter, [msg(1, "loop forever")])
     await settle(adapter, 1)
     async with asyncio.timeout(5):
-        while not manager.max_turns_count:
+        while not conversation.max_turns_count:
             await asyncio.sleep(0.001)
-    assert (manager.answered_count, manager.failed_count) == (0, 0)
+    assert (conversation.answered_count, conversation.failed_count) == (0, 0)
     done = done_records(bus)
     assert [r["status"] for r in done] == [ReplyStatus.MAX_TURNS] == ["max_turns"]
 
 
 async def test_star_allows_everyone(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build(access=AccessPolicy.from_lists({"chat": ["*"]}))
-    await manager.ingest(adapter, [msg(1, "yo", sender_id="anyone")])
+    conversation = build(access=AccessPolicy.from_lists({"chat": ["*"]}))
+    await conversation.ingest(adapter, [msg(1, "yo", sender_id="anyone")])
     assert await settle(adapter, 1) == ["echo: yo"]
 
 
 async def test_commands(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build()
-    await manager.ingest(adapter, [msg(1, "/help"), msg(2, "/repl 1+1"), msg(3, "/frobnicate"),
+    conversation = build()
+    await conversation.ingest(adapter, [msg(1, "/help"), msg(2, "/repl 1+1"), msg(3, "/frobnicate"),
                              msg(4, "/stop")])
     replies = await settle(adapter, 4)
     assert replies[0] == "Nothing is running in this chat."  # /stop jumps the chat's queue
@@ -231,13 +231,13 @@ async def test_commands(rig) -> None:
 
 async def test_stop_command_and_stop_reaction_abort_a_running_answer(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build()
+    conversation = build()
     model.gate = asyncio.Event()
-    await manager.ingest(adapter, [msg(1, "long job")])
+    await conversation.ingest(adapter, [msg(1, "long job")])
     async with asyncio.timeout(5):
-        while manager.runs.count() == 0:
+        while conversation.runs.count() == 0:
             await asyncio.sleep(0.001)
-    await manager.ingest(adapter, [msg(2, "", kind="reaction", reaction="🛑",
+    await conversation.ingest(adapter, [msg(2, "", kind="reaction", reaction="🛑",
                                        target_message_id="m1")])
     assert await settle(adapter, 1) == ["Stopped."]
     async with asyncio.timeout(5):  # typing is switched off as the turn unwinds
@@ -248,8 +248,8 @@ async def test_stop_command_and_stop_reaction_abort_a_running_answer(rig) -> Non
 
 async def test_grouping_answers_a_burst_once(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build(grouping_window_s=0.05, grouping_max=10)
-    await manager.ingest(adapter, [msg(1, "first"), msg(2, "second"), msg(3, "third")])
+    conversation = build(grouping_window_s=0.05, grouping_max=10)
+    await conversation.ingest(adapter, [msg(1, "first"), msg(2, "second"), msg(3, "third")])
     assert await settle(adapter, 1) == ["echo: first\nsecond\nthird"]
     await asyncio.sleep(0.05)
     assert len(adapter.sent) == 1
@@ -258,24 +258,24 @@ async def test_grouping_answers_a_burst_once(rig) -> None:
 
 async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -> None:
     build, adapter, model, bus = rig
-    manager = build()
+    conversation = build()
     model.reply = " ".join(f"w{i:03d}" for i in range(300))
-    await manager.ingest(adapter, [msg(1)])
+    await conversation.ingest(adapter, [msg(1)])
     parts = await settle(adapter, 3)
     assert [p[:5] for p in parts] == ["[1/3]", "[2/3]", "[3/3]"]
     assert all(len(p) <= 600 for p in parts)
     assert " ".join(p.split(" ", 1)[1] for p in parts).split() == model.reply.split()
     adapter.sent.clear()
     model.reply = "x" * 2500
-    await manager.ingest(adapter, [msg(2)])
+    await conversation.ingest(adapter, [msg(2)])
     await settle(adapter, 1)
     assert adapter.sent[0].metadata["as_file"] and adapter.sent[0].content == "x" * 2500
 
 
 async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
     build, adapter, model, bus = rig
-    manager = build()
-    await manager.ingest(adapter, [msg(1, "see file", thread_id="t9", attachments=[
+    conversation = build()
+    await conversation.ingest(adapter, [msg(1, "see file", thread_id="t9", attachments=[
         Attachment(name="a.txt", url="http://x/a")])])
     await settle(adapter, 1)
     # in the chat's own zone, named by its workspace-relative path (the chat, not a thread)
@@ -289,8 +289,8 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
     """The store fails mid-turn while the backend reports it unreachable: nothing can be
     recorded, so the batch is given back and answered once the store answers again."""
     build, adapter, model, bus = rig
-    manager = build()
-    manager.release_pause_s = 0.01
+    conversation = build()
+    conversation.release_pause_s = 0.01
     real = bus.outbox.has_answered
     calls: list[str] = []
 
@@ -303,7 +303,7 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
         return await real(key)
 
     monkeypatch.setattr(bus.outbox, "has_answered", has_answered)
-    await manager.ingest(adapter, [msg(1, "still there?")])
+    await conversation.ingest(adapter, [msg(1, "still there?")])
     assert await settle(adapter, 1) == ["echo: still there?"]
     assert calls == ["chat:c1:m1", "chat:c1:m1"] and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
@@ -315,8 +315,8 @@ async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
     own probe still says connected: the backend recognises the failure, so the batch is given
     back, not quarantined with an apology."""
     build, adapter, model, bus = rig
-    manager = build()
-    manager.release_pause_s = 0.01
+    conversation = build()
+    conversation.release_pause_s = 0.01
     real = bus.outbox.has_answered
     calls: list[str] = []
 
@@ -332,7 +332,7 @@ async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
     monkeypatch.setattr(bus.outbox, "has_answered", has_answered)
     monkeypatch.setattr(bus.backend, "store_unreachable",
                         lambda exc: isinstance(exc.__cause__, StoreAway))
-    await manager.ingest(adapter, [msg(1, "still there?")])
+    await conversation.ingest(adapter, [msg(1, "still there?")])
     assert await settle(adapter, 1) == ["echo: still there?"]
     assert len(calls) == 2 and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
@@ -349,9 +349,9 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
 
     monkeypatch.setattr(bus.backend, "store_unreachable",
                         lambda exc: isinstance(exc.__cause__, StoreAway))
-    manager = build()
-    manager.release_pause_s = 0.01
-    real = manager.agent.respond
+    conversation = build()
+    conversation.release_pause_s = 0.01
+    real = conversation.agent.respond
     runs: list[str] = []
 
     async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
@@ -360,8 +360,8 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
             raise RuntimeError("run journal write failed") from StoreAway()
         return await real(message, text, **kwargs)
 
-    monkeypatch.setattr(manager.agent, "respond", respond)
-    await manager.ingest(adapter, [msg(1, "hello")])
+    monkeypatch.setattr(conversation.agent, "respond", respond)
+    await conversation.ingest(adapter, [msg(1, "hello")])
     assert await settle(adapter, 1) == ["echo: hello"]
     assert runs == ["chat:c1:m1", "chat:c1:m1"] and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
@@ -378,9 +378,9 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
 
     monkeypatch.setattr(bus.backend, "store_unreachable",
                         lambda exc: isinstance(exc.__cause__, StoreAway))
-    manager = build(fold_max=1)
-    manager.release_pause_s = 0.05
-    real = manager.agent.respond
+    conversation = build(fold_max=1)
+    conversation.release_pause_s = 0.05
+    real = conversation.agent.respond
     runs: list[str] = []
 
     async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
@@ -390,10 +390,10 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
             raise RuntimeError("run journal write failed") from StoreAway()
         return await real(message, text, **kwargs)
 
-    monkeypatch.setattr(manager.agent, "respond", respond)
-    await manager.ingest(adapter, [msg(1, "m1")])
+    monkeypatch.setattr(conversation.agent, "respond", respond)
+    await conversation.ingest(adapter, [msg(1, "m1")])
     await asyncio.sleep(0.01)
-    await manager.ingest(adapter, [msg(2, "m2"), msg(3, "m3")])
+    await conversation.ingest(adapter, [msg(2, "m2"), msg(3, "m3")])
     assert await settle(adapter, 3) == ["echo: m1", "echo: m2", "echo: m3"]
     assert await drained(bus)
 
@@ -403,9 +403,9 @@ async def test_a_fold_rule_that_meets_the_store_away_does_not_wedge_the_chat(
     """Deciding whether queued messages may fold reads the run store; if that fails (Redis
     away), the turn runs unfolded instead of the chat keeping its backlog with no job."""
     build, adapter, model, bus = rig
-    manager = build()
+    conversation = build()
     failures: list[str] = []
-    real = manager.agent.open_run
+    real = conversation.agent.open_run
 
     def open_run(chat_key: str, **kwargs: Any) -> Any:
         if not failures:  # the fold rule's read fails; the turn's own read finds the store
@@ -413,21 +413,21 @@ async def test_a_fold_rule_that_meets_the_store_away_does_not_wedge_the_chat(
             raise ConnectionError("run store unreachable")
         return real(chat_key, **kwargs)
 
-    monkeypatch.setattr(manager.agent, "open_run", open_run)
-    await manager.ingest(adapter, [msg(1, "hello")])
+    monkeypatch.setattr(conversation.agent, "open_run", open_run)
+    await conversation.ingest(adapter, [msg(1, "hello")])
     assert await settle(adapter, 1) == ["echo: hello"]
-    assert failures and manager.queued == 0
+    assert failures and conversation.queued == 0
     assert await drained(bus)
 
 
 async def test_a_message_whose_run_moved_is_handed_out_again_to_the_chats_holder(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """RunMoved: the chat's partition passed to a newer lease while the turn ran (Redis away
-    long enough). The manager lets go of the message in the store too, so the chat's next
+    long enough). The conversation lets go of the message in the store too, so the chat's next
     holder (this node again, after taking the partition back) is handed it: never stranded."""
     build, adapter, model, bus = rig
-    manager = build()
-    real = manager.agent.respond
+    conversation = build()
+    real = conversation.agent.respond
     runs: list[str] = []
 
     async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
@@ -436,8 +436,8 @@ async def test_a_message_whose_run_moved_is_handed_out_again_to_the_chats_holder
             raise RunMoved("the chat's partition is held under a newer lease")
         return await real(message, text, **kwargs)
 
-    monkeypatch.setattr(manager.agent, "respond", respond)
-    await manager.ingest(adapter, [msg(1, "hello")])
+    monkeypatch.setattr(conversation.agent, "respond", respond)
+    await conversation.ingest(adapter, [msg(1, "hello")])
     assert await settle(adapter, 1) == ["echo: hello"]
     assert runs == ["hello", "hello"] and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
@@ -448,7 +448,7 @@ async def test_a_batch_whose_chat_moved_while_it_waited_is_left_to_the_new_holde
     """Redis: a chat's partition passes to another node while its messages wait here; they are
     not run here (the new holder takes them over from the stream, in order) but let go of."""
     build, adapter, model, bus = rig
-    manager = build()
+    conversation = build()
     released: list[str] = []
 
     async def release(messages: list[InboundMessage]) -> None:
@@ -456,7 +456,7 @@ async def test_a_batch_whose_chat_moved_while_it_waited_is_left_to_the_new_holde
 
     monkeypatch.setattr(bus.backend, "owns", lambda chat_key: False)
     monkeypatch.setattr(bus.inbound, "release", release)
-    await manager.ingest(adapter, [msg(1, "hello")])
+    await conversation.ingest(adapter, [msg(1, "hello")])
     await until(lambda: released == ["chat:c1:m1"])
     assert adapter.sent == [] and model.inputs == []
 
@@ -464,8 +464,6 @@ async def test_a_batch_whose_chat_moved_while_it_waited_is_left_to_the_new_holde
 async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     build, adapter, model, bus = rig
-    manager = build()
-    manager.release_pause_s = 0.01
     runs: list[str] = []
 
     async def explode(command: Any, message: InboundMessage) -> str:
@@ -478,8 +476,9 @@ async def test_a_failure_that_cannot_be_recorded_gives_the_batch_back(
         monkeypatch.undo()  # the quarantine works again afterwards
         raise OSError("disk full")
 
-    manager.commands.register("render", explode)
-    monkeypatch.setattr(manager.quarantine, "record", broken_record)
-    await manager.ingest(adapter, [msg(1, "/render graph")])
+    conversation = build(commands={"render": explode})
+    conversation.release_pause_s = 0.01
+    monkeypatch.setattr(conversation.quarantine, "record", broken_record)
+    await conversation.ingest(adapter, [msg(1, "/render graph")])
     assert await settle(adapter, 1) == ["rendered"]  # run again, answered once
     assert runs == ["chat:c1:m1", "chat:c1:m1"]
