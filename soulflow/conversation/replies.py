@@ -19,7 +19,7 @@ from typing import Any
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.rendering import render_reply
+from soulflow.channels.splitting import render_reply
 from soulflow.contracts import ChatRef, ReplyStatus
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import discord.abc
 from soulflow.bus.messages import Attachment, InboundMessage, SendError
 from soulflow.channels.discord.http import route_client
 from soulflow.channels.files import safe_filename
-from soulflow.channels.rendering import RenderedPart
+from soulflow.channels.splitting import RenderedPart
 
 PROVIDER = "discord"
 # Only what a person writes: joins, pins, thread announcements etc. are not messages to answer.

@@ -16,7 +16,7 @@ import discord.abc
 from soulflow.bus.messages import OutboundMessage, SendError
 from soulflow.channels.base import ChannelLimits
 from soulflow.channels.discord import format as fmt
-from soulflow.channels.rendering import RenderedPart, render_reply
+from soulflow.channels.splitting import RenderedPart, render_reply
 
 _REMEMBERED = 1000  # replies with delivered parts kept for their retry
 

@@ -29,7 +29,6 @@ from soulflow.channels.base import (
 from soulflow.channels.files import safe_filename
 from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
-from soulflow.channels.rendering import split_text
 from soulflow.channels.slack.enrich import SlackEnricher
 from soulflow.channels.slack.format import (
     BOT_TOKEN_REJECTED,
@@ -49,6 +48,7 @@ from soulflow.channels.slack.inbound import (
     SocketStartError,
     envelope_event,
 )
+from soulflow.channels.splitting import split_text
 from soulflow.channels.state import ChannelState
 
 log = logging.getLogger(__name__)

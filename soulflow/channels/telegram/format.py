@@ -28,7 +28,7 @@ from telegram import (
 from telegram.constants import ChatType, MessageEntityType
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage
-from soulflow.channels.rendering import split_text
+from soulflow.channels.splitting import split_text
 
 #: Telegram counts message length (4096) in UTF-16 code units, not characters.
 TELEGRAM_MAX_TEXT = 4096

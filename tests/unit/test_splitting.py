@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from soulflow.channels.base import ChannelLimits
-from soulflow.channels.rendering import render_reply, split_text
+from soulflow.channels.splitting import render_reply, split_text
 
 TELEGRAM = ChannelLimits(max_text=4096, chunk_size=4000, file_fallback_threshold=14_000)
 DISCORD = ChannelLimits(max_text=2000, chunk_size=1900, file_fallback_threshold=14_000)
