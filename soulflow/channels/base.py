@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -52,12 +52,14 @@ async def drain(queue: asyncio.Queue[T], wait_s: float) -> list[T]:
 
 @dataclass(frozen=True, slots=True)
 class ChannelLimits:
-    """What a platform accepts; rendering and the dispatcher respect these."""
+    """What a platform accepts: a reply is split by these once, before it is stored
+    (splitting.py), and the dispatcher paces sends by `send_interval_s`."""
 
-    max_text: int = 4000
-    chunk_size: int = 3500
-    file_fallback_threshold: int = 14_000
+    max_text: int = 4000  # the longest message, as `measure` counts it
+    chunk_size: int = 3500  # at most this many characters per numbered chunk of a long reply
+    file_fallback_threshold: int = 14_000  # longer replies (characters) go as a .txt file
     send_interval_s: float = 0.0
+    measure: Callable[[str], int] = len  # how the platform counts a message's length
 
 
 class AttachmentFolder(Protocol):

@@ -1,6 +1,11 @@
 """What a turn writes to the bus: replies (split for the platform, stored in order) and the
 completion of the inbound messages it answered.
 
+Every text the daemon sends to a chat comes through `publish_to_chat`, the one place a reply is
+split for its platform: `split_reply` by the limits the chat's adapter declares (chunks under
+its limit, numbered, or a file), each part an outbox message of its own that the adapter sends
+as it is. A part is delivered, retried or dead-lettered on its own.
+
 A reply is handed to the outbox writer (bus/dispatcher.py) at once, so the parts of one reply,
 and the replies of one chat, keep their order whoever publishes them; the returned awaitable
 tells when they are stored. A turn awaits it before completing the inbound message, so a
@@ -12,19 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
 from soulflow.bus.bus import MessageBus
+from soulflow.bus.dispatcher import EventSink
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.splitting import render_reply
+from soulflow.channels.splitting import split_reply
 from soulflow.contracts import ChatRef, ReplyStatus
 
 log = logging.getLogger(__name__)
-
-EventSink = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(slots=True)
@@ -41,7 +45,7 @@ class BusReplies:
         be stored before going on (callers that only notify may ignore it)."""
         provider, chat_id = chat.provider, chat.chat_id
         adapter = self.registry.get(provider)
-        parts = render_reply(content, adapter.limits) if adapter is not None else []
+        parts = split_reply(content, adapter.limits) if adapter is not None else []
         stored: list[asyncio.Future[bool]] = []
         for part in parts or [None]:
             extra: dict[str, Any] = dict(metadata or {})

@@ -56,9 +56,9 @@ class ToolBridge:
 
     async def _request_file(self, chat: ChatRef, description: str) -> None:
         """Fallback path of request_file (used only if the loop does not intercept it)."""
-        await self._runtime.bus.publish_outbound(OutboundMessage(
-            provider=chat.provider, chat_id=chat.chat_id, thread_id=chat.thread_id,
-            content=f"{description}\n\n{UPLOAD_PROMPT}"))
+        await self._runtime.conversation.publish_to_chat(  # split per platform limits, stored
+            ChatRef(chat.provider, chat.chat_id, chat.thread_id),
+            f"{description}\n\n{UPLOAD_PROMPT}")
 
     async def _spawn(self, chat: ChatRef, parent_run: str, task: str, max_turns: int) -> str:
         loop = self._runtime.agent.loop

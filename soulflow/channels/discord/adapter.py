@@ -43,7 +43,6 @@ from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, S
 from soulflow.channels.base import AttachmentFolder, ChannelAdapter, ChannelLimits, drain
 from soulflow.channels.discord import format as fmt
 from soulflow.channels.discord.feedback import DiscordFeedbackClient
-from soulflow.channels.discord.send import ResumableSends
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
 
@@ -99,7 +98,6 @@ class DiscordChannel(ChannelAdapter):
         self._ready_at = 0.0
         self._cursors: dict[int, int] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()
-        self._sends = ResumableSends()
         self._catch_up_lock = asyncio.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -371,10 +369,15 @@ class DiscordChannel(ChannelAdapter):
         return client.get_partial_messageable(int(chat_id))  # DMs and uncached channels
 
     async def send(self, message: OutboundMessage) -> SendResult:
-        """Send every part in order; a retry after a partial failure resumes, not repeats."""
+        """One message: the text (split for Discord's limits before it was stored, see
+        `soulflow.channels.splitting`) or the file it became, as a reply to the message it
+        answers (a deleted one does not block it)."""
         channel = self._messageable(message.chat_id)
-        ids = await self._sends.send(channel, message, self.limits)
-        return SendResult(platform_message_ids=ids)
+        target = fmt.reply_target(message.reply_to)
+        reference = None if target is None else discord.MessageReference(
+            message_id=target, channel_id=channel.id, fail_if_not_exists=False)
+        sent = await fmt.send_message(channel, message, reference)
+        return SendResult(platform_message_ids=[str(sent.id)])
 
     async def set_typing(self, chat_id: str, on: bool) -> None:
         """Discord shows typing for ~10 s per request and has no "stop": off is a no-op.

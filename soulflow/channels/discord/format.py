@@ -17,10 +17,9 @@ import aiohttp
 import discord
 import discord.abc
 
-from soulflow.bus.messages import Attachment, InboundMessage, SendError
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.discord.http import route_client
 from soulflow.channels.files import safe_filename
-from soulflow.channels.splitting import RenderedPart
 
 PROVIDER = "discord"
 # Only what a person writes: joins, pins, thread announcements etc. are not messages to answer.
@@ -233,18 +232,22 @@ def reply_target(reply_to: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-async def send_part(channel: discord.abc.Messageable, part: RenderedPart,
-                    reference: discord.MessageReference | None) -> discord.Message:
-    """Send one rendered part; failures come back as classified `SendError`s."""
+async def send_message(channel: discord.abc.Messageable, message: OutboundMessage,
+                       reference: discord.MessageReference | None) -> discord.Message:
+    """Send one outbox message: its text, or the file it became (`as_file`, with its
+    `filename` and `note`); failures come back as classified `SendError`s."""
     options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
     if reference is not None:
         options["reference"] = reference
+    meta = message.metadata
     try:
-        if part.as_file:
-            upload = discord.File(io.BytesIO(part.text.encode()),
-                                  filename=safe_filename(part.filename or "reply.txt"))
-            return await channel.send(content=part.note or None, file=upload, **options)
-        return await channel.send(content=part.text, **options)
+        if meta.get("as_file"):
+            name = str(meta.get("filename") or "reply.txt")
+            upload = discord.File(io.BytesIO(message.content.encode()),
+                                  filename=safe_filename(name))
+            return await channel.send(content=str(meta.get("note") or "") or None,
+                                      file=upload, **options)
+        return await channel.send(content=message.content, **options)
     except SEND_FAILURES as exc:
         raise send_error(exc) from exc
 

@@ -351,6 +351,8 @@ class SlackChannel(ChannelAdapter):
                 raise
         log.warning("slack: %s rejected the formatted reply (%s); sending it as plain text",
                     chat_id, code)
+        # the reply was split for Slack's limits before it was stored (splitting.py); a part
+        # Slack still calls too long goes as plain parts under the chunk size, a recovery
         parts = split_text(text, self.limits.chunk_size) if code == "msg_too_long" else [text]
         return [await self._post(chat_id, escape(part), thread_ts, mrkdwn=False)
                 for part in parts]

@@ -40,7 +40,7 @@ from soulflow.channels.telegram.format import (
     markdown_to_telegram_html,
     megabytes,
     send_options,
-    split_for_telegram,
+    utf16_length,
 )
 from soulflow.channels.telegram.http import (
     TOKEN_REJECTED,
@@ -85,9 +85,10 @@ class TelegramChannel(ChannelAdapter):
                  api_url: str = "https://api.telegram.org", poll_timeout_s: int = 25,
                  max_download_bytes: int = 20 * 2**20, send_interval_s: float = 1.0,
                  retry_delay_s: float = 1.0, feedback_timeout_s: float = 5.0) -> None:
+        # Telegram counts a message's 4,096 in UTF-16 code units, not characters
         self.limits = ChannelLimits(max_text=4096, chunk_size=4000,
                                     file_fallback_threshold=14_000,
-                                    send_interval_s=send_interval_s)
+                                    send_interval_s=send_interval_s, measure=utf16_length)
         self.state = state
         self.api_url = api_url.rstrip("/")
         self.poll_timeout_s = poll_timeout_s
@@ -309,20 +310,20 @@ class TelegramChannel(ChannelAdapter):
     # -- sending -----------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> SendResult:
+        """One message: the text (split for Telegram's limits before it was stored, see
+        `soulflow.channels.splitting`) as HTML, or the file it became."""
         bot = self._require_bot()
         chat = chat_ref(message.chat_id)
         options = send_options(message)
         try:
             if message.metadata.get("as_file"):
-                ids = [await self._send_file(bot, chat, message, options)]
+                sent = await self._send_file(bot, chat, message, options)
             else:
-                ids = [await self._send_text(bot, chat, piece, options)
-                       for piece in split_for_telegram(message.content)]
+                sent = await self._send_text(bot, chat, message.content, options)
         except TelegramError as exc:
             raise self._send_error(exc) from None
-        for platform_id in ids:
-            self._remember_sent(message.chat_id, platform_id)
-        return SendResult(platform_message_ids=ids)
+        self._remember_sent(message.chat_id, sent)
+        return SendResult(platform_message_ids=[sent])
 
     async def _send_text(self, bot: Bot, chat: int | str, text: str,
                          options: dict[str, Any]) -> str:

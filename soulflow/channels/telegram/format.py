@@ -28,10 +28,6 @@ from telegram import (
 from telegram.constants import ChatType, MessageEntityType
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage
-from soulflow.channels.splitting import split_text
-
-#: Telegram counts message length (4096) in UTF-16 code units, not characters.
-TELEGRAM_MAX_TEXT = 4096
 
 _FENCE = re.compile(r"^[ \t]*```([\w+#.-]*)[ \t]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)",
                     re.MULTILINE | re.DOTALL)
@@ -180,23 +176,9 @@ def _closes(text: str, i: int, delimiter: str) -> bool:
 
 
 def utf16_length(text: str) -> int:
-    """Length as Telegram counts it (UTF-16 code units)."""
+    """Length as Telegram counts it (UTF-16 code units): the adapter's limits measure text by
+    it, so an emoji-heavy reply is split under 4,096 units, not characters."""
     return len(text.encode("utf-16-le")) // 2
-
-
-def split_for_telegram(text: str, chunk: int = 4000) -> list[str]:
-    """Pieces that each fit Telegram's 4096 UTF-16 unit limit, split at natural breaks.
-
-    Normally the manager already splits replies; this is a safety net, and it also
-    handles emoji-heavy text whose UTF-16 length is larger than its character count.
-    """
-    if utf16_length(text) <= TELEGRAM_MAX_TEXT:
-        return [text]
-    limit = min(chunk, max(1, len(text) // 2))
-    pieces: list[str] = []
-    for piece in split_text(text, limit):
-        pieces.extend(split_for_telegram(piece, chunk))
-    return pieces
 
 
 # -- outbound parameters -----------------------------------------------------------------
