@@ -12,7 +12,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 | 2 stores | `security`, `session`, `decision`, `cron`, `tasks` (model, graph, store, engine) |
 | 3 observability | `events` (publishes task-store changes, so above `tasks`), `logs` (redacts) |
 | 4 domain | `agent`, `bus` (peers: they never import each other) |
-| 5 edges | `channels`, `providers`, `backends` < `conversation` (intake to complete turn) |
+| 5 edges | `channels`, `providers`, `backends` |
+| 5.5 conversation | `conversation` (a message taken in → its turn complete) |
 | 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
 |   | `tasks.{assembly,chat,executors,progress,proposals,tool}` |
 | 7 runtime | `runtime` (builds and starts everything) |
