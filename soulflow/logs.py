@@ -3,7 +3,7 @@
 One handler on the root logger, owned by this module (`configure_logging` replaces it, so a
 command can switch format or level after reading its settings). Every record is stamped with
 what the code handling it knows - the chat, the agent run, the model provider - from context
-variables the channel manager and the agent loop set (`log_context`), so one conversation can
+variables the conversation and the agent loop set (`log_context`), so one conversation can
 be followed through the daemon's log with `jq 'select(.chat == "slack:C123")'`.
 
 Redaction is a filter on the handler (`RedactingFilter`), which runs before any formatter:

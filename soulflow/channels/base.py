@@ -1,7 +1,7 @@
 """The adapter interface every channel implements: local, Slack, Telegram, Discord.
 
-The manager only ever talks to this interface, so the inbound pipeline, the bus and the
-agent do not know which platform a message came from.
+The conversation (soulflow/conversation/) and the outbound bus only ever talk to this
+interface, so neither they nor the agent know which platform a message came from.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from soulflow.bus.messages import (
     Attachment,
@@ -25,7 +25,6 @@ from soulflow.channels.leadership import AccountLeadership, Election
 
 if TYPE_CHECKING:
     from soulflow.backends.base import CursorStore
-    from soulflow.channels.attachments import ChatFiles
     from soulflow.channels.state import ChannelState
 
 #: Connections each platform client keeps for best-effort calls (typing, read-acks), apart
@@ -53,12 +52,24 @@ async def drain(queue: asyncio.Queue[T], wait_s: float) -> list[T]:
 
 @dataclass(frozen=True, slots=True)
 class ChannelLimits:
-    """What a platform accepts; rendering and the dispatcher respect these."""
+    """What a platform accepts: a reply is split by these once, before it is stored
+    (splitting.py), and the dispatcher paces sends by `send_interval_s`."""
 
-    max_text: int = 4000
-    chunk_size: int = 3500
-    file_fallback_threshold: int = 14_000
+    max_text: int = 4000  # the longest message, as `measure` counts it
+    chunk_size: int = 3500  # at most this many characters per numbered chunk of a long reply
+    file_fallback_threshold: int = 14_000  # longer replies (characters) go as a .txt file
     send_interval_s: float = 0.0
+    measure: Callable[[str], int] = len  # how the platform counts a message's length
+
+
+class AttachmentFolder(Protocol):
+    """Where `download()` saves a file a person sent: the conversation hands the chat's own
+    folder (`soulflow.conversation.attachments.ChatFiles`), so an adapter never decides where
+    a chat's files live."""
+
+    async def save(self, name: str, data: bytes) -> PurePosixPath:
+        """Write ``data`` as ``name``; the workspace-relative path it was saved at."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,7 @@ class ChannelAdapter(abc.ABC):
     """A connection to one chat platform.
 
     `read()` returns the next batch of new messages; it may wait (long poll, push queue) but
-    must return within a few seconds so the manager can stop it cleanly.
+    must return within a few seconds so its reader (reader.py) can stop it cleanly.
 
     Sending and reading start separately, because when several nodes share a platform account
     (SOULFLOW_BACKEND=redis, `share_account()`) every node sends but only the account's leader
@@ -164,9 +175,10 @@ class ChannelAdapter(abc.ABC):
         the feedback client, no retries; `SendError` on failure)."""
         raise SendError(f"the {self.name} channel cannot edit messages", permanent=True)
 
-    async def download(self, attachment: Attachment, folder: ChatFiles) -> PurePosixPath:
+    async def download(self, attachment: Attachment,
+                       folder: AttachmentFolder) -> PurePosixPath:
         """Fetch ``attachment`` and save it in ``folder`` (the chat's zone, see
-        `soulflow.channels.attachments`); the workspace-relative path it was saved at.
+        `soulflow.conversation.attachments`); the workspace-relative path it was saved at.
         OSError says why it could not be had (too large, refused, network)."""
         raise OSError(f"the {self.name} channel does not deliver files")
 

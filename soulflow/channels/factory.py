@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.state import ChannelState
-from soulflow.config import Settings, id_list
+from soulflow.config import Settings
 
 PLATFORMS = ("slack", "telegram", "discord")
 
@@ -19,7 +18,7 @@ def build_platform_channels(settings: Settings, runtime_dir: Path) -> list[Chann
     max_bytes = int(settings["MAX_DOWNLOAD_MB"]) * 2**20
     adapters: list[ChannelAdapter] = []
     if settings["SLACK_BOT_TOKEN"]:
-        from soulflow.channels.slack import SlackChannel
+        from soulflow.channels.slack.adapter import SlackChannel
 
         adapters.append(SlackChannel(
             bot_token=settings["SLACK_BOT_TOKEN"], app_token=settings["SLACK_APP_TOKEN"] or None,
@@ -29,7 +28,7 @@ def build_platform_channels(settings: Settings, runtime_dir: Path) -> list[Chann
             poll_interval_s=settings.seconds_from_ms("SLACK_POLL_INTERVAL_MS"),
             max_download_bytes=max_bytes, send_interval_s=interval))
     if settings["TELEGRAM_BOT_TOKEN"]:
-        from soulflow.channels.telegram import TelegramChannel
+        from soulflow.channels.telegram.adapter import TelegramChannel
 
         adapters.append(TelegramChannel(
             token=settings["TELEGRAM_BOT_TOKEN"], api_url=settings["TELEGRAM_API_URL"],
@@ -37,7 +36,7 @@ def build_platform_channels(settings: Settings, runtime_dir: Path) -> list[Chann
             poll_timeout_s=int(settings["CHANNEL_POLL_TIMEOUT_S"]),
             max_download_bytes=max_bytes, send_interval_s=interval))
     if settings["DISCORD_BOT_TOKEN"]:
-        from soulflow.channels.discord import DiscordChannel
+        from soulflow.channels.discord.adapter import DiscordChannel
 
         adapters.append(DiscordChannel(
             token=settings["DISCORD_BOT_TOKEN"], api_url=settings["DISCORD_API_URL"],
@@ -45,9 +44,3 @@ def build_platform_channels(settings: Settings, runtime_dir: Path) -> list[Chann
             state=ChannelState(cursors / "discord.json"),
             max_download_bytes=max_bytes, send_interval_s=interval))
     return adapters
-
-
-def access_policy(settings: Settings) -> AccessPolicy:
-    """Deny by default: a platform's users must be listed in <PLATFORM>_ALLOWED_USERS."""
-    lists = {name: id_list(settings[f"{name.upper()}_ALLOWED_USERS"]) for name in PLATFORMS}
-    return AccessPolicy.from_lists(lists, cooldown_s=float(settings["REFUSAL_COOLDOWN_S"]))

@@ -1,31 +1,20 @@
-"""Quarantine of inbound messages that cannot be taken in: the adapter side and the manager's.
+"""What an adapter puts in its batch for a platform update it could not read.
 
-An adapter that cannot parse one platform update returns `poison_message(...)` in its batch
-instead of dropping it silently: the manager then records it in the inbound dead-letter file
-before the adapter's cursor moves past it (see `bus/inbound_dlq.py`). The manager wraps every
-step of taking in one message (normalising, filtering, sealing, journaling, commands) in
-`stage(...)`, so an error names where it happened.
+Dropping such an update silently would lose a message; raising would wedge the channel on
+it. So the adapter returns `poison_message(...)` in its place, and the conversation's intake
+quarantines it (inbound DLQ, id marked seen: `soulflow.conversation.quarantine`) before the
+adapter's cursor moves past it.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
-from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetter, IntakeStage
+from soulflow.bus.inbound_dlq import RAW_CAP
 from soulflow.bus.messages import InboundMessage
-from soulflow.channels.normalize import scrub_surrogates
-
-log = logging.getLogger(__name__)
 
 POISON_KIND = "poison"
-
-APOLOGY = ("I could not take in your message safely, so I set it aside without answering it; "
-           "the operator can see it with `soulflow dlq list --inbound`. Please try again, "
-           "perhaps worded differently.")
 
 
 def poison_message(provider: str, *, message_id: str, error: BaseException | str,
@@ -44,70 +33,3 @@ def poison_message(provider: str, *, message_id: str, error: BaseException | str
     return InboundMessage(provider=provider, chat_id=chat_id, message_id=message_id,
                           sender_id=sender_id, text="", is_mention=False, kind=POISON_KIND,
                           metadata={"poison_error": str(error)[:500], "raw": excerpt})
-
-
-class IntakeError(Exception):
-    """Taking in one message failed at `stage`."""
-
-    def __init__(self, stage: IntakeStage, error: str) -> None:
-        super().__init__(f"{stage}: {error}")
-        self.stage = stage
-        self.error = error
-
-
-@contextmanager
-def stage(name: IntakeStage) -> Iterator[None]:
-    """Turn any error inside the block into an `IntakeError` naming this stage."""
-    try:
-        yield
-    except IntakeError:
-        raise
-    except Exception as exc:
-        raise IntakeError(name, f"{type(exc).__name__}: {exc}") from exc
-
-
-def safe_key(text: str) -> str:
-    """A key that can be journaled whatever it holds (lone surrogates become U+FFFD)."""
-    return scrub_surrogates(text)
-
-
-class LetterStore(Protocol):
-    """The backend's inbound dead-letter store (backends/base.py InboundDeadLetterStore)."""
-
-    async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
-                  stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
-                  key: str = "") -> InboundDeadLetter: ...
-
-
-class Quarantine:
-    """Records a message in the inbound DLQ and marks its id seen, so it is never retried.
-
-    Both writes must succeed before the caller lets the adapter move its cursor: an error
-    here propagates, the channel loop restarts, and the message is read and recorded again.
-    """
-
-    def __init__(self, letters: LetterStore, mark_seen: Callable[[list[str]], Awaitable[None]],
-                 *, on_record: Callable[[InboundDeadLetter], None] | None = None) -> None:
-        self.letters = letters
-        self._mark_seen = mark_seen
-        self._on_record = on_record
-        self.count = 0
-
-    async def record(self, message: InboundMessage, stage_name: IntakeStage | str,
-                     error: str) -> str:
-        key = safe_key(message.key)
-        raw = message.metadata.get("raw") if message.kind == POISON_KIND else None
-        if not isinstance(raw, str):
-            raw = json.dumps({k: v for k, v in message.to_dict().items() if k != "text"},
-                             ensure_ascii=True, default=repr)
-        letter = await self.letters.add(
-            provider=message.provider, chat_id=message.chat_id, message_id=message.message_id,
-            sender_id=message.sender_id, stage=stage_name, error=error, content=message.text,
-            raw=raw, key=key)
-        await self._mark_seen([key])
-        self.count += 1
-        if self._on_record is not None:
-            self._on_record(letter)
-        log.error("quarantined inbound %s at stage %s: %s (see `soulflow dlq list --inbound`)",
-                  key, stage_name, safe_key(error)[:300])
-        return key

@@ -1,4 +1,4 @@
-"""The read loop of one channel: connect with backoff, read, hand batches to the manager.
+"""The read loop of one channel: connect with backoff, read, hand batches to the intake.
 
 It also keeps the channel's health record, and gives up on a read that hangs (no answer
 within `stall_after_s`) or keeps raising (`restart_after` failures in a row): it stops the

@@ -1,7 +1,7 @@
 """Small persisted state per channel: cursors, offsets, "primed" flags.
 
 Adapters keep the position they have read up to here (Telegram's update offset, Slack's
-last `ts` per channel, ...). It is written only from `commit()`, which the manager calls
+last `ts` per channel, ...). It is written only from `commit()`, which the intake calls
 after the messages are journaled: a crash replays, never skips. Adapters read and write it
 synchronously (`get`, `update`); where it is stored depends on the backend:
 

@@ -134,7 +134,7 @@ class ConsoleActions:
         if not steps:
             raise ActionError(409, f"task {task_id} is not waiting for anything")
         text = await runtime.task_services.chat.decide(task, decision, operator.decider())
-        runtime.manager.publish_to_chat(chat_of_task(task), text)
+        runtime.conversation.publish_to_chat(chat_of_task(task), text)
         self.announce(operator, decision, f"task {task_id} step {steps[0]['node_id']}")
         return {"ok": True, "task_id": task_id, "decision": decision, "outcome": text}
 
@@ -142,14 +142,14 @@ class ConsoleActions:
                         chat: ChatRef) -> None:
         runtime = self._runtime
         chat_key = chat.key
-        with runtime.manager.runs.track(chat_key) as abort:  # /stop in the chat still works
+        with runtime.conversation.runs.track(chat_key) as abort:  # /stop in the chat still works
             reply = await runtime.agent.decide(run_id, decision, by=operator.decider(),
                                                approval_id=approval_id, abort=abort)
         if reply is None or reply.status == "refused":
             return
         metadata = {"approval_id": reply.approval_id, "run_id": reply.run_id} \
             if reply.approval_id and reply.status == "waiting_approval" else {}
-        runtime.manager.publish_to_chat(chat, reply.content, metadata)
+        runtime.conversation.publish_to_chat(chat, reply.content, metadata)
 
     # -- cancelling ----------------------------------------------------------------------
 
@@ -170,10 +170,10 @@ class ConsoleActions:
                                                 "dashboard")
             if agent.approvals is not None:
                 agent.approvals.forget_run(run_id)
-            self._runtime.manager.publish_to_chat(chat, outcome.text)
+            self._runtime.conversation.publish_to_chat(chat, outcome.text)
             how = "cancelled"
         else:  # running: abort it in its chat, as /stop does; the run says "Stopped."
-            stopped = self._runtime.manager.runs.stop(chat.key)
+            stopped = self._runtime.conversation.runs.stop(chat.key)
             if not stopped:
                 raise ActionError(409, f"run {run_id} is resuming and cannot be stopped "
                                        "this instant; try again in a moment")

@@ -113,7 +113,7 @@ def render_metrics(runtime: Runtime, *, sse_clients: int,
     out.family("soulflow_send_retries", "counter",
                "Sends put back in the outbox with a backoff, by reason.",
                [({"reason": r}, n) for r, n in sorted(runtime.traffic.retries.items())])
-    health = {h.name: h for h in runtime.manager.health}
+    health = {h.name: h for h in runtime.health}
     out.family("soulflow_channel_up", "gauge",
                "1 when the channel's last read or connect succeeded.",
                [({"channel": n}, 1 if health.get(n) and health[n].state.value == "connected"
@@ -123,18 +123,18 @@ def render_metrics(runtime: Runtime, *, sse_clients: int,
                [({"queue": "outbound"}, stats.dlq), ({"queue": "inbound"}, stats.inbound_dlq)])
     out.family("soulflow_queue_depth", "gauge", "Work waiting, per queue.", [
         ({"queue": "inbound_pending"}, stats.inbound_pending),
-        ({"queue": "inbound_queued"}, runtime.manager.queued),
+        ({"queue": "inbound_queued"}, runtime.conversation.queued),
         ({"queue": "outbox_pending"}, stats.outbox_pending),
         ({"queue": "outbound_queued"}, bus.dispatcher.queued)])
-    manager = runtime.manager
+    conversation = runtime.conversation
     out.family("soulflow_turns", "counter",
                "Messages answered, by how the turn ended (max_turns: stopped at the turn "
                "limit with a best-effort answer).",
-               [({"outcome": "answered"}, manager.answered_count),
-                ({"outcome": "max_turns"}, manager.max_turns_count),
-                ({"outcome": "failed"}, manager.failed_count)])
+               [({"outcome": "answered"}, conversation.answered_count),
+                ({"outcome": "max_turns"}, conversation.max_turns_count),
+                ({"outcome": "failed"}, conversation.failed_count)])
     out.family("soulflow_active_runs", "gauge", "Agent runs being driven now.",
-               [({}, runtime.manager.runs.count())])
+               [({}, runtime.conversation.runs.count())])
     out.histogram("soulflow_run_duration_seconds",
                   "Agent runs from start to finish (approval waits included).",
                   [({}, runtime.run_durations)])

@@ -31,7 +31,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from soulflow.bus.bus import MessageBus
-from soulflow.channels.local import InvalidChatId, LocalChannel
+from soulflow.channels.local.adapter import InvalidChatId, LocalChannel
 from soulflow.dashboard.actions import ActionError, ConsoleActions, Operator
 from soulflow.dashboard.connections import ConnectionGate, ConnectionLimits
 from soulflow.dashboard.console import Console

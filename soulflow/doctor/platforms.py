@@ -1,27 +1,24 @@
 """Checks that talk to a platform: each configured channel's token, one real SDK call each.
 
-The calls themselves live with the channels (`soulflow.channels.probe`, the only place that
-may import a platform SDK); this module turns their outcome into a line with the fix. The
-runner bounds each check with its timeout and the SDK clients get it too, so a check that
-times out closes its connections instead of leaving them behind.
+The calls themselves live with each platform (`soulflow.channels.<platform>.probe`: only the
+platform packages may import a platform SDK); this module turns their outcome into a line
+with the fix. The runner bounds each check with its timeout and the SDK clients get it too,
+so a check that times out closes its connections instead of leaving them behind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from soulflow.channels.probe import (
-    ProbeOutcome,
-    TokenProbe,
-    probe_discord,
-    probe_slack_app,
-    probe_slack_bot,
-    probe_telegram,
-)
+from soulflow.channels.discord.probe import probe_discord
+from soulflow.channels.probe import ProbeOutcome, TokenProbe
+from soulflow.channels.slack.probe import probe_slack_app, probe_slack_bot
+from soulflow.channels.telegram.probe import probe_telegram
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip
 
 SLACK_APPS = "https://api.slack.com/apps"
-#: A probe from `soulflow.channels.probe`: (token, API URL, timeout) -> outcome.
+#: A platform's probe (`soulflow.channels.<platform>.probe`): (token, API URL, timeout) ->
+#: outcome.
 Prober = Callable[[str, str, float], Awaitable[TokenProbe]]
 
 

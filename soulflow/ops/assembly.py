@@ -81,16 +81,15 @@ class BackgroundServices:
         self.notice_chat = notice_target(setting, channels, fallback_chat_id="ops")
         policy = OpsPolicy.from_settings(setting)
         watch_log = WatchLog()
-        manager = runtime.manager
         self.ops = OpsRuntimeService(
             policy,
             OpsProbes(loops=runtime.supervisor.status, queues=self._queues,
                       providers=self._providers, extra={"heartbeat": self.heartbeat.status}),
-            health=manager.health,
+            health=runtime.health,
             runs=RunWatch(lambda: runtime.agent.loop, stuck_after_s=policy.run_stuck_after_s,
-                          stop_chat=manager.runs.stop, abort_run=self.quiet.abort,
+                          stop_chat=runtime.conversation.runs.stop, abort_run=self.quiet.abort,
                           log_=watch_log, owns=backend.owns),
-            channels=ChannelWatch(manager.health, runtime.channels.names,
+            channels=ChannelWatch(runtime.health, runtime.channels.names,
                                   stall_after_s=policy.channel_stall_after_s,
                                   restart=self._restart_channel, log_=watch_log),
             notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
@@ -154,7 +153,7 @@ class BackgroundServices:
     # -- probes and actions ------------------------------------------------------------------
 
     def _publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
-        self._runtime.manager.publish_to_chat(chat, text, metadata)
+        self._runtime.conversation.publish_to_chat(chat, text, metadata)
 
     def _notify(self, text: str) -> None:
         self._publish(self.notice_chat, text, {})
@@ -168,7 +167,7 @@ class BackgroundServices:
 
     def _queues(self) -> dict[str, int]:
         runtime = self._runtime
-        return {**runtime.queue_depths(), "active_runs": runtime.manager.runs.count()}
+        return {**runtime.queue_depths(), "active_runs": runtime.conversation.runs.count()}
 
     def _providers(self) -> dict[str, Any]:
         runtime = self._runtime

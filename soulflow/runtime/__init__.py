@@ -2,7 +2,7 @@
 
 * `daemon` - `Runtime` (lifecycle), `create_runtime`, `read_daemon_info`.
 * `status` - what the daemon reports about itself: `/api/state`, problems, queue depths.
-* `wiring` - settings turned into the parts (retry policy, tools, channels, manager, agent
+* `wiring` - settings turned into the parts (retry policy, tools, channels, conversation, agent
   loop), one function each, so `Runtime.__init__` reads as the boot order.
 * `tool_bridge` - what a tool call may reach of the daemon (send, request a file, spawn,
   schedule), bound to the run's chat.

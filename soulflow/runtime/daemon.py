@@ -3,11 +3,12 @@ in reverse; `create_runtime()` takes the workspace lock first.
 
 Boot: take the workspace lock → ensure default files → the backend (files or Redis, from
 SOULFLOW_BACKEND; not connected yet) → MessageBus → DecisionService → EventHub → providers →
-AgentDomain → channels + ChannelManager → dashboard. Start: the backend first (a Redis that
-cannot be used stops the boot with one sentence), the trust-zones migration of the workspace
-(once; `zone_migration`), the outbox, unfinished inbound work (the
-claim loop's first round), channel readers, the claim loop, the journal syncer (files only),
-the dashboard. Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
+AgentDomain → channels → cron → task services → Conversation (given the task services and the
+chat commands) → dashboard. Start: the backend first (a Redis that cannot be used stops the
+boot with one sentence), the trust-zones migration of the workspace (once; `zone_migration`),
+the outbox, unfinished inbound work (the claim loop's first round), channel readers (each
+hands what it reads to the conversation), the claim loop, the journal syncer (files only), the
+dashboard. Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
 SHUTDOWN_GRACE_S, then flushing every journal.
 """
 
@@ -35,9 +36,11 @@ from soulflow.backends.factory import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
-from soulflow.channels.access import AdminPolicy
+from soulflow.channels.health import HealthBoard
+from soulflow.channels.reader import run_channel
 from soulflow.config import Settings
 from soulflow.contracts import ChatRef
+from soulflow.conversation.access import AdminPolicy
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.events.hub import EventHub
 from soulflow.ops.assembly import BackgroundServices
@@ -75,7 +78,7 @@ class Runtime:
         self.admins = AdminPolicy.from_settings(settings)
         self.hub = EventHub(redact=self.redactor.redact_obj)
         # messages per channel (totals, per-minute chart) and run durations, for the
-        # dashboard and /metrics; the bus and the manager publish through _publish_event
+        # dashboard and /metrics; the bus and the conversation publish through _publish_event
         self.traffic = TrafficCounters()
         self.run_durations = Histogram(RUN_BUCKETS_S)
         # the durable stores of the bus (and, for the helpers that move their stores onto it,
@@ -129,19 +132,26 @@ class Runtime:
         self.bus.bind_senders(self.channels.get)
         self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
         self.bus.dispatcher.outcome_listeners.append(self.traffic.send_outcome)
-        self.manager = wiring.channel_manager(
-            settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
-            on_event=self._publish_event, redact=self.redactor.redact)
+        # each channel's health: its reader (run_channel) records reads, the dispatcher sends
+        self.health = HealthBoard(redact=self.redactor.redact)
+        self.bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
+        self.read_policy = wiring.read_policy(settings)
         self.cron = CronService(service_state.cron_store(settings, self.state_redis),
                                 self._fire_cron,
                                 may_fire=service_state.cron_fires_here(self.backend))
-        wiring.register_commands(self.manager, vault=self.vault, admins=self.admins,
-                                 sandbox=self.sandbox, cron=self.cron)
-        # task graphs (docs/tasks.md): store, workflow events, engine, /task, the task tool,
-        # task answers and reactions in chats, /stop cancelling a chat's tasks
+        # task graphs (docs/tasks.md): store, workflow events, engine, the task tool; built
+        # before the conversation, which they answer for: task answers and reactions in
+        # chats, /stop cancelling a chat's tasks, /task
         self.task_services = TaskServices(self)
         self.tasks, self.workflow = self.task_services.store, self.task_services.workflow
         self.task_engine = self.task_services.engine  # the dashboard's cancel goes through it
+        # from a message taken in to its turn complete: built with everything that answers
+        self.conversation = wiring.conversation(
+            settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
+            on_event=self._publish_event, tasks=self.task_services,
+            commands={**wiring.chat_commands(vault=self.vault, admins=self.admins,
+                                             sandbox=self.sandbox, cron=self.cron),
+                      "task": self.task_services.chat.command})
         self.supervisor = Supervisor()
         # heartbeat, system_event cron jobs, ops (watchdog, health reading, notices)
         self.background = BackgroundServices(self, model=self.model, chain=self._chain)
@@ -170,7 +180,7 @@ class Runtime:
         if job.kind is PayloadKind.SYSTEM_EVENT:  # quiet: posts only if not HEARTBEAT_OK
             self.background.fire_event(job, scheduled)
             return
-        if not await self.manager.inject(cron_inbound_message(job, scheduled)):
+        if not await self.conversation.inject(cron_inbound_message(job, scheduled)):
             log.info("cron job %s for %s was already delivered; not sending it again", job.id,
                      scheduled.isoformat())
 
@@ -210,14 +220,14 @@ class Runtime:
             if orphans:
                 log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
         await self.bus.start()  # the outbox this node must send, and the counts
-        await self.manager.resume_pending()  # the claim loop's first round
+        await self.conversation.resume_pending()  # the claim loop's first round
         self.background.cancel_interrupted()  # before resume_runs would answer them late
-        await self.manager.resume_runs()
+        await self.conversation.resume_runs()
         await self.task_services.start()  # after the agent: task nodes are agent runs
-        for adapter in self.channels:
-            self.supervisor.spawn(f"channel:{adapter.name}",
-                                  lambda a=adapter: self.manager.channel_loop(a))
-        self.supervisor.spawn("inbound:claim", self.manager.claim_loop)
+        for adapter in self.channels:  # connect and read (backoff, health, restarts)
+            self.supervisor.spawn(f"channel:{adapter.name}", lambda a=adapter: run_channel(
+                a, self.conversation.ingest, self.health, self.read_policy))
+        self.supervisor.spawn("inbound:claim", self.conversation.claim_loop)
         if self.backend.kind is not BackendKind.FILE:
             self.supervisor.spawn("agent:takeover", self._takeover_loop)
         self.supervisor.spawn("bus:stats", self.bus.stats_loop)
@@ -240,7 +250,9 @@ class Runtime:
         await self.supervisor.stop()
         await self.background.close()
         await self.task_services.stop()  # before the agent; nodes resume at the next start
-        await self.manager.stop(grace)
+        await self.conversation.stop(grace)
+        for adapter in self.channels:
+            self.health.stopped(adapter.name)
         if self.consolidator is not None:
             await self.consolidator.stop()
         await self.bus.stop(grace)
@@ -296,7 +308,7 @@ class Runtime:
             await self._chats_moved.wait()
             self._chats_moved.clear()
             try:
-                resumed = await self.manager.resume_runs()
+                resumed = await self.conversation.resume_runs()
             except Exception as exc:  # Redis lost: the next change (it is back) tries again
                 log.warning("resuming the runs of chats taken over failed (%s: %s)",
                             type(exc).__name__, exc)
@@ -343,7 +355,8 @@ class Runtime:
         return status.problems(self)
 
     def queue_depths(self) -> dict[str, int]:
-        """Work waiting in the bus and the manager (the dashboard's and the ops reading's)."""
+        """Work waiting in the bus and the conversation (the dashboard's and the ops
+        reading's)."""
         return status.queue_depths(self)
 
     def state(self) -> dict[str, Any]:

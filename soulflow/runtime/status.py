@@ -36,18 +36,18 @@ def problems(runtime: Runtime) -> list[str]:
 
 def _problems(runtime: Runtime, backend: dict[str, Any]) -> list[str]:
     """`problems()` given the backend's status, read once by the caller."""
-    found = loop_and_channel_problems(runtime.supervisor.status(), runtime.manager.health)
+    found = loop_and_channel_problems(runtime.supervisor.status(), runtime.health)
     vault = [runtime.vault.key_problem] if runtime.vault.key_problem else []  # another key
     return [*backend_problems(backend), *found.values(), *vault,
             *shared(backend, lambda: list(runtime.tasks.problems), [])]
 
 
 def queue_depths(runtime: Runtime) -> dict[str, int]:
-    """Work waiting in the bus and the manager (the dashboard's and the ops reading's)."""
+    """Work waiting in the bus and the conversation (the dashboard's and the ops reading's)."""
     stats = runtime.bus.stats  # refreshed by the "bus:stats" loop (the store may be Redis)
     return {"inbound_pending": stats.inbound_pending,
-            "inbound_queued": runtime.manager.queued,
-            "active_chats": runtime.manager.active_chats,
+            "inbound_queued": runtime.conversation.queued,
+            "active_chats": runtime.conversation.active_chats,
             "outbox_pending": stats.outbox_pending,
             "outbound_queued": runtime.bus.dispatcher.queued, "dlq": stats.dlq}
 
@@ -55,7 +55,7 @@ def queue_depths(runtime: Runtime) -> dict[str, int]:
 def state(runtime: Runtime) -> dict[str, Any]:
     """The dashboard's view of the daemon; its only free text (recent messages) comes redacted
     from the event hub."""
-    bus, manager = runtime.bus, runtime.manager
+    bus, conversation = runtime.bus, runtime.conversation
     backend = runtime.backend.status()  # once: every Redis-backed section below asks it
     found = _problems(runtime, backend)
     return {
@@ -71,15 +71,15 @@ def state(runtime: Runtime) -> dict[str, Any]:
         "backend": backend,
         "queues": {**queue_depths(runtime), "inbound_dlq": bus.stats.inbound_dlq},
         "counters": {
-            "received": manager.received_count,
-            "answered": manager.answered_count,
-            "max_turns": manager.max_turns_count,  # best-effort answers, apart
-            "failed": manager.failed_count,
+            "received": conversation.received_count,
+            "answered": conversation.answered_count,
+            "max_turns": conversation.max_turns_count,  # best-effort answers, apart
+            "failed": conversation.failed_count,
             "sent": bus.dispatcher.sent_count,
             "dead_lettered": bus.dispatcher.dead_count,
         },
         "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
-                      **manager.health.get(a.name).to_dict()} for a in runtime.channels],
+                      **runtime.health.get(a.name).to_dict()} for a in runtime.channels],
         "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
         "sessions": shared(backend, lambda: [
             {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}

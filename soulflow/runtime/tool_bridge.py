@@ -50,15 +50,15 @@ class ToolBridge:
             raise ToolError(f"there is no {message.provider!r} channel in this daemon "
                             f"(configured: {', '.join(runtime.channels.names())})")
         chat = ChatRef(message.provider, message.chat_id, message.thread_id)
-        await runtime.manager.publish_to_chat(  # split per platform limits, stored
+        await runtime.conversation.publish_to_chat(  # split per platform limits, stored
             chat, runtime.redactor.redact(message.content), message.metadata,
             reply_to=message.reply_to)
 
     async def _request_file(self, chat: ChatRef, description: str) -> None:
         """Fallback path of request_file (used only if the loop does not intercept it)."""
-        await self._runtime.bus.publish_outbound(OutboundMessage(
-            provider=chat.provider, chat_id=chat.chat_id, thread_id=chat.thread_id,
-            content=f"{description}\n\n{UPLOAD_PROMPT}"))
+        await self._runtime.conversation.publish_to_chat(  # split per platform limits, stored
+            ChatRef(chat.provider, chat.chat_id, chat.thread_id),
+            f"{description}\n\n{UPLOAD_PROMPT}")
 
     async def _spawn(self, chat: ChatRef, parent_run: str, task: str, max_turns: int) -> str:
         loop = self._runtime.agent.loop

@@ -6,7 +6,7 @@ anything or holds state of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,22 +28,25 @@ from soulflow.agent.tools.spawn import SpawnTool
 from soulflow.backends.base import Backend, BackendKind
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
+from soulflow.bus.dispatcher import EventSink
 from soulflow.bus.retry import RetryPolicy
-from soulflow.channels.access import AdminPolicy
-from soulflow.channels.capability_commands import (
+from soulflow.channels.factory import build_platform_channels
+from soulflow.channels.local.adapter import LocalChannel
+from soulflow.channels.reader import ReadPolicy
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.config import ConfigError, Settings, id_list
+from soulflow.contracts import Provider
+from soulflow.conversation.access import AdminPolicy, access_policy
+from soulflow.conversation.capability_commands import (
     make_cron_command,
     make_repl_command,
     render_command,
 )
-from soulflow.channels.factory import access_policy, build_platform_channels
-from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.local import LocalChannel
-from soulflow.channels.manager import ChannelManager, EventSink
-from soulflow.channels.reader import ReadPolicy
-from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.secret_command import make_secret_command
-from soulflow.config import ConfigError, Settings, id_list
-from soulflow.contracts import Provider
+from soulflow.conversation.chat_tasks import ChatTasks
+from soulflow.conversation.commands import CommandHandler
+from soulflow.conversation.feedback import FeedbackPolicy
+from soulflow.conversation.secret_command import make_secret_command
+from soulflow.conversation.turns import Conversation
 from soulflow.cron import CronService
 from soulflow.providers.factory import failover_order
 from soulflow.providers.local_runtime import LocalModelRuntime
@@ -114,13 +117,27 @@ def channel_registry(settings: Settings, runtime_dir: Path,
     return channels, local
 
 
-def channel_manager(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
-                    agent: AgentDomain, *, vault: SecretVault, admins: AdminPolicy,
-                    on_event: EventSink, redact: Callable[[str], str]) -> ChannelManager:
+def read_policy(settings: Settings) -> ReadPolicy:
+    """When a channel's reader gives up on its connection and starts over."""
+    return ReadPolicy(stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
+                      restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"])
+
+
+def chat_commands(*, vault: SecretVault, admins: AdminPolicy, sandbox: CodeSandbox,
+                  cron: CronService) -> dict[str, CommandHandler]:
+    """The chat commands backed by daemon services (/secret, /repl, /render, /cron)."""
+    return {"secret": make_secret_command(vault, admins), "repl": make_repl_command(sandbox),
+            "render": render_command, "cron": make_cron_command(cron)}
+
+
+def conversation(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
+                 agent: AgentDomain, *, vault: SecretVault, admins: AdminPolicy,
+                 on_event: EventSink, tasks: ChatTasks,
+                 commands: Mapping[str, CommandHandler]) -> Conversation:
     grouping = settings.flag("CHANNEL_GROUPING_ENABLED")
-    return ChannelManager(
+    return Conversation(
         channels, bus, agent, access=access_policy(settings),
-        workspace=settings.workspace,
+        workspace=settings.workspace, tasks=tasks, commands=commands,
         concurrency=settings["AGENT_CONCURRENCY"],
         grouping_window_s=(settings.seconds_from_ms("CHANNEL_GROUPING_WINDOW_MS")
                            if grouping else None),
@@ -128,9 +145,6 @@ def channel_manager(settings: Settings, channels: ChannelRegistry, bus: MessageB
         max_inbound_chars=settings["MAX_INBOUND_CHARS"],
         sealer=InboundSealer(vault, admins.is_admin),
         on_event=on_event, fold_max=settings["CHANNEL_FOLD_MAX"],
-        read_policy=ReadPolicy(stall_after_s=float(settings["CHANNEL_STALL_TIMEOUT_S"]),
-                               restart_after=settings["CHANNEL_RESTART_AFTER_FAILURES"]),
-        redact=redact,
         feedback=FeedbackPolicy(
             typing_refresh_s=float(settings["CHANNEL_TYPING_REFRESH_S"]),
             read_ack_interval_s=float(settings["CHANNEL_READ_ACK_INTERVAL_S"]),
@@ -138,15 +152,6 @@ def channel_manager(settings: Settings, channels: ChannelRegistry, bus: MessageB
         # a claim waits for new work well under the Redis socket timeout (half a lease TTL,
         # at least 1 s), or a quiet wait would end in a timeout error instead of "nothing"
         claim_wait_s=min(1.0, float(settings["REDIS_LEASE_TTL_S"]) / 4))
-
-
-def register_commands(manager: ChannelManager, *, vault: SecretVault, admins: AdminPolicy,
-                      sandbox: CodeSandbox, cron: CronService) -> None:
-    """The chat commands backed by daemon services (/secret, /repl, /render, /cron)."""
-    manager.commands.register("secret", make_secret_command(vault, admins))
-    manager.commands.register("repl", make_repl_command(sandbox))
-    manager.commands.register("render", render_command)
-    manager.commands.register("cron", make_cron_command(cron))
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ class SealReport:
 
 
 IsAdmin = Callable[[str, str], bool]
-"""``(provider, user_id) -> bool``: `soulflow.channels.access.AdminPolicy.is_admin`."""
+"""``(provider, user_id) -> bool``: `soulflow.conversation.access.AdminPolicy.is_admin`."""
 
 
 class InboundSealer:

@@ -4,6 +4,9 @@ Kept out of runtime/daemon.py (which calls `TaskServices(runtime)`, `start`, `st
 `state`) so the daemon's boot file stays about boot order. The engine starts after the agent
 (its nodes are agent runs) and stops before it; stopping leaves running nodes `running` in the
 checkpoint, and the next start resumes them (docs/tasks.md, "Checkpoints and restarts").
+The services are built before the conversation, which is given them as its `ChatTasks`
+(soulflow/conversation/chat_tasks.py: task replies and reactions in chats, /stop cancelling a
+chat's tasks) and `/task` among its commands.
 
 With SOULFLOW_BACKEND=redis the task store and the workflow events live in Redis
 (`soulflow/backends/redis/tasks.py`, `events.py`, on the daemon's synchronous client), a task
@@ -113,12 +116,6 @@ class TaskServices:
         self.chat = TaskChat(self.engine, self.executors, self._planner, self.proposals,
                              self.approvers, agent_waiting=self._agent_waiting)
         runtime.tools.register(TaskTool(lambda: self.chat, self._publish_text))
-        manager = runtime.manager
-        manager.commands.register("task", self.chat.command)
-        manager.task_replies = self.chat.reply
-        manager.task_reactions = self.on_reaction
-        runs_stop = manager.commands.stop_runs
-        manager.commands.stop_runs = lambda key: runs_stop(key) + self.chat.stop_chat(key)
         runtime.bus.dispatcher.sent_listeners.append(self._remember_prompt)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -183,8 +180,8 @@ class TaskServices:
         await self.progress.on_event(event)
 
     def _publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
-        self._runtime.manager.publish_to_chat(chat, self._runtime.redactor.redact(text),
-                                              metadata)
+        self._runtime.conversation.publish_to_chat(chat, self._runtime.redactor.redact(text),
+                                                   metadata)
 
     def _publish_text(self, chat: ChatRef, text: str) -> None:
         self._publish(chat, text, {})
@@ -201,7 +198,18 @@ class TaskServices:
             self.prompts.remember(message.chat_key, result.platform_message_ids, str(task_id),
                                   str(node_id))
 
-    async def on_reaction(self, message: InboundMessage) -> str | None:
+    # -- what the conversation asks of the chat's tasks (conversation/chat_tasks.py) --------
+
+    async def answer_reply(self, message: InboundMessage) -> str | None:
+        """A reply meant for a task (its plan under review, a step waiting for an answer) is
+        answered here; None: it is not one."""
+        return await self.chat.reply(message)
+
+    def stop_chat(self, chat_key: str) -> int:
+        """/stop and a stop reaction cancel the chat's tasks with its runs."""
+        return self.chat.stop_chat(chat_key)
+
+    async def answer_reaction(self, message: InboundMessage) -> str | None:
         """A reaction on a task prompt decides it (None: not a task prompt, or nothing to say)."""
         decision = parse_reaction(message.reaction)
         if decision is None or not message.target_message_id:

@@ -1,5 +1,5 @@
 """`agent_domain`: a real AgentDomain over files in a test's directory, answering with a local
-model, for tests that put a ChannelManager in front of it (tests/unit/test_manager.py and the
+model, for tests that put a Conversation in front of it (tests/unit/test_conversation.py and the
 channel feedback rig)."""
 
 from __future__ import annotations

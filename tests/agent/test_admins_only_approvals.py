@@ -1,6 +1,6 @@
 """A write to the operator's files waits for an admin, through the real inbound pipeline.
 
-ChannelManager → AgentDomain → AgentLoop with its journal and the real `write_file` tool: Alice
+Conversation → AgentDomain → AgentLoop with its journal and the real `write_file` tool: Alice
 asks the model to change templates/ (what every chat's runs load). The prompt says only an
 admin can approve it; Alice's own "approve" and reaction are refused, Bob's too, nothing is
 written; Carol (an admin) or the local operator approves and the file is written. A run
@@ -74,15 +74,15 @@ async def pipe(tmp_path: Path) -> AsyncIterator[Pipeline]:
     approvals = ApprovalMessages(tmp_path / "approvals.json")
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) == ("chat", CAROL)))
-    adapter, manager = wire_chat(bus, agent, approvals, tmp_path)
+    adapter, conversation = wire_chat(bus, agent, approvals, tmp_path)
     await bus.start()
-    claiming = asyncio.create_task(manager.claim_loop(), name="inbound:claim")
+    claiming = asyncio.create_task(conversation.claim_loop(), name="inbound:claim")
     try:
-        yield Pipeline(manager, agent, adapter, None, bus, [0])  # type: ignore[arg-type]
+        yield Pipeline(conversation, agent, adapter, None, bus, [0])  # type: ignore[arg-type]
     finally:
         claiming.cancel()
         await asyncio.gather(claiming, return_exceptions=True)
-        await manager.stop(5)
+        await conversation.stop(5)
         await bus.stop(5)
         await bus.close()
 

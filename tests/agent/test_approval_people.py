@@ -1,6 +1,6 @@
 """Approvals are bound to people, through the real inbound pipeline.
 
-ChannelManager → AgentDomain → AgentLoop with its thread journal, the real bus and dispatcher
+Conversation → AgentDomain → AgentLoop with its thread journal, the real bus and dispatcher
 (sends recorded by an in-memory adapter that reports platform ids, so the approval message
 is remembered for reactions exactly as the runtime does), and a scripted model that asks for
 a risky tool. Alice asks; Bob is another allowed user; Carol is an admin.
@@ -35,10 +35,10 @@ from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
-from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.turns import Conversation
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.session.store import SessionStore
@@ -88,7 +88,7 @@ class RiskyModel:
 
 @dataclass
 class Pipeline:
-    manager: ChannelManager
+    conversation: Conversation
     agent: AgentDomain
     adapter: ChatAdapter
     tool: Recorder
@@ -100,7 +100,7 @@ class Pipeline:
         message = InboundMessage(provider="chat", chat_id="team", sender_id=user,
                                  sender_name=NAMES[user], text=text,
                                  message_id=f"m{self.counter[0]}", metadata=metadata)
-        assert await self.manager.ingest(self.adapter, [message]) == [message]
+        assert await self.conversation.ingest(self.adapter, [message]) == [message]
         return message
 
     async def react(self, user: str, emoji: str, target: OutboundMessage) -> None:
@@ -109,7 +109,7 @@ class Pipeline:
                                   sender_name=NAMES[user], text="", kind="reaction",
                                   reaction=emoji, message_id=f"r{self.counter[0]}",
                                   target_message_id=target.message_id)
-        await self.manager.ingest(self.adapter, [reaction])
+        await self.conversation.ingest(self.adapter, [reaction])
 
     async def sent_after(self, count: int, what: Callable[[str], bool]) -> OutboundMessage:
         async with asyncio.timeout(5):
@@ -144,9 +144,9 @@ class Pipeline:
 
 
 def wire_chat(bus: MessageBus, agent: AgentDomain, approvals: ApprovalMap, tmp_path: Path
-              ) -> tuple[ChatAdapter, ChannelManager]:
+              ) -> tuple[ChatAdapter, Conversation]:
     """The chat channel on `bus` as the runtime wires it: the adapter sends the bus's replies,
-    a sent approval prompt is remembered (so a reaction to it finds its run), and the manager
+    a sent approval prompt is remembered (so a reaction to it finds its run), and the conversation
     lets ALICE, BOB and CAROL in. Shared by the Redis two-node test."""
     adapter = ChatAdapter()
     registry = ChannelRegistry()
@@ -160,10 +160,10 @@ def wire_chat(bus: MessageBus, agent: AgentDomain, approvals: ApprovalMap, tmp_p
                                str(message.metadata.get("run_id")), str(approval_id))
 
     bus.dispatcher.sent_listeners.append(remember)
-    manager = ChannelManager(registry, bus, agent,
+    conversation = Conversation(registry, bus, agent,
                              access=AccessPolicy.from_lists({"chat": [ALICE, BOB, CAROL]}),
                              workspace=tmp_path)
-    return adapter, manager
+    return adapter, conversation
 
 
 async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
@@ -183,15 +183,15 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
     admins = {("chat", CAROL)}
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) in admins))
-    adapter, manager = wire_chat(bus, agent, approvals, tmp_path)
+    adapter, conversation = wire_chat(bus, agent, approvals, tmp_path)
     await bus.start()
-    claiming = asyncio.create_task(manager.claim_loop(), name="inbound:claim")
+    claiming = asyncio.create_task(conversation.claim_loop(), name="inbound:claim")
     try:
-        yield Pipeline(manager, agent, adapter, tool, bus, counter)
+        yield Pipeline(conversation, agent, adapter, tool, bus, counter)
     finally:
         claiming.cancel()
         await asyncio.gather(claiming, return_exceptions=True)
-        await manager.stop(5)
+        await conversation.stop(5)
         await bus.stop(5)
         await bus.close()
 

@@ -46,7 +46,7 @@ class ReaderNode:
 
     async def _ingest(self, adapter: ChannelAdapter, batch: list[InboundMessage]) -> None:
         self.received.extend(batch)
-        adapter.commit(batch)  # the manager commits once the batch is journaled
+        adapter.commit(batch)  # the intake commits once the batch is journaled
 
     def start(self) -> None:
         self.task = asyncio.create_task(

@@ -14,10 +14,10 @@ import pytest
 from soulflow.backends.base import Backend, Completion
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
-from soulflow.channels.claiming import ClaimLoop
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.channels.replies import BusReplies
 from soulflow.contracts import ReplyStatus
+from soulflow.conversation.claiming import ClaimLoop
+from soulflow.conversation.replies import BusReplies
 from tests.backends.conftest import Harness
 from tests.backends.helpers import eventually, inbound, outbound
 
@@ -130,7 +130,7 @@ async def test_a_failing_claim_is_retried_and_logged_once(
 
     await backend.inbound.accept(inbound("a", 1))
     loop = ClaimLoop(claim, take, wait_s=0.05, backoff=(0.001, 0.01))
-    with caplog.at_level(logging.INFO, logger="soulflow.channels.claiming"):
+    with caplog.at_level(logging.INFO, logger="soulflow.conversation.claiming"):
         task = asyncio.create_task(loop.run(), name="inbound:claim")
 
         async def recovered() -> bool:
@@ -139,7 +139,7 @@ async def test_a_failing_claim_is_retried_and_logged_once(
         await eventually(recovered, what="the message claimed after the failures")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    lines = [r.getMessage() for r in caplog.records if r.name == "soulflow.channels.claiming"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "soulflow.conversation.claiming"]
     assert len(lines) == 2, lines  # one when it started failing, one when it recovered
     assert "claiming work failed" in lines[0] and "claiming work again" in lines[1]
 
@@ -227,7 +227,7 @@ async def test_a_completion_after_the_chat_moved_is_fenced_and_logged(
     b = await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=1)
     assert b.owns(message.chat_key)
     replies = BusReplies(ChannelRegistry(), MessageBus(a), lambda kind, data: None)
-    with caplog.at_level(logging.WARNING, logger="soulflow.channels.replies"):
+    with caplog.at_level(logging.WARNING, logger="soulflow.conversation.replies"):
         await replies.complete([claimed.key], ReplyStatus.ANSWERED)
     assert any("moved to another node" in r.getMessage() for r in caplog.records)
     assert [m.key for m in await b.inbound.claim(10)] == [message.key]

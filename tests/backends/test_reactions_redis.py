@@ -69,17 +69,17 @@ async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: lis
     approvals = RedisApprovalMessages(state)
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) == ("chat", CAROL)))
-    adapter, manager = wire_chat(bus, agent, approvals, tmp_path)
+    adapter, conversation = wire_chat(bus, agent, approvals, tmp_path)
     await bus.start()
-    claiming = asyncio.create_task(manager.claim_loop(), name=f"inbound:claim:{node_id}") \
+    claiming = asyncio.create_task(conversation.claim_loop(), name=f"inbound:claim:{node_id}") \
         if owner else None
     try:
-        yield Pipeline(manager, agent, adapter, tool, bus, counter)
+        yield Pipeline(conversation, agent, adapter, tool, bus, counter)
     finally:
         if claiming is not None:
             claiming.cancel()
             await asyncio.gather(claiming, return_exceptions=True)
-        await manager.stop(5)
+        await conversation.stop(5)
         await bus.stop(5)
         await bus.close()
         state.close()

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from soulflow.channels.discord import DiscordChannel
-from soulflow.channels.slack import SlackChannel
+from soulflow.channels.discord.adapter import DiscordChannel
+from soulflow.channels.slack.adapter import SlackChannel
 from soulflow.channels.state import ChannelState
-from soulflow.channels.telegram import TelegramChannel
+from soulflow.channels.telegram.adapter import TelegramChannel
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.slack_api import BOT_TOKEN
 from tests.fakes.telegram_api import DEFAULT_TOKEN

@@ -1,4 +1,4 @@
-"""A ChannelManager around one real platform adapter, with an instant model.
+"""A Conversation around one real platform adapter, with an instant model.
 
 For the feedback tests: messages go from the platform fake through the real SDK and the real
 inbound pipeline (journal, per-chat executor, agent loop) and replies back through the real
@@ -18,11 +18,11 @@ from typing import Any
 from soulflow.agent.tools.base import ChatRef
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
-from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.feedback import FeedbackPolicy
+from soulflow.conversation.turns import Conversation
 from soulflow.providers.base import ProviderResult
 from tests.agent.domain_rig import agent_domain
 
@@ -42,11 +42,11 @@ class InstantModel:
 
 @dataclass
 class Rig:
-    manager: ChannelManager
+    conversation: Conversation
     bus: MessageBus
 
     def answered(self) -> int:
-        return self.manager.answered_count
+        return self.conversation.answered_count
 
 
 @contextlib.asynccontextmanager
@@ -58,7 +58,7 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
     registry.register(adapter)
     bus.bind_senders(registry.get)
     agent = agent_domain(tmp_path, InstantModel(), ChatRef(adapter.name, "c"))
-    manager = ChannelManager(registry, bus, agent,
+    conversation = Conversation(registry, bus, agent,
                              access=AccessPolicy.from_lists({adapter.name: ["*"]}),
                              workspace=tmp_path, fold_max=fold_max,
                              feedback=feedback)
@@ -68,17 +68,17 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
         while True:
             batch = await adapter.read()
             if batch:
-                await manager.ingest(adapter, batch)
+                await conversation.ingest(adapter, batch)
 
     reader = asyncio.create_task(pump(), name=f"test-reader:{adapter.name}")
-    claiming = asyncio.create_task(manager.claim_loop(), name="inbound:claim")
+    claiming = asyncio.create_task(conversation.claim_loop(), name="inbound:claim")
     try:
-        yield Rig(manager, bus)
+        yield Rig(conversation, bus)
     finally:
         for task in (reader, claiming):
             task.cancel()
         await asyncio.gather(reader, claiming, return_exceptions=True)
-        await manager.stop(2.0)
+        await conversation.stop(2.0)
         await bus.stop(2.0)
         await bus.close()
 
@@ -92,7 +92,7 @@ async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,
     async with manager_rig(tmp_path, adapter, feedback=policy) as rig:
         say("first")
         await until(lambda: replies() >= 1)
-        await until(lambda: rig.manager.feedback.stats.rate_limited >= refused)
+        await until(lambda: rig.conversation.feedback.stats.rate_limited >= refused)
         for i in range(5):
             say(f"more {i}")
         await until(lambda: replies() >= 6, timeout=10.0)
@@ -100,7 +100,7 @@ async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,
 
 
 async def until(predicate: Any, timeout: float = 20.0) -> None:
-    """Wait for a condition of the rig (replies counted by the manager) with a deadline."""
+    """Wait for a condition of the rig (replies counted by the conversation) with a deadline."""
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.01)

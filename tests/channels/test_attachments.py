@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.channels.attachments import chat_files, fetchable
 from soulflow.contracts import Attachment, InboundMessage
+from soulflow.conversation.attachments import chat_files, fetchable
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath, RefusedPath

@@ -17,9 +17,10 @@ import discord.http
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
-from soulflow.channels.attachments import chat_files
-from soulflow.channels.discord import DiscordChannel, DiscordStartError
+from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
+from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
+from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
 from tests.running import stopped_after
@@ -86,6 +87,15 @@ def alice(fake: FakeDiscord) -> int:
 
 def outbound(chat_id: int | str, content: str, **options: Any) -> OutboundMessage:
     return OutboundMessage(provider="discord", chat_id=str(chat_id), content=content, **options)
+
+
+def reply_messages(adapter: DiscordChannel, chat_id: int | str, text: str,
+                   **options: Any) -> list[OutboundMessage]:
+    """A reply as the conversation stores it: split once by the adapter's limits, each part an
+    outbox message of its own (a file part carries its name and note)."""
+    return [outbound(chat_id, part.text, **options, metadata={
+        "as_file": True, "filename": part.filename, "note": part.note} if part.as_file else {})
+        for part in split_reply(text, adapter.limits)]
 
 
 # -- start / stop ------------------------------------------------------------------------
@@ -294,36 +304,41 @@ async def test_send_as_file(fake: FakeDiscord, adapter: DiscordChannel) -> None:
     assert sent.content == "Attached."
     assert [(f.filename, f.data) for f in sent.files] == [("answer.md", b"# long answer")]
 
-    huge = "word " * 3000  # over file_fallback_threshold: rendered as a file by the adapter
-    await adapter.send(outbound(general(fake), huge))
+    huge = "word " * 3000  # over file_fallback_threshold: split into one file part
+    (part,) = reply_messages(adapter, general(fake), huge)
+    await adapter.send(part)
     assert [(f.filename, f.data) for f in fake.sent_messages[-1].files] == [
         ("reply.txt", huge.encode())]
 
 
 async def test_long_text_is_split_in_order(fake: FakeDiscord, adapter: DiscordChannel) -> None:
     paragraphs = [f"paragraph {i} " + "x" * 900 for i in range(5)]
-    result = await adapter.send(outbound(general(fake), "\n\n".join(paragraphs), reply_to=None))
+    ids = [i for message in reply_messages(adapter, general(fake), "\n\n".join(paragraphs))
+           for i in (await adapter.send(message)).platform_message_ids]
     contents = [m.content or "" for m in fake.sent_messages]
     assert len(contents) > 1 and all(len(c) <= 2000 for c in contents)
     assert contents[0].startswith(f"[1/{len(contents)}] ")
     assert [p for p in paragraphs if not any(p in c for c in contents)] == []
     order = [next(i for i, c in enumerate(contents) if p in c) for p in paragraphs]
     assert order == sorted(order)
-    assert result.platform_message_ids == [str(m.id) for m in fake.sent_messages]
+    assert ids == [str(m.id) for m in fake.sent_messages]
 
 
 async def test_retry_after_partial_failure_does_not_repeat_parts(
         fake: FakeDiscord, adapter: DiscordChannel) -> None:
-    message = outbound(general(fake), "\n\n".join("y" * 1500 for _ in range(3)))
-    sending = asyncio.create_task(adapter.send(message))
-    await fake.wait_for(lambda: fake.sent_messages)
+    """Each part of a long reply is a message of its own: when the second meets an outage,
+    only it is sent again (the dispatcher retries that outbox entry, not the reply)."""
+    first, second, third = reply_messages(adapter, general(fake),
+                                          "\n\n".join("y" * 1500 for _ in range(3)))
+    await adapter.send(first)
     fake.fail_next("send_message", 503)  # the second part hits an outage
     with pytest.raises(SendError) as failed:
-        await sending
+        await adapter.send(second)
     assert not failed.value.permanent and len(fake.sent_messages) == 1
-    result = await adapter.send(message)
-    assert len(fake.sent_messages) == 3
-    assert result.platform_message_ids == [str(m.id) for m in fake.sent_messages]
+    ids = [*(await adapter.send(second)).platform_message_ids,
+           *(await adapter.send(third)).platform_message_ids]
+    assert [m.content[:5] for m in fake.sent_messages] == ["[1/3]", "[2/3]", "[3/3]"]
+    assert ids == [str(m.id) for m in fake.sent_messages[1:]]
 
 
 async def test_rate_limit_is_waited_out_and_delivered_once(fake: FakeDiscord,

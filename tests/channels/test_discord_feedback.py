@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.channels.discord import DiscordChannel
-from soulflow.channels.feedback import FeedbackPolicy
+from soulflow.channels.discord.adapter import DiscordChannel
+from soulflow.conversation.feedback import FeedbackPolicy
 from tests.channels.adapters import discord_adapter, unpaced_discord
 from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.discord_api import FakeDiscord

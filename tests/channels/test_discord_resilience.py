@@ -16,7 +16,7 @@ import pytest
 
 from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
-from soulflow.channels.discord import DiscordChannel
+from soulflow.channels.discord.adapter import DiscordChannel
 from tests.channels.adapters import discord_adapter, unpaced_discord
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy

@@ -11,7 +11,7 @@ import asyncio
 
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import ChannelAdapter
-from soulflow.channels.feedback import ChannelFeedback, FeedbackPolicy
+from soulflow.conversation.feedback import ChannelFeedback, FeedbackPolicy
 
 
 class Clock:

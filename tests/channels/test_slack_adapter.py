@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
-from soulflow.channels.attachments import chat_files
-from soulflow.channels.slack import SlackChannel, SlackStartError
-from soulflow.channels.slack_format import markdown_to_mrkdwn, safe_filename, slack_to_plain
+from soulflow.channels.files import safe_filename
+from soulflow.channels.slack.adapter import SlackChannel, SlackStartError
+from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
+from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.slack import SlackChannel
+from soulflow.channels.slack.adapter import SlackChannel
+from soulflow.conversation.feedback import FeedbackPolicy
 from tests.channels.adapters import slack_adapter
 from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.rate_limits import SLACK_LIMITS

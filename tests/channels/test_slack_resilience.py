@@ -14,7 +14,7 @@ import pytest
 
 from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
-from soulflow.channels.slack import SlackChannel
+from soulflow.channels.slack.adapter import SlackChannel
 from tests.channels.adapters import slack_adapter
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy

@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
-from soulflow.channels.attachments import chat_files
 from soulflow.channels.base import Command
+from soulflow.channels.files import safe_filename
 from soulflow.channels.poison import POISON_KIND
+from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
-from soulflow.channels.telegram import TelegramChannel, TelegramStartError
-from soulflow.channels.telegram_format import (
+from soulflow.channels.telegram.adapter import TelegramChannel, TelegramStartError
+from soulflow.channels.telegram.format import (
     markdown_to_telegram_html,
-    safe_filename,
-    split_for_telegram,
     utf16_length,
 )
+from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
 from tests.fakes.telegram_markup import parse_markup
@@ -240,7 +240,7 @@ async def test_reactions(fake: FakeTelegram, channel: TelegramChannel) -> None:
 
 async def test_malformed_updates_come_back_as_poison_records(
         fake: FakeTelegram, channel: TelegramChannel, caplog: pytest.LogCaptureFixture) -> None:
-    """An update that cannot be read is returned as a poison record (the manager quarantines
+    """An update that cannot be read is returned as a poison record (the conversation quarantines
     it in the inbound DLQ before the offset passes it), never dropped silently."""
     fake.push_message(USER, "before")
     fake.push_raw_update({"message": {"text": "no update_id, no chat"}})
@@ -328,15 +328,25 @@ async def test_rejected_markup_falls_back_to_plain_text(fake: FakeTelegram,
     assert fake.sent_texts() == ["**a** <b>"] and len(result.platform_message_ids) == 1
 
 
+async def send_reply(channel: TelegramChannel, text: str) -> list[str]:
+    """A reply as the conversation sends it: split once by the adapter's limits, each part a
+    message of its own; the platform ids of every part."""
+    ids: list[str] = []
+    for part in split_reply(text, channel.limits):
+        ids += (await channel.send(out(part.text))).platform_message_ids
+    return ids
+
+
 async def test_too_long_text_is_split_in_order(fake: FakeTelegram,
                                                channel: TelegramChannel) -> None:
     fake.add_chat(USER)
     text = "\n\n".join(f"paragraph {i} " + "word " * 150 for i in range(8))
-    result = await channel.send(out(text))
+    ids = await send_reply(channel, text)
     texts = fake.sent_texts()
-    assert len(result.platform_message_ids) == len(texts) >= 2
+    assert len(ids) == len(texts) >= 2
     assert all(len(t) <= 4096 for t in texts)
-    assert " ".join(texts).split() == text.split()  # every word, in order
+    assert texts[0].startswith(f"[1/{len(texts)}] ")
+    assert " ".join(t.split(" ", 1)[1] for t in texts).split() == text.split()  # in order
 
 
 async def test_send_as_file(fake: FakeTelegram, channel: TelegramChannel) -> None:
@@ -477,8 +487,14 @@ def test_safe_filename() -> None:
     assert len(long_name) == 100 and long_name.endswith(".gz")
 
 
-def test_split_for_telegram_counts_utf16() -> None:
-    assert split_for_telegram("short") == ["short"]
-    emoji = "😀 " * 3000  # 6000 characters, 9000 UTF-16 units
-    pieces = split_for_telegram(emoji)
-    assert len(pieces) > 1 and all(utf16_length(p) <= 4096 for p in pieces)
+async def test_emoji_heavy_text_is_split_by_utf16_units(fake: FakeTelegram,
+                                                        channel: TelegramChannel) -> None:
+    """Telegram counts 4,096 UTF-16 code units: the adapter's limits say so, and the one split
+    (splitting.py) keeps every part under it, though the text has fewer characters."""
+    fake.add_chat(USER)
+    emoji = "😀 " * 1500  # 3000 characters, 4500 UTF-16 units
+    assert [p.text for p in split_reply("short", channel.limits)] == ["short"]
+    await send_reply(channel, emoji)
+    texts = fake.sent_texts()
+    assert len(texts) == 2 and all(utf16_length(t) <= 4096 for t in texts)
+    assert " ".join(texts).split() == emoji.split()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.channels.feedback import FeedbackPolicy
-from soulflow.channels.telegram import TelegramChannel
+from soulflow.channels.telegram.adapter import TelegramChannel
+from soulflow.conversation.feedback import FeedbackPolicy
 from tests.channels.adapters import telegram_adapter
 from tests.channels.feedback_rig import answer_through_cooldown, manager_rig, until
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
@@ -51,7 +51,7 @@ async def test_a_burst_in_one_chat_shows_one_typing_indicator_and_few_read_acks(
     assert 1 <= len(typing) <= 1 + (typing[-1] - typing[0]) / 4.0 < BURST / 10
     assert all(b - a >= 4.0 - 0.05 for a, b in zip(typing, typing[1:], strict=False)), typing
     assert 1 <= len(acks) <= 3, acks  # not one per message
-    stats = rig.manager.feedback.stats
+    stats = rig.conversation.feedback.stats
     assert stats.skipped_backlog + stats.skipped_interval >= BURST - 3
 
 
@@ -65,4 +65,4 @@ async def test_a_429_on_feedback_cools_it_down_and_never_delays_replies(
         replies=lambda: len(fake.sent_texts(USER)), refused=2)
     assert len(fake.calls("setMessageReaction")) == 1
     assert len(fake.calls("sendChatAction")) == 1
-    assert rig.manager.feedback.stats.skipped_cooldown >= 5
+    assert rig.conversation.feedback.stats.skipped_cooldown >= 5

@@ -20,7 +20,7 @@ import pytest
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage
-from soulflow.channels.local import LocalChannel
+from soulflow.channels.local.adapter import LocalChannel
 from soulflow.dashboard.guard import STATIC_ASSETS, is_guarded
 from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub

@@ -28,7 +28,7 @@ import pytest
 
 from soulflow.backends.file import FileBackend
 from soulflow.bus.bus import MessageBus
-from soulflow.channels.local import LocalChannel
+from soulflow.channels.local.adapter import LocalChannel
 from soulflow.dashboard import service as service_module
 from soulflow.dashboard.connections import ConnectionLimits, address_key
 from soulflow.dashboard.listener import IN_FLIGHT

@@ -18,7 +18,7 @@ from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import HealthBoard, LinkState
 from soulflow.channels.reader import ReadPolicy, run_channel
-from soulflow.channels.runs import ActiveRuns
+from soulflow.conversation.runs import ActiveRuns
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 from soulflow.supervisor import Supervisor
 from tests.ops.clock import T0, Clock

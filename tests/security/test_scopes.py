@@ -15,9 +15,9 @@ from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.web import WebFetchTool
 from soulflow.bus.messages import InboundMessage
-from soulflow.channels.access import AdminPolicy
 from soulflow.channels.base import Command
-from soulflow.channels.secret_command import make_secret_command
+from soulflow.conversation.access import AdminPolicy
+from soulflow.conversation.secret_command import make_secret_command
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import inspect_secret_references_for_orchestration
 from soulflow.security.syntax import secret_reference

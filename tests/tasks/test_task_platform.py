@@ -2,8 +2,9 @@
 model. Alice asks with `/task`, approves the plan; the gate's prompt is posted; Bob (another
 allowed user) replies "ok" and gets a refusal, his ✅ reaction is ignored; Carol (an admin)
 approves with a reaction on the prompt; the status message was edited in place and the result
-is a reply. Proves the daemon's wiring: manager hooks for replies and reactions, the sent
-listener remembering prompt and status messages, and the adapter's edit.
+is a reply. Proves the daemon's wiring: the tasks answering replies and reactions in the
+conversation, the sent listener remembering prompt and status messages, and the adapter's
+edit.
 """
 
 from __future__ import annotations

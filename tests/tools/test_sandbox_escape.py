@@ -22,7 +22,7 @@ from soulflow.agent.tools.process import OutputPipe
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
-from soulflow.channels.capability_commands import make_repl_command
+from soulflow.conversation.capability_commands import make_repl_command
 from tests.tools.escape_corpus import NOT_ATTACKING, TECHNIQUES, Target, program
 from tests.tools.listener import Listener
 from tests.tools.sandbox_support import wait_none_with, working_sandbox

@@ -17,7 +17,7 @@ from soulflow.agent.tools.python_sandbox import run_python
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
-from soulflow.channels.capability_commands import make_repl_command
+from soulflow.conversation.capability_commands import make_repl_command
 from tests.tools.sandbox_support import working_sandbox
 
 # A bwrap that exists but cannot build a sandbox, as on a host without user namespaces.

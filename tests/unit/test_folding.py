@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.bus.bus import MessageBus
-from soulflow.channels.folding import ChatBacklog
-from tests.unit.test_manager import (  # noqa: F401 - rig is a fixture
+from soulflow.conversation.folding import ChatBacklog
+from tests.unit.test_conversation import (  # noqa: F401 - rig is a fixture
     done_records,
     drained,
     msg,
@@ -18,15 +18,15 @@ from tests.unit.test_manager import (  # noqa: F401 - rig is a fixture
 
 
 async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) -> Any:
-    """A manager whose chat is in the middle of a turn for "first" (the model is held on its
+    """A conversation whose chat is in the middle of a turn for "first" (the model is held on its
     gate), so that the next messages queue up behind it."""
-    manager = build(**options)
+    conversation = build(**options)
     model.gate = asyncio.Event()
-    await manager.ingest(adapter, [msg(1, "first")])
+    await conversation.ingest(adapter, [msg(1, "first")])
     async with asyncio.timeout(5):
-        while manager.runs.count() == 0:
+        while conversation.runs.count() == 0:
             await asyncio.sleep(0.001)
-    return manager
+    return conversation
 
 
 def journal_done(bus: MessageBus) -> dict[str, str]:
@@ -34,20 +34,20 @@ def journal_done(bus: MessageBus) -> dict[str, str]:
     return {r["key"]: r["status"] for r in done_records(bus)}
 
 
-async def backlog_reaches(manager: Any, count: int) -> None:
-    """The claim loop has handed the chat's queued messages to the manager."""
+async def backlog_reaches(conversation: Any, count: int) -> None:
+    """The claim loop has handed the chat's queued messages to the conversation."""
     async with asyncio.timeout(5):
-        while manager.backlog_for("chat:c1") < count:
+        while conversation.backlog_for("chat:c1") < count:
             await asyncio.sleep(0.001)
 
 
 async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = await busy_with_first(build, adapter, model)
-    await manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
-    await manager.ingest(adapter, [msg(4, "fourth", sender_name="Alice")])
-    await backlog_reaches(manager, 3)
-    assert manager.backlog_for("chat:c1") == 3
+    conversation = await busy_with_first(build, adapter, model)
+    await conversation.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await conversation.ingest(adapter, [msg(4, "fourth", sender_name="Alice")])
+    await backlog_reaches(conversation, 3)
+    assert conversation.backlog_for("chat:c1") == 3
     model.gate.set()
     replies = await settle(adapter, 2)
     assert replies[0] == "echo: first"
@@ -63,10 +63,10 @@ async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> No
 
 async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = await busy_with_first(build, adapter, model)
-    await manager.ingest(adapter, [msg(2, "a"), msg(3, "/help"), msg(4, "b"), msg(5, "c"),
+    conversation = await busy_with_first(build, adapter, model)
+    await conversation.ingest(adapter, [msg(2, "a"), msg(3, "/help"), msg(4, "b"), msg(5, "c"),
                                    msg(6, "approve"), msg(7, "d")])
-    await backlog_reaches(manager, 6)
+    await backlog_reaches(conversation, 6)
     model.gate.set()
     replies = await settle(adapter, 6)
     assert replies[0] == "echo: first"
@@ -80,9 +80,9 @@ async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None
 
 async def test_fold_cap_and_fold_max_one_turns_it_off(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = await busy_with_first(build, adapter, model, fold_max=1)
-    await manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
-    await backlog_reaches(manager, 2)
+    conversation = await busy_with_first(build, adapter, model, fold_max=1)
+    await conversation.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await backlog_reaches(conversation, 2)
     model.gate.set()
     assert await settle(adapter, 3) == ["echo: first", "echo: second", "echo: third"]
 
@@ -105,10 +105,10 @@ def test_backlog_folds_only_what_queued_behind_a_turn_and_at_most_the_cap() -> N
 async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
         rig, tmp_path: Path) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = await busy_with_first(build, adapter, model)
-    await manager.ingest(adapter, [msg(2, "second"), msg(3, "third")])
-    await backlog_reaches(manager, 2)
-    await manager.stop(timeout=0.05)  # the "crash": the running turn is cancelled
+    conversation = await busy_with_first(build, adapter, model)
+    await conversation.ingest(adapter, [msg(2, "second"), msg(3, "third")])
+    await backlog_reaches(conversation, 2)
+    await conversation.stop(timeout=0.05)  # the "crash": the running turn is cancelled
     assert adapter.sent == []
     assert {m.message_id for m in await bus.inbound.pending()} == {"m1", "m2", "m3"}
     model.gate = None
@@ -129,8 +129,8 @@ async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
 async def test_an_idle_chat_answers_the_first_message_alone_then_the_rest_together(
         rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
-    await manager.ingest(adapter, [msg(1, "one"), msg(2, "two"), msg(3, "three")])
+    conversation = build()
+    await conversation.ingest(adapter, [msg(1, "one"), msg(2, "two"), msg(3, "three")])
     replies = await settle(adapter, 2)
     assert replies[0] == "echo: one"
     assert replies[1].endswith("[1] alice: two\n[2] alice: three")

@@ -11,8 +11,9 @@ from soulflow.bus.inbound_dlq import InboundDeadLetters, strict_redact
 from soulflow.bus.messages import Attachment, InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.normalize import normalize_inbound, normalize_text, scrub_surrogates
-from soulflow.channels.poison import APOLOGY, poison_message
-from tests.unit.test_manager import drained, msg, rig, settle  # noqa: F401 - rig: a fixture
+from soulflow.channels.poison import poison_message
+from soulflow.conversation.quarantine import APOLOGY
+from tests.unit.test_conversation import drained, msg, rig, settle  # noqa: F401 - rig: a fixture
 
 TOKEN = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
 
@@ -76,8 +77,8 @@ def test_the_inbound_dlq_redacts_secrets_and_survives_reopening(tmp_path: Path) 
 
 async def test_a_sealing_error_is_quarantined_and_the_next_message_answered(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build(sealer=BrokenSealer())
-    fresh = await manager.ingest(adapter, [msg(1, f"boom {TOKEN}"), msg(2, "fine")])
+    conversation = build(sealer=BrokenSealer())
+    fresh = await conversation.ingest(adapter, [msg(1, f"boom {TOKEN}"), msg(2, "fine")])
     assert [m.message_id for m in fresh] == ["m2"]
     assert adapter.committed == ["m1", "m2"]  # the cursor passes it: it is recorded
     replies = await settle(adapter, 2)
@@ -87,35 +88,35 @@ async def test_a_sealing_error_is_quarantined_and_the_next_message_answered(rig)
         "seal", "m1", "OSError: No space left on device")
     assert TOKEN not in letter.content and TOKEN not in letter.raw
     assert await drained(bus) and await bus.inbound.is_seen("chat:c1:m1")
-    assert await manager.ingest(adapter, [msg(1, f"boom {TOKEN}")]) == []  # redelivered: seen
+    assert await conversation.ingest(adapter, [msg(1, f"boom {TOKEN}")]) == []  # redelivered: seen
     assert await bus.inbound_dlq.count() == 1
 
 
 async def test_poison_from_an_adapter_is_recorded_before_the_commit(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
+    conversation = build()
     poison = poison_message("chat", message_id="update-7", error=ValueError("bad json"),
                             raw={"update_id": 7, "message": "not an object"})
-    await manager.ingest(adapter, [poison, msg(8, "after")])
+    await conversation.ingest(adapter, [poison, msg(8, "after")])
     assert await settle(adapter, 1) == ["echo: after"]
     [letter] = await bus.inbound_dlq.entries()
     assert (letter.stage, letter.message_id, letter.error) == (
         "parse", "update-7", "ValueError: bad json")
     assert "not an object" in letter.raw
     assert adapter.committed == ["update-7", "m8"]
-    await manager.ingest(adapter, [poison])  # read again (a crash before the commit): recorded once
+    # read again (a crash before the commit): recorded once
+    await conversation.ingest(adapter, [poison])
     assert await bus.inbound_dlq.count() == 1
 
 
 async def test_a_command_that_crashes_is_quarantined_once_not_replayed(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
 
     async def explode(command: Command, message: InboundMessage) -> str:
         raise RuntimeError("renderer crashed")
 
-    manager.commands.register("render", explode)
-    await manager.ingest(adapter, [msg(1, "/render graph"), msg(2, "after")])
+    conversation = build(commands={"render": explode})
+    await conversation.ingest(adapter, [msg(1, "/render graph"), msg(2, "after")])
     replies = await settle(adapter, 2)
     assert replies == [APOLOGY, "echo: after"]
     [letter] = await bus.inbound_dlq.entries()
@@ -127,7 +128,7 @@ async def test_a_command_that_crashes_is_quarantined_once_not_replayed(rig) -> N
 
 async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> None:  # noqa: F811
     build, adapter, model, bus = rig
-    manager = build()
+    conversation = build()
     real_accept = bus.inbound.accept
 
     async def accept(message: InboundMessage) -> bool:
@@ -136,7 +137,7 @@ async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> No
         return await real_accept(message)
 
     monkeypatch.setattr(bus.inbound, "accept", accept)
-    await manager.ingest(adapter, [msg(1, "one"), msg(2, "two")])
+    await conversation.ingest(adapter, [msg(1, "one"), msg(2, "two")])
     assert await settle(adapter, 2) == [APOLOGY, "echo: two"]
     assert [e.stage for e in await bus.inbound_dlq.entries()] == ["journal"]
     await asyncio.sleep(0)
@@ -145,7 +146,8 @@ async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> No
 async def test_a_quarantine_is_announced_as_a_live_event(rig) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     events: list[tuple[str, dict[str, Any]]] = []
-    manager = build(sealer=BrokenSealer(), on_event=lambda kind, data: events.append((kind, data)))
-    await manager.ingest(adapter, [msg(1, "boom")])
+    conversation = build(sealer=BrokenSealer(),
+                         on_event=lambda kind, data: events.append((kind, data)))
+    await conversation.ingest(adapter, [msg(1, "boom")])
     assert [(k, d["stage"], d["message_id"]) for k, d in events
             if k == "inbound.quarantined"] == [("inbound.quarantined", "seal", "m1")]

@@ -18,12 +18,12 @@ async def test_state_reports_problems_instead_of_always_ok(tmp_path: Path) -> No
         state = runtime.state()
         assert (state["ok"], state["problems"]) == (True, [])
 
-        runtime.manager.health.read_failed("local", "disk on fire")  # the channel is failing
+        runtime.health.read_failed("local", "disk on fire")  # the channel is failing
         state = runtime.state()
         assert state["ok"] is False
         assert state["problems"] == ["channel local is failing: disk on fire"]
 
-        runtime.manager.health.read_ok("local")
+        runtime.health.read_ok("local")
         assert runtime.state()["ok"] is True
     finally:
         await runtime.stop()

@@ -7,7 +7,7 @@ A chat is identified by provider and chat id; a different thread of the same cha
 the same people and needs no approval.
 
 ``request_file`` pauses the run until the user answers, exactly like the loop's
-``request_more_information`` intent. It writes nothing itself: the channel manager saves the
+``request_more_information`` intent. It writes nothing itself: the conversation saves the
 user's attachments in the chat's own zone, ``chats/<zone>/files/``, and puts
 ``[attachment NAME saved at PATH]`` lines in the reply text, PATH relative to the workspace,
 so the model gets paths its file tools and ``exec`` can read (and other chats cannot).

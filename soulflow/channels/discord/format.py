@@ -1,0 +1,319 @@
+"""Helpers for the Discord adapter that hold none of its state: translations, rules, REST.
+
+Kept apart from the adapter (which owns the connection, queue and cursors) so the rules --
+what counts as a mention, which errors are permanent, how a downloaded file is named, which
+channels get a cursor -- read in one place.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import discord
+import discord.abc
+
+from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
+from soulflow.channels.discord.http import route_client
+from soulflow.channels.files import safe_filename
+
+PROVIDER = "discord"
+# Only what a person writes: joins, pins, thread announcements etc. are not messages to answer.
+_CONVERSATION_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
+_REACTION_ID = re.compile(r"^reaction-(\d+)-")
+_DOWNLOAD_CHUNK = 64 * 1024
+# Model text must not ping @everyone, roles or arbitrary users; the person replied to is pinged
+# as in any Discord reply.
+ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, users=False, roles=False,
+                                           replied_user=True)
+# What a REST call may raise; RuntimeError covers a send racing a client being replaced.
+SEND_FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError,
+                 RuntimeError)
+
+
+# -- connecting --------------------------------------------------------------------------
+
+
+def intents() -> discord.Intents:
+    """Messages (with content) and reactions in guilds and DMs; no members or presences."""
+    wanted = discord.Intents.none()
+    wanted.guilds = wanted.guild_messages = wanted.dm_messages = True
+    wanted.message_content = wanted.guild_reactions = wanted.dm_reactions = True
+    return wanted
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvents:
+    """Where an `EventClient` delivers what the adapter listens to."""
+
+    ready: Callable[[discord.Client], None]
+    message: Callable[[discord.Client, discord.Message], None]
+    reaction: Callable[[discord.Client, discord.RawReactionActionEvent], None]
+
+
+class EventClient(discord.Client):
+    """A discord.Client that forwards READY, messages and added reactions to callbacks."""
+
+    def __init__(self, events: ClientEvents, *, api_url: str, gateway_url: str | None = None,
+                 fast_identify: bool = False, max_ratelimit_timeout: float | None = None,
+                 **options: Any) -> None:
+        super().__init__(intents=intents(), **options)
+        route_client(self, api_url=api_url, gateway_url=gateway_url,
+                     max_ratelimit_timeout=max_ratelimit_timeout)
+        self._events = events
+        self._fast_identify = fast_identify
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        # The 5 s pause before a re-IDENTIFY respects Discord's identify rate limit: production
+        # keeps it, tests skip it.
+        if not self._fast_identify:
+            await super().before_identify_hook(shard_id, initial=initial)
+
+    async def on_ready(self) -> None:
+        self._events.ready(self)
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._events.message(self, message)
+
+    async def on_raw_reaction_add(self, event: discord.RawReactionActionEvent) -> None:
+        self._events.reaction(self, event)
+
+
+def explain_start_failure(error: BaseException) -> str:
+    """One sentence an operator can act on, for a gateway failure before the first READY."""
+    if isinstance(error, discord.PrivilegedIntentsRequired):
+        return ("Discord refused the Message Content intent (4014); enable 'Message Content "
+                "Intent' under Bot > Privileged Gateway Intents in the Developer Portal.")
+    if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
+        return "Discord's gateway rejected DISCORD_BOT_TOKEN (4004); reset the bot token."
+    return f"The Discord gateway failed before it was ready: {type(error).__name__}: {error}"
+
+
+# -- inbound -----------------------------------------------------------------------------
+
+
+def strip_bot_mention(text: str, bot_id: int) -> str:
+    """Remove `<@ID>` / `<@!ID>` of the bot: the agent should see the request, not the ping."""
+    stripped = re.sub(rf"<@!?{bot_id}>", "", text)
+    return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+
+
+def replies_to_bot(message: discord.Message, bot_id: int) -> bool:
+    """True when the message is a reply to one of the bot's messages.
+
+    Discord includes the referenced message in the event (`resolved`); when it does not, the
+    client's message cache may still hold it. Without either we cannot tell, so False.
+    """
+    reference = message.reference
+    if reference is None:
+        return False
+    target = reference.resolved
+    if not isinstance(target, discord.Message):
+        target = reference.cached_message
+    return target is not None and target.author.id == bot_id
+
+
+def _mentions_bot(message: discord.Message, bot_id: int) -> bool:
+    return bot_id in message.raw_mentions or any(u.id == bot_id for u in message.mentions)
+
+
+def _attachment(item: discord.Attachment) -> Attachment:
+    return Attachment(name=item.filename, url=item.url, file_id=str(item.id),
+                      mime_type=item.content_type, size=item.size)
+
+
+def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessage | None:
+    """The bus record for a user's message; None for the bot's own and for system messages.
+
+    Threads are channels in Discord, so `chat_id` is the thread's id and `thread_id` stays
+    None: replying to the chat id lands in the thread.
+    """
+    if message.author.id == bot_id or message.type not in _CONVERSATION_TYPES:
+        return None
+    is_direct = message.guild is None
+    reference = message.reference
+    return InboundMessage(
+        provider=PROVIDER,
+        chat_id=str(message.channel.id),
+        message_id=str(message.id),
+        sender_id=str(message.author.id),
+        sender_name=message.author.display_name,
+        text=strip_bot_mention(message.content, bot_id),
+        is_direct=is_direct,
+        is_mention=(is_direct or _mentions_bot(message, bot_id)
+                    or replies_to_bot(message, bot_id)),
+        from_bot=message.author.bot,
+        attachments=[_attachment(a) for a in message.attachments],
+        metadata={
+            "guild_id": str(message.guild.id) if message.guild else None,
+            "reply_to_message_id": (str(reference.message_id)
+                                    if reference and reference.message_id else None),
+            "created_at": message.created_at.isoformat(),
+        },
+    )
+
+
+def reaction_name(emoji: discord.PartialEmoji) -> str:
+    """The unicode character itself, or a custom emoji's name (its id means nothing to a model)."""
+    if emoji.is_custom_emoji():
+        return emoji.name or str(emoji)
+    return str(emoji)
+
+
+def inbound_from_reaction(event: discord.RawReactionActionEvent, bot_id: int
+                          ) -> InboundMessage | None:
+    """A reaction as an inbound event; None for the bot's own reactions."""
+    if event.user_id == bot_id:
+        return None
+    emoji = reaction_name(event.emoji)
+    member = event.member
+    is_direct = event.guild_id is None
+    return InboundMessage(
+        provider=PROVIDER,
+        chat_id=str(event.channel_id),
+        message_id=f"reaction-{event.message_id}-{event.user_id}-{emoji}",
+        sender_id=str(event.user_id),
+        sender_name=member.display_name if member else "",
+        text="",
+        kind="reaction",
+        reaction=emoji,
+        target_message_id=str(event.message_id),
+        is_direct=is_direct,
+        is_mention=is_direct or event.message_author_id == bot_id,
+        from_bot=bool(member and member.bot),
+        metadata={"guild_id": str(event.guild_id) if event.guild_id else None},
+    )
+
+
+# -- catching up -------------------------------------------------------------------------
+
+
+def baseline_cursors(client: discord.Client, known: set[int] | dict[int, int]
+                     ) -> dict[int, int]:
+    """Cursors for readable channels that have none: their newest message, so history before
+    the bot first saw a channel is never answered (a channel with no message: its own id,
+    which every later message id exceeds)."""
+    baseline: dict[int, int] = {}
+    for guild in client.guilds:
+        if guild.me is None:
+            continue
+        for channel in (*guild.text_channels, *guild.threads):
+            if channel.id not in known and channel.permissions_for(guild.me).read_message_history:
+                baseline[channel.id] = channel.last_message_id or channel.id
+    return baseline
+
+
+async def missed_messages(client: discord.Client, channel_id: int, after: int, limit: int
+                          ) -> list[discord.Message]:
+    """Messages in a channel after `after`, oldest first (none without a REST call when the
+    channel's known last message is not newer)."""
+    channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
+    last = getattr(channel, "last_message_id", None)
+    if not isinstance(channel, discord.abc.Messageable) or (last and last <= after):
+        return []
+    return [message async for message in channel.history(
+        limit=limit, after=discord.Object(after), oldest_first=True)]
+
+
+# -- outbound ----------------------------------------------------------------------------
+
+
+def reply_target(reply_to: str | None) -> int | None:
+    """The Discord message to reply to: a message id, or the message a reaction was on."""
+    if not reply_to:
+        return None
+    if reply_to.isdigit():
+        return int(reply_to)
+    match = _REACTION_ID.match(reply_to)
+    return int(match.group(1)) if match else None
+
+
+async def send_message(channel: discord.abc.Messageable, message: OutboundMessage,
+                       reference: discord.MessageReference | None) -> discord.Message:
+    """Send one outbox message: its text, or the file it became (`as_file`, with its
+    `filename` and `note`); failures come back as classified `SendError`s."""
+    options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
+    if reference is not None:
+        options["reference"] = reference
+    meta = message.metadata
+    try:
+        if meta.get("as_file"):
+            name = str(meta.get("filename") or "reply.txt")
+            upload = discord.File(io.BytesIO(message.content.encode()),
+                                  filename=safe_filename(name))
+            return await channel.send(content=str(meta.get("note") or "") or None,
+                                      file=upload, **options)
+        return await channel.send(content=message.content, **options)
+    except SEND_FAILURES as exc:
+        raise send_error(exc) from exc
+
+
+def _retry_after(error: discord.HTTPException) -> float | None:
+    header = error.response.headers.get("Retry-After") if error.response is not None else None
+    try:
+        return float(header) if header is not None else None
+    except ValueError:
+        return None
+
+
+def send_error(error: BaseException) -> SendError:
+    """Classify a failure so the dispatcher retries only what can succeed later.
+
+    discord.py already waits out ordinary 429s and retries 500/502/504 itself; what reaches
+    us is a limit longer than `max_ratelimit_timeout` (retry later), an outage (retry), or a
+    request Discord will never accept: missing access (403), an unknown channel or message
+    (404), a rejected token (401) or rejected content (other 4xx).
+    """
+    if isinstance(error, discord.RateLimited):
+        return SendError(f"Discord rate limit: retry in {error.retry_after:.1f}s",
+                         retry_after=error.retry_after)
+    if isinstance(error, discord.HTTPException):
+        detail = f"Discord answered {error.status} (code {error.code}): {error.text or 'no text'}"
+        if error.status == 429:
+            return SendError(detail, retry_after=_retry_after(error))
+        if isinstance(error, discord.DiscordServerError) or error.status >= 500:
+            return SendError(detail)
+        return SendError(detail, permanent=400 <= error.status < 500)
+    if isinstance(error, aiohttp.ClientError | OSError | TimeoutError):
+        return SendError(f"cannot reach Discord: {type(error).__name__}: {error}")
+    return SendError(f"{type(error).__name__}: {error}")
+
+
+# -- files -------------------------------------------------------------------------------
+
+
+def download_filename(attachment: Attachment) -> str:
+    """`<file id>_<name>`: the id keeps two attachments called `image.png` apart."""
+    return safe_filename(attachment.name or "file", attachment.file_id or "")
+
+
+async def fetch_attachment(attachment: Attachment, cap: int) -> bytes:
+    """GET an attachment, refusing more than `cap` bytes whether declared or only counted."""
+    url, name = attachment.url or "", attachment.name
+    if not url.startswith(("https://", "http://")):
+        raise OSError(f"attachment {name!r} has no downloadable URL")
+    if attachment.size is not None and attachment.size > cap:
+        raise OSError(f"attachment {name!r} is {attachment.size:,} bytes; the limit is {cap:,}")
+    timeout = aiohttp.ClientTimeout(total=300, sock_read=60)
+    data = bytearray()
+    try:
+        async with (aiohttp.ClientSession(timeout=timeout) as session,
+                    session.get(url) as response):
+            if response.status != 200:
+                raise OSError(f"downloading {name!r} failed: HTTP {response.status}")
+            if response.content_length is not None and response.content_length > cap:
+                raise OSError(f"attachment {name!r} is {response.content_length:,} bytes; "
+                              f"the limit is {cap:,}")
+            async for chunk in response.content.iter_chunked(_DOWNLOAD_CHUNK):
+                data.extend(chunk)
+                if len(data) > cap:
+                    raise OSError(f"attachment {name!r} is larger than the {cap:,}-byte limit")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise OSError(f"downloading {name!r} failed: {exc}") from exc
+    return bytes(data)
+
+

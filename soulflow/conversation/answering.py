@@ -1,0 +1,121 @@
+"""A turn's work with the agent: continue the chat's open run (a decision, an answer it waits
+for) or start a new one, with the channel's typing indicator and read-acks while it runs and
+/stop able to abort it. The turn (turns.py) decides which messages it answers; this answers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from soulflow.agent.approvals import CLARIFY, Decider, parse_decision
+from soulflow.agent.domain import AgentDomain, AgentReply
+from soulflow.agent.run.store import RunMoved
+from soulflow.bus.messages import InboundMessage
+from soulflow.channels.base import ChannelAdapter
+from soulflow.contracts import ReplyStatus
+from soulflow.conversation.feedback import ChannelFeedback
+from soulflow.conversation.input_text import input_text
+from soulflow.conversation.replies import BusReplies
+from soulflow.conversation.runs import ActiveRuns
+from soulflow.security.vault import SecretVault
+from soulflow.storage.beneath import Beneath
+
+log = logging.getLogger(__name__)
+
+
+def decider_of(message: InboundMessage) -> Decider:
+    """The person deciding an approval by this reply or reaction."""
+    return Decider(message.provider, message.sender_id, message.sender_name)
+
+
+def reply_metadata(reply: AgentReply) -> dict[str, Any]:
+    """What a reply that asks for an approval carries, so a reaction to it can decide it."""
+    if reply.approval_id and reply.status is ReplyStatus.WAITING_APPROVAL:
+        return {"approval_id": reply.approval_id, "run_id": reply.run_id}
+    return {}
+
+
+@dataclass(slots=True)
+class AgentAnswers:
+    agent: AgentDomain
+    replies: BusReplies
+    feedback: ChannelFeedback
+    runs: ActiveRuns
+    workspace: Beneath  # attachments are saved in the chat's zone beneath it
+    max_inbound_chars: int
+    backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
+    # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
+    # failure is not the run's; the turn gives the batch back instead of apologising
+    store_unreachable: Callable[[BaseException], bool] = lambda exc: False
+    # the inbound sealer's vault: an attachment URL it sealed is opened for the download
+    vault: SecretVault | None = None
+
+    async def continue_open_run(self, message: InboundMessage,
+                                adapter: ChannelAdapter | None) -> bool:
+        """Route a message to the chat's run that waits for a decision or an answer."""
+        # a decision goes to the latest approval its author may decide (their own, in a group)
+        parsed = parse_decision(message.text)
+        deciding = decider_of(message) if parsed is not None else None
+        open_run = self.agent.open_run(message.chat_key, by=deciding)
+        if open_run is None:
+            return False
+        run_id, status = open_run
+        if status == "waiting_approval":
+            if parsed is None:
+                return False  # an ordinary message: the approval stays pending
+            decision, approval_id = parsed
+            if decision == CLARIFY:
+                await self.replies.reply(message, self.agent.pending_approval_text(run_id))
+                return True
+            reply = await self._with_feedback(message, adapter, lambda abort: self.agent.decide(
+                run_id, decision, by=decider_of(message), approval_id=approval_id, abort=abort))
+            if reply is None:
+                await self.replies.reply(message,
+                                         f"There is no pending approval {approval_id} here.")
+                return True
+        else:
+            text = await self.input_text([message], adapter)  # saves attachments (request_file)
+            reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
+                run_id, message, text, abort=abort))
+        await self.replies.reply(message, reply.content, metadata=reply_metadata(reply))
+        return True
+
+    async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
+                             work: Callable[[asyncio.Event], Awaitable[Any]]) -> Any:
+        async with self.feedback.typing_while(adapter, message.chat_id):
+            with self.runs.track(message.chat_key) as abort:
+                return await work(abort)
+
+    async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
+                         *, attributed: bool = False) -> str:
+        return await input_text(batch, adapter, workspace=self.workspace,
+                                max_chars=self.max_inbound_chars, attributed=attributed,
+                                vault=self.vault)
+
+    async def run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
+                        text: str) -> AgentReply:
+        """A new run for the batch; a failure inside is a FAILED reply, never silence."""
+        first, last = batch[0], batch[-1]
+        self.feedback.acknowledge(adapter, last.chat_id, last.message_id,
+                                  backlog=self.backlog_for(first.chat_key))
+        try:
+            async with self.feedback.typing_while(adapter, first.chat_id):
+                with self.runs.track(first.chat_key) as abort:
+                    reply = await self.agent.respond(first, text, abort=abort)
+        except RunMoved:
+            raise  # not a failure: the run goes on at the chat's new node (turns.py)
+        except Exception as exc:  # a bug must still end in a recorded failure, not silence
+            if self.store_unreachable(exc):
+                raise  # Redis away: the turn gives the batch back to run again
+            log.exception("answering %s failed", first.key)
+            reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
+                               "the error is in the daemon's log.", ReplyStatus.FAILED,
+                               f"{type(exc).__name__}: {exc}")
+        note = first.metadata.get("truncation_note")
+        if note:
+            reply.content = f"{note}\n\n{reply.content}"
+        return reply

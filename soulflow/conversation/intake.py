@@ -1,0 +1,123 @@
+"""Taking messages in: normalise, filter, seal, journal, one message at a time.
+
+The journal is the backend's inbound store (the file journal or Redis), so every step that
+touches it is asynchronous. Each step runs under `stage(...)`, so any error is an
+`IntakeError` naming the step; the message is then quarantined (inbound DLQ, id marked
+seen) and the rest of the batch goes on. `Conversation.ingest` lets the adapter commit its cursor
+only after `screen()` returns, so a message passes the cursor only once it is journaled,
+recorded as seen, or quarantined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Protocol
+
+from soulflow.bus.inbound_dlq import IntakeStage
+from soulflow.bus.messages import InboundMessage
+from soulflow.channels.normalize import normalize_inbound
+from soulflow.channels.poison import POISON_KIND
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.quarantine import IntakeError, Quarantine, safe_key, stage
+from soulflow.security.inbound import InboundSealer
+
+Handler = Callable[[InboundMessage], None]
+
+
+def _every_chat(chat_key: str) -> bool:
+    return True
+
+
+class Journal(Protocol):
+    """The backend's inbound store, as far as intake uses it (backends/base.py InboundStore)."""
+
+    async def is_seen(self, key: str) -> bool: ...
+
+    async def accept(self, message: InboundMessage) -> bool: ...
+
+
+class Verdict(StrEnum):
+    FRESH = "fresh"  # journaled: it will be answered
+    SEEN = "seen"  # never answered (history, other bots, not addressed, refused, reactions)
+    SKIP = "skip"  # already seen before
+
+
+class InboundScreen:
+    def __init__(self, journal: Journal, access: AccessPolicy,
+                 sealer: InboundSealer | None, quarantine: Quarantine, *,
+                 on_reaction: Handler, refuse: Handler, apologise: Handler,
+                 owns: Callable[[str], bool] = _every_chat) -> None:
+        self._journal = journal
+        self._access = access
+        self._sealer = sealer
+        self.quarantine = quarantine
+        self._on_reaction = on_reaction
+        self._refuse = refuse
+        self._apologise = apologise
+        # which chats this node acts on (backend.owns): with several daemons, a reaction read
+        # here for another node's chat is journaled for that node, like a message
+        self._owns = owns
+
+    async def screen(self, batch: list[InboundMessage]) -> tuple[list[InboundMessage], list[str]]:
+        """(journaled messages to answer, keys to record as seen); poison is quarantined."""
+        fresh: list[InboundMessage] = []
+        seen_only: list[str] = []
+        for message in batch:
+            try:
+                verdict = await self.take_in(message)
+            except IntakeError as exc:
+                await self.quarantine.record(message, exc.stage, exc.error)
+                if exc.stage in (IntakeStage.SEAL, IntakeStage.JOURNAL):
+                    self._apologise(message)  # an allowed user who addressed the bot
+                continue
+            if verdict is Verdict.FRESH:
+                fresh.append(message)
+            elif verdict is Verdict.SEEN:
+                seen_only.append(message.key)
+        return fresh, seen_only
+
+    async def take_in(self, message: InboundMessage) -> Verdict:
+        """Decide one message's fate; raises `IntakeError` naming the step that failed."""
+        if message.kind == POISON_KIND:
+            if await self._journal.is_seen(safe_key(message.key)):
+                return Verdict.SKIP  # quarantined before the cursor moved, read again
+            raise IntakeError(IntakeStage.PARSE, str(message.metadata.get("poison_error")))
+        with stage(IntakeStage.NORMALISE):
+            normalize_inbound(message)
+        if await self._journal.is_seen(message.key):  # a store error propagates: read again
+            return Verdict.SKIP
+        with stage(IntakeStage.INTAKE):
+            if message.priming or message.from_bot:
+                return Verdict.SEEN
+            if message.kind == "reaction":
+                if self._owns(message.chat_key):
+                    self._on_reaction(message)
+                    return Verdict.SEEN
+                if not self._access.is_allowed(message.provider, message.sender_id):
+                    return Verdict.SEEN  # ignored, as `on_reaction` would
+            elif not (message.is_mention or message.is_direct):
+                return Verdict.SEEN
+            if not self._access.is_allowed(message.provider, message.sender_id):
+                self._refuse(message)
+                return Verdict.SEEN
+        return await self._store(message)
+
+    async def take_in_trusted(self, message: InboundMessage) -> bool:
+        """A message the daemon wrote itself (cron): no filters; False if seen or poison."""
+        try:
+            with stage(IntakeStage.NORMALISE):
+                normalize_inbound(message)
+            if await self._journal.is_seen(message.key):
+                return False
+            return await self._store(message) is Verdict.FRESH
+        except IntakeError as exc:
+            await self.quarantine.record(message, exc.stage, exc.error)
+            return False
+
+    async def _store(self, message: InboundMessage) -> Verdict:
+        if self._sealer is not None:  # never store a message whose secrets are not sealed
+            with stage(IntakeStage.SEAL):
+                self._sealer.seal(message)
+        with stage(IntakeStage.JOURNAL):
+            return Verdict.FRESH if await self._journal.accept(message) else Verdict.SKIP

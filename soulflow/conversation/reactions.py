@@ -1,0 +1,74 @@
+"""What a reaction does: a stop sign stops the chat's runs and tasks (as /stop does); a
+decision emoji on an approval prompt decides that approval, on a task's prompt that prompt.
+
+Reactions are never answered as messages: one by someone who may not decide is ignored, since
+answering each would let anyone make the bot post at will. A decision runs in its chat's
+serial queue, behind the turn that may be waiting for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from soulflow.agent.approvals import CLARIFY, parse_reaction
+from soulflow.agent.domain import AgentDomain
+from soulflow.bus.messages import InboundMessage
+from soulflow.bus.workers import Job
+from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.conversation.access import AccessPolicy
+from soulflow.conversation.answering import decider_of, reply_metadata
+from soulflow.conversation.chat_tasks import ChatTasks
+
+log = logging.getLogger(__name__)
+
+STOP_REACTIONS = frozenset({"🛑", "⛔", "octagonal_sign", "no_entry", "stop_sign"})
+
+@dataclass(slots=True)
+class Reactions:
+    access: AccessPolicy
+    agent: AgentDomain
+    tasks: ChatTasks | None
+    stop_chat: Callable[[str], int]  # the chat's runs and tasks, as /stop
+    submit: Callable[[str, Job], None]  # into the chat's serial queue
+    publish: Callable[[ChatRef, str, dict[str, Any] | None], Awaitable[list[bool]]]
+
+    def handle(self, message: InboundMessage) -> None:
+        """Act on a reaction by an allowed user in a chat this node holds."""
+        if not self.access.is_allowed(message.provider, message.sender_id):
+            return
+        if message.reaction in STOP_REACTIONS:
+            stopped = self.stop_chat(message.chat_key)  # runs and tasks, as /stop
+            log.info("stop reaction in %s stopped %d run(s)", message.chat_key, stopped)
+        decision = parse_reaction(message.reaction)
+        approvals = self.agent.approvals
+        if decision is None or approvals is None or not message.target_message_id:
+            return
+        entry = approvals.lookup(message.chat_key, message.target_message_id)
+        if entry is None:  # not an approval prompt: perhaps a task's
+            if self.tasks is not None:
+                self.submit(message.chat_key, lambda: self._task_reaction(message))
+            return
+
+        async def decide() -> None:
+            if decision == CLARIFY:
+                text = self.agent.pending_approval_text(entry["run_id"])
+                self.publish(self.agent.chat_of_run(entry["run_id"]), text, None)
+                return
+            reply = await self.agent.decide(entry["run_id"], decision, by=decider_of(message),
+                                            approval_id=entry["approval_id"])
+            # a reaction by someone who may not decide is ignored: answering each one would
+            # let anyone make the bot post at will (a reply "ok" is answered, once per message)
+            if reply is not None and reply.status is not ReplyStatus.REFUSED:
+                self.publish(self.agent.chat_of_run(entry["run_id"]), reply.content,
+                             reply_metadata(reply))
+
+        self.submit(message.chat_key, decide)
+
+    async def _task_reaction(self, message: InboundMessage) -> None:
+        assert self.tasks is not None
+        answer = await self.tasks.answer_reaction(message)
+        if answer is not None:
+            self.publish(message.chat, answer, None)
