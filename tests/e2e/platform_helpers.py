@@ -11,11 +11,12 @@ thread runners do not wrap (history that was never delivered as an event, raw en
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tests.e2e.harness import Daemon, wait_for
 from tests.fakes.discord_api import FakeDiscordThread
+from tests.fakes.rate_limits import SLACK_LIMITS
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlackThread
 from tests.fakes.slack_objects import BOT_USER_ID, user_message
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegramThread
@@ -153,7 +154,14 @@ class SlackDriver(Driver):
     def __init__(self, *, socket: bool = True, poll_interval_ms: int = 200) -> None:
         self.socket = socket
         self.poll_interval_ms = poll_interval_ms
-        self.runner = FakeSlackThread()
+        # Polling every 200 ms keeps these tests short; Slack's Tier 3 (50 reads a minute)
+        # would refuse it after ten seconds and the poller would wait out the minute. The
+        # poller under those limits is tested in tests/channels/test_slack_adapter.py, so
+        # here, and only here, the read methods' tiers are lifted.
+        limits = SLACK_LIMITS if socket else replace(SLACK_LIMITS, per_method={
+            method: limit for method, limit in SLACK_LIMITS.per_method.items()
+            if method not in ("conversations.history", "conversations.replies")})
+        self.runner = FakeSlackThread(limits=limits)
 
     def __enter__(self) -> SlackDriver:
         self.runner.start()
