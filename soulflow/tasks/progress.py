@@ -3,7 +3,9 @@
 Where the platform can edit a sent message (`ChannelAdapter.can_edit`: Slack chat.update,
 Telegram editMessageText, Discord message edit) a task has ONE status message: the first update
 is posted through the outbox, and later ones edit it in place (the adapter's best-effort
-client; a failed edit is logged and the next update tries again). Elsewhere (the local chat)
+client; a failed edit is logged and the next update tries again; an edit the platform refused
+with a retry_after is tried again after that wait, unless a newer update replaces it first, so
+the message does not stay behind when the refused edit was the last). Elsewhere (the local chat)
 each update is a short message. Either way updates are rate-limited per task (at most one per
 `interval_s`; what happens in between is folded into the next one, sent by a delayed flush, a
 named asyncio task per task) so a graph of many quick steps does not flood the chat. Prompts for
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ChatRef, SendError
 from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.model import NodeStatus, TaskState, TaskStatus
@@ -60,6 +62,7 @@ class TaskProgress:
         self._last_sent: dict[str, float] = {}
         self._pending: dict[str, str] = {}
         self._flushers: dict[str, asyncio.Task[None]] = {}
+        self._retry_at: dict[str, float] = {}  # task id -> clock() a refused edit may retry
         # task id -> the status message's platform id; None while its first send is queued
         self._status: dict[str, str | None] = {}
 
@@ -107,6 +110,7 @@ class TaskProgress:
         while task_id in self._pending and not task.status.finished:
             last = self._last_sent.get(task_id)
             wait = 0.0 if last is None else self.interval_s - (self.clock() - last)
+            wait = max(wait, self._retry_at.pop(task_id, 0.0) - self.clock())
             await asyncio.sleep(max(0.0, wait))
             if self._status.get(task_id, "") is None:  # the status message is still queued
                 queued_waits += 1
@@ -133,9 +137,14 @@ class TaskProgress:
             await adapter.edit(task.chat_id, message_id, text)
         except Exception as exc:  # best effort: the next update tries again
             log.info("could not edit the status message of task %s: %s", task.task_id, exc)
+            if isinstance(exc, SendError) and exc.retry_after is not None and not exc.permanent:
+                # rate-limited: this text again after the wait (a newer one wins meanwhile)
+                self._pending.setdefault(task.task_id, text)
+                self._retry_at[task.task_id] = self.clock() + exc.retry_after
 
     def _drop_pending(self, task_id: str) -> None:
         self._pending.pop(task_id, None)
+        self._retry_at.pop(task_id, None)
         flusher = self._flushers.pop(task_id, None)
         if flusher is not None:
             flusher.cancel()
