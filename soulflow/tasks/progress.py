@@ -98,11 +98,17 @@ class TaskProgress:
     def _update(self, task: TaskState, text: str) -> None:
         """Keep the newest text; one flusher per task sends it when the interval allows."""
         self._pending[task.task_id] = text
-        if task.task_id in self._flushers:
+        running = self._flushers.get(task.task_id)
+        # a flusher that has ended (its done callback may not have run yet) sends nothing more
+        if running is not None and not running.done():
             return
         flusher = asyncio.create_task(self._flush(task), name=f"task-progress-{task.task_id}")
         self._flushers[task.task_id] = flusher
-        flusher.add_done_callback(lambda _: self._flushers.pop(task.task_id, None))
+        flusher.add_done_callback(lambda done: self._forget(task.task_id, done))
+
+    def _forget(self, task_id: str, flusher: asyncio.Task[None]) -> None:
+        if self._flushers.get(task_id) is flusher:  # not a newer one started meanwhile
+            del self._flushers[task_id]
 
     async def _flush(self, task: TaskState) -> None:
         task_id = task.task_id
