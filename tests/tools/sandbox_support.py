@@ -43,8 +43,9 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-async def wait_none_with(marker: str, within: float = 5.0) -> list[int]:
-    """Wait until no process carries ``marker``; return the survivors if time runs out."""
+async def wait_none_with(marker: str, within: float = 20.0) -> list[int]:
+    """Wait until no process carries ``marker``; return the survivors if time runs out (a
+    generous bound: markers are sleeps of 30 s or more, so only a survivor fails)."""
     deadline = time.monotonic() + within
     while True:
         left = processes_with(marker)
