@@ -103,6 +103,17 @@ async def test_polling_needs_a_readable_default_channel(make: Factory) -> None:
         await make(socket=False, default_channel="C404")
 
 
+async def test_a_send_before_start_is_retried_not_an_adapter_error(make: Factory) -> None:
+    """After a restart the outbox may try a send while the channel is still starting: a
+    retryable SendError, as on the other platforms, not an exception from inside the adapter
+    (which the dispatcher logs as an adapter bug, with its traceback)."""
+    adapter = await make(start=False)
+    with pytest.raises(SendError, match="not started") as caught:
+        await adapter.send(OutboundMessage("slack", GENERAL, "too early",
+                                           metadata={"maybe_sent": True}))
+    assert not caught.value.permanent
+
+
 # -- polling -----------------------------------------------------------------------------
 
 async def test_polling_primes_then_reads_mentions(make: Factory, fake: FakeSlack) -> None:
