@@ -1,4 +1,5 @@
-"""Fixtures every test directory may use, and the suite's one rule about skips.
+"""Fixtures every test directory may use, the suite's one rule about skips, and its check of
+every daemon's log.
 
 **Under `CI=true` a skipped test is a failed test**, whatever skipped it (`pytest.skip` in a test
 or fixture, a `skipif` mark, a module-level skip): a CI run is green only when every test ran.
@@ -9,6 +10,9 @@ code path is covered by another test that does run there. A missing package, bin
 cgroup hierarchy or permission is setup, never a fact: install it, or handle the case in the
 code and test that. (A strict `xfail` is not a skip: it fails the moment the limit it documents
 goes away.)
+
+**A traceback in the log of a daemon the test ran fails the test** (at teardown), unless the
+test allowed that one with `Daemon.allow_traceback`: see tests/e2e/harness.py.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tests.e2e import harness
 from tests.fakes.openai_api import FakeOpenAIThread
 
 #: Skips that stand under CI=true. Each entry: why it is a fact of the platform, not of the
@@ -81,6 +86,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
     outcome = yield
     _refuse(outcome.get_result())
+
+
+@pytest.fixture(autouse=True)
+def daemon_logs_have_no_tracebacks() -> Iterator[None]:
+    """After the test (and its fixtures, which stop the daemons), every daemon log written
+    meanwhile holds no traceback the test did not allow. A daemon a module-scoped fixture
+    keeps running is read again after each test that used it."""
+    yield
+    found = [f"{daemon.log_path}:\n{record}" for daemon in harness.BUILT
+             for record in daemon.new_tracebacks()]
+    harness.BUILT[:] = [daemon for daemon in harness.BUILT if daemon.alive()]
+    if found:
+        pytest.fail("a daemon logged a traceback (allow one a test provokes on purpose with "
+                    "Daemon.allow_traceback):\n\n" + "\n\n".join(found), pytrace=False)
 
 
 @pytest.fixture

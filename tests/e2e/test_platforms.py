@@ -338,6 +338,11 @@ def test_the_approval_prompt_suggests_only_reactions_users_can_make(live: Live) 
 
 def test_malformed_updates_leave_the_daemon_up_and_answering(live: Live) -> None:
     driver = live.driver
+    if driver.name == "discord":  # discord.py's parsers raise out of the client on these
+        # events (it does not guard them); the adapter logs that with its traceback and
+        # reconnects with a new client: the recovery under test
+        for parser in ("parse_message_reaction_add", "parse_message_create"):
+            live.daemon.allow_traceback(f"in {parser}\n")
     driver.malformed()
     after = driver.post("still there?")
     live.echo(after, "still there?", timeout=40)
