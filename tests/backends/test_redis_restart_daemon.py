@@ -70,6 +70,8 @@ def test_redis_killed_and_restarted_mid_flood_loses_nothing(
     nodes = make_cluster(tmp_path, durable_redis.url, fake_llm, chats, lease_ttl_s=3.0)
     try:
         members = [nodes.add(f"node{i}") for i in range(2)]
+        for member in members:
+            member.daemon.allow_supervised_crash_on_redis_away()
         nodes.start(members)
         nodes.wait_one_leader()
         nodes.wait(lambda: long_polling_since(telegram, 0.0), 30, "the reader to long-poll")

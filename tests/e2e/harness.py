@@ -76,7 +76,7 @@ class Daemon:
     _log_handles: list[Any] = field(default_factory=list)
     # one client for every call: building one costs ~0.1 s (it loads the CA bundle)
     _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
-    _allowed_tracebacks: list[str] = field(default_factory=list)
+    _allowed_tracebacks: list[tuple[str, ...]] = field(default_factory=list)
     _log_checked: int = 0  # bytes of the log already looked at for tracebacks
 
     def __post_init__(self) -> None:
@@ -134,10 +134,17 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def allow_traceback(self, text: str) -> None:
-        """A test that makes the daemon log an exception on purpose names it (a substring of
-        its log record, e.g. the exception line); only such records are let through."""
-        self._allowed_tracebacks.append(text)
+    def allow_traceback(self, *parts: str) -> None:
+        """A test that makes the daemon log an exception on purpose names it: a log record
+        holding every one of `parts` (the message, the exception line...) is let through."""
+        self._allowed_tracebacks.append(parts)
+
+    def allow_supervised_crash_on_redis_away(self) -> None:
+        """For tests that take Redis away on purpose: a supervised loop (heartbeat, cron...)
+        that hit the dead connection before its lease check stopped it is restarted by the
+        Supervisor, which logs the crash with its traceback."""
+        self.allow_traceback("soulflow.supervisor: loop ", " crashed; restarting in ",
+                             "redis.exceptions.ConnectionError")
 
     def new_tracebacks(self) -> list[str]:
         """Log records with a traceback written since the last call, except allowed ones."""
@@ -156,7 +163,8 @@ class Daemon:
                 records[-1].append(line)
         found = ["\n".join(lines) for lines in records if TRACEBACK.search("\n".join(lines))]
         return [record for record in found
-                if not any(allowed in record for allowed in self._allowed_tracebacks)]
+                if not any(all(part in record for part in parts)
+                           for parts in self._allowed_tracebacks)]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

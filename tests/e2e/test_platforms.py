@@ -342,7 +342,7 @@ def test_malformed_updates_leave_the_daemon_up_and_answering(live: Live) -> None
         # events (it does not guard them); the adapter logs that with its traceback and
         # reconnects with a new client: the recovery under test
         for parser in ("parse_message_reaction_add", "parse_message_create"):
-            live.daemon.allow_traceback(f"in {parser}\n")
+            live.daemon.allow_traceback("Discord connection failed", f"in {parser}\n")
     driver.malformed()
     after = driver.post("still there?")
     live.echo(after, "still there?", timeout=40)
