@@ -5,7 +5,8 @@ bench's own) would blur that, so each fake runs here, alone. Protocol: the first
 is ``READY {"env": {...}}`` (what the daemon needs to reach the fake); then each stdin line
 ``{"cmd": ..., ...}`` gets one stdout line ``{"ok": true, "result": ...}`` or
 ``{"ok": false, "error": ...}``. Commands: ``ready``, ``burst``, ``post``, ``fault``,
-``stats``. EOF on stdin stops the fake.
+``stats``, ``delivered`` (which burst messages the bot's replies in their chat answer, as the
+platform received them). EOF on stdin stops the fake.
 
     python -m bench._fake_host --platform telegram --chats 20 [--no-limits]
 """
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,9 @@ class TelegramHost:
         elif kind == "drop":
             self.fake.drop_long_polls()
 
+    def replies_in(self, index: int) -> list[str]:
+        return self.fake.sent_texts(self.chats[index])
+
     def stats(self) -> JSON:
         replied = {(m["chat"]["id"], m["reply_to_message"]["message_id"])
                    for m in self.fake.sent_messages if m.get("reply_to_message")}
@@ -107,6 +112,9 @@ class SlackHost:
         elif kind == "drop":
             self.fake.drop_sockets()
 
+    def replies_in(self, index: int) -> list[str]:
+        return self.fake.bot_texts(self.chats[index])
+
     def stats(self) -> JSON:
         return {**self.fake.stats(), "replied_to": None, "send_methods": ["chat.postMessage"]}
 
@@ -146,6 +154,10 @@ class DiscordHost:
         elif kind == "drop":
             self.fake.drop_connection()
 
+    def replies_in(self, index: int) -> list[str]:
+        return [m.content or "" for m in self.fake.sent_messages
+                if m.channel_id == self.chats[index]]
+
     def stats(self) -> JSON:
         replied = {(m.channel_id, m.reply_to) for m in self.fake.sent_messages if m.reply_to}
         return {**self.fake.stats(), "replied_to": len(replied), "send_methods": ["send_message"]}
@@ -156,6 +168,18 @@ class DiscordHost:
 
 HOSTS = {"telegram": TelegramHost, "slack": SlackHost, "discord": DiscordHost}
 Host = TelegramHost | SlackHost | DiscordHost
+
+
+def delivered(host: Host, prefix: str, start: int, messages: int) -> JSON:
+    """Burst messages ``"<prefix> <index>"`` whose text appears in a reply the platform
+    accepted in their own chat (the fake model echoes what it is asked; a folded turn echoes
+    every message it answers). What a user would see, not what the daemon's journal says."""
+    pattern = re.compile(rf"\b{re.escape(prefix)} (\d+)\b")
+    seen: dict[int, set[int]] = {}
+    for chat in range(len(host.chats)):
+        seen[chat] = {int(n) for text in host.replies_in(chat) for n in pattern.findall(text)}
+    missing = [i for i in range(start, start + messages) if i not in seen[i % len(host.chats)]]
+    return {"delivered": messages - len(missing), "missing": missing[:20]}
 
 
 async def handle(host: Host, request: JSON) -> Any:
@@ -176,6 +200,9 @@ async def handle(host: Host, request: JSON) -> Any:
         return True
     if cmd == "stats":
         return host.stats()
+    if cmd == "delivered":
+        return delivered(host, str(request.get("prefix", "message")),
+                         int(request.get("start", 0)), int(request["messages"]))
     raise ValueError(f"unknown command {cmd!r}")
 
 

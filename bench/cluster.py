@@ -87,9 +87,10 @@ class Rig:
                           "a long poll by the reader")
 
     def sent_since(self, since: float, prefix: str) -> list[float]:
-        """When (monotonic) each reply starting "echo: <prefix>" reached the fake."""
+        """When (monotonic) each reply starting "echo: <prefix>" reached the fake and was
+        accepted (a refused send is no reply)."""
         return [r.time for r in self.tg.requests
-                if r.method == "sendMessage" and r.time >= since
+                if r.method == "sendMessage" and r.time >= since and r.status == 200
                 and str(r.params.get("text", "")).startswith(f"echo: {prefix}")]
 
 

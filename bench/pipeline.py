@@ -1,7 +1,9 @@
 """Pipeline throughput and the latency SoulFlow adds per message.
 
 Messages enter through the local channel (journaled), are answered by the fake model (a
-separate process, no delay), and count as done when the outbox marks the reply sent.
+separate process, no delay), and count as done when the outbox marks the reply sent; after the
+throughput run the local chats' transcripts (what the user sees) are read back to check that
+every message got its answer there.
 Throughput: many chats at once. Added latency: one message at a time, end-to-end time minus
 the time spent inside the provider call.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import re
 import sys
 import tempfile
 import time
@@ -25,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,6 +50,20 @@ class InProcessEcho:
 
     async def aclose(self) -> None:
         return None
+
+
+def answered_in_transcripts(local: Any, chats: int, messages: int) -> int:
+    """Messages "message <i>" (posted to chat<i % chats>) that an assistant entry of their own
+    chat's transcript answers: the fake model echoes what it is asked, a folded turn every
+    message it folds."""
+    pattern = re.compile(r"\bmessage (\d+)\b")
+    seen: set[int] = set()
+    for chat in range(chats):
+        for entry in local.messages(f"chat{chat}", limit=10**9):
+            if entry.get("role") == "assistant":
+                seen.update(i for i in map(int, pattern.findall(str(entry.get("content"))))
+                            if i % chats == chat)
+    return len(seen & set(range(messages)))
 
 
 def redis_commands(url: str | None) -> dict[str, int]:
@@ -192,6 +210,9 @@ async def run(base_url: str, messages: int, chats: int, sequential: int, fsync: 
             commands_after = redis_commands(redis_url)
             print(f"throughput: {messages} messages over {chats} chats in {elapsed:.2f} s "
                   f"= {messages / elapsed:,.0f} msg/s (fsync={fsync})")
+            print(f"answered in the local chats: "
+                  f"{answered_in_transcripts(runtime.local, chats, messages)}/{messages} "
+                  "(read back from their transcripts)")
             print(f"daemon CPU per message: {1000 * cpu / messages:.3f} ms "
                   f"(ceiling on one core: {messages / cpu:,.0f} msg/s; the fake model runs in "
                   "its own process on the same 2 cores)")

@@ -1,12 +1,105 @@
-"""Fixtures every test directory may use."""
+"""Fixtures every test directory may use, the suite's one rule about skips, and its check of
+every daemon's log.
+
+**Under `CI=true` a skipped test is a failed test**, whatever skipped it (`pytest.skip` in a test
+or fixture, a `skipif` mark, a module-level skip): a CI run is green only when every test ran.
+Elsewhere a skip stays a skip, so a laptop without redis-server or Chromium can still run the
+rest. The one exception is a skip raised with :func:`skip_platform_fact` naming an entry of
+:data:`PLATFORM_FACTS`: something the machine is, which no setup step can change, and whose
+code path is covered by another test that does run there. A missing package, binary, browser,
+cgroup hierarchy or permission is setup, never a fact: install it, or handle the case in the
+code and test that. (A strict `xfail` is not a skip: it fails the moment the limit it documents
+goes away.)
+
+**A traceback in the log of a daemon the test ran fails the test** (at teardown), unless the
+test allowed that one with `Daemon.allow_traceback`: see tests/e2e/harness.py.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
+from typing import Any, NoReturn
 
 import pytest
 
+from tests.e2e import harness
 from tests.fakes.openai_api import FakeOpenAIThread
+
+#: Skips that stand under CI=true. Each entry: why it is a fact of the platform, not of the
+#: setup, and what covers its code path there instead.
+PLATFORM_FACTS: dict[str, str] = {
+    "no-openat2": (
+        "The running kernel has no openat2(2) (Linux before 5.6). The kernel is the host's, "
+        "not something the suite installs; the daemon then resolves workspace paths with the "
+        "component-wise O_NOFOLLOW fallback, and tests/unit/test_beneath.py runs every case "
+        "on that fallback on every kernel."),
+}
+_PREFIX = "platform fact "
+
+
+def skip_platform_fact(fact: str, detail: str) -> NoReturn:
+    """Skip because of `fact` (a key of `PLATFORM_FACTS`); the only skip CI lets stand."""
+    if fact not in PLATFORM_FACTS:
+        raise KeyError(f"{fact!r} is not in PLATFORM_FACTS (tests/conftest.py)")
+    pytest.skip(f"{_PREFIX}[{fact}]: {detail}")
+
+
+def _ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def _skip_reason(longrepr: Any) -> str:
+    """The reason of a skip report (`(path, line, "Skipped: <reason>")`)."""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _is_fact(reason: str) -> bool:
+    if not reason.startswith(f"{_PREFIX}["):
+        return False
+    return reason[len(_PREFIX) + 1:].split("]", 1)[0] in PLATFORM_FACTS
+
+
+def _refuse(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skip that is not a platform fact into a failure (CI only)."""
+    if not (_ci() and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report.longrepr)
+    if _is_fact(reason):
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"skipped under CI=true, which refuses skips (tests/conftest.py): "
+                       f"{reason}\nInstall what is missing, or handle the case and test that; "
+                       f"only PLATFORM_FACTS may skip.")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, Any, None]:
+    outcome = yield
+    _refuse(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    outcome = yield
+    _refuse(outcome.get_result())
+
+
+@pytest.fixture(autouse=True)
+def daemon_logs_have_no_tracebacks() -> Iterator[None]:
+    """After the test (and its fixtures, which stop the daemons), every daemon log written
+    meanwhile holds no traceback the test did not allow. A daemon a module-scoped fixture
+    keeps running is read again after each test that used it."""
+    yield
+    found = [f"{daemon.log_path}:\n{record}" for daemon in harness.BUILT
+             for record in daemon.new_tracebacks()]
+    harness.BUILT[:] = [daemon for daemon in harness.BUILT if daemon.alive()]
+    if found:
+        pytest.fail("a daemon logged a traceback (allow one a test provokes on purpose with "
+                    "Daemon.allow_traceback):\n\n" + "\n\n".join(found), pytrace=False)
 
 
 @pytest.fixture

@@ -1,4 +1,7 @@
-"""bench/platform_burst.py runs end to end on a tiny workload and reports every message answered.
+"""bench/platform_burst.py runs end to end on a tiny workload and every message is answered where
+the user would see it: the platform fake received a reply in the message's chat that answers it
+(the fake model echoes each message it is asked about, folded ones included), not merely the
+daemon's journal saying so.
 
 A real run: the fake in its own process, the fake model in another, `soulflow run` as a
 subprocess. It asserts behaviour (completion, nothing dead-lettered), never speed.
@@ -23,9 +26,10 @@ def test_platform_burst_answers_a_tiny_burst(platform: str) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = result.stdout.split("summary", 1)[1]
-    assert f"{platform}: 1/1 runs answered all 40" in summary
+    assert f"{platform}: 1/1 runs answered all 40 at the platform" in summary
     assert "dead letters max 0" in summary
     table = result.stdout.split("summary", 1)[0].strip().splitlines()
     header, last = table[-2].split(), table[-1].split()
-    assert last[header.index("answered")] == "40/40"
+    assert last[header.index("delivered")] == "40/40"  # counted at the platform fake
+    assert last[header.index("journal")] == "40/40"  # and the daemon agrees
     assert last[-1] == "done"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ import pytest
 
 from tests.fakes.openai_api import FakeOpenAI, FakeOpenAIThread
 from tests.running import fake_process
+from tests.waiting import until
 
 BODY = {"model": "gpt-x", "messages": [{"role": "user", "content": "ping pong"}]}
 
@@ -24,7 +26,7 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
 
 @pytest.fixture
 async def client(fake: FakeOpenAI) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=fake.base_url, timeout=5) as http:
+    async with httpx.AsyncClient(base_url=fake.base_url, timeout=30) as http:
         yield http
 
 
@@ -223,13 +225,17 @@ async def test_garbage_and_drop(fake: FakeOpenAI, client: httpx.AsyncClient) -> 
 async def test_script_delay_applies_to_next_response_only(
     fake: FakeOpenAI, client: httpx.AsyncClient
 ) -> None:
-    fake.script_delay(0.3)
-    started = time.monotonic()
-    await post(client)
-    assert time.monotonic() - started >= 0.3
-    started = time.monotonic()
-    await post(client)
-    assert time.monotonic() - started < 0.3
+    """The delayed request is still held while the one after it is answered."""
+    fake.script_delay(600)
+    held = asyncio.create_task(post(client))
+    async with asyncio.timeout(30):
+        await fake.wait_for_requests(1)
+    answered = await post(client)
+    assert answered.json()["choices"][0]["message"]["content"] == "echo: ping pong"
+    assert not held.done()
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
 
 
 async def test_global_delay(fake: FakeOpenAI, client: httpx.AsyncClient) -> None:
@@ -262,7 +268,7 @@ def test_thread_runner_serves_sync_clients() -> None:
         assert first["choices"][0]["message"]["content"] == "from thread"
         assert second["choices"][0]["message"]["content"] == "echo: ping pong"
         assert models["data"][0]["id"] == "threaded"
-        assert len(fake.wait_for_requests(2, timeout=1)) == 2
+        assert len(fake.wait_for_requests(2, timeout=30)) == 2
         with pytest.raises(TimeoutError):
             fake.wait_for_requests(3, timeout=0.01)
 
@@ -271,3 +277,34 @@ def test_standalone_process_prints_ready_and_serves() -> None:
     with fake_process("tests.fakes.openai_api") as base_url:
         response = httpx.post(f"{base_url}/chat/completions", json=BODY, timeout=5)
         assert response.json()["choices"][0]["message"]["content"] == "echo: ping pong"
+
+
+async def test_a_client_hanging_up_is_recorded(fake: FakeOpenAI,
+                                               client: httpx.AsyncClient) -> None:
+    """A delayed answer and a slow stream, each abandoned by its client: both are marked
+    hung_up; an answer read to the end is not."""
+    await post(client)
+    fake.script_delay(600)  # with the reply after it: the second request's answer
+    fake.script_reply("slow")
+    fake.script_reply("one two three", chunk_delay_s=600)  # the stream's
+    waiting = asyncio.create_task(post(client))
+    async with asyncio.timeout(30):
+        await fake.wait_for_requests(2)
+    waiting.cancel()
+    async with client.stream("POST", "/chat/completions",
+                             json={**BODY, "stream": True}) as response:
+        async for line in response.aiter_lines():
+            if '"one ' in line:
+                break  # leave mid-stream
+    await until(lambda: len(fake.requests) == 3 and all(r.hung_up for r in fake.requests[1:]),
+                timeout=30)
+    assert not fake.requests[0].hung_up
+
+
+def test_the_thread_runner_waits_for_a_hang_up() -> None:
+    with FakeOpenAIThread() as fake:
+        fake.script_delay(600)
+        with httpx.Client(base_url=fake.base_url, timeout=0.5) as http, \
+                pytest.raises(httpx.ReadTimeout):
+            http.post("/chat/completions", json=BODY)
+        assert fake.wait_hung_up(0).hung_up

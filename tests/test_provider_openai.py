@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.providers.registry import ProviderRegistry
 from tests.fakes.openai_api import FakeOpenAI
+from tests.waiting import until
 
 API_KEY = "sk-test-SECRET-1234567890"
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
@@ -281,8 +281,10 @@ async def test_abort_before_request(rig: Rig) -> None:
     assert error.kind == "aborted" and rig.fake.requests == []
 
 
-async def test_abort_mid_stream_is_prompt(rig: Rig) -> None:
-    rig.fake.script_reply("first second third fourth", chunk_delay_s=30)
+async def test_abort_mid_stream_hangs_up_the_call(rig: Rig) -> None:
+    """The next chunk is ten minutes away: the aborted error comes back because the abort
+    closed the stream, which the server sees as the client hanging up."""
+    rig.fake.script_reply("first second third fourth", chunk_delay_s=600)
     abort = asyncio.Event()
     chunks: list[str] = []
 
@@ -290,23 +292,25 @@ async def test_abort_mid_stream_is_prompt(rig: Rig) -> None:
         chunks.append(text)
         abort.set()
 
-    started = time.monotonic()
-    error = await expect_error(rig.provider().chat(MESSAGES, on_stream=on_stream, abort=abort))
+    call = rig.provider().chat(MESSAGES, on_stream=on_stream, abort=abort)
+    error = await asyncio.wait_for(expect_error(call), 60)
     assert error.kind == "aborted"
     assert chunks == ["first "]
-    assert time.monotonic() - started < 2
+    await until(lambda: rig.fake.requests[0].hung_up, timeout=30)
 
 
 async def test_abort_while_waiting_for_response(rig: Rig) -> None:
-    rig.fake.script_delay(30)
+    """The answer is ten minutes away: the abort ends the call and hangs up the request."""
+    rig.fake.script_delay(600)
     abort = asyncio.Event()
     call = asyncio.create_task(rig.provider().chat(MESSAGES, abort=abort))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         await rig.fake.wait_for_requests(1)
     abort.set()
-    async with asyncio.timeout(2):
+    async with asyncio.timeout(60):
         error = await expect_error(call)
     assert error.kind == "aborted"
+    await until(lambda: rig.fake.requests[0].hung_up, timeout=30)
 
 
 async def test_abort_during_backoff(rig: Rig) -> None:

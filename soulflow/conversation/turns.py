@@ -265,7 +265,11 @@ class Conversation:
                      turn.batch[0].key)
             await self.bus.inbound.release(turn.batch)  # whoever holds the chat next, even us
         except Exception as exc:
-            log.exception("handling %s failed", turn.batch[0].key)
+            if self._store_away(exc):  # expected while Redis is away: the batch is given back
+                log.warning("handling %s stopped: the store did not answer (%s: %s)",
+                            turn.batch[0].key, type(exc).__name__, exc)
+            else:
+                log.exception("handling %s failed", turn.batch[0].key)
             await self._fail_turn(turn.batch, exc)
         finally:
             self._backlog.finished(chat_key)
@@ -340,6 +344,11 @@ class Conversation:
         else:
             self.answered_count += 1
 
+    def _store_away(self, exc: Exception) -> bool:
+        """The failure was the shared store not answering (or the backend says it is away)."""
+        backend = self.bus.backend
+        return not backend.status().get("connected", True) or backend.store_unreachable(exc)
+
     async def _fail_turn(self, batch: list[InboundMessage], exc: Exception) -> None:
         """Quarantine a batch whose handling failed; but if the store itself is away (Redis
         lost mid-turn: the failure was the store not answering, or the backend's own probe
@@ -347,7 +356,7 @@ class Conversation:
         store answers (its turn then finds a reply already stored, if there was one)."""
         error = f"{type(exc).__name__}: {exc}"
         backend = self.bus.backend
-        if backend.status().get("connected", True) and not backend.store_unreachable(exc):
+        if not self._store_away(exc):
             try:
                 await self._give_up(batch, error)
                 return

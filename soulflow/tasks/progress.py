@@ -3,7 +3,9 @@
 Where the platform can edit a sent message (`ChannelAdapter.can_edit`: Slack chat.update,
 Telegram editMessageText, Discord message edit) a task has ONE status message: the first update
 is posted through the outbox, and later ones edit it in place (the adapter's best-effort
-client; a failed edit is logged and the next update tries again). Elsewhere (the local chat)
+client; a failed edit is logged and the next update tries again; an edit the platform refused
+with a retry_after is tried again after that wait, unless a newer update replaces it first, so
+the message does not stay behind when the refused edit was the last). Elsewhere (the local chat)
 each update is a short message. Either way updates are rate-limited per task (at most one per
 `interval_s`; what happens in between is folded into the next one, sent by a delayed flush, a
 named asyncio task per task) so a graph of many quick steps does not flood the chat. Prompts for
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ChatRef, SendError
 from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.model import NodeStatus, TaskState, TaskStatus
@@ -60,6 +62,7 @@ class TaskProgress:
         self._last_sent: dict[str, float] = {}
         self._pending: dict[str, str] = {}
         self._flushers: dict[str, asyncio.Task[None]] = {}
+        self._retry_at: dict[str, float] = {}  # task id -> clock() a refused edit may retry
         # task id -> the status message's platform id; None while its first send is queued
         self._status: dict[str, str | None] = {}
 
@@ -95,11 +98,17 @@ class TaskProgress:
     def _update(self, task: TaskState, text: str) -> None:
         """Keep the newest text; one flusher per task sends it when the interval allows."""
         self._pending[task.task_id] = text
-        if task.task_id in self._flushers:
+        running = self._flushers.get(task.task_id)
+        # a flusher that has ended (its done callback may not have run yet) sends nothing more
+        if running is not None and not running.done():
             return
         flusher = asyncio.create_task(self._flush(task), name=f"task-progress-{task.task_id}")
         self._flushers[task.task_id] = flusher
-        flusher.add_done_callback(lambda _: self._flushers.pop(task.task_id, None))
+        flusher.add_done_callback(lambda done: self._forget(task.task_id, done))
+
+    def _forget(self, task_id: str, flusher: asyncio.Task[None]) -> None:
+        if self._flushers.get(task_id) is flusher:  # not a newer one started meanwhile
+            del self._flushers[task_id]
 
     async def _flush(self, task: TaskState) -> None:
         task_id = task.task_id
@@ -107,6 +116,7 @@ class TaskProgress:
         while task_id in self._pending and not task.status.finished:
             last = self._last_sent.get(task_id)
             wait = 0.0 if last is None else self.interval_s - (self.clock() - last)
+            wait = max(wait, self._retry_at.pop(task_id, 0.0) - self.clock())
             await asyncio.sleep(max(0.0, wait))
             if self._status.get(task_id, "") is None:  # the status message is still queued
                 queued_waits += 1
@@ -133,9 +143,14 @@ class TaskProgress:
             await adapter.edit(task.chat_id, message_id, text)
         except Exception as exc:  # best effort: the next update tries again
             log.info("could not edit the status message of task %s: %s", task.task_id, exc)
+            if isinstance(exc, SendError) and exc.retry_after is not None and not exc.permanent:
+                # rate-limited: this text again after the wait (a newer one wins meanwhile)
+                self._pending.setdefault(task.task_id, text)
+                self._retry_at[task.task_id] = self.clock() + exc.retry_after
 
     def _drop_pending(self, task_id: str) -> None:
         self._pending.pop(task_id, None)
+        self._retry_at.pop(task_id, None)
         flusher = self._flushers.pop(task_id, None)
         if flusher is not None:
             flusher.cancel()

@@ -1,5 +1,6 @@
 """bench/pipeline.py (redis mode) and bench/agent_state.py run end to end on a tiny workload,
-so the numbers in docs/scaling.md can be measured again. Behaviour only, never speed."""
+so the numbers in docs/scaling.md can be measured again; every message of the pipeline's burst
+is answered in its local chat's transcript. Behaviour only, never speed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def test_the_pipeline_bench_runs_on_redis_and_counts_round_trips() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "throughput: 20 messages over 4 chats" in result.stdout
+    # counted where the user sees them (the local chats' transcripts), not by the daemon
+    assert "answered in the local chats: 20/20" in result.stdout
     assert "redis round trips per message:" in result.stdout
     assert "commands/msg: evalsha" in result.stdout
     assert "latency added by SoulFlow" in result.stdout

@@ -8,13 +8,17 @@ import sys
 from pathlib import Path
 
 from tests.backends.redis_server import free_port
-from tests.e2e.harness import base_env
+from tests.e2e.harness import TRACEBACK, base_env
 
 
 def _run(workspace: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "soulflow", "run"], text=True,
-                          capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
-                          env=base_env(workspace, SOULFLOW_BACKEND="redis", **env))
+    """The boot, which must end in one sentence: never a traceback (the harness's check for
+    daemons it runs, tests/e2e/harness.py, here on this process's own output)."""
+    result = subprocess.run([sys.executable, "-m", "soulflow", "run"], text=True,
+                            capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+                            env=base_env(workspace, SOULFLOW_BACKEND="redis", **env))
+    assert not TRACEBACK.search(result.stdout + result.stderr), result.stdout + result.stderr
+    return result
 
 
 def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:

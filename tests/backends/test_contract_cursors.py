@@ -14,6 +14,7 @@ from soulflow.backends.base import Backend, Lease
 from soulflow.channels.leadership import AccountLeadership
 from soulflow.channels.state import ChannelState
 from tests.backends.conftest import Harness
+from tests.waiting import until
 
 ACCOUNT = "account:telegram"
 
@@ -26,14 +27,22 @@ class FrozenElection:
     held: Lease
     name: str = ACCOUNT
     owner: str = "node-a"
-    _never: asyncio.Event = field(default_factory=asyncio.Event)
+    #: how often the lease was looked at (a waiter checking it again is a positive signal)
+    looks: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def lease(self) -> Lease:
+        self.looks += 1
         return self.held
 
     async def wait_changed(self) -> None:
-        await self._never.wait()
+        await self._changed.wait()
+
+    def announce_change(self) -> None:
+        """Wake every waiter as a renewal would, with the same lease still held."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def start(self) -> None:
         """Nothing to campaign for."""
@@ -122,9 +131,14 @@ async def test_a_fenced_term_does_not_restart_until_a_new_lease(
     assert await backend.leases.acquire(ACCOUNT, "node-b", 6.0) is not None
     deposed.set("offset", 5)
     assert not await deposed.drain()
+    election = leadership.election
+    assert isinstance(election, FrozenElection)
     waiting = asyncio.ensure_future(leadership.acquired())
-    done, _ = await asyncio.wait({waiting}, timeout=0.5)
-    assert not done  # still the fenced token: no new term
+    for _ in range(3):  # each time the waiter has looked at the lease again: still waiting
+        looked = election.looks
+        election.announce_change()
+        await until(lambda looked=looked: election.looks > looked)
+        assert not waiting.done()  # still the fenced token: no new term
     waiting.cancel()
     await deposed.close()
 

@@ -103,6 +103,7 @@ def test_redis_lost_while_running_is_shown_and_work_resumes_when_it_is_back(
         with daemon_factory(tmp_path, fake_llm.base_url, **redis_settings(redis.url),
                             CHANNEL_RESTART_AFTER_FAILURES="1") as factory:
             daemon = factory().start()
+            daemon.allow_supervised_crash_on_redis_away()
             assert daemon.wait_reply(daemon.say("before"))["content"] == "echo: before"
             redis.stop()  # kill -9
             state = wait_for(lambda: (s := daemon.state())["backend"]["connected"] is False

@@ -1,8 +1,8 @@
 """Headless Chromium (Debian's `chromium` + `chromium-driver`) driven by Selenium.
 
 Selenium Manager never runs: the driver is the system's /usr/bin/chromedriver, so nothing is
-downloaded at test time. Without a browser the tests are skipped with the reason, except
-under CI (`CI=true`), where a missing browser is a failure.
+downloaded at test time. Without a browser the tests are skipped with the reason; under
+`CI=true` that skip is a failure (the suite's one rule, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ def _missing() -> str | None:
 def browser() -> Iterator[object]:
     reason = _missing()
     if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests need a browser under CI: {reason}")
         pytest.skip(reason)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

@@ -130,8 +130,8 @@ async def test_one_typing_indicator_serves_every_turn_of_a_chat() -> None:
 async def test_leaving_never_waits_for_a_hung_platform_and_close_stops_everything() -> None:
     adapter = Recorder()
     adapter.gate = asyncio.Event()  # typing calls never return
-    feedback = ChannelFeedback(FeedbackPolicy(call_timeout_s=60.0))
-    async with asyncio.timeout(1):
+    feedback = ChannelFeedback(FeedbackPolicy(call_timeout_s=600.0))
+    async with asyncio.timeout(60):  # a tenth of the hung call's own timeout
         async with feedback.typing_while(adapter, "a"):
             pass
     assert feedback.in_flight >= 1

@@ -7,6 +7,7 @@ Tests wait on conditions (the fake's `wait_for`, or reading until a message show
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
+from tests.fakes.rate_limits import SLACK_LIMITS, Window
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack
 from tests.fakes.slack_objects import BOT_ID, BOT_USER_ID
 from tests.running import running_fixture
@@ -104,6 +106,17 @@ async def test_polling_needs_a_readable_default_channel(make: Factory) -> None:
         await make(socket=False, default_channel="C404")
 
 
+async def test_a_send_before_start_is_retried_not_an_adapter_error(make: Factory) -> None:
+    """After a restart the outbox may try a send while the channel is still starting: a
+    retryable SendError, as on the other platforms, not an exception from inside the adapter
+    (which the dispatcher logs as an adapter bug, with its traceback)."""
+    adapter = await make(start=False)
+    with pytest.raises(SendError, match="not started") as caught:
+        await adapter.send(OutboundMessage("slack", GENERAL, "too early",
+                                           metadata={"maybe_sent": True}))
+    assert not caught.value.permanent
+
+
 # -- polling -----------------------------------------------------------------------------
 
 async def test_polling_primes_then_reads_mentions(make: Factory, fake: FakeSlack) -> None:
@@ -171,6 +184,63 @@ async def test_polling_forgets_threads_after_follow_window(make: Factory,
     fake.post_user_message(GENERAL, "late reply", thread_ts=parent["ts"])
     assert [m.text for m in await adapter.read()] == ["top"]
     assert not fake.calls("conversations.replies")
+
+
+async def test_rate_limited_polls_wait_out_retry_after_and_lose_nothing(
+        make: Factory, fake: FakeSlack) -> None:
+    """conversations.history and conversations.replies have tiers of their own; over them
+    Slack answers 429 with Retry-After. The fake enforces Tier 3's shape on this test's time
+    scale (history 3 reads in any 2 s, replies 2 in any 1 s), so the poller runs into it
+    again and again while messages keep arriving in the channel and in a followed thread.
+    Every message arrives once, each source in order, and no read method is called again
+    before the Retry-After of its last 429 has passed."""
+    fake.set_limits(replace(SLACK_LIMITS, per_method={
+        **SLACK_LIMITS.per_method, "conversations.history": Window(3, 2.0),
+        "conversations.replies": Window(2, 1.0)}))
+    adapter = await make(socket=False)
+    adapter.commit(await adapter.read())
+    question = fake.post_user_message(GENERAL, f"{MENTION} help?")
+    (asked,) = await read_until(adapter, lambda got: len(got) == 1)
+    adapter.commit([asked])
+    await adapter.send(OutboundMessage("slack", GENERAL, "on it", thread_id=asked.message_id))
+    got: list[InboundMessage] = []
+    for n in range(6):  # posted while the poller is reading, or waiting out a 429
+        fake.post_user_message(GENERAL, f"channel {n}")
+        fake.post_user_message(GENERAL, f"thread {n}", thread_ts=question["ts"])
+        batch = await adapter.read()
+        adapter.commit(batch)
+        got += batch
+    got += await read_until(adapter, lambda more: len(got) + len(more) >= 12, reads=200)
+    assert [m.text for m in got if m.thread_id is None] == [f"channel {n}" for n in range(6)]
+    assert [m.text for m in got if m.thread_id] == [f"thread {n}" for n in range(6)]
+    limited = fake.stats()["rate_limited"]
+    assert limited["conversations.history"] >= 1 and limited["conversations.replies"] >= 1
+    for method in ("conversations.history", "conversations.replies"):
+        calls = fake.calls(method)
+        for refused, following in zip(calls, calls[1:], strict=False):
+            if refused.status == 429:
+                assert refused.retry_after is not None
+                assert following.time >= refused.time + refused.retry_after, (method, calls)
+
+
+async def test_a_shorter_retry_after_does_not_cut_a_longer_one_short(
+        make: Factory, fake: FakeSlack) -> None:
+    """One poll gets two 429s: history's (its minute is spent: Retry-After 3) and then the
+    followed thread's (Retry-After 1). The poller waits for the longer one before it reads
+    the history again."""
+    fake.set_limits(replace(SLACK_LIMITS, per_method={
+        **SLACK_LIMITS.per_method, "conversations.history": Window(1, 3.0)}))
+    adapter = await make(socket=False)
+    adapter.commit(await adapter.read())  # the priming read spends history's window
+    parent = fake.post_user_message(GENERAL, "top")
+    await adapter.send(OutboundMessage("slack", GENERAL, "answer", thread_id=parent["ts"]))
+    fake.fail_next("conversations.replies", retry_after=1)
+    assert await adapter.read() == []  # both refused
+    got = await read_until(adapter, has_text("top"))
+    assert [m.text for m in got] == ["top"]
+    refused, following = fake.calls("conversations.history")[1:3]
+    assert (refused.status, refused.retry_after) == (429, 3)
+    assert following.time >= refused.time + 3
 
 
 # -- socket mode -------------------------------------------------------------------------

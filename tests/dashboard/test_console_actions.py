@@ -77,14 +77,15 @@ def test_cancel_a_waiting_run_and_unknown_ones(make_daemon, fake_llm) -> None:
 
 def test_cancel_a_running_run_stops_it(make_daemon, fake_llm) -> None:
     daemon = make_daemon().start()
-    fake_llm.script_delay(20)  # the model takes its time: the run is mid-call
+    fake_llm.script_delay(600)  # the model takes its time: the run is mid-call
     daemon.say("think hard", chat_id="slow")
     run = wait_for(lambda: next((r for r in daemon.state()["runs"]
                                  if r["chat_id"] == "slow" and r["status"] == "running"), None),
                    what="the running run")
     assert run["step"].startswith("thinking")
     assert post(daemon, "/api/runs/cancel", {"run_id": run["run_id"]})["outcome"] == "stopping"
-    wait_for(lambda: "Stopped." in texts(daemon, "slow"), timeout=15, what="the stopped run")
+    fake_llm.wait_hung_up(0, timeout=30)  # the model call itself was cancelled
+    wait_for(lambda: "Stopped." in texts(daemon, "slow"), timeout=30, what="the stopped run")
     assert all(r["run_id"] != run["run_id"] for r in daemon.state()["runs"])
 
 

@@ -5,7 +5,6 @@ timeout instead of hanging the command."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from soulflow.doctor import Status, diagnose
@@ -62,15 +61,16 @@ async def test_a_silent_server_times_out_without_hanging(workspace: Path) -> Non
     try:
         env = {**env_for(f"http://127.0.0.1:{port}/v1"),
                "TELEGRAM_BOT_TOKEN": "123:abc", "TELEGRAM_API_URL": f"http://127.0.0.1:{port}"}
-        started = time.monotonic()
-        report = await asyncio.wait_for(diagnose(workspace, env, timeout_s=0.5), 30)
-        assert time.monotonic() - started < 30
+        report = await asyncio.wait_for(diagnose(workspace, env, timeout_s=0.5), 60)
     finally:
         for writer in held:
             writer.close()
         server.close()
         await server.wait_closed()
-    for name in ("provider openrouter", "channel telegram"):
-        assert line(report, name)[0] is Status.FAIL
+    # each ended at its own timeout (the report came back: nothing hung)
+    status, message, _ = line(report, "provider openrouter")
+    assert status is Status.FAIL and "no answer within 0.5s" in message
+    status, message, _ = line(report, "channel telegram")
+    assert status is Status.FAIL and "Timed out" in message
     assert line(report, "clock")[0] in (Status.WARN, Status.FAIL)
     assert report.exit_code == 1

@@ -1,9 +1,16 @@
-"""Run `soulflow` as a real subprocess against the fakes, and talk to it like a user would."""
+"""Run `soulflow` as a real subprocess against the fakes, and talk to it like a user would.
+
+Every `Daemon` built in the test process is remembered (`BUILT`); after each test the suite
+reads the logs of all of them and fails the test on a traceback it did not allow
+(`Daemon.allow_traceback`): an exception the daemon logged and carried on after is still a bug
+the test would otherwise never see (tests/conftest.py, `daemon_logs_have_no_tracebacks`).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +26,11 @@ import httpx
 T = TypeVar("T")
 
 BOOT_TIMEOUT_S = 30.0
+#: what marks a logged exception: Python's traceback header (text or JSON log), or asyncio's
+#: report of a task that died with nobody awaiting it
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)|exception was never retrieved")
+#: a line that starts a log record (continuation lines, a traceback's, do not)
+_RECORD_START = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}|\{|===== )")
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.02,
@@ -68,6 +80,11 @@ class Daemon:
     _log_handles: list[Any] = field(default_factory=list)
     # one client for every call: building one costs ~0.1 s (it loads the CA bundle)
     _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=30))
+    _allowed_tracebacks: list[tuple[str, ...]] = field(default_factory=list)
+    _log_checked: int = 0  # bytes of the log already looked at for tracebacks
+
+    def __post_init__(self) -> None:
+        BUILT.append(self)
 
     # -- process ---------------------------------------------------------------------------
 
@@ -136,6 +153,38 @@ class Daemon:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def allow_traceback(self, *parts: str) -> None:
+        """A test that makes the daemon log an exception on purpose names it: a log record
+        holding every one of `parts` (the message, the exception line...) is let through."""
+        self._allowed_tracebacks.append(parts)
+
+    def allow_supervised_crash_on_redis_away(self) -> None:
+        """For tests that take Redis away on purpose: a supervised loop (heartbeat, cron...)
+        that hit the dead connection before its lease check stopped it is restarted by the
+        Supervisor, which logs the crash with its traceback."""
+        self.allow_traceback("soulflow.supervisor: loop ", " crashed; restarting in ",
+                             "redis.exceptions.ConnectionError")
+
+    def new_tracebacks(self) -> list[str]:
+        """Log records with a traceback written since the last call, except allowed ones."""
+        try:
+            with self.log_path.open("rb") as handle:
+                handle.seek(self._log_checked)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._log_checked += len(data)
+        records: list[list[str]] = []
+        for line in data.decode(errors="replace").splitlines():
+            if _RECORD_START.match(line) or not records:
+                records.append([line])
+            else:
+                records[-1].append(line)
+        found = ["\n".join(lines) for lines in records if TRACEBACK.search("\n".join(lines))]
+        return [record for record in found
+                if not any(all(part in record for part in parts)
+                           for parts in self._allowed_tracebacks)]
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -177,6 +226,10 @@ class Daemon:
             timeout: float = 60.0) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run([sys.executable, "-m", "soulflow", *args], env=self.env,
                               input=input, capture_output=True, timeout=timeout)
+
+
+#: every Daemon built in this process, in order (the suite's teardown check reads their logs)
+BUILT: list[Daemon] = []
 
 
 @contextmanager

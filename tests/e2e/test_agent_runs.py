@@ -73,15 +73,30 @@ def test_sigkill_mid_tool_reports_interrupted_and_does_not_rerun(make_daemon,
     assert len(daemon.replies()) == 1
 
 
-def test_stop_command_aborts_a_running_answer(make_daemon, fake_llm) -> None:
+def test_stop_command_cancels_the_model_call_and_no_answer_comes(
+        make_daemon, fake_llm: FakeOpenAIThread) -> None:
+    """/stop while the model is answering: the model call is cancelled (the fake model sees
+    the daemon hang up its request), the chat is told, and the answer never comes. A message
+    sent after the stop is answered; since a chat is answered in order, by then anything
+    still coming for the stopped one would have come."""
     daemon = make_daemon().start()
-    fake_llm.delay_s = 30
-    daemon.say("slow question", chat_id="s")
-    fake_llm.wait_for_requests(1)
-    fake_llm.delay_s = 0
+    fake_llm.script_delay(600)  # the answer is ten minutes away
+    fake_llm.script_reply("the slow answer")
+    asked = daemon.say("slow question", chat_id="s")
+    fake_llm.wait_for_requests(1, timeout=30)
     daemon.api("POST", "/api/chat", json={"chat_id": "s", "text": "/stop"})
+    fake_llm.wait_hung_up(0, timeout=30)  # the call itself was cancelled
     wait_for(lambda: "Stopped." in assistant_texts(daemon, "s"), what="the stop")
     assert any(t.startswith("Stopped 1 running task") for t in assistant_texts(daemon, "s"))
+    after = daemon.say("after the stop", chat_id="s")
+    assert daemon.wait_reply(after, "s")["content"] == "echo: after the stop"
+    texts = assistant_texts(daemon, "s")
+    assert "the slow answer" not in texts and "echo: slow question" not in texts
+    assert [m["content"] for m in daemon.replies("s") if m.get("reply_to") == asked] == [
+        "Stopped."]
+    # the model was asked twice: the stopped question once (not again), then the next one
+    assert [r.json["messages"][-1]["content"] for r in fake_llm.requests][1:] == [
+        "after the stop"]
 
 
 def test_repl_render_and_cron_commands(make_daemon, fake_llm) -> None:

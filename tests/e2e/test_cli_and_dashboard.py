@@ -11,12 +11,15 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.harness import base_env, wait_for
+from tests.e2e.harness import TRACEBACK, base_env, wait_for
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "soulflow", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    """`soulflow <args>`, whose output must hold no traceback (as every daemon's log)."""
+    result = subprocess.run([sys.executable, "-m", "soulflow", *args], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert not TRACEBACK.search(result.stdout + result.stderr), result.stdout + result.stderr
+    return result
 
 
 def assert_one_sentence_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:

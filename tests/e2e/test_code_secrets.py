@@ -6,7 +6,6 @@ neither the model's next request nor the chat, a file, the log or the dashboard.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -23,11 +22,8 @@ REASON = ("runs code with secret deploy_pw (code can print a value in forms that
 
 
 def _require_bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        message = "bubblewrap (bwrap) is not installed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    if shutil.which("bwrap") is None:  # a skip, and under CI a failure (tests/conftest.py)
+        pytest.skip("bubblewrap (bwrap) is not installed")
 
 
 def files_showing(root: Path, value: str) -> list[str]:

@@ -335,8 +335,8 @@ def test_an_approval_decided_by_reaction_or_reply_runs_the_tool(live: Live) -> N
 
 def test_the_approval_prompt_suggests_only_reactions_users_can_make(live: Live) -> None:
     """Every reaction the prompt suggests must be one a user of this platform can add, and
-    must decide. Fails on Telegram: its users can only react with a fixed emoji list, which
-    has none of the suggested ✅ ❌ ⏸ 🚫 (👍 👎 🤔 would work)."""
+    must decide. On Telegram users can only react with a fixed emoji list, which has none of
+    ✅ ❌ ⏸ 🚫: the prompt suggests 👍 👎 🤔 there."""
     driver = live.driver
     _, approval = request_approval(live, "never sent", "tell me never")
     cancel = driver.post("cancel")
@@ -353,6 +353,11 @@ def test_the_approval_prompt_suggests_only_reactions_users_can_make(live: Live) 
 
 def test_malformed_updates_leave_the_daemon_up_and_answering(live: Live) -> None:
     driver = live.driver
+    if driver.name == "discord":  # discord.py's parsers raise out of the client on these
+        # events (it does not guard them); the adapter logs that with its traceback and
+        # reconnects with a new client: the recovery under test
+        for parser in ("parse_message_reaction_add", "parse_message_create"):
+            live.daemon.allow_traceback("Discord connection failed", f"in {parser}\n")
     driver.malformed()
     after = driver.post("still there?")
     live.echo(after, "still there?", timeout=40)
@@ -404,9 +409,9 @@ def test_sigkill_and_restart_answer_everything_exactly_once(live: Live) -> None:
 def test_a_message_sent_while_down_after_a_quiet_first_start_is_answered(
         name: str, tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
     """The first start finds nothing to prime and nobody writes before the daemon stops;
-    what is posted while it is down must still be answered (it is not history). Fails on
-    Slack polling and Telegram: their "already primed" state is only saved with a message,
-    so the second start primes again and swallows the new message."""
+    what is posted while it is down must still be answered (it is not history). Slack polling
+    and Telegram store that they have primed at the first start, with no message needed, so
+    the second start does not prime again and swallow the new message."""
     with own_daemon(name, tmp_path, fake_llm) as live:
         live.daemon.kill()
         down = live.driver.post("posted while it was down")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,11 +20,8 @@ from tests.fakes.openai_api import FakeOpenAIThread
 
 
 def _require_bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        message = "bubblewrap (bwrap) is not installed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    if shutil.which("bwrap") is None:  # a skip, and under CI a failure (tests/conftest.py)
+        pytest.skip("bubblewrap (bwrap) is not installed")
 
 
 def test_status_and_state_show_the_sandbox(make_daemon) -> None:

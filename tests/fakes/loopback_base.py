@@ -50,13 +50,16 @@ class RecordedRequest:
     """One API call as the fake received it.
 
     ``time`` is ``time.monotonic()`` so tests can assert on spacing between calls
-    (e.g. that a client honoured ``retry_after``).
+    (e.g. that a client honoured ``retry_after``); ``status`` is the HTTP status answered
+    (None until then) and ``retry_after`` the wait a 429 asked for.
     """
 
     method: str
     params: dict[str, Any]
     time: float
     http_method: str = "POST"
+    status: int | None = None
+    retry_after: float | None = None
 
 
 class Scheduled(Generic[T]):

@@ -5,8 +5,11 @@ anything unscripted gets a deterministic `"echo: <last user message>"`, so end-t
 check answers without scripting every turn. A response scripted `when=` some text answers only
 an agent request (one that offers tools) whose last user message holds that text, whatever
 order the daemon's requests arrive in: runs of several chats and background consolidation
-requests never take another chat's script. Run it in the test's loop (`FakeOpenAI`), in a
-background thread for sync tests driving a daemon subprocess (`FakeOpenAIThread`), or alone:
+requests never take another chat's script. A request whose client hangs up before the whole
+response is out (an aborted or cancelled model call) is marked `hung_up`, so a test can see a
+call was really cancelled rather than left to finish unread. Run it in the test's loop
+(`FakeOpenAI`), in a background thread for sync tests driving a daemon subprocess
+(`FakeOpenAIThread`), or alone:
 `python -m tests.fakes.openai_api --port 0` prints `READY <base_url>` and serves until killed.
 """
 
@@ -36,11 +39,13 @@ _Body = str | dict[str, Any] | None
 
 @dataclass(slots=True)
 class RecordedRequest:
-    """One chat request as the server saw it; header names are lower-cased."""
+    """One chat request as the server saw it; header names are lower-cased. `hung_up`: the
+    client closed the connection before the response was complete."""
 
     path: str
     headers: dict[str, str]
     json: Any
+    hung_up: bool = False
 
 
 @dataclass(slots=True)
@@ -98,6 +103,11 @@ class _State:
     def record(self, request: RecordedRequest) -> None:
         with self.cond:
             self.requests.append(request)
+            self.cond.notify_all()
+
+    def hang_up(self, request: RecordedRequest) -> None:
+        with self.cond:
+            request.hung_up = True
             self.cond.notify_all()
 
 
@@ -230,10 +240,19 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in request.headers.items()}
-        self._state.record(RecordedRequest(request.path, headers, body))
+        recorded = RecordedRequest(request.path, headers, body)
+        self._state.record(recorded)
         self._request_seen.set()
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error_response(Scripted("error", status=400, body=_err("bad messages")))
+        try:
+            return await self._answer(request, body, recorded)
+        except asyncio.CancelledError:  # the client hung up (aiohttp cancels the handler)
+            self._state.hang_up(recorded)
+            raise
+
+    async def _answer(self, request: web.Request, body: dict[str, Any],
+                      recorded: RecordedRequest) -> web.StreamResponse:
         delay, item = self._state.next_response(body)
         await asyncio.sleep(delay + self._state.delay_s)
         item = item or Scripted("reply", "echo: " + _last_user_text(body["messages"]))
@@ -246,7 +265,7 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         if item.kind == "garbage":
             return _garbage(bool(body.get("stream")))
         if body.get("stream"):
-            return await self._stream(request, body, item)
+            return await self._stream(request, body, item, recorded)
         return web.json_response(self._completion(body, item))
 
     def _completion(self, body: dict[str, Any], item: Scripted) -> dict[str, Any]:
@@ -262,7 +281,8 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         return {**envelope, "choices": [choice], "usage": _usage(body, item)}
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], item: Scripted
+        self, request: web.Request, body: dict[str, Any], item: Scripted,
+        recorded: RecordedRequest,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -277,8 +297,8 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
-        except ConnectionError:
-            pass  # the client hung up mid-stream
+        except ConnectionError:  # the client hung up mid-stream
+            self._state.hang_up(recorded)
         return response
 
     def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -403,6 +423,16 @@ class FakeOpenAIThread(_ScriptingMixin):
             if not self._state.cond.wait_for(lambda: len(self._state.requests) >= n, timeout):
                 raise TimeoutError(f"only {len(self._state.requests)} of {n} requests arrived")
             return list(self._state.requests)
+
+    def wait_hung_up(self, index: int, timeout: float = 20.0) -> RecordedRequest:
+        """Block until the client of request number `index` (0-based) has hung up."""
+        def hung_up() -> bool:
+            requests = self._state.requests
+            return len(requests) > index and requests[index].hung_up
+        with self._state.cond:
+            if not self._state.cond.wait_for(hung_up, timeout):
+                raise TimeoutError(f"the client of request {index} did not hang up")
+            return self._state.requests[index]
 
     def _call(self, coro: Coroutine[Any, Any, None]) -> None:
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)

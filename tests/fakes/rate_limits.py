@@ -1,20 +1,23 @@
 """Platform rate limits and traffic counters shared by the Telegram, Slack and Discord fakes.
 
 Real platforms answer a burst with 429 + ``retry_after``; a fake that accepts everything hides
-exactly the bugs that matter under load (a retry storm, replies starved by typing calls). So
-each fake enforces its platform's documented limits **by default**, and counts what it saw:
-replies accepted, 429s returned per method, best-effort calls (typing, reactions, edits).
+exactly the bugs that matter under load (a retry storm, replies starved by typing calls, a
+poller that hammers a read method). So each fake enforces its platform's documented limits
+**by default**, and counts what it saw: replies accepted, 429s returned per method, best-effort
+calls (typing, reactions, edits).
 
 Limits are plain values on the fake instance (``fake.limits``): a test that does not care
-about pacing relaxes them with :meth:`PlatformLimits.relaxed` or ``enabled=False``.
+about pacing relaxes them with :meth:`PlatformLimits.relaxed` or ``enabled=False``, and a test
+that needs a limit on its own time scale (seconds, not a minute) passes one explicitly; either
+way the test says so where it builds the fake.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -37,11 +40,34 @@ class Rate:
 
 
 @dataclass(frozen=True)
-class PlatformLimits:
-    """The limits one fake enforces. ``None`` disables that limit."""
+class Window:
+    """At most ``count`` requests in any ``period_s`` seconds (a sliding window): how limits
+    stated per minute read ("Tier 3: 50+ per minute", "no more than 20 messages per minute
+    to the same group"). A full window answers with the wait until its oldest request
+    leaves it."""
 
-    per_chat: Rate | None
-    per_bot: Rate | None = None
+    count: int
+    period_s: float
+
+
+Limit = Rate | Window
+
+
+@dataclass(frozen=True)
+class PlatformLimits:
+    """The limits one fake enforces. ``None`` (or no entry) disables that limit.
+
+    ``per_chat`` applies to every chat, ``per_group`` on top of it to group chats only
+    (Telegram), ``per_bot`` to all chats together, ``per_method`` to every call of a method
+    whatever its chat (Slack's tiers: "per API method per workspace per app").
+    ``page_limit`` caps the ``limit`` of a paginated read (and is its default).
+    """
+
+    per_chat: Limit | None
+    per_bot: Limit | None = None
+    per_group: Limit | None = None
+    per_method: Mapping[str, Limit] = field(default_factory=dict)
+    page_limit: int | None = None
     enabled: bool = True
 
     def relaxed(self) -> PlatformLimits:
@@ -49,10 +75,30 @@ class PlatformLimits:
         return replace(self, enabled=False)
 
 
-#: Telegram Bot FAQ: about 1 message/s in one chat (short bursts tolerated), 30/s per bot.
-TELEGRAM_LIMITS = PlatformLimits(per_chat=Rate(1.0, burst=3), per_bot=Rate(30.0, burst=30))
-#: Slack chat.postMessage: "1 message per second per channel, short bursts allowed".
-SLACK_LIMITS = PlatformLimits(per_chat=Rate(1.0, burst=3))
+#: Telegram Bot FAQ: in one chat "avoid sending more than one message per second" (short
+#: bursts tolerated), in a group "not more than 20 messages per minute", about 30 messages a
+#: second in all. An edit (editMessageText) is paced as a message of its chat.
+TELEGRAM_LIMITS = PlatformLimits(per_chat=Rate(1.0, burst=3), per_group=Window(20, 60.0),
+                                 per_bot=Rate(30.0, burst=30))
+#: Slack's Web API tiers, applied "per API method per workspace per app"
+#: (api.slack.com/apis/rate-limits): Tier 2 "20+ per minute", Tier 3 "50+ per minute",
+#: Tier 4 "100+ per minute". Each method's tier is on its reference page.
+SLACK_TIER_2, SLACK_TIER_3, SLACK_TIER_4 = Window(20, 60.0), Window(50, 60.0), Window(100, 60.0)
+SLACK_TIERS: dict[str, Limit] = {
+    "conversations.history": SLACK_TIER_3, "conversations.replies": SLACK_TIER_3,
+    "conversations.info": SLACK_TIER_3, "users.info": SLACK_TIER_4,
+    "chat.update": SLACK_TIER_3, "reactions.add": SLACK_TIER_3,
+    "reactions.remove": SLACK_TIER_2,
+}
+#: chat.postMessage (special tier): "1 message per second per channel, short bursts allowed".
+SLACK_LIMITS = PlatformLimits(per_chat=Rate(1.0, burst=3), per_method=SLACK_TIERS)
+#: A commercially distributed app outside the Slack Marketplace, created from 2025-05-29
+#: (existing installations from 2026-03-03): conversations.history and conversations.replies
+#: are limited to 1 request per minute, and their `limit` to at most (and by default) 15.
+SLACK_NON_MARKETPLACE_LIMITS = replace(
+    SLACK_LIMITS, page_limit=15,
+    per_method={**SLACK_TIERS, "conversations.history": Window(1, 60.0),
+                "conversations.replies": Window(1, 60.0)})
 
 
 class TokenBuckets:
@@ -78,32 +124,82 @@ class TokenBuckets:
         self._state[key] = (self._tokens(key, now) - 1.0, now)
 
 
+class SlidingWindows:
+    """One sliding window per key."""
+
+    def __init__(self, window: Window, clock: Clock = time.monotonic) -> None:
+        self.window = window
+        self._clock = clock
+        self._times: dict[Any, deque[float]] = {}
+
+    def _recent(self, key: Any, now: float) -> deque[float]:
+        times = self._times.setdefault(key, deque())
+        while times and times[0] <= now - self.window.period_s:
+            times.popleft()
+        return times
+
+    def wait_s(self, key: Any) -> float:
+        now = self._clock()
+        times = self._recent(key, now)
+        if len(times) < self.window.count:
+            return 0.0
+        return times[0] + self.window.period_s - now
+
+    def take(self, key: Any) -> None:
+        now = self._clock()
+        self._recent(key, now).append(now)
+
+
+Budget = TokenBuckets | SlidingWindows
+
+
+def budget(limit: Limit | None, clock: Clock) -> Budget | None:
+    if limit is None:
+        return None
+    if isinstance(limit, Window):
+        return SlidingWindows(limit, clock)
+    return TokenBuckets(limit, clock)
+
+
 class Limiter:
-    """Applies a :class:`PlatformLimits` to sends: per chat and, if set, per bot."""
+    """Applies a :class:`PlatformLimits`: sends per chat (and group) and per bot, and every
+    call of a method with a limit of its own."""
 
     def __init__(self, limits: PlatformLimits, clock: Clock = time.monotonic) -> None:
         self.limits = limits
-        self._chat = TokenBuckets(limits.per_chat, clock) if limits.per_chat else None
-        self._bot = TokenBuckets(limits.per_bot, clock) if limits.per_bot else None
+        self._chat = budget(limits.per_chat, clock)
+        self._group = budget(limits.per_group, clock)
+        self._bot = budget(limits.per_bot, clock)
+        self._methods = {method: budget(limit, clock)
+                         for method, limit in limits.per_method.items()}
 
-    def admit(self, chat: Any) -> float:
+    def admit(self, chat: Any, *, group: bool = False) -> float:
         """Take one send for ``chat``; return 0.0, or the wait before a retry may succeed
         (nothing is taken then, as a rejected request costs no budget on the platforms)."""
-        if not self.limits.enabled:
+        chat_budgets = [(self._chat, chat), (self._group if group else None, chat),
+                        (self._bot, None)]
+        return self._admit([(b, key) for b, key in chat_budgets if b is not None])
+
+    def admit_method(self, method: str) -> float:
+        """Take one call of ``method`` if it has a limit of its own; else 0.0 and nothing."""
+        limited = self._methods.get(method)
+        return self._admit([(limited, None)] if limited is not None else [])
+
+    def _admit(self, budgets: list[tuple[Budget, Any]]) -> float:
+        if not self.limits.enabled or not budgets:
             return 0.0
-        waits = [0.0]
-        if self._chat is not None:
-            waits.append(self._chat.wait_s(chat))
-        if self._bot is not None:
-            waits.append(self._bot.wait_s(None))
-        wait = max(waits)
+        wait = max(b.wait_s(key) for b, key in budgets)
         if wait > 0:
             return wait
-        if self._chat is not None:
-            self._chat.take(chat)
-        if self._bot is not None:
-            self._bot.take(None)
+        for b, key in budgets:
+            b.take(key)
         return 0.0
+
+    def page_limit(self, requested: int | None, default: int) -> int:
+        """The ``limit`` a paginated read gets: ``requested`` (or ``default``), capped."""
+        cap = self.limits.page_limit if self.limits.enabled else None
+        wanted = default if requested is None else requested
+        return wanted if cap is None else min(wanted, cap)
 
 
 def whole_seconds(wait: float) -> int:

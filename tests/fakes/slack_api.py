@@ -17,6 +17,7 @@ from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     SLACK_LIMITS,
+    SLACK_NON_MARKETPLACE_LIMITS,
     PacedFake,
     PacedFakeThread,
     PlatformLimits,
@@ -32,7 +33,8 @@ UPLOAD = "upload"  # pseudo-method name for the upload URL in fail_next/delay_ne
 
 Handler = Callable[[Params], Awaitable[dict[str, Any]]]
 
-#: Posts a message: paced per channel (about 1/s) and counted as a reply.
+#: Posts a message: paced per channel (about 1/s) and counted as a reply. Every other method
+#: with a tier in the limits (SLACK_TIERS: reads, chat.update, reactions) is paced per method.
 SEND_METHODS = frozenset({"chat.postMessage"})
 #: Feedback a bot may drop under pressure; counted so benches see a flood of them.
 BEST_EFFORT_METHODS = frozenset({"reactions.add", "reactions.remove", "chat.update"})
@@ -85,12 +87,17 @@ class FakeSlack(SlackMethods, PacedFake):
         self._failures.add(method, SlackError(error, status=status, retry_after=retry_after), count)
 
     def _pace(self, method: str, params: Params) -> None:
-        """chat.postMessage over about 1/s in one channel: HTTP 429 ``ratelimited``."""
-        if method not in SEND_METHODS:
-            return
-        wait = self.limiter.admit(params.text("channel"))
+        """chat.postMessage over about 1/s in one channel, or a method over its tier's calls
+        per minute (workspace-wide): HTTP 429 ``ratelimited`` with ``Retry-After``."""
+        wait = self.limiter.admit_method(method)
+        if not wait and method in SEND_METHODS:
+            wait = self.limiter.admit(params.text("channel"))
         if wait > 0:
             raise SlackError("ratelimited", status=429, retry_after=whole_seconds(wait))
+
+    def _page_size(self, requested: int) -> int:
+        """A read's page: what was asked, at most the limits' ``page_limit``."""
+        return self.limiter.page_limit(requested, requested)
 
     @property
     def connection_count(self) -> int:
@@ -139,9 +146,10 @@ class FakeSlack(SlackMethods, PacedFake):
 
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
+        entry = None
         try:
             params = await read_params(request)
-            self._record(method, dict(params.values), request.method)
+            entry = self._record(method, dict(params.values), request.method)
             handler: Handler | None = getattr(self, "m_" + method.replace(".", "_"), None)
             if handler is None:
                 raise SlackError("unknown_method", status=404, extra={"req_method": method})
@@ -150,7 +158,11 @@ class FakeSlack(SlackMethods, PacedFake):
         except SlackError as error:
             if error.status == 429:
                 self.counters.rate_limited[method] += 1
+            if entry is not None:
+                entry.status, entry.retry_after = error.status, error.retry_after
+            self._notify()
             return error.response()
+        entry.status = 200
         self._notify()
         return web.Response(body=encode_json({"ok": True, **body}),
                             content_type="application/json")
@@ -236,19 +248,21 @@ class FakeSlackThread(FakeServerThread[FakeSlack], PacedFakeThread):
         return self.call(self.fake.bot_texts, channel)
 
 
-
 def main(argv: list[str] | None = None) -> None:
     def configure(parser: Any) -> None:
         parser.add_argument("--bot-token", default=BOT_TOKEN)
         parser.add_argument("--app-token", default=APP_TOKEN)
         parser.add_argument("--no-limits", action="store_true",
-                            help="accept every post (no ~1/s per channel pacing)")
+                            help="accept every call (no per-channel pacing, no method tiers)")
+        parser.add_argument("--non-marketplace", action="store_true",
+                            help="the read limits of a new non-Marketplace app (1/min, 15 a page)")
+
+    def limits(args: Any) -> PlatformLimits:
+        chosen = SLACK_NON_MARKETPLACE_LIMITS if args.non_marketplace else SLACK_LIMITS
+        return chosen.relaxed() if args.no_limits else chosen
 
     run_cli(
-        lambda args: FakeSlack(
-            args.bot_token, args.app_token,
-            limits=SLACK_LIMITS.relaxed() if args.no_limits else SLACK_LIMITS,
-        ),
+        lambda args: FakeSlack(args.bot_token, args.app_token, limits=limits(args)),
         "Fake Slack Web API + Socket Mode server",
         argv,
         configure,

@@ -100,6 +100,10 @@ class SlackMethods(SlackWorld):
         self._notify()
         return {"channel": channel, "ts": message["ts"]}
 
+    def _page_size(self, requested: int) -> int:
+        """Hook: the page size a read gets for ``requested`` (the fake caps it by its limits)."""
+        return requested
+
     def _writable_channel(self, ref: str | None) -> str:
         channel = self._channel(ref)
         info = self.channels[channel]
@@ -184,7 +188,7 @@ class SlackMethods(SlackWorld):
         default_limit: int,
     ) -> dict[str, Any]:  # fmt: skip
         """Cursor pagination: the cursor encodes the ``ts`` the next page starts at."""
-        limit = min(max(params.integer("limit", default_limit), 1), 999)
+        limit = min(max(self._page_size(params.integer("limit", default_limit)), 1), 999)
         start = 0
         if cursor := params.text("cursor"):
             start_ts = decode_cursor(cursor)

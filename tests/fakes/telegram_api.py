@@ -35,6 +35,9 @@ Handler = Callable[[Params], Awaitable[Any]]
 
 #: Methods that post a message: paced by the per-chat and per-bot limits, counted as replies.
 SEND_METHODS = frozenset({"sendmessage", "senddocument", "sendphoto"})
+#: What the chat's limits pace: its messages, and edits of them (an edit is a message to the
+#: chat's flood control; bots are told the same "retry after" for both).
+PACED_METHODS = SEND_METHODS | {"editmessagetext"}
 #: Feedback a bot may drop under pressure; counted so benches see a flood of them.
 BEST_EFFORT_METHODS = frozenset({"sendchataction", "setmessagereaction", "editmessagetext"})
 
@@ -112,14 +115,26 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
         super().delay_next(method.lower(), seconds, count)
 
     def _pace(self, method: str, params: Params) -> None:
-        """429 a send over the per-chat (1/s) or per-bot (30/s) budget, as Telegram does."""
-        if method not in SEND_METHODS:
+        """429 a send or an edit over its chat's budget (1/s; in a group also 20 a minute) or
+        the bot's (30/s), as Telegram does."""
+        if method not in PACED_METHODS:
             return
-        wait = self.limiter.admit(str(params.get("chat_id")))
+        chat = params.get("chat_id")
+        wait = self.limiter.admit(str(chat), group=self._is_group(chat))
         if wait > 0:
             seconds = whole_seconds(wait)
             raise ApiError(429, f"Too Many Requests: retry after {seconds}",
                            {"retry_after": seconds})
+
+    def _is_group(self, chat_id: Any) -> bool:
+        """A group, supergroup or channel: its registered type, else a negative id (how the
+        Bot API numbers them) or an @username (only channels and public groups have one)."""
+        try:
+            key = int(chat_id)
+        except (TypeError, ValueError):
+            return chat_id is not None
+        chat = self.chats.get(key)
+        return chat["type"] != "private" if chat else key < 0
 
     def stats(self) -> dict[str, Any]:
         """Replies, 429s and best-effort calls (see `PacedFake.stats`), and 409 conflicts."""
@@ -171,9 +186,10 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
         method = request.match_info["method"]
         if method.lower() == "getupdates":
             self.polls_by[request.match_info.get("instance", "")] += 1
+        entry = None
         try:
             params = await read_params(request)
-            self._record(method, params.record(), request.method)
+            entry = self._record(method, params.record(), request.method)
             self._check_token(request.match_info["token"])
             handler = self._handlers().get(method.lower())
             if handler is None:
@@ -182,6 +198,9 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
         except ApiError as error:
             if error.status == 429:
                 self.counters.rate_limited[method] += 1
+            if entry is not None:
+                entry.status = error.status
+                entry.retry_after = (error.parameters or {}).get("retry_after")
             if error.status == 409 and method.lower() == "getupdates" and _connected(request):
                 self.conflicts += 1
             return web.json_response(error.body(), status=error.status)
@@ -189,6 +208,7 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
             if request.transport is not None:
                 request.transport.abort()
             return web.Response(status=500)
+        entry.status = 200
         self._notify()
         return web.Response(body=encode_json({"ok": True, "result": result}),
                             content_type="application/json")
@@ -342,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
 def _configure_cli(parser: Any) -> None:
     parser.add_argument("--token", default=DEFAULT_TOKEN)
     parser.add_argument("--no-limits", action="store_true",
-                        help="accept every send (no 1/s per chat, 30/s per bot pacing)")
+                        help="accept every send (no per chat, per group or per bot pacing)")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ def test_the_watchdog_stops_a_hanging_run_and_reports_it(tmp_path: Path,
         daemon.start()
         fake_llm.script_delay(120)  # the model accepts the request and never answers in time
         message_id = daemon.say("summarise the logs", chat_id="slow")
-        reply = daemon.wait_reply(message_id, "slow", timeout=40)
+        reply = daemon.wait_reply(message_id, "slow", timeout=60)
         assert reply["content"] == "Stopped."
+        fake_llm.wait_hung_up(0, timeout=30)  # the hanging model call was cancelled
         # the reading after the watchdog's tick: nothing runs any more, the action is kept
         ops = wait_for(lambda: (o := daemon.state()["ops"])["runs"] == [] and o,
                        what="an ops reading without the stopped run")

@@ -1,7 +1,7 @@
 """Helpers for the tests of the kernel sandbox: getting one, and proving nothing survives.
 
-Under ``CI=true`` a host without a working bubblewrap is a test failure; elsewhere the tests
-that need it are skipped with the reason the sandbox gave.
+Without a working bubblewrap the tests that need it are skipped with the reason the sandbox
+gave; under ``CI=true`` that skip is a failure (the suite's one rule, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from soulflow.agent.tools.sandbox import CodeSandbox
 
 
 def working_sandbox() -> CodeSandbox:
-    """A `CodeSandbox` that works here, or fail (CI) / skip (elsewhere) saying why not."""
+    """A `CodeSandbox` that works here, or skip saying why not (a failure under CI)."""
     sandbox = CodeSandbox()
     status = sandbox.status()
     if not status.available:
-        message = f"no working bubblewrap sandbox: {status.detail}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        pytest.skip(f"no working bubblewrap sandbox: {status.detail}")
     return sandbox
 
 
@@ -46,8 +43,9 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-async def wait_none_with(marker: str, within: float = 5.0) -> list[int]:
-    """Wait until no process carries ``marker``; return the survivors if time runs out."""
+async def wait_none_with(marker: str, within: float = 20.0) -> list[int]:
+    """Wait until no process carries ``marker``; return the survivors if time runs out (a
+    generous bound: markers are sleeps of 30 s or more, so only a survivor fails)."""
     deadline = time.monotonic() + within
     while True:
         left = processes_with(marker)

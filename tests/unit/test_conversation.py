@@ -142,7 +142,7 @@ async def rig(tmp_path: Path):  # type: ignore[no-untyped-def]
     await rigged.close()
 
 
-async def drained(bus: MessageBus, timeout: float = 5.0) -> bool:
+async def drained(bus: MessageBus, timeout: float = 20.0) -> bool:
     """Every inbound message completed (a reply is sent concurrently with the completion
     that follows its storing, so a test waits for both)."""
     async with asyncio.timeout(timeout):
@@ -163,9 +163,8 @@ def msg(i: int, text: str = "hi", **kwargs: Any) -> InboundMessage:
 
 
 async def settle(adapter: MemoryAdapter, count: int) -> list[str]:
-    async with asyncio.timeout(5):
-        while len(adapter.sent) < count:
-            await asyncio.sleep(0.001)
+    """The texts sent, once there are at least `count` (a generous wait)."""
+    await until(lambda: len(adapter.sent) >= count, timeout=20)
     return [m.content for m in adapter.sent]
 
 
@@ -189,8 +188,10 @@ async def test_unknown_user_gets_one_polite_refusal_per_cooldown(rig) -> None:
     assert len(replies) == 1 and "mallory" in replies[0] and "CHAT_ALLOWED_USERS" in replies[0]
     assert model.inputs == []
     await conversation.ingest(adapter, [msg(3, sender_id="mallory")])
-    await asyncio.sleep(0.01)
-    assert len(adapter.sent) == 1
+    # the chat's replies go out in order: one to alice after mallory's third message shows
+    # that message was handled, and answered with nothing (the refusal is cooling down)
+    await conversation.ingest(adapter, [msg(4, "sentinel")])
+    assert await settle(adapter, 2) == [replies[0], "echo: sentinel"]
 
 
 async def test_a_run_stopped_by_max_turns_is_counted_apart_from_answers(rig) -> None:
@@ -251,8 +252,8 @@ async def test_grouping_answers_a_burst_once(rig) -> None:
     conversation = build(grouping_window_s=0.05, grouping_max=10)
     await conversation.ingest(adapter, [msg(1, "first"), msg(2, "second"), msg(3, "third")])
     assert await settle(adapter, 1) == ["echo: first\nsecond\nthird"]
-    await asyncio.sleep(0.05)
-    assert len(adapter.sent) == 1
+    await conversation.ingest(adapter, [msg(4, "sentinel")])  # answered next: nothing in between
+    assert await settle(adapter, 2) == ["echo: first\nsecond\nthird", "echo: sentinel"]
     assert await drained(bus)
 
 
@@ -285,9 +286,10 @@ async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:
 
 
 async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
-        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+        rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The store fails mid-turn while the backend reports it unreachable: nothing can be
-    recorded, so the batch is given back and answered once the store answers again."""
+    recorded, so the batch is given back and answered once the store answers again. An
+    expected outage is logged in a line, not as a failure with a traceback."""
     build, adapter, model, bus = rig
     conversation = build()
     conversation.release_pause_s = 0.01
@@ -307,6 +309,8 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
     assert await settle(adapter, 1) == ["echo: still there?"]
     assert calls == ["chat:c1:m1", "chat:c1:m1"] and await bus.inbound_dlq.count() == 0
     assert await drained(bus)
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert "handling chat:c1:m1 stopped: the store did not answer" in caplog.text
 
 
 async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
@@ -382,18 +386,23 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
     conversation.release_pause_s = 0.05
     real = conversation.agent.respond
     runs: list[str] = []
+    m1_running, queued = asyncio.Event(), asyncio.Event()
 
     async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
         runs.append(text)
         if len(runs) == 1:
-            await asyncio.sleep(0.05)  # m2 and m3 arrive while m1 runs
+            m1_running.set()
+            await queued.wait()  # m2 and m3 are queued behind this turn
             raise RuntimeError("run journal write failed") from StoreAway()
         return await real(message, text, **kwargs)
 
     monkeypatch.setattr(conversation.agent, "respond", respond)
     await conversation.ingest(adapter, [msg(1, "m1")])
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(20):
+        await m1_running.wait()
     await conversation.ingest(adapter, [msg(2, "m2"), msg(3, "m3")])
+    await until(lambda: conversation.backlog_for("chat:c1") >= 2, timeout=20)
+    queued.set()
     assert await settle(adapter, 3) == ["echo: m1", "echo: m2", "echo: m3"]
     assert await drained(bus)
 

@@ -15,6 +15,7 @@ from tests.unit.test_conversation import (  # noqa: F401 - rig is a fixture
     rig,
     settle,
 )
+from tests.waiting import until
 
 
 async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) -> Any:
@@ -23,9 +24,7 @@ async def busy_with_first(build: Any, adapter: Any, model: Any, **options: Any) 
     conversation = build(**options)
     model.gate = asyncio.Event()
     await conversation.ingest(adapter, [msg(1, "first")])
-    async with asyncio.timeout(5):
-        while conversation.runs.count() == 0:
-            await asyncio.sleep(0.001)
+    await until(lambda: conversation.runs.count() > 0, timeout=20)
     return conversation
 
 
@@ -36,9 +35,7 @@ def journal_done(bus: MessageBus) -> dict[str, str]:
 
 async def backlog_reaches(conversation: Any, count: int) -> None:
     """The claim loop has handed the chat's queued messages to the conversation."""
-    async with asyncio.timeout(5):
-        while conversation.backlog_for("chat:c1") < count:
-            await asyncio.sleep(0.001)
+    await until(lambda: conversation.backlog_for("chat:c1") >= count, timeout=20)
 
 
 async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> None:  # noqa: F811
@@ -55,10 +52,12 @@ async def test_a_burst_queued_behind_a_turn_is_answered_once_in_order(rig) -> No
     assert folded == ["(3 messages arrived while I was busy; answer them together, in order.)",
                       "[1] alice: second", "[2] alice: third", "[3] Alice: fourth"]
     assert adapter.sent[1].reply_to == "m4"  # the one reply answers the last of them
-    await asyncio.sleep(0.02)
-    assert len(adapter.sent) == 2 and len(model.inputs) == 2
+    # a message after the burst is answered next: nothing else was sent or asked in between
+    await conversation.ingest(adapter, [msg(5, "sentinel")])
+    assert (await settle(adapter, 3))[2:] == ["echo: sentinel"]
+    assert model.inputs[2:] == ["sentinel"]
     assert await drained(bus)
-    assert journal_done(bus) == {f"chat:c1:m{i}": "answered" for i in range(1, 5)}
+    assert journal_done(bus) == {f"chat:c1:m{i}": "answered" for i in range(1, 6)}
 
 
 async def test_commands_and_decisions_keep_their_own_turn_and_order(rig) -> None:  # noqa: F811
@@ -117,13 +116,14 @@ async def test_a_crash_mid_turn_replays_every_folded_message_answered_once(
     assert await restarted.resume_pending() == 3
     build.__self__.claim(restarted)
     replies = await settle(adapter, 2)
-    await asyncio.sleep(0.02)
     # the interrupted run resumes with its own input; the two behind it fold into one
     assert replies == ["echo: first", "echo: (2 messages arrived while I was busy; answer "
                        "them together, in order.)\n[1] alice: second\n[2] alice: third"]
-    assert await drained(bus) and len(adapter.sent) == 2
+    # a message after them is answered next: nothing was answered twice in between
+    await restarted.ingest(adapter, [msg(4, "sentinel")])
+    assert (await settle(adapter, 3))[2:] == ["echo: sentinel"]
     assert await drained(bus)
-    assert set(journal_done(bus)) == {f"chat:c1:m{i}" for i in range(1, 4)}
+    assert set(journal_done(bus)) == {f"chat:c1:m{i}" for i in range(1, 5)}
 
 
 async def test_an_idle_chat_answers_the_first_message_alone_then_the_rest_together(

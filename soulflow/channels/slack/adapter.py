@@ -270,6 +270,8 @@ class SlackChannel(ChannelAdapter):
     # -- outbound ------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> SendResult:
+        if self._web is None:  # not started yet (or stopped): the dispatcher tries again
+            raise SendError("the Slack channel is not started")
         meta = message.metadata
         thread_ts = message.thread_id or (message.reply_to if meta.get("thread_reply") else None)
         try:

@@ -212,8 +212,9 @@ class HistoryPoller:
                 return list(first.get("messages") or [])
             return [m async for page in first for m in page.get("messages") or []]
         except SlackApiError as exc:
-            if exc.response.status_code == 429:
-                self._next_poll = asyncio.get_running_loop().time() + retry_after(exc)
+            if exc.response.status_code == 429:  # the longest wait asked for wins
+                self._next_poll = max(self._next_poll,
+                                      asyncio.get_running_loop().time() + retry_after(exc))
             log.warning("slack: %s of %s failed (%s)", method, self.channel, error_code(exc))
         except NETWORK_ERRORS as exc:
             log.warning("slack: %s failed (%s: %s)", method, type(exc).__name__, exc)
