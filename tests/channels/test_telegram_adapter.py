@@ -480,7 +480,7 @@ def test_markdown_conversion_is_linear_on_stray_delimiters() -> None:
     """128,000 unmatched delimiters: a linear converter takes about a second, one that
     backtracks or rescans (quadratic or worse) would take hours. It runs in a process of its
     own so the generous guard can stop a runaway (a regex cannot be interrupted)."""
-    code = ("from soulflow.channels.telegram_format import markdown_to_telegram_html as f\n"
+    code = ("from soulflow.channels.telegram.format import markdown_to_telegram_html as f\n"
             "print(len(f('*x ' * 64000 + '_y ' * 64000)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=90, check=True)

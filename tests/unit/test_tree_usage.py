@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +20,9 @@ from soulflow.storage.tree_usage import (
     scan,
     undo,
 )
+from tests.running import REPO_ROOT
+
+NOBODY = 65534  # an ordinary user: the locked-folder scenario means nothing to root
 
 
 @pytest.fixture
@@ -141,17 +149,45 @@ def test_undo_does_not_follow_links(tree: tuple[Path, int], tmp_path: Path) -> N
     assert (outside / "precious").read_text() == "keep me"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a locked folder anyway")
-def test_a_folder_locked_by_its_owner_is_measured_and_undone(tree: tuple[Path, int]) -> None:
-    root, fd = tree
-    before = scan(fd, keep_entries=True)
-    (root / "locked").mkdir()
-    (root / "locked" / "f").write_bytes(b"x" * 100)
-    (root / "sealed").mkdir()
-    (root / "sealed" / "g").write_bytes(b"y")
-    (root / "locked").chmod(0)
-    (root / "sealed").chmod(0o500)  # readable, but nothing can be removed from it
-    root.chmod(0o500)
-    assert scan(fd).usage == Usage(101, 4)
-    undo(fd, before.entries)
-    assert list(root.iterdir()) == []
+def locked_folder_scenario(root: Path) -> None:
+    """A chat's own run locked folders (mode 0, or read-only): they are still measured and
+    what was added is still undone. Must run as an ordinary user: root reads anything."""
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        before = scan(fd, keep_entries=True)
+        (root / "locked").mkdir()
+        (root / "locked" / "f").write_bytes(b"x" * 100)
+        (root / "sealed").mkdir()
+        (root / "sealed" / "g").write_bytes(b"y")
+        (root / "locked").chmod(0)
+        (root / "sealed").chmod(0o500)  # readable, but nothing can be removed from it
+        root.chmod(0o500)
+        assert scan(fd).usage == Usage(101, 4)
+        undo(fd, before.entries)
+        assert list(root.iterdir()) == []
+    finally:
+        os.close(fd)
+
+
+def test_a_folder_locked_by_its_owner_is_measured_and_undone(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        locked_folder_scenario(tmp_path / "zone")
+        return
+    # root reads a locked folder anyway: run the scenario as nobody, in a folder of its own
+    scratch = Path(tempfile.mkdtemp(prefix="soulflow-locked-"))
+    os.chown(scratch, NOBODY, NOBODY)
+    try:
+        # everything is imported first: the interpreter may live where nobody cannot read
+        script = ("import os, sys; from pathlib import Path; "
+                  "from tests.unit.test_tree_usage import locked_folder_scenario; "
+                  f"os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY}); "
+                  "locked_folder_scenario(Path(sys.argv[1]) / 'zone')")
+        done = subprocess.run([sys.executable, "-c", script, str(scratch)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+    finally:
+        for path in scratch.rglob("*"):
+            with contextlib.suppress(OSError):
+                path.chmod(0o700)
+        shutil.rmtree(scratch, ignore_errors=True)
