@@ -101,6 +101,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state.get("sandbox"):
         sandbox = state["sandbox"]
         print(f"  sandbox    {sandbox['mode']} ({sandbox['detail']})")
+        if sandbox.get("process_cap"):
+            print(f"             {sandbox['process_cap']}")
     _print_disk(state.get("disk") or {})
     if state.get("local_model"):
         local = state["local_model"]

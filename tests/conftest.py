@@ -6,9 +6,9 @@ or fixture, a `skipif` mark, a module-level skip): a CI run is green only when e
 Elsewhere a skip stays a skip, so a laptop without redis-server or Chromium can still run the
 rest. The one exception is a skip raised with :func:`skip_platform_fact` naming an entry of
 :data:`PLATFORM_FACTS`: something the machine is, which no setup step can change, and whose
-code path is covered by another test that does run there. A missing package, binary, browser,
-cgroup hierarchy or permission is setup, never a fact: install it, or handle the case in the
-code and test that. (A strict `xfail` is not a skip: it fails the moment the limit it documents
+code path is covered by another test that does run there. A missing package, binary, browser
+or permission is setup, never a fact: install it, or handle the case in the code and test
+that. (The cgroup version a host booted with is a fact; a cgroup the suite could make is not.) (A strict `xfail` is not a skip: it fails the moment the limit it documents
 goes away.)
 
 **A traceback in the log of a daemon the test ran fails the test** (at teardown), unless the
@@ -34,6 +34,15 @@ PLATFORM_FACTS: dict[str, str] = {
         "not something the suite installs; the daemon then resolves workspace paths with the "
         "component-wise O_NOFOLLOW fallback, and tests/unit/test_beneath.py runs every case "
         "on that fallback on every kernel."),
+    "no-cgroup-v1-pids": (
+        "The host mounts no cgroup-v1 pids hierarchy this user may write (a cgroup-v2-only "
+        "host, chosen when it booted, or a non-root user on a systemd host). Which cgroup "
+        "version a host runs is the host's, not a package the suite could install. There the "
+        "per-call cgroup code is not used: a non-root daemon's cap is RLIMIT_NPROC (tested by "
+        "test_the_process_cap_holds_even_for_root), and root's missing cap is the documented "
+        "limit that tests/tools/test_sandbox_parts.py::"
+        "test_without_a_pids_cgroup_root_is_bounded_by_the_wall_clock_and_told_so checks on "
+        "every host."),
 }
 _PREFIX = "platform fact "
 

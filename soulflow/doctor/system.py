@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from soulflow.agent.tools.bwrap import BwrapDetector
+from soulflow.agent.tools.pids_cgroup import PidsCgroups, ProcessCap
 from soulflow.config import id_list
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
 from soulflow.providers.factory import CLI_PROVIDERS, local_model_config, wants_embedded_model
@@ -29,7 +30,11 @@ CLI_INSTALL = {"chatgpt": "npm install -g @openai/codex",
 async def check_sandbox(ctx: DoctorContext) -> list[CheckResult]:
     status = await asyncio.to_thread(BwrapDetector().status)
     if status.available:
-        return [ok("sandbox", f"bubblewrap works ({status.detail})")]
+        cap = await asyncio.to_thread(PidsCgroups().cap)
+        if cap is ProcessCap.NONE:
+            return [warn("sandbox", f"bubblewrap works ({status.detail}), but with "
+                                    f"{cap.sentence()}")]
+        return [ok("sandbox", f"bubblewrap works ({status.detail}); {cap.sentence()}")]
     return [warn("sandbox", "no code sandbox: every exec/python_repl call will need an "
                             "approval", status.detail)]
 

@@ -90,7 +90,7 @@ def state(runtime: Runtime) -> dict[str, Any]:
         "cron": {"jobs": shared(backend, lambda: len(runtime.cron.store), None),
                  "fired": runtime.cron.fired_count},
         "task_graphs": shared(backend, runtime.task_services.state, {}),
-        "sandbox": runtime.sandbox.status().as_dict(),
+        "sandbox": runtime.sandbox.describe(),
         "disk": runtime.sandbox.quotas.summary(),  # the chat folders, from the usage index
         **shared(backend, runtime.background.state, {}),  # "ops", "heartbeat"
     }

@@ -23,12 +23,13 @@ from soulflow.agent.tools.bwrap import (
     bwrap_argv,
     tmpfs_skeleton,
 )
-from soulflow.agent.tools.pids_cgroup import PidsCgroups
+from soulflow.agent.tools.pids_cgroup import PidsCgroups, ProcessCap
 from soulflow.agent.tools.process import OutputPipe
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.agent.tools.sandbox_masks import MaskScanner, MaskScanRefused, masked_paths
 from soulflow.config import load_settings
-from tests.tools.sandbox_support import working_sandbox
+from tests.conftest import skip_platform_fact
+from tests.tools.sandbox_support import processes_with, working_sandbox
 
 LAUNCHER = str(TOOLS_DIR / LIMITS_LAUNCHER)
 
@@ -172,7 +173,8 @@ def test_launcher_refuses_bad_arguments(argv: list[str]) -> None:
 def _cgroups_or_skip() -> PidsCgroups:
     cgroups = PidsCgroups()
     if cgroups.parent is None:
-        pytest.skip("no writable cgroup-v1 pids hierarchy here (RLIMIT_NPROC is the cap)")
+        skip_platform_fact("no-cgroup-v1-pids", "no writable cgroup-v1 pids hierarchy here; "
+                           "the case without one is test_without_a_pids_cgroup_root_...")
     return cgroups
 
 
@@ -212,8 +214,9 @@ def test_no_hierarchy_means_no_cgroup(tmp_path: Path) -> None:
 
 async def test_the_process_cap_holds_even_for_root(tmp_path: Path) -> None:
     sandbox = working_sandbox()
-    if os.getuid() == 0 and sandbox.cgroups.parent is None:
-        pytest.skip("root without a pids cgroup: only the wall clock bounds processes")
+    if sandbox.cgroups.cap() is ProcessCap.NONE:
+        skip_platform_fact("no-cgroup-v1-pids", "root without a pids cgroup has no cap; that "
+                           "case is test_without_a_pids_cgroup_root_...")
     out = OutputPipe(64 * 1024)
     limits = Limits(cpu_s=5, memory_mb=1024, max_pids=8, file_size=1024 * 1024, open_files=64)
     command = "for i in $(seq 40); do sleep 5 & done 2>&1; echo started; kill $(jobs -p)"
@@ -221,6 +224,31 @@ async def test_the_process_cap_holds_even_for_root(tmp_path: Path) -> None:
                             limits, 20, out)
     assert not run.timed_out
     assert "fork" in out.text().lower() or "resource temporarily unavailable" in out.text()
+
+
+async def test_without_a_pids_cgroup_root_is_bounded_by_the_wall_clock_and_told_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented limit (docs/security.md, Code sandbox): a daemon running as root on a
+    host without a cgroup-v1 pids hierarchy (cgroup v2 only) has no per-call process cap.
+    Status and doctor say so, and the call's timeout still ends every process it started."""
+    mounts = tmp_path / "mounts"
+    mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n")
+    cgroups = PidsCgroups(mounts_file=mounts)
+    monkeypatch.setattr("soulflow.agent.tools.pids_cgroup.os.geteuid", lambda: 0)
+    assert cgroups.cap() is ProcessCap.NONE
+    sandbox = CodeSandbox(cgroups=cgroups)
+    if not sandbox.status().available:
+        working_sandbox()  # skips saying why (a failure under CI)
+    assert "only the call's timeout bounds its processes" in sandbox.describe()["process_cap"]
+    marker = f"31.{os.getpid()}{int(time.time() * 1000) % 100000}"
+    command = f"for i in $(seq 20); do sleep {marker} & done; sleep {marker}"
+    limits = Limits(cpu_s=5, memory_mb=1024, max_pids=8, file_size=1024 * 1024, open_files=64)
+    out = OutputPipe(64 * 1024)
+    (tmp_path / "scratch").mkdir()
+    run = await sandbox.run(CodeSandbox.python_spec(tmp_path / "scratch"),
+                            ["/bin/sh", "-c", command], limits, 2, out)
+    assert run.timed_out
+    assert processes_with(marker) == []  # the pid namespace went down with the timeout
 
 
 def _features(**options: bool) -> BwrapFeatures:

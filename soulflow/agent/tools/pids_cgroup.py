@@ -9,7 +9,10 @@ process still in it is killed before the cgroup is removed.
 
 Where no such hierarchy is writable (a normal user on a systemd host, cgroup v2 without
 delegation) `PidsCgroups.create` returns None and ``RLIMIT_NPROC`` - which does bind
-non-root users, counted per user namespace - is the cap.
+non-root users, counted per user namespace - is the cap. A daemon running as **root** on such
+a host has no per-call process cap at all: only the call's wall clock bounds its processes
+(the pid namespace is torn down at the timeout). `PidsCgroups.cap` says which case holds, so
+`soulflow status` and `soulflow doctor` can tell the operator (docs/security.md).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -27,6 +31,25 @@ log = logging.getLogger(__name__)
 _PREFIX = "soulflow-sandbox-"
 _CLOSE_WITHIN_S = 10.0
 _CLOSE_POLL_S = 0.01
+
+
+class ProcessCap(StrEnum):
+    """What bounds the number of processes of one sandboxed call."""
+
+    CGROUP = "pids cgroup"  # a cgroup-v1 pids hierarchy: binds root too
+    RLIMIT = "RLIMIT_NPROC"  # binds the non-root daemon's user, per user namespace
+    NONE = "none"  # root without a pids cgroup: only the call's wall clock
+
+    def sentence(self) -> str:
+        """For people: what the cap is, and what to do when there is none."""
+        if self is ProcessCap.CGROUP:
+            return "a pids cgroup per call caps its processes"
+        if self is ProcessCap.RLIMIT:
+            return "RLIMIT_NPROC caps a call's processes"
+        return ("no per-call process cap: the daemon runs as root and the host has no "
+                "writable cgroup-v1 pids hierarchy (cgroup v2 only?), so only the call's "
+                "timeout bounds its processes; run the daemon as an ordinary user (then "
+                "RLIMIT_NPROC caps them)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +107,12 @@ class PidsCgroups:
             self._probed = True
             self._parent = self._find_parent()
         return self._parent
+
+    def cap(self) -> ProcessCap:
+        """Which bound a call's processes get here (probes the hierarchy once)."""
+        if self.parent is not None:
+            return ProcessCap.CGROUP
+        return ProcessCap.NONE if os.geteuid() == 0 else ProcessCap.RLIMIT
 
     def create(self, max_pids: int) -> PidsCgroup | None:
         """A fresh cgroup allowing ``max_pids`` processes, or None if the host has none."""

@@ -178,6 +178,11 @@ class CodeSandbox:
         """Probed on first use (one ``bwrap ... true``), then cached."""
         return self.detector.status()
 
+    def describe(self) -> dict[str, str]:
+        """The status for people (`/api/state`, `soulflow status`): the mode, its detail and
+        what caps a call's processes here (`ProcessCap`)."""
+        return {**self.status().as_dict(), "process_cap": self.cgroups.cap().sentence()}
+
     async def ready(self) -> SandboxStatus:
         """`status` without blocking the event loop on the first probe."""
         return await asyncio.to_thread(self.status)
