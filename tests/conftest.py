@@ -8,8 +8,8 @@ rest. The one exception is a skip raised with :func:`skip_platform_fact` naming 
 :data:`PLATFORM_FACTS`: something the machine is, which no setup step can change, and whose
 code path is covered by another test that does run there. A missing package, binary, browser
 or permission is setup, never a fact: install it, or handle the case in the code and test
-that. (The cgroup version a host booted with is a fact; a cgroup the suite could make is not.) (A strict `xfail` is not a skip: it fails the moment the limit it documents
-goes away.)
+that. (The cgroup version a host booted with is a fact; a cgroup the suite could make is not.
+A strict `xfail` is not a skip: it fails the moment the limit it documents goes away.)
 
 **A traceback in the log of a daemon the test ran fails the test** (at teardown), unless the
 test allowed that one with `Daemon.allow_traceback`: see tests/e2e/harness.py.
@@ -116,3 +116,18 @@ def fake_llm() -> Iterator[FakeOpenAIThread]:
     """The fake OpenAI-compatible model in a thread of its own, for a daemon subprocess."""
     with FakeOpenAIThread() as fake:
         yield fake
+
+
+@pytest.fixture(params=["openat2", "fallback"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run a test on both of `Beneath`'s resolvers: the kernel's ``openat2`` and the
+    component-wise ``O_NOFOLLOW`` fallback older kernels get."""
+    from soulflow.storage import beneath
+
+    if request.param == "openat2":
+        if not beneath.openat2_available():
+            skip_platform_fact("no-openat2", "this kernel has no openat2 (the fallback is "
+                                             "tested beside it)")
+    else:
+        monkeypatch.setattr(beneath._OPENAT2, "available", lambda: False)
+    yield request.param

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,23 +24,12 @@ from soulflow.decision.service import DecisionService
 from soulflow.heartbeat.service import HeartbeatService, TickStatus
 from soulflow.security.zones import zone_named
 from soulflow.session.store import SessionStore
-from soulflow.storage import beneath
 from soulflow.storage.beneath import Beneath, RefusedPath
 
 TODAY = dt.date(2026, 3, 14)
 KEY_BYTES = b"KEYBYTES-" + b"k" * 23
 HOST_TEXT = "HOST-FILE-CONTENT"
 ALICE = ChatRef("telegram", "111")
-
-
-@pytest.fixture(params=["openat2", "fallback"])
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "openat2":
-        if not beneath.openat2_available():
-            pytest.skip("this kernel has no openat2 (the fallback is tested beside it)")
-    else:
-        monkeypatch.setattr(beneath._OPENAT2, "available", lambda: False)
-    yield request.param
 
 
 @pytest.fixture

@@ -9,25 +9,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from soulflow.storage import beneath
 from soulflow.storage.beneath import Beneath, RefusedPath, relative_parts
-from tests.conftest import skip_platform_fact
-
-
-@pytest.fixture(params=["openat2", "fallback"])
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "openat2":
-        if not beneath.openat2_available():
-            skip_platform_fact("no-openat2", "this kernel has no openat2 (the fallback is "
-                                             "tested beside it)")
-    else:
-        monkeypatch.setattr(beneath._OPENAT2, "available", lambda: False)
-    yield request.param
 
 
 @pytest.fixture

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from soulflow.storage import beneath
 from soulflow.storage.beneath import Beneath, RefusedPath
-
-
-@pytest.fixture(params=["openat2", "fallback"])
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "openat2":
-        if not beneath.openat2_available():
-            pytest.skip("this kernel has no openat2 (the fallback is tested beside it)")
-    else:
-        monkeypatch.setattr(beneath._OPENAT2, "available", lambda: False)
-    yield request.param
 
 
 def test_moves_a_file_and_creates_the_parents(tmp_path: Path, resolver: str) -> None:
