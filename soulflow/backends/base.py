@@ -210,11 +210,6 @@ class Backend(Protocol):
         """For /api/state and the page: kind, node id, whether the store answers (and since
         when not), the last error (no credentials), partitions held / total."""
 
-    def store_unreachable(self, exc: BaseException) -> bool:
-        """True if `exc` (or what caused it) says the shared store did not answer (a network
-        failure, a timeout, a Redis still loading its data), as opposed to a bug or bad input:
-        a turn that failed so is given back to run again, never quarantined. Never on files."""
-
     def sync(self) -> None:
         """Flush buffered writes to disk (file backend; safe from a worker thread)."""
 

@@ -281,10 +281,6 @@ class FileBackend:
         return {"kind": str(self.kind), "node_id": self.node_id, "connected": True,
                 "since": None, "last_error": "", "partitions": None}
 
-    def store_unreachable(self, exc: BaseException) -> bool:
-        """A file that cannot be written is a real failure, recorded as one."""
-        return False
-
     def sync(self) -> None:
         self.inbound.journal.sync()
         self.outbox.outbox.sync()

@@ -43,6 +43,7 @@ from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.replies import BusReplies
 from soulflow.channels.runs import ActiveRuns
 from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.errors import StoreUnavailable
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (
@@ -103,7 +104,6 @@ class ChannelManager:
         self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
                                     self.workspace, max_inbound_chars, self.backlog_for,
-                                    bus.backend.store_unreachable,
                                     sealer.vault if sealer is not None else None)
         # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
         # meant for a task (its plan review, a waiting step) is answered there; None: not one
@@ -271,7 +271,7 @@ class ChannelManager:
         store answers (its turn then finds a reply already stored, if there was one)."""
         error = f"{type(exc).__name__}: {exc}"
         backend = self.bus.backend
-        if backend.status().get("connected", True) and not backend.store_unreachable(exc):
+        if backend.status().get("connected", True) and not isinstance(exc, StoreUnavailable):
             try:
                 await self._give_up(batch, error)
                 return

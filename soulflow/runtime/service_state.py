@@ -17,6 +17,7 @@ from soulflow.backends.base import Backend, BackendUnavailable
 from soulflow.config import Settings
 from soulflow.cron.store import CronStore, Job, JobStore, PayloadKind
 from soulflow.decision.service import DecisionService
+from soulflow.errors import StoreError
 from soulflow.runtime.agent_state import state_redis
 from soulflow.security.protected import open_vault
 from soulflow.security.vault import SecretVault
@@ -66,28 +67,19 @@ def vault(settings: Settings, state: StateRedis | None) -> SecretVault:
     one sentence (`BackendUnavailable`) here."""
     if state is None:
         return open_vault(settings)
-    from redis.exceptions import RedisError
-
     from soulflow.backends.redis.vault import RedisSecretEntries
 
     try:
         return open_vault(settings, entries=RedisSecretEntries(state))
-    except RedisError as exc:
+    except StoreError as exc:
         raise redis_failure(settings, exc) from None
 
 
 def redis_failure(settings: Settings, exc: Exception) -> BackendUnavailable:
     """One sentence for the operator about a Redis call that failed (the password hidden)."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from soulflow.backends.redis.backend import redis_failure as sentence
 
-    from soulflow.backends.redis.backend import shown_url
-
-    reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
-    what = ("is unreachable" if isinstance(exc, RedisConnectionError | RedisTimeoutError)
-            else "failed")
-    return BackendUnavailable(f"Redis at {shown_url(settings['REDIS_URL'])} (REDIS_URL) "
-                              f"{what}: {reason}")
+    return BackendUnavailable(sentence(settings["REDIS_URL"], exc))
 
 
 @contextmanager
@@ -99,11 +91,9 @@ def cli_state(settings: Settings) -> Iterator[StateRedis | None]:
     if state is None:
         yield None
         return
-    from redis.exceptions import RedisError
-
     try:
         yield state
-    except RedisError as exc:
+    except StoreError as exc:
         raise redis_failure(settings, exc) from None
     finally:
         state.close()

@@ -23,7 +23,6 @@ from soulflow.tasks.store import (
     TaskFenced,
     TaskStore,
     TaskStoreBase,
-    TaskStoreUnavailable,
 )
 
 __all__ = [
@@ -47,7 +46,6 @@ __all__ = [
     "TaskStatus",
     "TaskStore",
     "TaskStoreBase",
-    "TaskStoreUnavailable",
     "execution_groups",
     "run_task_loop",
     "validate_graph",

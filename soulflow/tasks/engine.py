@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection
 
+from soulflow.errors import StoreUnavailable
 from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.graph import validate_graph
 from soulflow.tasks.model import Choice, TaskGraph, TaskState, TaskStatus
@@ -33,7 +34,6 @@ from soulflow.tasks.store import (
     TaskDecisionError,
     TaskFenced,
     TaskStoreBase,
-    TaskStoreUnavailable,
     new_task_id,
     task_chat_key,
 )
@@ -209,7 +209,7 @@ class TaskEngine:
             return
         try:
             task = self.store.get(task_id)
-        except TaskStoreUnavailable:
+        except StoreUnavailable:
             return  # `reconcile` resumes it once the store answers
         if (task is not None and not task.status.finished
                 and any(s.choice is not None for s in task.nodes.values())):
@@ -218,7 +218,7 @@ class TaskEngine:
     async def _drive(self, task_id: str, abort: asyncio.Event, wake: asyncio.Event) -> None:
         try:
             task = self.store.require(task_id)
-        except TaskStoreUnavailable as exc:
+        except StoreUnavailable as exc:
             log.warning("task %s paused: %s", task_id, exc)
             return
         try:
@@ -228,13 +228,13 @@ class TaskEngine:
             raise
         except TaskFenced as exc:  # its chat is another node's now: that node resumes it
             log.warning("task %s stops on this node: %s", task_id, exc)
-        except TaskStoreUnavailable as exc:  # resumed by `reconcile` once the store answers
+        except StoreUnavailable as exc:  # resumed by `reconcile` once the store answers
             log.warning("task %s paused: %s", task_id, exc)
         except Exception as exc:  # a bug in the loop: say so on the task, never hang it
             log.exception("the loop of task %s crashed", task_id)
             task.status, task.error = TaskStatus.FAILED, f"internal error: {exc!r}"
             try:
                 await self.store.checkpoint(task)
-            except (TaskFenced, TaskStoreUnavailable):
+            except (TaskFenced, StoreUnavailable):
                 log.warning("task %s: its failure could not be recorded here (its chat is "
                             "another node's now)", task_id)

@@ -27,6 +27,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from soulflow.errors import StoreUnavailable
 from soulflow.tasks.contracts import EmitFn, NodeCall, NodeExecutors, TaskEvent
 from soulflow.tasks.graph import propagate_skips, ready_nodes, resolve_inputs
 from soulflow.tasks.model import (
@@ -44,7 +45,6 @@ from soulflow.tasks.store import (
     TaskDecisionError,
     TaskFenced,
     TaskStoreBase,
-    TaskStoreUnavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class _TaskRun:
                     if self.abort.is_set():
                         break  # a step that ended because of the cancel is cancelled, not failed
                     await self._record(self.running.pop(child), child)
-        except (asyncio.CancelledError, TaskFenced, TaskStoreUnavailable):
+        except (asyncio.CancelledError, TaskFenced, StoreUnavailable):
             # shutdown, the task's chat moved to another node (a checkpoint was refused), or
             # the store is away: stop the steps, mark nothing; the checkpoint says where to
             # pick up

@@ -49,12 +49,6 @@ class TaskFenced(TaskDecisionError):
     here is refused with this message (answer in the task's chat instead)."""
 
 
-class TaskStoreUnavailable(RuntimeError):
-    """The store did not answer (Redis away): nothing was written. A runner stops without
-    marking anything, as at shutdown; the engine resumes the task from its last checkpoint
-    once the store answers again (if this node still holds the chat)."""
-
-
 def _encode_task(record: Any) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
 

@@ -16,13 +16,12 @@ import asyncio
 import sys
 from typing import Any
 
-from redis.asyncio import Redis
-
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.redis.approvals import RedisApprovalMessages
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.contracts import ChatRef
@@ -48,7 +47,7 @@ class Stuck(Recorder):
 
 
 async def main(url: str, prefix: str, node_id: str, ttl_s: float, mode: str) -> None:
-    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix=prefix,
+    backend = RedisBackend(AsyncStoreRedis.from_url(url), node_id=node_id, prefix=prefix,
                            partitions=PARTITIONS, lease_ttl_s=ttl_s)
     await backend.start()
     state = StateRedis(sync_client(url), prefix)

@@ -20,10 +20,10 @@ import sys
 from typing import Any
 
 import httpx
-from redis.asyncio import Redis
 
 from soulflow.backends.leader import LeaderElection
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 
 PARTITIONS = 8
@@ -104,7 +104,7 @@ class ClusterNode:
 
 async def main(url: str, prefix: str, node_id: str, telegram: str, token: str,
                ttl_s: float) -> None:
-    backend = RedisBackend(Redis.from_url(url, socket_timeout=ttl_s / 2), node_id=node_id,
+    backend = RedisBackend(AsyncStoreRedis.from_url(url, socket_timeout=ttl_s / 2), node_id=node_id,
                            prefix=prefix, partitions=PARTITIONS, lease_ttl_s=ttl_s)
     await backend.start()
     node = ClusterNode(backend, f"{telegram}/bot{token}", ttl_s)

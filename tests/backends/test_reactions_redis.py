@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from redis.asyncio import Redis
-
 from soulflow.agent.approvals import ApproverPolicy
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -27,6 +25,7 @@ from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.redis.approvals import RedisApprovalMessages
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
@@ -50,8 +49,8 @@ from tests.waiting import until
 async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: list[int], *,
                owner: bool) -> AsyncIterator[Pipeline]:
     """One node's pipeline on the shared Redis; only the owner takes partitions and claims."""
-    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix=prefix, partitions=4,
-                           lease_ttl_s=3.0)
+    backend = RedisBackend(AsyncStoreRedis.from_url(url), node_id=node_id, prefix=prefix,
+                           partitions=4, lease_ttl_s=3.0)
     if owner:
         await backend.start()
     state = StateRedis(sync_client(url), prefix)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from soulflow.agent.approvals import Decider
 from soulflow.agent.context import ContextBuilder
@@ -33,6 +32,7 @@ from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.redis.approvals import RedisApprovalMessages
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import partition_of
 from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
@@ -90,8 +90,8 @@ async def kill_node_a(url: str, prefix: str, mode: str) -> list[str]:
 async def node_b(redis_server: RedisServer, prefix: str,
                  tmp_path: Path) -> AsyncIterator[NodeB]:
     """Built before node A runs (so nothing here holds a lease yet), started by `take_over`."""
-    backend = RedisBackend(Redis.from_url(redis_server.url), node_id="node-b", prefix=prefix,
-                           partitions=PARTITIONS, lease_ttl_s=TTL_S)
+    backend = RedisBackend(AsyncStoreRedis.from_url(redis_server.url), node_id="node-b",
+                           prefix=prefix, partitions=PARTITIONS, lease_ttl_s=TTL_S)
     state = StateRedis(sync_client(redis_server.url), prefix)
     sessions = RedisSessionStore(state)
     context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),

@@ -13,13 +13,13 @@ import pytest
 from soulflow.backends.redis.keys import TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.backends.redis.tasks import RedisTaskStore
+from soulflow.errors import StoreUnavailable
 from soulflow.tasks import (
     NodeOutcome,
     NodeStatus,
     TaskEngine,
     TaskGraph,
     TaskStatus,
-    TaskStoreUnavailable,
 )
 from tests.backends.redis_server import RedisServer
 from tests.tasks.helpers import Toolbox, tool
@@ -49,7 +49,7 @@ async def test_a_task_pauses_while_redis_is_away_and_resumes_after(
     release.set()  # the step ends; its checkpoint cannot be written
     await until(lambda: engine.running_ids() == [], timeout=5)
     assert task.status is TaskStatus.RUNNING  # paused, not failed
-    with pytest.raises(TaskStoreUnavailable):
+    with pytest.raises(StoreUnavailable):
         await engine.reconcile()  # the watch loop logs this and tries again later
 
     durable_redis.start()  # back, with everything it acknowledged (AOF always)

@@ -7,7 +7,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 
 | layer | modules |
 |---|---|
-| 0 contracts | `contracts` (shared records, protocols; imports nothing of soulflow), the version |
+| 0 contracts | `contracts` (shared records, protocols), `errors` (the exception root); both |
+|   | import nothing of soulflow; the version |
 | 1 foundation | `storage`, `settings_*`, `supervisor`, `telemetry` < `config` < `scaffold` |
 | 2 stores | `security`, `session`, `decision`, `cron`, `tasks` (model, graph, store, engine) |
 | 3 observability | `events` (publishes task-store changes, so above `tasks`), `logs` (redacts) |
@@ -32,7 +33,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "soulflow"
 
 LAYERS: dict[str, float] = {
-    **dict.fromkeys(["soulflow", "soulflow.contracts"], 0),  # the package holds __version__
+    # the package holds __version__; errors is the exception root
+    **dict.fromkeys(["soulflow", "soulflow.contracts", "soulflow.errors"], 0),
     **dict.fromkeys(["soulflow.storage", "soulflow.settings_examples",
                      "soulflow.supervisor", "soulflow.telemetry"], 1),
     "soulflow.settings_catalog": 1.05,  # its reference shows the examples

@@ -19,6 +19,7 @@ from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.manager import ChannelManager
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.contracts import ReplyStatus
+from soulflow.errors import StoreUnavailable
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.domain_rig import agent_domain
 from tests.waiting import until
@@ -312,26 +313,21 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
 async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """A synchronous store (sessions, runs on Redis) fails on the network while the backend's
-    own probe still says connected: the backend recognises the failure, so the batch is given
-    back, not quarantined with an apology."""
+    own probe still says connected: the store says so (`StoreUnavailable`), so the batch is
+    given back, not quarantined with an apology."""
     build, adapter, model, bus = rig
     manager = build()
     manager.release_pause_s = 0.01
     real = bus.outbox.has_answered
     calls: list[str] = []
 
-    class StoreAway(Exception):
-        pass
-
     async def has_answered(key: str) -> bool:
         calls.append(key)
         if len(calls) == 1:
-            raise RuntimeError("session store failed") from StoreAway()
+            raise StoreUnavailable("Error 111 connecting to localhost:6379")
         return await real(key)
 
     monkeypatch.setattr(bus.outbox, "has_answered", has_answered)
-    monkeypatch.setattr(bus.backend, "store_unreachable",
-                        lambda exc: isinstance(exc.__cause__, StoreAway))
     await manager.ingest(adapter, [msg(1, "still there?")])
     assert await settle(adapter, 1) == ["echo: still there?"]
     assert len(calls) == 2 and await bus.inbound_dlq.count() == 0
@@ -344,11 +340,6 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
     went wrong" reply; the batch is given back and answered once the store answers."""
     build, adapter, model, bus = rig
 
-    class StoreAway(Exception):
-        pass
-
-    monkeypatch.setattr(bus.backend, "store_unreachable",
-                        lambda exc: isinstance(exc.__cause__, StoreAway))
     manager = build()
     manager.release_pause_s = 0.01
     real = manager.agent.respond
@@ -357,7 +348,7 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
     async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
         runs.append(message.key)
         if len(runs) == 1:
-            raise RuntimeError("run journal write failed") from StoreAway()
+            raise StoreUnavailable("Timeout reading from socket")
         return await real(message, text, **kwargs)
 
     monkeypatch.setattr(manager.agent, "respond", respond)
@@ -373,11 +364,6 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
     the chat is answered m1, m2, m3 (the given-back batch goes first, not to the end)."""
     build, adapter, model, bus = rig
 
-    class StoreAway(Exception):
-        pass
-
-    monkeypatch.setattr(bus.backend, "store_unreachable",
-                        lambda exc: isinstance(exc.__cause__, StoreAway))
     manager = build(fold_max=1)
     manager.release_pause_s = 0.05
     real = manager.agent.respond
@@ -387,7 +373,7 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
         runs.append(text)
         if len(runs) == 1:
             await asyncio.sleep(0.05)  # m2 and m3 arrive while m1 runs
-            raise RuntimeError("run journal write failed") from StoreAway()
+            raise StoreUnavailable("Timeout reading from socket")
         return await real(message, text, **kwargs)
 
     monkeypatch.setattr(manager.agent, "respond", respond)

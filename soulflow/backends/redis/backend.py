@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, BusyLoadingError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from soulflow.backends.base import BackendKind, BackendUnavailable, Lease
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.inbound import RedisInbound
 from soulflow.backends.redis.keys import Keys, partition_of
 from soulflow.backends.redis.lease import RedisLeases
@@ -28,6 +27,7 @@ from soulflow.backends.redis.records import (
     RedisDeadLetters,
     RedisInboundDeadLetters,
 )
+from soulflow.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
+def client_for(url: str, *, timeout_s: float = 5.0,
+               socket_timeout_s: float = 3.0) -> AsyncStoreRedis:
     """A client for `url` (no connection yet), or BackendUnavailable naming a malformed URL.
 
     A command that fails on a connection error is tried again twice on a new connection: after
@@ -52,9 +53,10 @@ def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.
     must fail before the lease's deadline, not three timeouts later). A retried command may
     have run once already (Redis died after running it, before answering); every write here
     is idempotent or says so (`accept` of a stored message answers "seen", an entry read and
-    never handed out is swept after a TTL)."""
+    never handed out is swept after a TTL). What still fails is raised as `StoreUnavailable`
+    or `StoreError` (redis/errors.py)."""
     try:
-        return Redis.from_url(url, socket_connect_timeout=timeout_s,
+        return AsyncStoreRedis.from_url(url, socket_connect_timeout=timeout_s,
                               socket_timeout=socket_timeout_s, health_check_interval=30,
                               retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2,
                                           supported_errors=(RedisConnectionError,)))
@@ -64,32 +66,29 @@ def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.
                                  "unix:///path/to/redis.sock") from None
 
 
-async def check_reachable(client: Redis, url: str, *, timeout_s: float = 5.0) -> None:
+async def check_reachable(client: AsyncStoreRedis, url: str, *,
+                          timeout_s: float = 5.0) -> None:
     """PING, or BackendUnavailable with one sentence for the operator (the client is closed)."""
     try:
         await asyncio.wait_for(client.ping(), timeout=timeout_s + 1)
-    except AuthenticationError as exc:
+    except StoreError as exc:
         await client.aclose()
-        raise BackendUnavailable(f"Redis at {shown_url(url)} refused the credentials in "
-                                 f"REDIS_URL ({exc})") from None
-    except (RedisError, OSError, TimeoutError) as exc:
+        if isinstance(exc.__cause__, AuthenticationError):
+            raise BackendUnavailable(f"Redis at {shown_url(url)} refused the credentials in "
+                                     f"REDIS_URL ({exc})") from None
+        raise BackendUnavailable(redis_failure(url, exc, "is unreachable")) from None
+    except (OSError, TimeoutError) as exc:
         await client.aclose()
-        reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
-        raise BackendUnavailable(f"Redis at {shown_url(url)} (REDIS_URL) is unreachable: "
-                                 f"{reason}") from None
+        raise BackendUnavailable(redis_failure(url, exc, "is unreachable")) from None
 
 
-def network_failure(exc: BaseException) -> bool:
-    """`exc`, or an exception it was raised from or during, is Redis not answering (the sync
-    stores wrap such errors in their own, e.g. TaskStoreUnavailable, so the chain is walked)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, (RedisConnectionError, RedisTimeoutError, BusyLoadingError)):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+def redis_failure(url: str, exc: BaseException, what: str | None = None) -> str:
+    """One sentence for the operator about a Redis call that failed, the password hidden:
+    "is unreachable" when Redis did not answer, else "failed" (unless `what` says)."""
+    reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
+    if what is None:
+        what = "is unreachable" if isinstance(exc, StoreUnavailable) else "failed"
+    return f"Redis at {shown_url(url)} (REDIS_URL) {what}: {reason}"
 
 
 @dataclass(slots=True)
@@ -123,7 +122,7 @@ class RedisBackend:
 
     kind = BackendKind.REDIS
 
-    def __init__(self, client: Redis, *, node_id: str, prefix: str = "soulflow:",
+    def __init__(self, client: AsyncStoreRedis, *, node_id: str, prefix: str = "soulflow:",
                  partitions: int = 16, lease_ttl_s: float = 6.0,
                  seen_ttl_s: float = 7 * 24 * 3600,
                  redact: Callable[[str], str] | None = None,
@@ -157,7 +156,9 @@ class RedisBackend:
         try:
             await self.inbound.ensure_groups()
             await self.partitions.rebalance()
-        except ResponseError as exc:
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, ResponseError):
+                raise
             raise BackendUnavailable(f"Redis refused the backend's setup ({exc}); SoulFlow "
                                      "needs Redis 6.2 or newer with scripting allowed") from None
         self._held = frozenset(self.partitions.worked())
@@ -177,7 +178,7 @@ class RedisBackend:
                 pass
             try:
                 await asyncio.wait_for(self.partitions.rebalance(), timeout=interval * 2)
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (StoreError, OSError, TimeoutError) as exc:
                 self.reachability.failed(exc)
             except Exception:
                 log.exception("partition leases: rebalance failed; retrying")
@@ -223,9 +224,6 @@ class RedisBackend:
                 "private_partition": {"name": self.partitions.private, "held": (
                     self.partitions.lease(self.partitions.private) is not None)},
                 "lease_ttl_s": self.partitions.ttl_s}
-
-    def store_unreachable(self, exc: BaseException) -> bool:
-        return network_failure(exc)
 
     def sync(self) -> None:
         """Redis persists on its own (see docs/scaling.md, persistence)."""

@@ -13,9 +13,9 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from redis import Redis
 from redis.client import Pipeline
 
+from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
 from soulflow.decision.service import Decision, merge_canonical
@@ -46,7 +46,7 @@ class RedisDecisions:
     """`DecisionRecords` on Redis (see the module docstring)."""
 
     def __init__(self, state: StateRedis) -> None:
-        self._client: Redis = state.client
+        self._client: SyncStoreRedis = state.client
         self._key = ServiceKeys(state.prefix).decisions
         self._put = self._client.register_script(DECISION_PUT)
 

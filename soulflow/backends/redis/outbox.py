@@ -14,9 +14,8 @@ import json
 import logging
 from collections.abc import Iterable
 
-from redis.asyncio import Redis
-
 from soulflow.backends.redis import scripts
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
 from soulflow.bus.messages import OutboundMessage
@@ -54,7 +53,7 @@ PARTS_KNOWN = 4096  # message ids whose partition a node remembers (then it star
 
 
 class RedisOutbox:
-    def __init__(self, client: Redis, keys: Keys, partitions: PartitionLeases, *,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, partitions: PartitionLeases, *,
                  answered_ttl_s: float = 7 * 24 * 3600) -> None:
         self._client = client
         self._keys = keys

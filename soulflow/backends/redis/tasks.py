@@ -18,7 +18,7 @@ Live objects are cached only for tasks of chats held here, tagged with the lease
 record's bytes they were read under; every read fetches the record and keeps the live object
 only if both still match, so an answer written elsewhere is seen at once. Records that cannot
 be parsed are reported in `problems` once and left untouched. Redis not answering raises
-`TaskStoreUnavailable` (the task code never imports redis).
+`StoreUnavailable` (the task code never imports redis).
 
 Keys (`soulflow/backends/redis/keys.py`): `tasks:rec` (id → json), `tasks:idx` (id →
 `revision|chat`), `tasks:open` (unfinished ids), `tasks:created` and `tasks:chat:<chat>` (ids by
@@ -34,17 +34,15 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
-from redis.exceptions import RedisError
-
 from soulflow.backends.base import Lease
 from soulflow.backends.redis.keys import Keys, TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.errors import StoreError, StoreUnavailable
 from soulflow.tasks import store as task_store
 from soulflow.tasks.model import TaskState, TaskStatus, now
 from soulflow.tasks.store import (
     TaskFenced,
     TaskStoreBase,
-    TaskStoreUnavailable,
     check_task_id,
     detail_entry,
     task_chat_key,
@@ -120,15 +118,15 @@ return 1
 
 
 def _answered(method: Callable[P, R]) -> Callable[P, R]:
-    """Redis not answering becomes `TaskStoreUnavailable`, which the task code knows (it
-    never imports redis): a runner pauses, the engine retries at its next reconcile."""
+    """Redis not answering (or refusing) becomes `StoreUnavailable`, which the task code knows
+    (it never imports redis): a runner pauses, the engine retries at its next reconcile."""
 
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except (RedisError, OSError) as exc:
-            raise TaskStoreUnavailable(f"Redis did not answer ({exc})") from exc
+        except (StoreError, OSError) as exc:
+            raise StoreUnavailable(f"Redis did not answer ({exc})") from exc
 
     return call
 
@@ -274,10 +272,10 @@ class RedisTaskStore(TaskStoreBase):
         try:
             result = self._run_checkpoint(task, text, chat, lease_key, lease_value,
                                           "new" if new else str(expected), answer)
-        except (RedisError, OSError) as exc:
+        except (StoreError, OSError) as exc:
             task.revision = expected  # perhaps not written: read it again before going on
             self._live.pop(task.task_id, None)
-            raise TaskStoreUnavailable(f"Redis did not take the checkpoint of task "
+            raise StoreUnavailable(f"Redis did not take the checkpoint of task "
                                        f"{task.task_id} ({exc})") from exc
         if result == 1:
             if not answer:
