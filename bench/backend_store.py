@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from soulflow.backends.base import Backend  # noqa: E402
-from soulflow.backends.file import FileBackend  # noqa: E402
+from soulflow.backends.file.backend import FileBackend  # noqa: E402
 from soulflow.backends.redis.backend import RedisBackend  # noqa: E402
 from soulflow.backends.redis.clients import AsyncStoreRedis  # noqa: E402
 from soulflow.bus.messages import InboundMessage, OutboundMessage  # noqa: E402

@@ -1,8 +1,8 @@
 """The durable parts of the bus as backend protocols: one contract, a file and a Redis backend.
 
-These protocols are taken from the public API of the file classes (`bus/inbound.py`,
-`bus/outbox.py`, `bus/dlq.py`, `bus/inbound_dlq.py`, `channels/state.py`), made asynchronous
-because a shared backend answers over the network. Two things the single-process file classes
+These protocols are taken from the public API of the file journals (`file/inbound.py`,
+`file/outbox.py`, `file/dead_letters.py`, `channels/state.py`), made asynchronous because a
+shared backend answers over the network. Two things the single-process file classes
 never needed are added, because several nodes share one workload:
 
 - `InboundStore.claim()`: the work this node may run now. Each accepted message is handed out
@@ -22,11 +22,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from soulflow.bus.dlq import DeadLetter
-from soulflow.bus.inbound_dlq import InboundDeadLetter, IntakeStage
-from soulflow.bus.messages import InboundMessage, OutboundMessage
-from soulflow.bus.outbox import OutboxEntry
 from soulflow.config import ConfigError
+from soulflow.contracts import (
+    DeadLetter,
+    InboundDeadLetter,
+    InboundMessage,
+    IntakeStage,
+    OutboundMessage,
+    OutboxEntry,
+)
 
 
 class BackendKind(StrEnum):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.backends.base import Backend, BackendKind, BackendUnavailable
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 
 
 def default_node_id(workspace: Path | None = None) -> str:

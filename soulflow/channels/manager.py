@@ -24,7 +24,6 @@ from soulflow.agent.approvals import CLARIFY, parse_reaction
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run.store import RunMoved
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.access import AccessPolicy, refusal_text
@@ -42,7 +41,7 @@ from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.replies import BusReplies
 from soulflow.channels.runs import ActiveRuns
-from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.contracts import ChatRef, EventSink, IntakeStage, ReplyStatus
 from soulflow.errors import StoreUnavailable
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
@@ -60,9 +59,6 @@ log = logging.getLogger(__name__)
 RELEASE_PAUSE_S = 1.0
 EMPTY_MESSAGE_REPLY = "I received an empty message; write something and I'll answer."
 STOP_REACTIONS = frozenset({"🛑", "⛔", "octagonal_sign", "no_entry", "stop_sign"})
-
-EventSink = Callable[[str, dict[str, Any]], None]
-
 
 class ChannelManager:
     def __init__(self, registry: ChannelRegistry, bus: MessageBus, agent: AgentDomain, *,

@@ -2,7 +2,7 @@
 
 An adapter that cannot parse one platform update returns `poison_message(...)` in its batch
 instead of dropping it silently: the manager then records it in the inbound dead-letter file
-before the adapter's cursor moves past it (see `bus/inbound_dlq.py`). The manager wraps every
+before the adapter's cursor moves past it (see `security/dead_letters.py`). The manager wraps every
 step of taking in one message (normalising, filtering, sealing, journaling, commands) in
 `stage(...)`, so an error names where it happened.
 """
@@ -13,11 +13,13 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
-from soulflow.bus.inbound_dlq import RAW_CAP, InboundDeadLetter, IntakeStage
+from soulflow.backends.base import InboundDeadLetterStore
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import scrub_surrogates
+from soulflow.contracts import InboundDeadLetter, IntakeStage
+from soulflow.security.dead_letters import RAW_CAP
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +73,6 @@ def safe_key(text: str) -> str:
     return scrub_surrogates(text)
 
 
-class LetterStore(Protocol):
-    """The backend's inbound dead-letter store (backends/base.py InboundDeadLetterStore)."""
-
-    async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
-                  stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
-                  key: str = "") -> InboundDeadLetter: ...
-
-
 class Quarantine:
     """Records a message in the inbound DLQ and marks its id seen, so it is never retried.
 
@@ -86,7 +80,8 @@ class Quarantine:
     here propagates, the channel loop restarts, and the message is read and recorded again.
     """
 
-    def __init__(self, letters: LetterStore, mark_seen: Callable[[list[str]], Awaitable[None]],
+    def __init__(self, letters: InboundDeadLetterStore,
+                 mark_seen: Callable[[list[str]], Awaitable[None]],
                  *, on_record: Callable[[InboundDeadLetter], None] | None = None) -> None:
         self.letters = letters
         self._mark_seen = mark_seen

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +20,9 @@ from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.rendering import render_reply
-from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.contracts import ChatRef, EventSink, ReplyStatus
 
 log = logging.getLogger(__name__)
-
-EventSink = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(slots=True)

@@ -38,12 +38,12 @@ from soulflow.channels.capability_commands import (
 from soulflow.channels.factory import access_policy, build_platform_channels
 from soulflow.channels.feedback import FeedbackPolicy
 from soulflow.channels.local import LocalChannel
-from soulflow.channels.manager import ChannelManager, EventSink
+from soulflow.channels.manager import ChannelManager
 from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.secret_command import make_secret_command
 from soulflow.config import ConfigError, Settings, id_list
-from soulflow.contracts import Provider
+from soulflow.contracts import EventSink, Provider
 from soulflow.cron import CronService
 from soulflow.providers.factory import failover_order
 from soulflow.providers.local_runtime import LocalModelRuntime

@@ -26,7 +26,7 @@ from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.files import WriteFileTool
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.contracts import ReplyStatus
 from soulflow.decision.service import DecisionService

@@ -32,7 +32,7 @@ from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy

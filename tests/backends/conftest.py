@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from soulflow.backends.base import Backend
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from tests.backends.redis_server import RedisServer

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.agent.tools.base import ChatRef
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.access import AccessPolicy
 from soulflow.channels.base import ChannelAdapter

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from soulflow.bus.inbound import InboundJournal
+from soulflow.backends.file.inbound import InboundJournal
 from soulflow.contracts import ChatRef, CronRunStatus
 from soulflow.cron import (
     CronService,

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local import LocalChannel
 from soulflow.dashboard import service as service_module

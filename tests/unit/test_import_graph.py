@@ -40,6 +40,12 @@ LAYERS: dict[str, float] = {
     "soulflow.settings_catalog": 1.05,  # its reference shows the examples
     "soulflow.config": 1.1,  # reads the settings catalog
     "soulflow.scaffold": 1.2,  # writes the workspace's default files from the config
+    # models: what the stores keep and the pure rules they apply on it (no I/O, no service)
+    **dict.fromkeys([*(f"soulflow.security.{name}" for name in
+                       ("errors", "syntax", "detection", "detectors", "platform_tokens",
+                        "dead_letters"))], 1.5),
+    # the store port, and the file backend built on the models
+    **dict.fromkeys(["soulflow.backends.base", "soulflow.backends.file"], 1.8),
     **dict.fromkeys(["soulflow.security", "soulflow.session", "soulflow.decision",
                      "soulflow.cron", "soulflow.tasks"], 2),
     **dict.fromkeys(["soulflow.events", "soulflow.logs"], 3),

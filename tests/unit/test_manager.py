@@ -10,7 +10,7 @@ import pytest
 
 from soulflow.agent.run.store import RunMoved
 from soulflow.agent.tools.base import ChatRef
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.access import AccessPolicy

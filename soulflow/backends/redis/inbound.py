@@ -23,7 +23,7 @@ from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 from soulflow.errors import StoreError
 
 

@@ -18,8 +18,7 @@ from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.bus.messages import OutboundMessage
-from soulflow.bus.outbox import OutboxEntry
+from soulflow.contracts import OutboundMessage, OutboxEntry
 
 log = logging.getLogger(__name__)
 

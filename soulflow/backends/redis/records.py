@@ -16,9 +16,8 @@ from soulflow.backends.base import Lease
 from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
-from soulflow.bus.dlq import DeadLetter
-from soulflow.bus.inbound_dlq import InboundDeadLetter, IntakeStage, build_inbound_letter
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import DeadLetter, InboundDeadLetter, IntakeStage, OutboundMessage
+from soulflow.security.dead_letters import build_inbound_letter
 
 
 class RedisDeadLetters:
