@@ -53,7 +53,7 @@ class MessageBus:
         self.inbound = backend.inbound
         self.outbox = backend.outbox
         self.dlq = backend.dlq
-        # messages that could not be taken in (poison input), redacted: see inbound_dlq.py
+        # messages that could not be taken in (poison input), redacted: security/dead_letters.py
         self.inbound_dlq = backend.inbound_dlq
         self.stats = BusStats()
         self._letters_read_at = 0.0  # when the recent dead letters were last read in full
@@ -133,16 +133,5 @@ class MessageBus:
                 failing = False
             await asyncio.sleep(interval_s)
 
-    def sync(self) -> None:
-        """fsync the journals (file backend; safe from a worker thread)."""
-        self.backend.sync()
-
-    def compact_if_needed(self) -> None:
-        """Rewrite journals that have grown (file backend); call from the event loop."""
-        self.backend.compact_if_needed()
-
     async def stop(self, timeout: float) -> None:
         await self.dispatcher.stop(timeout)
-
-    async def close(self) -> None:
-        await self.backend.close()

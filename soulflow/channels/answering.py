@@ -13,7 +13,7 @@ from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, Decider, parse_decision
 from soulflow.agent.domain import AgentDomain, AgentReply
-from soulflow.agent.run.store import RunMoved
+from soulflow.backends.base import RunMoved
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.feedback import ChannelFeedback

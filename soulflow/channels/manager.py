@@ -22,7 +22,7 @@ from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, parse_reaction
 from soulflow.agent.domain import AgentDomain
-from soulflow.agent.run.store import RunMoved
+from soulflow.backends.base import RunMoved
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor

@@ -44,8 +44,8 @@ class Node:
                                     lease_ttl_s=TTL_S)
         self.single = SingleRunner(self.backend.leases, f"node-{name}", ttl_s=TTL_S)
         self.heartbeat = HeartbeatService(
-            stack.workspace, stack.workspace / "runtime", stack.runner, TARGET,
-            interval_s=INTERVAL_S, state=RedisHeartbeatState(state))
+            stack.workspace, RedisHeartbeatState(state), stack.runner, TARGET,
+            interval_s=INTERVAL_S)
         self.ticked_at: list[float] = []
         self.task: asyncio.Task[None] | None = None
 

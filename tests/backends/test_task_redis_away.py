@@ -21,6 +21,7 @@ from soulflow.tasks import (
     TaskGraph,
     TaskStatus,
 )
+from soulflow.tasks.answers import require
 from tests.backends.redis_server import RedisServer
 from tests.tasks.helpers import Toolbox, tool
 from tests.waiting import until
@@ -53,12 +54,12 @@ async def test_a_task_pauses_while_redis_is_away_and_resumes_after(
         await engine.reconcile()  # the watch loop logs this and tries again later
 
     durable_redis.start()  # back, with everything it acknowledged (AOF always)
-    stored = store.require(task.task_id)
+    stored = require(store, task.task_id)
     assert stored.nodes["one"].status is NodeStatus.RUNNING  # the last checkpoint
     assert await engine.reconcile() == [task.task_id]
     done = await engine.wait(task.task_id)
     assert done.status is TaskStatus.COMPLETED
     assert ran == ["one", "one", "two"]  # the idempotent step ran again, as after a restart
-    assert store.require(task.task_id).status is TaskStatus.COMPLETED
+    assert require(store, task.task_id).status is TaskStatus.COMPLETED
     await engine.stop()
     state.close()

@@ -80,7 +80,7 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
         await asyncio.gather(reader, claiming, return_exceptions=True)
         await manager.stop(2.0)
         await bus.stop(2.0)
-        await bus.close()
+        await bus.backend.close()
 
 
 async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,

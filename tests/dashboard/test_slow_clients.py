@@ -81,7 +81,7 @@ async def running(tmp_path: Path, limits: ConnectionLimits) -> AsyncIterator[Rig
         finally:
             await service.stop()
             await bus.stop(1)
-            await bus.close()
+            await bus.backend.close()
 
 
 async def until_closed(reader: asyncio.StreamReader) -> bytes:

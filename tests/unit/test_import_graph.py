@@ -40,20 +40,25 @@ LAYERS: dict[str, float] = {
     "soulflow.settings_catalog": 1.05,  # its reference shows the examples
     "soulflow.config": 1.1,  # reads the settings catalog
     "soulflow.scaffold": 1.2,  # writes the workspace's default files from the config
-    # models: what the stores keep and the pure rules they apply on it (no I/O, no service)
-    **dict.fromkeys([*(f"soulflow.security.{name}" for name in
-                       ("errors", "syntax", "detection", "detectors", "platform_tokens",
-                        "dead_letters"))], 1.5),
-    # the store port, and the file backend built on the models
-    **dict.fromkeys(["soulflow.backends.base", "soulflow.backends.file"], 1.8),
-    **dict.fromkeys(["soulflow.security", "soulflow.session", "soulflow.decision",
-                     "soulflow.cron", "soulflow.tasks"], 2),
+    # models: what the stores keep and the pure rules they apply to it (no I/O, no service)
+    **dict.fromkeys([
+        *(f"soulflow.security.{name}" for name in
+          ("errors", "syntax", "detection", "detectors", "platform_tokens", "dead_letters",
+           "vault_records")),
+        "soulflow.cron.schedule", "soulflow.cron.jobs", "soulflow.decision.rules",
+        "soulflow.tasks.model", "soulflow.tasks.review",
+        *(f"soulflow.agent.run.{name}" for name in ("events", "reducer", "timing"))], 1.5),
+    # the store port (base), the file and Redis stores built on the models, and the one
+    # place that picks a backend (wiring)
+    "soulflow.backends": 1.8,
+    **dict.fromkeys(["soulflow.security", "soulflow.decision", "soulflow.cron",
+                     "soulflow.tasks"], 2),
     **dict.fromkeys(["soulflow.events", "soulflow.logs"], 3),
     **dict.fromkeys(["soulflow.agent", "soulflow.bus"], 4),
-    **dict.fromkeys(["soulflow.channels", "soulflow.providers", "soulflow.backends"], 5),
+    **dict.fromkeys(["soulflow.channels", "soulflow.providers"], 5),
     **dict.fromkeys(["soulflow.heartbeat",
                      *(f"soulflow.tasks.{name}" for name in
-                       ("assembly", "chat", "executors", "progress", "proposals", "tool"))], 6),
+                       ("assembly", "chat", "executors", "progress", "tool"))], 6),
     "soulflow.ops": 6.1,  # watches the heartbeat and the other services
     "soulflow.runtime": 7,
     # entry points: programs around a runtime, free to use each other

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from soulflow.agent.run.store import RunMoved
 from soulflow.agent.tools.base import ChatRef
+from soulflow.backends.base import RunMoved
 from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
@@ -119,7 +119,7 @@ class Rig:
     async def restart_bus(self) -> MessageBus:
         await self.stop_claiming()
         await self.bus.stop(0.1)
-        await self.bus.close()
+        await self.bus.backend.close()
         self.bus = self._new_bus()
         await self.bus.start()
         return self.bus
@@ -127,7 +127,7 @@ class Rig:
     async def close(self) -> None:
         await self.stop_claiming()
         await self.bus.stop(0.1)
-        await self.bus.close()
+        await self.bus.backend.close()
 
 
 @pytest.fixture

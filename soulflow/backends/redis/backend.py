@@ -1,4 +1,10 @@
-"""The Redis backend: one client, the stores over it, and the partition leases they share."""
+"""The Redis backend: the stores over one Redis, and the partition leases they share.
+
+The bus's stores use the asynchronous client; the stores the agent and the services call
+synchronously (sessions, run journals, approval prompts, cron, tasks, decisions, the vault's
+entries, the heartbeat's state) share one synchronous client (`sync_client.py`), made on the
+first use of one of them and closed last by `close()`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -15,21 +22,35 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from soulflow.backends.base import BackendKind, BackendUnavailable, Lease
+from soulflow.agent.run.timing import FinishedListener
+from soulflow.backends.base import BackendKind, BackendUnavailable, Lease, LoopFactory
+from soulflow.backends.redis.approvals import RedisApprovalMap
 from soulflow.backends.redis.clients import AsyncStoreRedis
+from soulflow.backends.redis.cron import RedisCronStore
+from soulflow.backends.redis.decisions import RedisDecisionStore
+from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.inbound import RedisInbound
-from soulflow.backends.redis.keys import Keys, partition_of
+from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.outbox import RedisOutbox
 from soulflow.backends.redis.partitions import PartitionLeases
+from soulflow.backends.redis.proposals import RedisProposalMap
 from soulflow.backends.redis.records import (
     RedisCursors,
     RedisDeadLetters,
     RedisInboundDeadLetters,
 )
+from soulflow.backends.redis.runs import RedisRunJournal, partition_fence
+from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
+from soulflow.backends.redis.sessions import RedisSessionStore
+from soulflow.backends.redis.sync_client import StateRedis, sync_client
+from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
+from soulflow.backends.redis.vault import RedisSecretEntries
 from soulflow.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+MAX_CALL_S = 2.0  # the longest one synchronous Redis call may block the event loop
 
 
 def shown_url(url: str) -> str:
@@ -121,15 +142,26 @@ class RedisBackend:
     and calls the `on_partitions_changed` callbacks when the held set changes."""
 
     kind = BackendKind.REDIS
+    shared = True  # several daemons: this node owns the chats of the partitions it holds
 
     def __init__(self, client: AsyncStoreRedis, *, node_id: str, prefix: str = "soulflow:",
                  partitions: int = 16, lease_ttl_s: float = 6.0,
                  seen_ttl_s: float = 7 * 24 * 3600,
                  redact: Callable[[str], str] | None = None,
-                 clock: Callable[[], float] = time.time, url: str = "") -> None:
+                 redact_strings: Callable[[Any], Any] | None = None,
+                 on_run_finished: FinishedListener | None = None,
+                 clock: Callable[[], float] = time.time, url: str = "",
+                 state: StateRedis | None = None) -> None:
+        """`state`: the synchronous client of the stores the agent calls; by default made from
+        `url` on first use (see `state`)."""
         self.client = client
         self.node_id = node_id
         self.url = url
+        self._redact = redact
+        self._redact_strings = redact_strings
+        self._on_run_finished = on_run_finished
+        if state is not None:
+            self.state = state
         self.keys = Keys(prefix, partitions)
         self.leases = RedisLeases(client, self.keys)
         self.partitions = PartitionLeases(client, self.keys, self.leases, node_id,
@@ -225,11 +257,79 @@ class RedisBackend:
                     self.partitions.lease(self.partitions.private) is not None)},
                 "lease_ttl_s": self.partitions.ttl_s}
 
-    def sync(self) -> None:
-        """Redis persists on its own (see docs/scaling.md, persistence)."""
+    def loops(self) -> dict[str, LoopFactory]:
+        """None: Redis persists on its own (docs/scaling.md, persistence), and the leases are
+        kept by the backend's own "backend:partitions" task."""
+        return {}
 
-    def compact_if_needed(self) -> None:
-        """Nothing grows without bound here: completed entries are deleted from the streams."""
+    def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(redis_failure(self.url, exc))
+
+    # -- the agent's and the services' stores (synchronous) -----------------------------
+
+    @cached_property
+    def state(self) -> StateRedis:
+        """The synchronous client of this node's stores.
+
+        A call that hangs on a dead Redis blocks the event loop, which must still notice in
+        time that its leases lapsed (at two thirds of the TTL): a call waits at most a quarter
+        of the TTL, and after a failure every call fails at once for half a TTL (the client's
+        breaker), so a lost Redis blocks the loop for at most a third of the time, one call at
+        a time."""
+        ttl_s = self.partitions.ttl_s
+        return StateRedis(sync_client(self.url, timeout_s=min(MAX_CALL_S, ttl_s / 4),
+                                      cooldown_s=ttl_s / 2), self.keys.prefix)
+
+    @cached_property
+    def sessions(self) -> RedisSessionStore:
+        return RedisSessionStore(self.state, redact=self._redact)
+
+    @cached_property
+    def runs(self) -> RedisRunJournal:
+        return RedisRunJournal(self.state, redact=self._redact_strings,
+                               on_finished=self._on_run_finished, fence=partition_fence(self))
+
+    @cached_property
+    def approvals(self) -> RedisApprovalMap:
+        return RedisApprovalMap(self.state, "messages")
+
+    @cached_property
+    def task_prompts(self) -> RedisApprovalMap:
+        return RedisApprovalMap(self.state, "task-prompts")
+
+    @cached_property
+    def cron(self) -> RedisCronStore:
+        """An occurrence a node claimed and did not finish (it died) waits one lease TTL."""
+        return RedisCronStore(self.state, claim_ttl_s=self.partitions.ttl_s)
+
+    @cached_property
+    def tasks(self) -> RedisTaskStore:
+        return RedisTaskStore(self.state, TaskKeys(self.keys.prefix),
+                              fence=PartitionFence(self))
+
+    @cached_property
+    def proposals(self) -> RedisProposalMap:
+        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix))
+
+    @cached_property
+    def workflow(self) -> RedisWorkflowLog:
+        return RedisWorkflowLog(self.state, TaskKeys(self.keys.prefix))
+
+    @cached_property
+    def decisions(self) -> RedisDecisionStore:
+        return RedisDecisionStore(self.state)
+
+    @cached_property
+    def secrets(self) -> RedisSecretEntries:
+        return RedisSecretEntries(self.state)
+
+    @cached_property
+    def heartbeat(self) -> RedisHeartbeatState:
+        return RedisHeartbeatState(self.state)
+
+    @cached_property
+    def notice_claims(self) -> RedisNoticeClaims:
+        return RedisNoticeClaims(self.state, self.node_id)
 
     async def close(self) -> None:
         self._stopping.set()
@@ -238,3 +338,7 @@ class RedisBackend:
             self._task = None
         await self.partitions.stop()
         await self.client.aclose()
+        if (workflow := self.__dict__.get("workflow")) is not None:
+            await workflow.close()
+        if (state := self.__dict__.get("state")) is not None:
+            state.close()  # last: every synchronous store has stopped

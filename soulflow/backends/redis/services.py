@@ -17,7 +17,7 @@ __all__ = ["RedisHeartbeatState", "RedisNoticeClaims"]
 
 
 class RedisHeartbeatState:
-    """`HeartbeatStateStore` (soulflow/heartbeat/service.py) on Redis: strings in a hash,
+    """`HeartbeatStateStore` (backends/base.py) on Redis: strings in a hash,
     read back by `HeartbeatState.from_dict` (None is stored as "")."""
 
     def __init__(self, state: StateRedis) -> None:
@@ -34,7 +34,8 @@ class RedisHeartbeatState:
 
 
 class RedisNoticeClaims:
-    """`claim(problem, ttl_s)`: True for the one node that tells this problem now."""
+    """`NoticeClaims`: `claim(problem, ttl_s)` is True for the one node that tells this problem
+    now."""
 
     def __init__(self, state: StateRedis, node_id: str) -> None:
         self._client: SyncStoreRedis = state.client

@@ -21,11 +21,11 @@ from collections.abc import Mapping
 
 from redis.client import Pipeline
 
+from soulflow.backends.base import EntriesChanged
 from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
-from soulflow.security.vault_entries import EntriesChanged, parse_entry
-from soulflow.security.vault_records import StoredSecret, entry_json
+from soulflow.security.vault_records import StoredSecret, entry_json, parse_entry
 
 __all__ = ["RedisSecretEntries"]
 
