@@ -101,7 +101,7 @@ class ChannelManager:
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
                                     self.workspace, max_inbound_chars, self.backlog_for,
                                     sealer.vault if sealer is not None else None)
-        # set by the daemon's task wiring (soulflow/tasks/assembly.py): a reply or reaction
+        # set by the daemon's task wiring (soulflow/tasks/wiring.py): a reply or reaction
         # meant for a task (its plan review, a waiting step) is answered there; None: not one
         self.task_replies: Callable[[InboundMessage], Awaitable[str | None]] | None = None
         self.task_reactions: Callable[[InboundMessage], Awaitable[str | None]] | None = None

@@ -40,7 +40,7 @@ from soulflow.contracts import ChatRef
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
-from soulflow.ops.assembly import BackgroundServices
+from soulflow.ops.wiring import BackgroundServices
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.runtime import status, wiring
@@ -53,7 +53,7 @@ from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.beneath import Beneath
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor
-from soulflow.tasks.assembly import TaskServices
+from soulflow.tasks.wiring import TaskServices
 from soulflow.telemetry import RUN_BUCKETS_S, Histogram
 
 log = logging.getLogger(__name__)

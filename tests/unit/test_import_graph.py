@@ -58,7 +58,7 @@ LAYERS: dict[str, float] = {
     **dict.fromkeys(["soulflow.channels", "soulflow.providers"], 5),
     **dict.fromkeys(["soulflow.heartbeat",
                      *(f"soulflow.tasks.{name}" for name in
-                       ("assembly", "chat", "executors", "progress", "tool"))], 6),
+                       ("wiring", "chat", "executors", "progress", "tool"))], 6),
     "soulflow.ops": 6.1,  # watches the heartbeat and the other services
     "soulflow.runtime": 7,
     # entry points: programs around a runtime, free to use each other
