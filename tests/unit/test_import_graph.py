@@ -10,12 +10,15 @@ other. The most specific prefix in LAYERS decides a module's layer.
 | 0 contracts | `contracts` (shared records, protocols), `errors` (the exception root); both |
 |   | import nothing of soulflow; the version |
 | 1 foundation | `storage`, `settings_*`, `supervisor`, `telemetry` < `config` < `scaffold` |
-| 2 stores | `security`, `session`, `decision`, `cron`, `tasks` (model, graph, store, engine) |
+| 1.5 models | what the stores keep and the pure rules on it: `security.{errors,syntax,...}`, |
+|   | `cron.{schedule,jobs}`, `decision.rules`, `tasks.{model,review}`, `agent.run.{events,...}` |
+| 1.8 store port | `backends` (every store protocol, the file and Redis stores, the backend) |
+| 2 stores' users | `security`, `decision`, `cron`, `tasks` (graph, answers, engine, ...) |
 | 3 observability | `events` (publishes task-store changes, so above `tasks`), `logs` (redacts) |
 | 4 domain | `agent`, `bus` (peers: they never import each other) |
-| 5 edges | `channels`, `providers`, `backends` |
+| 5 edges | `channels`, `providers` |
 | 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
-|   | `tasks.{assembly,chat,executors,progress,proposals,tool}` |
+|   | `tasks.{wiring,chat,executors,progress,tool}` |
 | 7 runtime | `runtime` (builds and starts everything) |
 | 8 entry points | `app` (runtime + dashboard), `cli`, `client`, `chat_client`, `*_cli`, |
 |   | `doctor`, `dashboard`, `__main__` |
