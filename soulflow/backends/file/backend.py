@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from soulflow.agent.run.timing import FinishedListener
 from soulflow.backends.base import BackendKind, BackendUnavailable, LoopFactory
@@ -41,6 +41,21 @@ from soulflow.backends.file.vault import FileSecretEntries
 from soulflow.backends.file.workflow import FileWorkflowLog
 
 
+class Closed(Protocol):
+    def close(self) -> None: ...
+
+
+class Flushed(Closed, Protocol):
+    def sync(self) -> None: ...
+
+
+class Compacted(Closed, Protocol):
+    @property
+    def needs_compaction(self) -> bool: ...
+
+    def compact(self) -> None: ...
+
+
 class FileBackend:
     """The stores under `runtime/`, at the paths of the data map (ARCHITECTURE.md)."""
 
@@ -63,33 +78,47 @@ class FileBackend:
         self._redact_strings = redact_strings
         self._on_run_finished = on_run_finished
         self._clock = clock
+        # the open files of the stores built so far: fsynced by the loop, compacted when they
+        # have grown, closed by close()
+        self._flushed: list[Flushed] = []
+        self._compacted: list[Compacted] = []
+        self._closed: list[Closed] = []
 
-    def _built(self, name: str) -> Any:
-        """The store built under `name`, or None if nothing asked for it yet."""
-        return self.__dict__.get(name)
+    def _opened(self, file: Any, *, flushed: bool = True, compacted: bool = False) -> None:
+        self._closed.append(file)
+        if flushed:
+            self._flushed.append(file)
+        if compacted:
+            self._compacted.append(file)
 
     # -- the bus's stores --------------------------------------------------------------
 
     @cached_property
     def inbound(self) -> FileInbound:
-        return FileInbound(InboundJournal(self.runtime_dir / "bus" / "inbound.jsonl",
-                                          fsync=self._fsync, seen_ttl_s=self._seen_ttl_s,
-                                          clock=self._clock))
+        journal = InboundJournal(self.runtime_dir / "bus" / "inbound.jsonl", fsync=self._fsync,
+                                 seen_ttl_s=self._seen_ttl_s, clock=self._clock)
+        self._opened(journal, compacted=True)
+        return FileInbound(journal)
 
     @cached_property
     def outbox(self) -> FileOutbox:
-        return FileOutbox(Outbox(self.runtime_dir / "bus" / "outbox.jsonl", fsync=self._fsync,
-                                 clock=self._clock))
+        outbox = Outbox(self.runtime_dir / "bus" / "outbox.jsonl", fsync=self._fsync,
+                        clock=self._clock)
+        self._opened(outbox, compacted=True)
+        return FileOutbox(outbox)
 
     @cached_property
     def dlq(self) -> FileDeadLetters:
-        return FileDeadLetters(DeadLetterQueue(self.runtime_dir / "dlq" / "outbound.jsonl",
-                                               clock=self._clock))
+        letters = DeadLetterQueue(self.runtime_dir / "dlq" / "outbound.jsonl", clock=self._clock)
+        self._opened(letters, flushed=False)  # written with fsync="always"
+        return FileDeadLetters(letters)
 
     @cached_property
     def inbound_dlq(self) -> FileInboundDeadLetters:
-        return FileInboundDeadLetters(InboundDeadLetters(
-            self.runtime_dir / "dlq" / "inbound.jsonl", redact=self._redact, clock=self._clock))
+        letters = InboundDeadLetters(self.runtime_dir / "dlq" / "inbound.jsonl",
+                                     redact=self._redact, clock=self._clock)
+        self._opened(letters, flushed=False)  # written with fsync="always"
+        return FileInboundDeadLetters(letters)
 
     @cached_property
     def leases(self) -> MemoryLeases:
@@ -103,13 +132,17 @@ class FileBackend:
 
     @cached_property
     def sessions(self) -> FileSessionStore:
-        return FileSessionStore(self.runtime_dir / "sessions", fsync=self._fsync,
-                                redact=self._redact)
+        sessions = FileSessionStore(self.runtime_dir / "sessions", fsync=self._fsync,
+                                    redact=self._redact)
+        self._opened(sessions)
+        return sessions
 
     @cached_property
     def runs(self) -> FileRunJournal:
-        return FileRunJournal(self.runtime_dir / "threads", fsync=self._fsync,
+        runs = FileRunJournal(self.runtime_dir / "threads", fsync=self._fsync,
                               redact=self._redact_strings, on_finished=self._on_run_finished)
+        self._opened(runs, compacted=True)
+        return runs
 
     @cached_property
     def approvals(self) -> FileApprovalMap:
@@ -182,38 +215,20 @@ class FileBackend:
 
     def sync(self) -> None:
         """fsync every journal built (safe from a worker thread)."""
-        for name in ("inbound", "outbox", "sessions", "runs"):
-            store = self._built(name)
-            if store is None:
-                continue
-            if name == "inbound":
-                store.journal.sync()
-            elif name == "outbox":
-                store.outbox.sync()
-            else:
-                store.sync()
+        for journal in tuple(self._flushed):
+            journal.sync()
 
     def compact_if_needed(self) -> None:
         """Rewrite the journals that have grown (call from the event loop)."""
-        inbound, outbox, runs = self._built("inbound"), self._built("outbox"), self._built("runs")
-        if inbound is not None and inbound.journal.needs_compaction:
-            inbound.journal.compact()
-        if outbox is not None and outbox.outbox.needs_compaction:
-            outbox.outbox.compact()
-        if runs is not None and runs.needs_compaction:
-            runs.compact()
+        for journal in self._compacted:
+            if journal.needs_compaction:
+                journal.compact()
 
     async def close(self) -> None:
         """Compact and flush the journals, then close every store built."""
         self.compact_if_needed()
         self.sync()
-        if (workflow := self._built("workflow")) is not None:
+        if (workflow := self.__dict__.get("workflow")) is not None:
             await workflow.close()
-        for name, close in (("inbound", lambda s: s.journal.close()),
-                            ("outbox", lambda s: s.outbox.close()),
-                            ("dlq", lambda s: s.dlq.close()),
-                            ("inbound_dlq", lambda s: s.letters.close()),
-                            ("sessions", lambda s: s.close()),
-                            ("runs", lambda s: s.close())):
-            if (store := self._built(name)) is not None:
-                close(store)
+        for file in self._closed:
+            file.close()
