@@ -25,19 +25,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from soulflow.agent.run import events as ev  # noqa: E402
-from soulflow.agent.run.store import RunJournal, ThreadStore  # noqa: E402
-from soulflow.backends.redis.runs import RedisThreadStore  # noqa: E402
+from soulflow.backends.base import (
+    RunJournal,  # noqa: E402
+    SessionStore,  # noqa: E402
+)
+from soulflow.backends.file.runs import FileRunJournal  # noqa: E402
+from soulflow.backends.file.sessions import FileSessionStore  # noqa: E402
+from soulflow.backends.redis.runs import RedisRunJournal  # noqa: E402
 from soulflow.backends.redis.sessions import RedisSessionStore  # noqa: E402
 from soulflow.backends.redis.sync_client import StateRedis, sync_client  # noqa: E402
 from soulflow.contracts import ChatRef  # noqa: E402
 from soulflow.security.redact import Redactor  # noqa: E402
-from soulflow.session.store import Sessions, SessionStore  # noqa: E402
 from tests.backends.redis_server import RedisServer  # noqa: E402
 
 CALLS_PER_TURN = 12  # 3 session calls, 1 find, 6 appends, 2 state reads
 
 
-def one_turn(sessions: Sessions, runs: RunJournal, chat: ChatRef, n: int) -> None:
+def one_turn(sessions: SessionStore, runs: RunJournal, chat: ChatRef, n: int) -> None:
     key = chat.session_key
     inbound = f"{chat.key}:{n}"
     sessions.append(key, {"role": "user", "content": f"question {n} " + "x" * 200,
@@ -65,7 +69,7 @@ def one_turn(sessions: Sessions, runs: RunJournal, chat: ChatRef, n: int) -> Non
                           "inbound_key": inbound})
 
 
-def measure(label: str, sessions: Sessions, runs: RunJournal, turns: int, chats: int) -> None:
+def measure(label: str, sessions: SessionStore, runs: RunJournal, turns: int, chats: int) -> None:
     refs = [ChatRef("telegram", str(c), session_key=f"telegram:{c}") for c in range(chats)]
     started = time.perf_counter()
     cpu = time.process_time()
@@ -87,9 +91,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
         directory = Path(tmp)
         redactor = Redactor.from_environ({})  # one per store pair: its memo starts empty
-        sessions = SessionStore(directory / "sessions", fsync="interval",
+        sessions = FileSessionStore(directory / "sessions", fsync="interval",
                                 redact=redactor.redact)
-        runs = ThreadStore(directory / "threads", fsync="interval",
+        runs = FileRunJournal(directory / "threads", fsync="interval",
                            redact=redactor.redact_strings)
         measure("file (fsync interval)", sessions, runs, args.turns, args.chats)
         sessions.close()
@@ -101,7 +105,7 @@ def main() -> None:
             state = StateRedis(sync_client(server.url), "bench:")
             redactor = Redactor.from_environ({})
             measure(f"redis (AOF {args.fsync})", RedisSessionStore(state, redact=redactor.redact),
-                    RedisThreadStore(state, redact=redactor.redact_strings,
+                    RedisRunJournal(state, redact=redactor.redact_strings,
                                      fence=lambda chat_key: 1), args.turns, args.chats)
             state.close()
         finally:

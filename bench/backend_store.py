@@ -25,11 +25,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from redis.asyncio import Redis  # noqa: E402
-
 from soulflow.backends.base import Backend  # noqa: E402
-from soulflow.backends.file import FileBackend  # noqa: E402
+from soulflow.backends.file.backend import FileBackend  # noqa: E402
 from soulflow.backends.redis.backend import RedisBackend  # noqa: E402
+from soulflow.backends.redis.clients import AsyncStoreRedis  # noqa: E402
 from soulflow.bus.messages import InboundMessage, OutboundMessage  # noqa: E402
 from tests.backends.redis_server import RedisServer  # noqa: E402
 
@@ -78,7 +77,7 @@ async def bench_file(messages: int, chats: int, fsync: str) -> tuple[float, floa
 
 async def node_main(url: str, node_id: str) -> None:
     """A worker node in its own process: runs work until told `stop` on stdin."""
-    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix="bench:",
+    backend = RedisBackend(AsyncStoreRedis.from_url(url), node_id=node_id, prefix="bench:",
                            partitions=PARTITIONS, lease_ttl_s=4)
     await backend.start()
     print("ready", flush=True)
@@ -103,7 +102,7 @@ async def bench_redis(nodes: int, messages: int, chats: int, fsync: str) -> tupl
             for proc in procs:
                 assert proc.stdout is not None
                 assert (await proc.stdout.readline()).strip() == b"ready"
-            client = Redis.from_url(server.url)
+            client = AsyncStoreRedis.from_url(server.url)
             await _wait_balanced(client, nodes)
             producer = RedisBackend(client, node_id="producer", prefix="bench:",
                                     partitions=PARTITIONS)  # accepts only; holds no partition
@@ -134,7 +133,7 @@ async def bench_redis(nodes: int, messages: int, chats: int, fsync: str) -> tupl
     return messages / wall, cpu / messages * 1000
 
 
-async def _wait_balanced(client: Redis, nodes: int, timeout_s: float = 30) -> None:
+async def _wait_balanced(client: AsyncStoreRedis, nodes: int, timeout_s: float = 30) -> None:
     """Until every partition is leased and no node holds more than its share."""
     share = -(-PARTITIONS // nodes)
     deadline = time.monotonic() + timeout_s

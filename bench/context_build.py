@@ -68,8 +68,9 @@ def workspace(root: Path, zones: list[str]) -> None:
 def builder(root: Path, clock: Clock, zoned: bool, **options: Any) -> Any:
     from soulflow.agent.context import ContextBuilder
     from soulflow.agent.memory import MemoryStore
+    from soulflow.backends.file.decisions import FileDecisionStore
+    from soulflow.backends.file.sessions import FileSessionStore
     from soulflow.decision.service import DecisionService
-    from soulflow.session.store import SessionStore
 
     if zoned:
         from soulflow.storage.beneath import Beneath
@@ -77,8 +78,8 @@ def builder(root: Path, clock: Clock, zoned: bool, **options: Any) -> Any:
         memory = MemoryStore(Beneath(root))
     else:
         memory = MemoryStore(root / "memory")
-    return ContextBuilder(root, memory, DecisionService(root / "decisions.json"),
-                          SessionStore(root / "sessions"), clock=clock, **options)
+    return ContextBuilder(root, memory, DecisionService(FileDecisionStore(root / "decisions.json")),
+                          FileSessionStore(root / "sessions"), clock=clock, **options)
 
 
 def timed(call: Any, repeats: int) -> list[float]:

@@ -24,10 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from redis.asyncio import Redis  # noqa: E402
-
 from bench._common import describe_ms  # noqa: E402
 from soulflow.backends.leader import LeaderElection  # noqa: E402
+from soulflow.backends.redis.clients import AsyncStoreRedis  # noqa: E402
 from soulflow.backends.redis.keys import Keys  # noqa: E402
 from soulflow.backends.redis.lease import RedisLeases  # noqa: E402
 from tests.backends.redis_server import RedisServer  # noqa: E402
@@ -37,7 +36,7 @@ LEASE = "account:telegram"
 
 async def node_main(url: str, name: str, ttl_s: float) -> None:
     """Print `leader <monotonic>` when this node takes the lease; run until killed."""
-    client = Redis.from_url(url, socket_timeout=ttl_s / 2)
+    client = AsyncStoreRedis.from_url(url, socket_timeout=ttl_s / 2)
     election = LeaderElection(
         RedisLeases(client, Keys("failover:", 1)), LEASE, name, ttl_s=ttl_s,
         on_change=lambda up: print(f"leader {time.monotonic()!r}", flush=True) if up else None)

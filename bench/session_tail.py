@@ -14,12 +14,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import describe_ms  # noqa: E402
-from soulflow.session.store import SessionStore  # noqa: E402
+from soulflow.backends.file.sessions import FileSessionStore  # noqa: E402
 from soulflow.storage.jsonl import JsonlFile  # noqa: E402
 
 
 def build(directory: Path, key: str, lines: int) -> Path:
-    store = SessionStore(directory)
+    store = FileSessionStore(directory)
     store.append(key, {"role": "user", "content": "first"})
     store.close()
     journal = JsonlFile(directory / f"{key}.jsonl", fsync="never")
@@ -37,7 +37,7 @@ def build(directory: Path, key: str, lines: int) -> Path:
 
 
 def measure(directory: Path, key: str, repeats: int = 200) -> list[float]:
-    store = SessionStore(directory)
+    store = FileSessionStore(directory)
     timings = []
     for _ in range(repeats):
         start = time.perf_counter()

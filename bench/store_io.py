@@ -1,7 +1,7 @@
 """How long the small persisted stores hold the event loop per write.
 
 A Telegram batch commits its update offset (`ChannelState.update`), an approval prompt that
-was sent is remembered (`ApprovalMessages.remember`); both run on the event loop. This bench
+was sent is remembered (`FileApprovalMap.remember`); both run on the event loop. This bench
 times each call on the calling thread (what the loop waits for), the event loop's worst lag
 while a ticker runs beside the writes, and the time until everything is on disk (`flush`).
 The files live on the workspace's disk (not tmpfs), so an fsync costs what it costs there.
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import describe_ms  # noqa: E402
-from soulflow.agent.approvals import ApprovalMessages  # noqa: E402
+from soulflow.backends.file.approvals import FileApprovalMap  # noqa: E402
 from soulflow.channels.state import ChannelState  # noqa: E402
 
 
@@ -61,8 +61,8 @@ async def main(writes: int, directory: Path) -> None:
     await _measure("ChannelState.update", writes,
                    lambda i: state.update({"offset": 1000 + i, "primed": True}),
                    getattr(state, "flush", lambda: None))
-    approvals = ApprovalMessages(directory / "approval_messages.json")
-    await _measure("ApprovalMessages.remember", writes,
+    approvals = FileApprovalMap(directory / "approval_messages.json")
+    await _measure("FileApprovalMap.remember", writes,
                    lambda i: approvals.remember("telegram:42", [str(i)], f"run_{i}", f"ap_{i}"),
                    getattr(approvals, "flush", lambda: None))
 

@@ -22,8 +22,13 @@ __all__ = [
     "Attachment",
     "ChatRef",
     "CronRunStatus",
+    "DeadLetter",
+    "EventSink",
+    "InboundDeadLetter",
     "InboundMessage",
+    "IntakeStage",
     "OutboundMessage",
+    "OutboxEntry",
     "Provider",
     "ProviderError",
     "ProviderResult",
@@ -261,6 +266,99 @@ class SendError(Exception):
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
+
+
+EventSink = Callable[[str, dict[str, Any]], None]
+"""`on_event(kind, data)`: where the bus and the channels publish a live event (the daemon
+counts it, then hands it to the dashboard's event hub)."""
+
+
+# -- what the bus's stores keep ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class OutboxEntry:
+    """A reply in the outbox and how its delivery stands."""
+
+    message: OutboundMessage
+    attempts: int = 0
+    next_at: float = 0.0
+    last_error: str = ""
+    in_flight: bool = False  # a send began and never reported back (killed mid-send?)
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """A reply that could not be delivered, kept whole for replay: one line of
+    `runtime/dlq/outbound.jsonl` (`at, provider, chat_id, message_id, reply_to, thread_id,
+    retry_count, error, content, metadata`)."""
+
+    at: float
+    provider: str
+    chat_id: str
+    message_id: str
+    reply_to: str | None
+    thread_id: str | None
+    retry_count: int
+    error: str
+    content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_outbound(cls, message: OutboundMessage, *, retry_count: int, error: str,
+                      at: float) -> DeadLetter:
+        metadata = dict(message.metadata)
+        if message.inbound_key:
+            metadata.setdefault("inbound_key", message.inbound_key)
+        return cls(at, message.provider, message.chat_id, message.message_id, message.reply_to,
+                   message.thread_id, retry_count, error, message.content, metadata)
+
+    def to_outbound(self) -> OutboundMessage:
+        metadata = {k: v for k, v in self.metadata.items() if k != "inbound_key"}
+        metadata["replayed_from_dlq_at"] = self.at
+        return OutboundMessage(provider=self.provider, chat_id=self.chat_id, content=self.content,
+                               reply_to=self.reply_to, thread_id=self.thread_id,
+                               message_id=self.message_id, metadata=metadata)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class IntakeStage(StrEnum):
+    """Where taking a message in failed."""
+
+    PARSE = "parse"  # the adapter could not turn the platform's update into a message
+    NORMALISE = "normalise"
+    SEAL = "seal"
+    JOURNAL = "journal"
+    INTAKE = "intake"  # filtering, reactions, refusals
+    PROCESS = "process"  # commands, input building: an error before the agent's answer
+
+
+@dataclass(slots=True)
+class InboundDeadLetter:
+    """A message that could not be taken in, kept (redacted) for the operator: one line of
+    `runtime/dlq/inbound.jsonl` (`at, provider, chat_id, message_id, sender_id, stage, error,
+    content, raw, key`)."""
+
+    at: float
+    provider: str
+    chat_id: str
+    message_id: str
+    sender_id: str
+    stage: str
+    error: str
+    content: str
+    raw: str = ""
+    key: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> InboundDeadLetter:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 # -- model turns -------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from soulflow.config import Settings
 from soulflow.settings_catalog import parse_duration_s
 
 if TYPE_CHECKING:  # the parser is built on every `soulflow` call: import the rest on use
+    from soulflow.backends.base import CronStore
     from soulflow.client import DaemonClient
-    from soulflow.cron.store import JobStore
 
 __all__ = ["CronCommandError", "add_cron_parser", "run_cron_command"]
 
@@ -66,18 +66,19 @@ def _body(args: argparse.Namespace) -> dict[str, Any]:
     return {"id": args.id}
 
 
-def _offline(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
-    from soulflow.runtime.service_state import cli_state, cron_store
+def _offline(settings: Settings, args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    """The command on the store itself; and whether other nodes' schedulers share it."""
+    from soulflow.backends.wiring import BackendConfig, command_backend
     from soulflow.storage.lock import WorkspaceLock
 
-    with cli_state(settings) as state:
-        if state is not None:  # Redis: the store is shared and atomic, not this workspace's
-            return _apply(settings, args, cron_store(settings, state))
-        with WorkspaceLock(settings.runtime_dir / "daemon.lock"):
-            return _apply(settings, args, cron_store(settings, None))
+    with command_backend(BackendConfig.from_settings(settings), settings.runtime_dir) as backend:
+        if backend.shared:  # Redis: the store is shared and atomic, not this workspace's
+            return _apply(settings, args, backend.cron), True
+        with WorkspaceLock(settings.runtime_dir / "daemon.lock"):  # read once it is ours
+            return _apply(settings, args, backend.cron), False
 
 
-def _apply(settings: Settings, args: argparse.Namespace, store: JobStore) -> dict[str, Any]:
+def _apply(settings: Settings, args: argparse.Namespace, store: CronStore) -> dict[str, Any]:
     from soulflow.cron.admin import CronRequestError, apply_action, list_jobs
     from soulflow.cron.service import CronService
 
@@ -106,7 +107,8 @@ def run_cron_command(settings: Settings, args: argparse.Namespace) -> int:
     from soulflow.client import DaemonClient
 
     client = DaemonClient.locate(settings)
-    result = _online(client, args) if client is not None else _offline(settings, args)
+    result, shared = (_online(client, args), False) if client is not None else \
+        _offline(settings, args)
     if getattr(args, "json", False):
         print(json.dumps(result, indent=2, ensure_ascii=False))
         return 0
@@ -117,8 +119,7 @@ def run_cron_command(settings: Settings, args: argparse.Namespace) -> int:
     verb = {"add": "Added", "rm": "Removed", "enable": "Enabled", "disable": "Disabled"}
     if args.cron_command == "run":
         later = ("a running node fires it within a second, or the first node that starts"
-                 if settings["SOULFLOW_BACKEND"] == "redis" else
-                 "it fires when the daemon starts")
+                 if shared else "it fires when the daemon starts")
         print(f"Fired job {job.get('id')} now." if result.get("fired") else
               f"Job {job.get('id')} is due now; {later}.")
     else:

@@ -12,7 +12,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from soulflow.backends.factory import BackendConfig, open_backend
+from soulflow.backends.wiring import BackendConfig, open_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.client import DaemonClient
 from soulflow.config import Settings
@@ -40,8 +40,7 @@ async def _on_backend(settings: Settings, args: argparse.Namespace) -> dict[str,
         return {"purged": await bus.dlq.purge()}
     finally:
         await bus.stop(5.0)
-        bus.sync()
-        await bus.close()
+        await backend.close()  # flushed and closed
 
 
 def _online(client: DaemonClient, args: argparse.Namespace) -> dict[str, Any]:

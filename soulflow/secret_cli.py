@@ -30,10 +30,11 @@ def _read_value(name: str) -> str:
 
 
 def run_secret_command(settings: Settings, args: argparse.Namespace) -> int:
-    from soulflow.runtime.service_state import cli_state, vault
+    from soulflow.backends.wiring import BackendConfig, command_backend
+    from soulflow.runtime.wiring import vault
 
-    with cli_state(settings) as state:
-        return _run(vault(settings, state), args, shared=state is not None)
+    with command_backend(BackendConfig.from_settings(settings), settings.runtime_dir) as backend:
+        return _run(vault(settings, backend), args, shared=backend.shared)
 
 
 def _run(vault: SecretVault, args: argparse.Namespace, *, shared: bool) -> int:

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.memory import MemoryStore, merge_facts, trim_to_cap
+from soulflow.backends.base import SessionStore
 from soulflow.contracts import Provider
 from soulflow.security.zones import ChatZone
-from soulflow.session.store import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _progress_from_tail(records: list[dict[str, Any]], complete: bool) -> Sessio
     return SessionProgress(-1, list(enumerate(messages)), len(messages))
 
 
-def session_progress(sessions: Sessions, session_key: str) -> SessionProgress:
+def session_progress(sessions: SessionStore, session_key: str) -> SessionProgress:
     """Read from the end of the session file, widening the window until the last marker and
     the messages after it are covered (never the whole file for a consolidated session)."""
     window = _FIRST_WINDOW
@@ -170,7 +170,7 @@ def is_reset(record: dict[str, Any]) -> bool:
     return marker is not None and marker[0] == RESET_THROUGH
 
 
-def consolidation_due(sessions: Sessions, session_key: str, threshold: int, *,
+def consolidation_due(sessions: SessionStore, session_key: str, threshold: int, *,
                       keep_last: int = 0) -> bool:
     """More than `threshold` messages since the last marker (cheap: the cached tail); or
     the last marker is a reset one and more than `keep_last` messages are behind it."""
@@ -274,7 +274,7 @@ def provider_summarizer(provider: Provider, *, timeout_s: float = 120.0) -> Summ
 # -- consolidation ---------------------------------------------------------------------------
 
 
-async def consolidate(sessions: Sessions, memory: MemoryStore, session_key: str, *,
+async def consolidate(sessions: SessionStore, memory: MemoryStore, session_key: str, *,
                       keep_last: int, summarize: Summarize,
                       policy: ConsolidationPolicy | None = None) -> ConsolidationResult:
     """Fold one batch of the unconsolidated messages (all but the last `keep_last`) into
@@ -344,7 +344,7 @@ async def _within_cap(text: str, cap_bytes: int, summarize: Summarize) -> str:
     return trimmed
 
 
-async def consolidate_with_provider(provider: Provider, sessions: Sessions,
+async def consolidate_with_provider(provider: Provider, sessions: SessionStore,
                                     memory: MemoryStore, session_key: str, *, keep_last: int,
                                     policy: ConsolidationPolicy | None = None,
                                     timeout_s: float = 120.0) -> ConsolidationResult:
@@ -354,7 +354,7 @@ async def consolidate_with_provider(provider: Provider, sessions: Sessions,
                              policy=policy)
 
 
-async def run_due(sessions: Sessions, memory: MemoryStore, session_key: str, *,
+async def run_due(sessions: SessionStore, memory: MemoryStore, session_key: str, *,
                   summarize: Summarize, policy: ConsolidationPolicy | None = None
                   ) -> list[ConsolidationResult]:
     """Every batch run for one trigger (empty when the session is not due)."""
@@ -371,7 +371,7 @@ async def run_due(sessions: Sessions, memory: MemoryStore, session_key: str, *,
     return results
 
 
-async def maybe_consolidate(sessions: Sessions, memory: MemoryStore, session_key: str, *,
+async def maybe_consolidate(sessions: SessionStore, memory: MemoryStore, session_key: str, *,
                             summarize: Summarize, policy: ConsolidationPolicy | None = None
                             ) -> bool:
     """Consolidate if the session is past the threshold; True if anything was written."""
@@ -386,7 +386,7 @@ class Consolidator:
     global memory `memory` stands for. After a failure the session rests `retry_after_s`: an
     outage costs no call per message."""
 
-    def __init__(self, sessions: Sessions, memory: MemoryStore,
+    def __init__(self, sessions: SessionStore, memory: MemoryStore,
                  provider: Callable[[], Provider], policy: ConsolidationPolicy | None = None,
                  *, timeout_s: float = 120.0, retry_after_s: float = 600.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

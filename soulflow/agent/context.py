@@ -41,10 +41,10 @@ from typing import Any
 from soulflow.agent.memory import MemoryStore, RefusalLog
 from soulflow.agent.skills import SkillIndex, one_line, parse_front_matter
 from soulflow.agent.tokens import estimate_message_tokens
+from soulflow.backends.base import SessionStore
 from soulflow.contracts import ChatRef
 from soulflow.decision.service import DecisionService
 from soulflow.security.zones import ChatZone, zone_for
-from soulflow.session.store import Sessions
 from soulflow.storage.beneath import Beneath
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class ContextBuilder:
     """
 
     def __init__(self, workspace: Path, memory: MemoryStore, decisions: DecisionService,
-                 sessions: Sessions, *, history_messages: int = 20,
+                 sessions: SessionStore, *, history_messages: int = 20,
                  clock: Callable[[], float] = time.monotonic,
                  max_context_tokens: int = DEFAULT_MAX_CONTEXT_TOKENS,
                  skills: SkillIndex | None = None,

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.approvals import (
-    ApprovalMap,
     ApproverPolicy,
     Decider,
     Requester,
@@ -25,8 +24,8 @@ from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
+from soulflow.backends.base import ApprovalMap, SessionStore
 from soulflow.contracts import ChatRef, InboundMessage, ReplyStatus
-from soulflow.session.store import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ def chat_of(message: InboundMessage) -> ChatRef:
 
 
 class AgentDomain:
-    def __init__(self, context: ContextBuilder, sessions: Sessions,
+    def __init__(self, context: ContextBuilder, sessions: SessionStore,
                  loop: AgentLoop | None, approvals: ApprovalMap | None = None, *,
                  on_turn_finished: Callable[[str, ChatRef], None] | None = None,
                  approvers: ApproverPolicy | None = None,

@@ -1,32 +1,54 @@
-"""The durable parts of the bus as backend protocols: one contract, a file and a Redis backend.
+"""The store port: every store protocol of the daemon, declared once, and the `Backend` that
+builds them all (`file/`, the embedded default, or `redis/`, several daemons on one workload).
 
-These protocols are taken from the public API of the file classes (`bus/inbound.py`,
-`bus/outbox.py`, `bus/dlq.py`, `bus/inbound_dlq.py`, `channels/state.py`), made asynchronous
-because a shared backend answers over the network. Two things the single-process file classes
-never needed are added, because several nodes share one workload:
+The bus's stores (inbound journal, outbox, both dead-letter queues, cursors, leases) are
+asynchronous because a shared backend answers over the network; the stores the agent and the
+services call many times per step (sessions, run journals, approval prompts, cron jobs, tasks
+and their plans and workflow events, decisions, the vault's sealed entries, the heartbeat's
+last tick) keep a synchronous API. Two things the single-process file journals never needed
+come from sharing one workload between nodes:
 
 - `InboundStore.claim()`: the work this node may run now. Each accepted message is handed out
   once (to one node) until it is completed or its holder dies; a chat's messages come out in
   the order they were accepted.
 - `LeaseStore`: named leases with fencing tokens, for "exactly one node reads this platform
-  account" and "exactly one node works on this partition of chats".
+  account" and "exactly one node works on this partition of chats"; `Backend.owns(chat)` is
+  the one question the rest of the daemon asks about them.
 
-`tests/backends/` runs one contract suite against every implementation.
+A Redis store raises `soulflow.errors.StoreUnavailable` when Redis does not answer, never a
+redis exception. The records the stores keep are the domain's (`contracts`, and the models
+of layer 1.5 in docs/development.md: run events and state, cron jobs, tasks, decisions,
+sealed secrets); this module names them for annotations only. `tests/backends/` runs one
+contract suite against both backends.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from soulflow.bus.dlq import DeadLetter
-from soulflow.bus.inbound_dlq import InboundDeadLetter, IntakeStage
-from soulflow.bus.messages import InboundMessage, OutboundMessage
-from soulflow.bus.outbox import OutboxEntry
 from soulflow.config import ConfigError
+from soulflow.contracts import (
+    DeadLetter,
+    InboundDeadLetter,
+    InboundMessage,
+    IntakeStage,
+    OutboundMessage,
+    OutboxEntry,
+)
+
+if TYPE_CHECKING:  # the models the stores keep (layer 1.5, below this module)
+    from soulflow.agent.run.events import Event
+    from soulflow.agent.run.reducer import RunState
+    from soulflow.cron.jobs import Job
+    from soulflow.decision.rules import Decision
+    from soulflow.security.vault_records import StoredSecret
+    from soulflow.tasks.model import TaskState, TaskStatus
+    from soulflow.tasks.review import Proposal
 
 
 class BackendKind(StrEnum):
@@ -182,21 +204,374 @@ class CursorStore(Protocol):
         current one (a deposed reader cannot move the cursor); False if refused."""
 
 
-class Backend(Protocol):
-    """Everything durable the bus needs, from one backend."""
+# -- the stores the agent and the services call (synchronous) -----------------------------
 
-    kind: BackendKind
+METADATA_TYPE = "metadata"  # `_type` of a session's first record (files and Redis alike)
+
+
+@dataclass(slots=True)
+class SessionInfo:
+    key: str
+    path: Path | None  # the session's file; None where sessions are not files (Redis)
+    size_bytes: int
+    updated_at: float
+
+
+class SessionStore(Protocol):
+    """Conversation history per session key, as the agent, the context builder, consolidation
+    and the dashboard use it. Both backends return the same records for the same appends."""
+
+    def append(self, key: str, message: dict[str, Any]) -> None:
+        """Append one message (redacted before it is stored); `at` is added."""
+
+    def last(self, key: str, count: int) -> list[dict[str, Any]]:
+        """The last `count` messages, oldest first."""
+
+    def range(self, key: str, start: int, end: int | None = None) -> list[dict[str, Any]]:
+        """Messages `start` (inclusive) to `end` (exclusive), from the first message."""
+
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        """`{"_type": "metadata", "key", "created_at"}` of a session that has messages."""
+
+    def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
+        """Every session (or the `limit` latest), most recently updated first."""
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class RunMoved(RuntimeError):
+    """A write to a run was refused: the run's chat is now another node's, which resumed it
+    (see `RunJournal.claim`). The run goes on there; this node drops it without a reply, as
+    with a fenced inbound completion (docs/scaling.md)."""
+
+
+class RunJournal(Protocol):
+    """Agent runs as journals of events (`agent/run/events.py`): what the agent loop and its
+    callers use. A run is its events; `state()` is their fold (`agent/run/reducer.py`)."""
+
+    def append(self, run_id: str, event: Event) -> RunState:
+        """Persist an event (redacted in storage), then fold it into the run's state. Raises
+        `RunMoved` if another node has taken the run over."""
+
+    def state(self, run_id: str) -> RunState: ...
+
+    def events(self, run_id: str) -> list[Event]:
+        """Every event of a run (unfinished, or finished and still kept)."""
+
+    def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
+             statuses: frozenset[str] | None = None) -> list[str]:
+        """Unfinished runs matching an inbound message or a chat, oldest first."""
+
+    def claim(self, run_id: str) -> bool:
+        """Take the run for this node before resuming it: False if a node that holds its chat
+        more recently has it (never drive it then). On files (one node): always True."""
+
+    @property
+    def needs_compaction(self) -> bool: ...
+
+    def compact(self) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ApprovalMap(Protocol):
+    """Which platform messages announced which approval (run approvals, task prompts), so that
+    a reaction landing on any node finds the approval another node asked for."""
+
+    def remember(self, chat_key: str, platform_ids: list[str], run_id: str,
+                 approval_id: str) -> None: ...
+
+    def lookup(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
+        """`{"run_id", "approval_id"}` the message announced, or None."""
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop every message of a finished run."""
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until what was remembered is stored (shutdown, tests)."""
+
+
+class CronStore(Protocol):
+    """The cron jobs as the scheduler, the tool and the operator's commands use them. Shared by
+    several schedulers (Redis), it adds what one process never needed: `claim_occurrence`
+    (only one node fires a scheduled time) and `advance` (move a job's state on only if nobody
+    did meanwhile)."""
+
+    @property
+    def shared(self) -> bool:
+        """True when other schedulers (other nodes) read and write the same jobs: the
+        scheduler then re-reads them every poll and claims each occurrence before firing."""
+
+    def list(self, chat_key: str | None = None) -> list[Job]: ...
+
+    def get(self, job_id: str) -> Job | None: ...
+
+    def __len__(self) -> int: ...
+
+    def add(self, job: Job) -> Job: ...
+
+    def remove(self, job_id: str) -> Job | None: ...
+
+    def update_state(self, job_id: str, *, enabled: bool | None = None,
+                     **changes: Any) -> Job:
+        """Change state fields and optionally `enabled` at once; KeyError if unknown."""
+
+    def advance(self, job_id: str, expected_next_run_at: str | None, *,
+                enabled: bool | None = None, **changes: Any) -> Job | None:
+        """`update_state`, but only while the job's `next_run_at` is still
+        `expected_next_run_at` (the occurrence just fired); None if the job is gone or was
+        moved on meanwhile (by another node, or by the operator)."""
+
+    def claim_occurrence(self, job_id: str, stamp: str) -> bool:
+        """May this scheduler fire the job's occurrence `stamp` now? True for one claimant
+        until the claim expires (a node that died mid-fire leaves it to expire)."""
+
+
+KEEP_FINISHED = 500  # finished tasks a task store keeps (their stories stay longer)
+
+
+class TaskStore(Protocol):
+    """Every task's checkpoint and story, as the engine, the runner, the chat and the dashboard
+    use them. A task object returned for a task this node may run is the live one its runner
+    mutates; `checkpoint` records its current state. A store that may only write tasks whose
+    chat this node holds raises `TaskFenced` for the others (`tasks/model.py`)."""
+
+    problems: list[str]  # records that could not be read, said once (the log, /api/state)
+
+    def get(self, task_id: str) -> TaskState | None: ...
+
+    def list(self, *, status: TaskStatus | None = None, chat_id: str | None = None,
+             provider: str | None = None, limit: int | None = None) -> list[TaskState]:
+        """Tasks newest first, optionally only one status or one chat, at most `limit`."""
+
+    def unfinished(self, *, chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        """Tasks still running or waiting, oldest first; with `chats`, only those whose chat
+        key it accepts (the engine's "chats this node holds": cheap to ask every second)."""
+
+    def count_unfinished(self) -> int:
+        """How many tasks are running or waiting (for /api/state: cheap on every store)."""
+
+    async def add(self, task: TaskState) -> None:
+        """Store a new task (ValueError for a bad or existing id)."""
+
+    async def checkpoint(self, task: TaskState) -> None:
+        """Record `task`'s current state durably (raises `TaskFenced` where not allowed)."""
+
+    async def record_answer(self, task: TaskState) -> None:
+        """Record a person's answer, or a cancel, on a task no loop drives here: a
+        checkpoint, which on Redis may also come from a node that does not hold the task's
+        chat, for a task that waits (backends/redis/tasks.py)."""
+
+    def detail_location(self, task_id: str) -> Path | str:
+        """Where the task's story is kept (a file, or a Redis key), for the events' field."""
+
+    def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> Path | str:
+        """Append one line of the task's story; returns `detail_location(task_id)`."""
+
+    def detail_tail(self, task_id: str, count: int) -> list[str]:
+        """The last `count` lines of the task's story (`- <time> <text>`), oldest first."""
+
+
+class ProposalMap(Protocol):
+    """Plans under review, one per chat, so an answer handled on another node finds its plan."""
+
+    def get(self, chat_key: str) -> Proposal | None: ...
+
+    def put(self, chat_key: str, proposal: Proposal) -> None: ...
+
+    def pop(self, chat_key: str) -> Proposal | None: ...
+
+
+class WorkflowLog(Protocol):
+    """Where workflow events are kept: append with dedupe by `event_id`, read the newest back."""
+
+    def seen(self, event_id: str) -> bool: ...
+
+    async def record(self, record: dict[str, Any]) -> bool:
+        """Append `record` unless its `event_id` was recorded before (then False)."""
+
+    def recent(self, count: int) -> list[dict[str, Any]]:
+        """The last `count` records, oldest first."""
+
+    async def close(self) -> None: ...
+
+
+class DecisionStore(Protocol):
+    """Where decisions are kept; every method is atomic on its own. The priority rule
+    (`decision/rules.py`) must hold across nodes, so it is applied inside the store's own
+    atomic write (`put_unless_kept`), not read-then-written by the service."""
+
+    def all(self) -> dict[str, Decision]:
+        """Every stored entry by its key as stored."""
+
+    def get(self, key: str) -> Decision | None: ...
+
+    def put_unless_kept(self, decision: Decision) -> Decision:
+        """Store `decision` unless `keeps_current` says the stored one stays; the decision in
+        force afterwards."""
+
+    def delete(self, key: str) -> bool: ...
+
+    def dedupe(self) -> int:
+        """Replace the entries by `merge_canonical(...)` of them; how many went."""
+
+
+class EntriesChanged(RuntimeError):
+    """`SecretEntries.replace` found the entries changed since they were read (another node
+    wrote one)."""
+
+
+class SecretEntries(Protocol):
+    """Where the vault's sealed entries live. Only ciphertexts pass through here; the key stays
+    with `SecretVault` and never reaches a store. Each method is one atomic change: the vault
+    calls them under its lock, which makes the file's read-modify-write safe between the daemon
+    and `soulflow secret`; on Redis each change is one script or transaction, because other
+    nodes do not share that lock."""
+
+    @property
+    def location(self) -> str:
+        """Where the entries are, for messages (a path, or a Redis key)."""
+
+    @property
+    def shared(self) -> bool:
+        """Other nodes, with their own copies of the key file, use the same entries."""
+
+    def key_fingerprint(self, mine: str) -> str:
+        """The fingerprint of the key the entries are sealed with (shared entries): `mine`
+        is recorded if none is yet. Not the key: a keyed hash that reveals nothing of it."""
+
+    def read(self) -> dict[str, StoredSecret]:
+        """Every entry by name."""
+
+    def put(self, entries: Mapping[str, StoredSecret], *, keep_foreign: bool) -> list[str]:
+        """Store the entries; with `keep_foreign`, a name already stored under another scope
+        is left alone. Returns the names left alone."""
+
+    def delete(self, name: str, *, scope: str | None, any_scope: bool) -> bool:
+        """Delete `name` (only if its scope is `scope`, unless `any_scope`); whether it went."""
+
+    def replace(self, expected: Mapping[str, StoredSecret],
+                entries: Mapping[str, StoredSecret], *, key_fingerprint: str) -> None:
+        """Swap every entry at once (key rotation), and the key fingerprint with them;
+        `EntriesChanged` if the stored entries are no longer `expected`."""
+
+
+class HeartbeatStateStore(Protocol):
+    """Where the heartbeat's last tick is kept, as the plain mapping `asdict` makes of it."""
+
+    def load(self) -> dict[str, object]: ...
+
+    def save(self, data: dict[str, object]) -> None: ...
+
+
+class NoticeClaims(Protocol):
+    """`claim(problem key, interval_s)`: may this node tell the problem now? With several
+    nodes, True for one of them per interval."""
+
+    def __call__(self, problem: str, ttl_s: float) -> bool: ...
+
+
+# -- the backend --------------------------------------------------------------------------
+
+LoopFactory = Callable[[], Awaitable[None]]
+
+
+class Backend(Protocol):
+    """Every store the daemon uses, from one backend, built once from the settings
+    (`backends/wiring.py`). The stores are built on first use, so a command that needs one of
+    them (`soulflow cron`, `soulflow secret`) opens that one only; `close()` closes what was
+    built. Callers never ask which backend this is: `owns(chat)` is the one question about
+    which chats are this node's, and `shared` the one about whether other nodes share them."""
+
     node_id: str
-    inbound: InboundStore
-    outbox: OutboxStore
-    dlq: DeadLetterStore
-    inbound_dlq: InboundDeadLetterStore
-    cursors: CursorStore
-    leases: LeaseStore
+
+    @property
+    def shared(self) -> bool:
+        """Other daemons share these stores, so the chats this node owns change while it runs
+        (partitions move, leases lapse) and work that must run once in the cluster needs a
+        lease: the runtime then runs its takeover loops and elections. False on files (one
+        daemon per workspace owns every chat)."""
+
+    # the bus's stores
+
+    @property
+    def inbound(self) -> InboundStore: ...
+
+    @property
+    def outbox(self) -> OutboxStore: ...
+
+    @property
+    def dlq(self) -> DeadLetterStore: ...
+
+    @property
+    def inbound_dlq(self) -> InboundDeadLetterStore: ...
+
+    @property
+    def cursors(self) -> CursorStore: ...
+
+    @property
+    def leases(self) -> LeaseStore: ...
+
+    # the agent's and the services' stores
+
+    @property
+    def sessions(self) -> SessionStore: ...
+
+    @property
+    def runs(self) -> RunJournal:
+        """Agent runs; on Redis each write carries the fencing token of the partition lease
+        under which this node holds the run's chat."""
+
+    @property
+    def approvals(self) -> ApprovalMap:
+        """The platform messages that announced a run's approval."""
+
+    @property
+    def task_prompts(self) -> ApprovalMap:
+        """The platform messages of task prompts (task id in the `run_id` slot, node id in the
+        `approval_id` slot)."""
+
+    @property
+    def cron(self) -> CronStore: ...
+
+    @property
+    def tasks(self) -> TaskStore:
+        """On Redis a task is written only under the lease of its chat's partition."""
+
+    @property
+    def proposals(self) -> ProposalMap: ...
+
+    @property
+    def workflow(self) -> WorkflowLog: ...
+
+    @property
+    def decisions(self) -> DecisionStore: ...
+
+    @property
+    def secrets(self) -> SecretEntries:
+        """The vault's sealed entries (the key stays on this node's disk)."""
+
+    @property
+    def heartbeat(self) -> HeartbeatStateStore: ...
+
+    @property
+    def notice_claims(self) -> NoticeClaims | None:
+        """Who tells a lasting problem, across the nodes; None: this node alone tells it."""
+
+    # lifecycle and ownership
 
     async def start(self) -> None: ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Flush and close every store built (a clean stop hands the partitions back)."""
+
+    def loops(self) -> dict[str, LoopFactory]:
+        """Background loops this backend needs, by name, for the daemon's supervisor (the file
+        backend's journal syncer)."""
 
     def owns(self, chat_key: str) -> bool:
         """True while this node may run the chat's work (`provider:chat_id`): it holds the
@@ -206,17 +581,14 @@ class Backend(Protocol):
         """Call `callback` (in the event loop) after the set of chats this node owns changed:
         a rebalance took or gave back partitions, or a lease lapsed. Never on the file backend."""
 
+    def hold_chats(self, running: Callable[[], Iterable[str]]) -> None:
+        """The chats in `running()` (work this node drives now: agent runs, task graphs) are
+        work in hand, which a rebalance never gives away (nothing to do on files)."""
+
     def status(self) -> dict[str, Any]:
         """For /api/state and the page: kind, node id, whether the store answers (and since
         when not), the last error (no credentials), partitions held / total."""
 
-    def store_unreachable(self, exc: BaseException) -> bool:
-        """True if `exc` (or what caused it) says the shared store did not answer (a network
-        failure, a timeout, a Redis still loading its data), as opposed to a bug or bad input:
-        a turn that failed so is given back to run again, never quarantined. Never on files."""
-
-    def sync(self) -> None:
-        """Flush buffered writes to disk (file backend; safe from a worker thread)."""
-
-    def compact_if_needed(self) -> None:
-        """Rewrite journals that have grown (file backend; call from the event loop)."""
+    def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        """The operator's one sentence for a store that failed where nothing can carry on (the
+        vault opened at boot, a command on the stores)."""

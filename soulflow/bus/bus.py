@@ -14,38 +14,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from soulflow.bus.dispatcher import EventSink, OutboundDispatcher, Sender
-from soulflow.bus.dlq import DeadLetter
-from soulflow.bus.inbound_dlq import InboundDeadLetter
-from soulflow.bus.messages import OutboundMessage
+from soulflow.backends.base import Backend
+from soulflow.bus.dispatcher import OutboundDispatcher, Sender
 from soulflow.bus.retry import RetryPolicy
+from soulflow.contracts import DeadLetter, EventSink, InboundDeadLetter, OutboundMessage
 
 log = logging.getLogger(__name__)
 
 RECENT_LETTERS = 20  # dead letters of each kind kept in the stats snapshot for the page
 LETTERS_REREAD_S = 10.0  # the recent letters are re-read at least this often
-
-
-class BusBackend(Protocol):
-    """The part of `soulflow.backends.base.Backend` the bus uses (the bus layer does not
-    import the backends; any Backend satisfies this)."""
-
-    inbound: Any
-    outbox: Any
-    dlq: Any
-    inbound_dlq: Any
-
-    def owns(self, chat_key: str) -> bool: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-    def sync(self) -> None: ...
-
-    def compact_if_needed(self) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -64,7 +42,7 @@ class BusStats:
 class MessageBus:
     def __init__(
         self,
-        backend: BusBackend,
+        backend: Backend,
         *,
         policy: RetryPolicy | None = None,
         outbound_concurrency: int = 16,
@@ -75,7 +53,7 @@ class MessageBus:
         self.inbound = backend.inbound
         self.outbox = backend.outbox
         self.dlq = backend.dlq
-        # messages that could not be taken in (poison input), redacted: see inbound_dlq.py
+        # messages that could not be taken in (poison input), redacted: security/dead_letters.py
         self.inbound_dlq = backend.inbound_dlq
         self.stats = BusStats()
         self._letters_read_at = 0.0  # when the recent dead letters were last read in full
@@ -155,16 +133,5 @@ class MessageBus:
                 failing = False
             await asyncio.sleep(interval_s)
 
-    def sync(self) -> None:
-        """fsync the journals (file backend; safe from a worker thread)."""
-        self.backend.sync()
-
-    def compact_if_needed(self) -> None:
-        """Rewrite journals that have grown (file backend); call from the event loop."""
-        self.backend.compact_if_needed()
-
     async def stop(self, timeout: float) -> None:
         await self.dispatcher.stop(timeout)
-
-    async def close(self) -> None:
-        await self.backend.close()

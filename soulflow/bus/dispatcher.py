@@ -22,13 +22,12 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
-from soulflow.bus.dlq import DeadLetter
-from soulflow.bus.messages import OutboundMessage, SendError, SendResult
-from soulflow.bus.outbox import OutboxEntry
+from soulflow.backends.base import DeadLetterStore, OutboxStore
 from soulflow.bus.retry import RetryPolicy
 from soulflow.bus.writer import OutboxWriter, StoreHealth
+from soulflow.contracts import EventSink, OutboundMessage, OutboxEntry, SendError, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -42,32 +41,6 @@ class Sender(Protocol):
     def send_interval_s(self) -> float: ...
 
 
-class OutboxStore(Protocol):
-    """What the dispatcher needs of the backend's outbox (backends/base.py has the contract;
-    the bus layer does not import the backends)."""
-
-    async def put(self, message: OutboundMessage) -> bool: ...
-
-    async def record_sending(self, message_id: str) -> bool: ...
-
-    async def record_attempt(self, message_id: str, attempts: int, next_at: float,
-                             error: str) -> None: ...
-
-    async def mark_sent(self, message_id: str, platform_ids: list[str] | None = None) -> None: ...
-
-    async def mark_dead(self, message_id: str) -> None: ...
-
-    async def get(self, message_id: str) -> OutboxEntry | None: ...
-
-    async def pending(self) -> list[OutboxEntry]: ...
-
-
-class DeadLetterStore(Protocol):
-    async def add(self, message: OutboundMessage, *, retry_count: int,
-                  error: str) -> DeadLetter: ...
-
-
-EventSink = Callable[[str, dict[str, Any]], None]
 SentListener = Callable[[OutboundMessage, SendResult], None]
 # (provider, None) after a successful send attempt, (provider, error) after a failed one:
 # the channel health records (channels/health.py) listen

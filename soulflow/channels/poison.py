@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from soulflow.bus.inbound_dlq import RAW_CAP
 from soulflow.bus.messages import InboundMessage
+from soulflow.security.dead_letters import RAW_CAP
 
 POISON_KIND = "poison"
 

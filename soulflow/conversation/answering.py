@@ -13,7 +13,7 @@ from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, Decider, parse_decision
 from soulflow.agent.domain import AgentDomain, AgentReply
-from soulflow.agent.run.store import RunMoved
+from soulflow.backends.base import RunMoved
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
 from soulflow.contracts import ReplyStatus
@@ -21,6 +21,7 @@ from soulflow.conversation.feedback import ChannelFeedback
 from soulflow.conversation.input_text import input_text
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
+from soulflow.errors import StoreUnavailable
 from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath
 
@@ -48,9 +49,6 @@ class AgentAnswers:
     workspace: Beneath  # attachments are saved in the chat's zone beneath it
     max_inbound_chars: int
     backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
-    # the backend's test for "the shared store did not answer" (Redis away mid-run): such a
-    # failure is not the run's; the turn gives the batch back instead of apologising
-    store_unreachable: Callable[[BaseException], bool] = lambda exc: False
     # the inbound sealer's vault: an attachment URL it sealed is opened for the download
     vault: SecretVault | None = None
 
@@ -108,9 +106,9 @@ class AgentAnswers:
                     reply = await self.agent.respond(first, text, abort=abort)
         except RunMoved:
             raise  # not a failure: the run goes on at the chat's new node (turns.py)
+        except StoreUnavailable:
+            raise  # Redis away mid-run: not the run's failure; the turn gives it back
         except Exception as exc:  # a bug must still end in a recorded failure, not silence
-            if self.store_unreachable(exc):
-                raise  # Redis away: the turn gives the batch back to run again
             log.exception("answering %s failed", first.key)
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
                                "the error is in the daemon's log.", ReplyStatus.FAILED,

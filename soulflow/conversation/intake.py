@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Protocol
 
-from soulflow.bus.inbound_dlq import IntakeStage
+from soulflow.backends.base import InboundStore
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import normalize_inbound
 from soulflow.channels.poison import POISON_KIND
+from soulflow.contracts import IntakeStage
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.quarantine import IntakeError, Quarantine, safe_key, stage
 from soulflow.security.inbound import InboundSealer
@@ -29,14 +29,6 @@ def _every_chat(chat_key: str) -> bool:
     return True
 
 
-class Journal(Protocol):
-    """The backend's inbound store, as far as intake uses it (backends/base.py InboundStore)."""
-
-    async def is_seen(self, key: str) -> bool: ...
-
-    async def accept(self, message: InboundMessage) -> bool: ...
-
-
 class Verdict(StrEnum):
     FRESH = "fresh"  # journaled: it will be answered
     SEEN = "seen"  # never answered (history, other bots, not addressed, refused, reactions)
@@ -44,7 +36,7 @@ class Verdict(StrEnum):
 
 
 class InboundScreen:
-    def __init__(self, journal: Journal, access: AccessPolicy,
+    def __init__(self, journal: InboundStore, access: AccessPolicy,
                  sealer: InboundSealer | None, quarantine: Quarantine, *,
                  on_reaction: Handler, refuse: Handler, apologise: Handler,
                  owns: Callable[[str], bool] = _every_chat) -> None:

@@ -2,8 +2,8 @@
 
 An adapter that cannot parse one platform update returns `poison_message(...)` in its batch
 (`soulflow.channels.poison`) instead of dropping it silently: the intake then records it in
-the inbound dead-letter file before the adapter's cursor moves past it (see
-`bus/inbound_dlq.py`). Every step of taking in one message (normalising, filtering, sealing,
+the inbound dead-letter store before the adapter's cursor moves past it (see
+`security/dead_letters.py`). Every step of taking in one message (normalising, filtering, sealing,
 journaling) runs in `stage(...)`, so an error names where it happened; a journaled message
 whose turn fails is recorded at the stage `process`.
 """
@@ -14,12 +14,12 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
 
-from soulflow.bus.inbound_dlq import InboundDeadLetter, IntakeStage
+from soulflow.backends.base import InboundDeadLetterStore
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import POISON_KIND
+from soulflow.contracts import InboundDeadLetter, IntakeStage
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +53,6 @@ def safe_key(text: str) -> str:
     return scrub_surrogates(text)
 
 
-class LetterStore(Protocol):
-    """The backend's inbound dead-letter store (backends/base.py InboundDeadLetterStore)."""
-
-    async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
-                  stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
-                  key: str = "") -> InboundDeadLetter: ...
-
-
 class Quarantine:
     """Records a message in the inbound DLQ and marks its id seen, so it is never retried.
 
@@ -68,7 +60,8 @@ class Quarantine:
     here propagates, the channel loop restarts, and the message is read and recorded again.
     """
 
-    def __init__(self, letters: LetterStore, mark_seen: Callable[[list[str]], Awaitable[None]],
+    def __init__(self, letters: InboundDeadLetterStore,
+                 mark_seen: Callable[[list[str]], Awaitable[None]],
                  *, on_record: Callable[[InboundDeadLetter], None] | None = None) -> None:
         self.letters = letters
         self._mark_seen = mark_seen

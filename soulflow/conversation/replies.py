@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.dispatcher import EventSink
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.splitting import split_reply
-from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.contracts import ChatRef, EventSink, ReplyStatus
 
 log = logging.getLogger(__name__)
 

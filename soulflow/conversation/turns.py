@@ -27,15 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.agent.domain import AgentDomain
-from soulflow.agent.run.store import RunMoved
+from soulflow.backends.base import RunMoved
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.dispatcher import EventSink
-from soulflow.bus.inbound_dlq import IntakeStage
 from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.contracts import ChatRef, EventSink, IntakeStage, ReplyStatus
 from soulflow.conversation.access import AccessPolicy, refusal_text
 from soulflow.conversation.answering import AgentAnswers, reply_metadata
 from soulflow.conversation.chat_tasks import ChatTasks
@@ -49,6 +47,7 @@ from soulflow.conversation.quarantine import APOLOGY, Quarantine
 from soulflow.conversation.reactions import Reactions
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
+from soulflow.errors import StoreUnavailable
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (
@@ -112,7 +111,6 @@ class Conversation:
                          if grouping_window_s else None)
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
                                     self.workspace, max_inbound_chars, self.backlog_for,
-                                    bus.backend.store_unreachable,
                                     sealer.vault if sealer is not None else None)
         self.received_count = 0
         self.answered_count = 0
@@ -347,7 +345,7 @@ class Conversation:
     def _store_away(self, exc: Exception) -> bool:
         """The failure was the shared store not answering (or the backend says it is away)."""
         backend = self.bus.backend
-        return not backend.status().get("connected", True) or backend.store_unreachable(exc)
+        return not backend.status().get("connected", True) or isinstance(exc, StoreUnavailable)
 
     async def _fail_turn(self, batch: list[InboundMessage], exc: Exception) -> None:
         """Quarantine a batch whose handling failed; but if the store itself is away (Redis

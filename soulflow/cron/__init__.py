@@ -11,6 +11,7 @@ deduplicated and answered by the same pipeline as a user's message; see docs/cro
 
 from __future__ import annotations
 
+from soulflow.cron.jobs import Job, JobState, PayloadKind
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
 from soulflow.cron.service import (
     MAX_JOBS_PER_CHAT,
@@ -18,12 +19,10 @@ from soulflow.cron.service import (
     FireFn,
     cron_inbound_message,
 )
-from soulflow.cron.store import CronStore, Job, JobState, PayloadKind
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
     "CronService",
-    "CronStore",
     "FireFn",
     "Job",
     "JobState",

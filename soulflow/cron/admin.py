@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.contracts import ChatRef
+from soulflow.cron.jobs import Job, PayloadKind
 from soulflow.cron.schedule import Schedule, to_iso
 from soulflow.cron.service import CronService
-from soulflow.cron.store import Job, PayloadKind
 
 __all__ = ["ACTIONS", "CronRequestError", "ToolCronHandle", "apply_action", "job_chat",
            "list_jobs"]

@@ -15,7 +15,7 @@ Clock and sleep are injectable so tests run without waiting; the loop never slee
 than `MAX_SLEEP_S`, so a wall-clock jump is noticed within a minute, and it wakes at once
 when a job is added, removed, enabled or disabled.
 
-Several nodes (a shared store, `JobStore.shared`): every node runs this loop over the same
+Several nodes (a shared store, `CronStore.shared`): every node runs this loop over the same
 jobs. The loop then re-reads the jobs at least every `poll_s` (a job added on another node,
 by the dashboard or by `soulflow cron` fires on time), claims each occurrence before firing it
 (`claim_occurrence`: one node fires it), re-reads the job after the claim (another node may
@@ -35,9 +35,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from soulflow.backends.base import CronStore
 from soulflow.contracts import ChatRef, CronRunStatus, InboundMessage
+from soulflow.cron.jobs import Job, JobState, PayloadKind, new_job_id
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
-from soulflow.cron.store import Job, JobState, JobStore, PayloadKind, new_job_id
 
 __all__ = [
     "MAX_JOBS_PER_CHAT",
@@ -90,7 +91,7 @@ def cron_inbound_message(job: Job, scheduled: datetime) -> InboundMessage:
 class CronService:
     """The scheduler loop plus the small facade the ``cron`` tool uses (add/list/remove/...)."""
 
-    def __init__(self, store: JobStore, fire: FireFn, *, clock: Clock = _utc_now,
+    def __init__(self, store: CronStore, fire: FireFn, *, clock: Clock = _utc_now,
                  sleep: Sleep = asyncio.sleep, max_sleep_s: float = MAX_SLEEP_S,
                  max_jobs_per_chat: int = MAX_JOBS_PER_CHAT, poll_s: float = POLL_S,
                  may_fire: Callable[[Job], bool] = lambda job: True) -> None:

@@ -26,8 +26,8 @@ from soulflow.agent.run import events as ev
 from soulflow.contracts import ChatRef
 from soulflow.tasks.chat import waiting_steps
 from soulflow.tasks.commands import idle_canceller
+from soulflow.tasks.model import TaskDecisionError
 from soulflow.tasks.progress import chat_of_task
-from soulflow.tasks.store import TaskDecisionError
 
 if TYPE_CHECKING:
     from soulflow.runtime import Runtime

@@ -5,12 +5,10 @@ agent_id, phase, summary, payload, provider, channel, chat_id, thread_id, source
 at`; `phase` is one of assign, progress, blocked, done, approval). Appending one:
 
 1. redacts it (the `Redactor`), since events reach a file, the dashboard and the browser;
-2. records it in the log unless its `event_id` was recorded before. The file log
-   (`FileWorkflowLog`) appends through the storage JSONL path (one write per line, torn lines
-   repaired) and keeps the ids in `runtime/events/index.json`, rebuilt from the journal's tail
-   at boot, so a crash between the two writes cannot let a replay through. On Redis
-   (`soulflow/backends/redis/events.py`) the dedupe and the append are one script, so two nodes
-   replaying the same step record it once;
+2. records it in the backend's log (`WorkflowLog`) unless its `event_id` was recorded before:
+   `runtime/events/events.jsonl` with the ids in `index.json` (backends/file/workflow.py), or
+   Redis, where the dedupe and the append are one script, so two nodes replaying the same step
+   record it once (backends/redis/events.py);
 3. when a task store is bound (`bind_task_store`): appends a line to the task's detail log
    (`runtime/tasks/details/<task_id>.md`, or its Redis list) and keeps the task's status in
    step with task-level events that carry a status;
@@ -22,26 +20,21 @@ that carries it (today the same name; kept apart for several accounts on one pla
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from soulflow.backends.base import TaskStore, WorkflowLog
 from soulflow.events.hub import EventHub
 from soulflow.security.redact import Redactor
-from soulflow.storage.atomic import read_json, write_json_atomic
-from soulflow.storage.jsonl import JsonlFile
+from soulflow.tasks.answers import set_status
 from soulflow.tasks.model import TaskStatus
 from soulflow.tasks.runner import TaskEvent
-from soulflow.tasks.store import TaskStoreBase
 
 PHASES = ("assign", "progress", "blocked", "done", "approval")
-INDEX_VERSION = 1
-DEFAULT_INDEX_SIZE = 10_000  # event ids remembered for dedupe
 HUB_KIND = "workflow"
 
 
@@ -83,101 +76,22 @@ class WorkflowEvent:
                    thread_id=task.thread_id, source="task_loop", event_id=event.key)
 
 
-class WorkflowLog(Protocol):
-    """Where events are kept: append with dedupe by `event_id`, read the newest back."""
-
-    def seen(self, event_id: str) -> bool: ...
-
-    async def record(self, record: dict[str, Any]) -> bool:
-        """Append `record` unless its `event_id` was recorded before (then False)."""
-
-    def recent(self, count: int) -> list[dict[str, Any]]:
-        """The last `count` records, oldest first."""
-
-    async def close(self) -> None: ...
-
-
-class FileWorkflowLog:
-    """`events.jsonl` plus `index.json` (the last `index_size` ids) in one directory."""
-
-    def __init__(self, directory: Path, *, index_size: int = DEFAULT_INDEX_SIZE,
-                 fsync: str = "interval") -> None:
-        self.index_size = index_size
-        self.journal = JsonlFile(directory / "events.jsonl", fsync=fsync)
-        self.index_path = directory / "index.json"
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._index_dirty = False
-        self._index_lock = asyncio.Lock()
-        self._load_index()
-
-    def _load_index(self) -> None:
-        data = read_json(self.index_path, {})  # unreadable: moved aside, rebuilt from the tail
-        ids = data.get("ids", []) if isinstance(data, dict) else []
-        for event_id in ids:
-            self._remember(str(event_id))
-        for record in self.journal.tail(self.index_size):
-            if isinstance(record.get("event_id"), str):
-                self._remember(record["event_id"])
-
-    def _remember(self, event_id: str) -> None:
-        self._seen[event_id] = None
-        self._seen.move_to_end(event_id)
-        while len(self._seen) > self.index_size:
-            self._seen.popitem(last=False)
-
-    def seen(self, event_id: str) -> bool:
-        return event_id in self._seen
-
-    async def record(self, record: dict[str, Any]) -> bool:
-        event_id = str(record["event_id"])
-        if event_id in self._seen:
-            return False
-        self._remember(event_id)  # before any await: a concurrent duplicate is dropped
-        self.journal.append(record)
-        self._index_dirty = True
-        await self._write_index()
-        return True
-
-    def recent(self, count: int) -> list[dict[str, Any]]:
-        return self.journal.tail(count)
-
-    async def close(self) -> None:
-        await self._write_index()
-        await asyncio.to_thread(self.journal.close)
-
-    async def _write_index(self) -> None:
-        """Write index.json off the loop; concurrent callers share one write."""
-        async with self._index_lock:
-            if not self._index_dirty:
-                return
-            self._index_dirty = False
-            data = {"version": INDEX_VERSION, "ids": list(self._seen)}
-            await asyncio.to_thread(write_json_atomic, self.index_path, data, indent=None)
-
-
 class WorkflowEventService:
-    """Appends, dedupes, redacts and publishes workflow events; see the module docstring.
+    """Appends, dedupes, redacts and publishes workflow events over the backend's `log`; see
+    the module docstring."""
 
-    `log` is where events are kept; without one, the files in `directory`."""
-
-    def __init__(self, directory: Path | None = None, *, workspace: Path | None = None,
-                 redactor: Redactor | None = None, hub: EventHub | None = None,
-                 index_size: int = DEFAULT_INDEX_SIZE, fsync: str = "interval",
-                 log: WorkflowLog | None = None) -> None:
-        if log is None:
-            if directory is None:
-                raise ValueError("a WorkflowEventService needs a directory or a log")
-            log = FileWorkflowLog(directory, index_size=index_size, fsync=fsync)
+    def __init__(self, log: WorkflowLog, *, workspace: Path | None = None,
+                 redactor: Redactor | None = None, hub: EventHub | None = None) -> None:
         self.log = log
         self.workspace = workspace
         self.redactor = redactor
         self.hub = hub
-        self._store: TaskStoreBase | None = None
+        self._store: TaskStore | None = None
 
     def seen(self, event_id: str) -> bool:
         return self.log.seen(event_id)
 
-    def bind_task_store(self, store: TaskStoreBase) -> None:
+    def bind_task_store(self, store: TaskStore) -> None:
         """From now on events write the task's detail log and keep its status in step."""
         self._store = store
 
@@ -217,11 +131,12 @@ class WorkflowEventService:
     async def close(self) -> None:
         await self.log.close()
 
-    async def _sync_status(self, store: TaskStoreBase, task_id: str,
+    async def _sync_status(self, store: TaskStore, task_id: str,
                            record: dict[str, Any]) -> None:
         status = record.get("payload", {}).get("status")
         if status in {s.value for s in TaskStatus}:
-            await store.set_status(task_id, TaskStatus(status), str(record.get("summary", "")))
+            await set_status(store, task_id, TaskStatus(status),
+                             str(record.get("summary", "")))
 
     def _relative(self, location: Path | str) -> str:
         if self.workspace is None or not isinstance(location, Path):

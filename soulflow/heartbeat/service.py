@@ -6,9 +6,9 @@ it as a quiet turn in the `heartbeat` session (see `turns.py`): bounded history,
 memory consolidation, and a message to the heartbeat chat only when the answer is not
 `HEARTBEAT_OK`. A heartbeat still waiting for an approval is not started again.
 
-The time of the last tick is kept in `runtime/heartbeat/state.json` (`HeartbeatStateFile`),
-so a restart neither runs an extra heartbeat nor postpones the next one by a whole interval.
-With the Redis backend it is a hash every node reads (`soulflow/backends/redis/services.py`):
+The time of the last tick is kept by the backend (`HeartbeatStateStore`):
+`runtime/heartbeat/state.json`, so a restart neither runs an extra heartbeat nor postpones the
+next one by a whole interval, or with Redis a hash every node reads:
 the heartbeat runs on one node at a time (the one holding its notice chat, see
 `soulflow/ops/single.py`), and the node that takes over goes on from the last tick of the
 one before, so the interval holds across a failover. The loop re-reads the state before
@@ -25,16 +25,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
 
+from soulflow.backends.base import HeartbeatStateStore
 from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import actionable_lines, heartbeat_prompt
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner, TurnOutcome, TurnStatus
-from soulflow.storage.atomic import read_json, write_json_atomic
 from soulflow.storage.beneath import Beneath
 
-__all__ = ["HEARTBEAT_SESSION", "HeartbeatService", "HeartbeatState", "HeartbeatStateFile",
-           "HeartbeatStateStore", "TickResult", "TickStatus"]
+__all__ = ["HEARTBEAT_SESSION", "HeartbeatService", "HeartbeatState", "TickResult",
+           "TickStatus"]
 
 log = logging.getLogger(__name__)
 
@@ -87,33 +86,10 @@ class HeartbeatState:
         return cls(at, str(data.get("last_status") or ""), str(data.get("last_outcome") or ""))
 
 
-class HeartbeatStateStore(Protocol):
-    """Where `HeartbeatState` is kept, as the plain mapping `asdict` makes of it."""
-
-    def load(self) -> dict[str, object]: ...
-
-    def save(self, data: dict[str, object]) -> None: ...
-
-
-class HeartbeatStateFile:
-    """`runtime/heartbeat/state.json`."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def load(self) -> dict[str, object]:
-        data = read_json(self.path, None)
-        return data if isinstance(data, dict) else {}
-
-    def save(self, data: dict[str, object]) -> None:
-        write_json_atomic(self.path, data)
-
-
 class HeartbeatService:
-    def __init__(self, workspace: Path, runtime_dir: Path, runner: QuietTurnRunner,
+    def __init__(self, workspace: Path, state: HeartbeatStateStore, runner: QuietTurnRunner,
                  target: ChatRef, *, interval_s: float, clock: Clock = time.time,
-                 sleep: Sleep = asyncio.sleep,
-                 state: HeartbeatStateStore | None = None) -> None:
+                 sleep: Sleep = asyncio.sleep) -> None:
         self.workspace = workspace
         self._files = Beneath(workspace)
         self.runner = runner
@@ -121,7 +97,7 @@ class HeartbeatService:
         self.interval_s = interval_s
         self._clock = clock
         self._sleep = sleep
-        self._store = state or HeartbeatStateFile(runtime_dir / "heartbeat" / "state.json")
+        self._store = state
         self._state = self._load()
         self.ticks = 0
         self.model_calls = 0  # ticks that ran the agent (the rest were skipped for free)

@@ -17,10 +17,9 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-log = logging.getLogger(__name__)
+from soulflow.backends.base import NoticeClaims
 
-Claim = Callable[[str, float], bool]
-"""`claim(problem key, interval_s)`: may this node tell the problem now?"""
+log = logging.getLogger(__name__)
 
 __all__ = ["NoticeBoard", "Problem"]
 
@@ -40,7 +39,7 @@ class Problem:
 
 class NoticeBoard:
     def __init__(self, send: Callable[[str], None], *, after_s: float,
-                 interval_s: float, claim: Claim | None = None) -> None:
+                 interval_s: float, claim: NoticeClaims | None = None) -> None:
         self._send = send
         self.after_s = after_s
         self.interval_s = interval_s

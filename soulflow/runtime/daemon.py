@@ -2,14 +2,15 @@
 in reverse; `create_runtime()` takes the workspace lock first.
 
 Boot: take the workspace lock → ensure default files → the backend (files or Redis, from
-SOULFLOW_BACKEND; not connected yet) → MessageBus → DecisionService → EventHub → providers →
-AgentDomain → channels → cron → task services → Conversation (given the task services and the
-chat commands) → dashboard. Start: the backend first (a Redis that cannot be used stops the
-boot with one sentence), the trust-zones migration of the workspace (once; `zone_migration`),
-the outbox, unfinished inbound work (the claim loop's first round), channel readers (each
-hands what it reads to the conversation), the claim loop, the journal syncer (files only), the
-dashboard. Stop (SIGINT/SIGTERM): the reverse, letting answers and sends in flight finish within
-SHUTDOWN_GRACE_S, then flushing every journal.
+SOULFLOW_BACKEND; not connected yet), which builds every store → MessageBus → DecisionService
+→ EventHub → providers → AgentDomain → channels → cron → task services → Conversation (given
+the task services and the chat commands) → dashboard. Start: the backend first (a Redis that
+cannot be used stops the boot with one sentence), the trust-zones migration of the workspace
+(once; `zone_migration`), the outbox, unfinished inbound work (the claim loop's first round),
+channel readers (each hands what it reads to the conversation), the claim loop, the backend's
+own loops (the file journals' syncer), the dashboard. Stop (SIGINT/SIGTERM): the reverse,
+letting answers and sends in flight finish within SHUTDOWN_GRACE_S, then flushing and closing
+every store.
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.tools import CodeSandbox
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
-from soulflow.backends.base import BackendKind
-from soulflow.backends.factory import BackendConfig, build_backend
+from soulflow.backends.wiring import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
@@ -42,11 +42,12 @@ from soulflow.config import Settings
 from soulflow.contracts import ChatRef
 from soulflow.conversation.access import AdminPolicy
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
+from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
-from soulflow.ops.assembly import BackgroundServices
+from soulflow.ops.wiring import BackgroundServices
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
-from soulflow.runtime import agent_state, service_state, status, wiring
+from soulflow.runtime import status, wiring
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.runtime.zone_migration import migrate_workspace
 from soulflow.scaffold import ensure_workspace
@@ -56,7 +57,7 @@ from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.beneath import Beneath
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor
-from soulflow.tasks.assembly import TaskServices
+from soulflow.tasks.wiring import TaskServices
 from soulflow.telemetry import RUN_BUCKETS_S, Histogram
 
 log = logging.getLogger(__name__)
@@ -81,23 +82,20 @@ class Runtime:
         # dashboard and /metrics; the bus and the conversation publish through _publish_event
         self.traffic = TrafficCounters()
         self.run_durations = Histogram(RUN_BUCKETS_S)
-        # the durable stores of the bus (and, for the helpers that move their stores onto it,
-        # the Redis client): files under runtime/, or Redis; connected in start() (built
-        # first: a missing or malformed REDIS_URL is its sentence)
-        self.backend = build_backend(BackendConfig.from_settings(settings), runtime_dir,
-                                     redact=self.redactor.redact)
-        # sessions, run journals, approval prompts, cron, decisions, the vault's entries (the
-        # synchronous stores): on Redis they share this daemon's synchronous client (None with
-        # files), closed by stop()
-        self.state_redis = agent_state.state_redis(settings)
+        # every store (journals, outbox, DLQs, sessions, runs, approvals, cron, tasks,
+        # decisions, the vault's entries): files under runtime/, or Redis; connected in
+        # start() (built first: a missing or malformed REDIS_URL is its sentence)
+        self.backend = build_backend(
+            BackendConfig.from_settings(settings), runtime_dir, redact=self.redactor.redact,
+            redact_strings=self.redactor.redact_strings,
+            on_run_finished=lambda status, seconds, sub: self.run_durations.observe(seconds))
         # the key where SOULFLOW_MASTER_KEY_FILE says (this node's disk, also on Redis)
-        self.vault = service_state.vault(settings, self.state_redis)
+        self.vault = wiring.vault(settings, self.backend)
         self.bus = MessageBus(self.backend,
                               outbound_concurrency=settings["OUTBOUND_CONCURRENCY"],
                               policy=wiring.retry_policy(settings), on_event=self._publish_event)
-        self.decisions = service_state.decision_service(settings, self.state_redis)
-        self.sessions = agent_state.session_store(settings, self.state_redis,
-                                                  redact=self.redactor.redact)
+        self.decisions = DecisionService(self.backend.decisions)
+        self.sessions = self.backend.sessions
         # global memory (memory/); a chat's is `memory.for_zone(zone)`; every read and write
         # of workspace files opens beneath the workspace without following links
         self.memory = MemoryStore(Beneath(settings.workspace))
@@ -116,13 +114,10 @@ class Runtime:
         parts = wiring.agent_parts(
             settings, self.providers, redactor=self.redactor, sessions=self.sessions,
             memory=self.memory, tools=self.tools, context=self.context,
-            tool_context=self.tool_bridge.context, tiny_model=tiny_model,
-            on_run_finished=lambda status, seconds, sub: self.run_durations.observe(seconds),
-            state=self.state_redis, backend=self.backend)
-        self.threads, self.consolidator = parts.threads, parts.consolidator
+            tool_context=self.tool_bridge.context, tiny_model=tiny_model, backend=self.backend)
+        self.runs, self.consolidator = parts.runs, parts.consolidator
         self.model, self._chain = parts.model, parts.chain  # redacting wrapper, failover chain
-        self.approvals = agent_state.approval_map(runtime_dir / "approvals" / "messages.json",
-                                                  self.state_redis, "messages")
+        self.approvals = self.backend.approvals
         self.agent = AgentDomain(self.context, self.sessions, parts.loop, self.approvals,
                                  on_turn_finished=self._after_turn,
                                  approvers=ApproverPolicy(self.admins.is_admin),
@@ -136,9 +131,8 @@ class Runtime:
         self.health = HealthBoard(redact=self.redactor.redact)
         self.bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
         self.read_policy = wiring.read_policy(settings)
-        self.cron = CronService(service_state.cron_store(settings, self.state_redis),
-                                self._fire_cron,
-                                may_fire=service_state.cron_fires_here(self.backend))
+        self.cron = CronService(self.backend.cron, self._fire_cron,
+                                may_fire=wiring.cron_fires_here(self.backend))
         # task graphs (docs/tasks.md): store, workflow events, engine, the task tool; built
         # before the conversation, which they answer for: task answers and reactions in
         # chats, /stop cancelling a chat's tasks, /task
@@ -228,11 +222,11 @@ class Runtime:
             self.supervisor.spawn(f"channel:{adapter.name}", lambda a=adapter: run_channel(
                 a, self.conversation.ingest, self.health, self.read_policy))
         self.supervisor.spawn("inbound:claim", self.conversation.claim_loop)
-        if self.backend.kind is not BackendKind.FILE:
+        if self.backend.shared:  # chats come to this node while it runs
             self.supervisor.spawn("agent:takeover", self._takeover_loop)
         self.supervisor.spawn("bus:stats", self.bus.stats_loop)
-        if self.backend.kind is BackendKind.FILE:  # on Redis every journal's sync is a no-op
-            self.supervisor.spawn("journals:sync", self._sync_loop)
+        for name, loop in self.backend.loops().items():  # the file journals' syncer
+            self.supervisor.spawn(name, loop)
         self.supervisor.spawn("cron", self.cron.run)
         self.background.start(self.supervisor)  # loops `heartbeat` and `ops`
         if self.dashboard is not None:
@@ -262,35 +256,15 @@ class Runtime:
             except Exception:
                 log.exception("channel %s did not stop cleanly", adapter.name)
         await self.providers.aclose()
-        await self.task_services.close()
         if self.local_model is not None:
             await self.local_model.stop()
-        self._compact()
-        self._sync_all()
-        await self.bus.close()  # the backend: files closed, or partitions handed back
-        self.sessions.close()
+        # every store flushed and closed (files), or the partitions handed back (Redis)
+        await self.backend.close()
         self.sandbox.quotas.close()  # the chat folders' usage index
-        if self.threads is not None:
-            self.threads.close()
-        if self.state_redis is not None:
-            self.state_redis.close()  # last: every synchronous store above has stopped
         (self.settings.runtime_dir / DAEMON_INFO_FILE).unlink(missing_ok=True)
         self._lock.release()
         self._uninstall_log_redaction()
         log.info("SoulFlow stopped")
-
-    def _sync_all(self) -> None:
-        """fsync every journal."""
-        self.bus.sync()
-        self.sessions.sync()
-        if self.threads is not None:
-            self.threads.sync()
-
-    def _compact(self) -> None:
-        """Rewrite journals that have grown (in the loop: they share in-memory state)."""
-        self.bus.compact_if_needed()
-        if self.threads is not None and self.threads.needs_compaction:
-            self.threads.compact()
 
     def _partitions_changed(self) -> None:
         """Chats moved to or from this node (Redis): send the replies it now holds. Their
@@ -315,14 +289,6 @@ class Runtime:
                 continue
             if resumed:
                 log.info("resumed %d run(s) left running in chats taken over", resumed)
-
-    async def _sync_loop(self) -> None:
-        """fsync in a worker thread so the disk never stalls the event loop."""
-        interval = self.settings.seconds_from_ms("JOURNAL_FSYNC_INTERVAL_MS")
-        while True:
-            await asyncio.sleep(interval)
-            await asyncio.to_thread(self._sync_all)
-            self._compact()
 
     def _write_daemon_info(self) -> None:
         info: dict[str, Any] = {"pid": os.getpid(), "version": __version__,

@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop, ContextFactory
-from soulflow.agent.run.store import RunJournal
 from soulflow.agent.skills import SkillIndex
 from soulflow.agent.tools import CodeSandbox, build_default_registry
 from soulflow.agent.tools.cron_tool import CronTool
@@ -25,17 +24,16 @@ from soulflow.agent.tools.messaging import MessageTool, RequestFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool
-from soulflow.backends.base import Backend, BackendKind
+from soulflow.backends.base import Backend, RunJournal, SessionStore
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.dispatcher import EventSink
 from soulflow.bus.retry import RetryPolicy
 from soulflow.channels.factory import build_platform_channels
 from soulflow.channels.local.adapter import LocalChannel
 from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.config import ConfigError, Settings, id_list
-from soulflow.contracts import Provider
+from soulflow.contracts import EventSink, Provider
 from soulflow.conversation.access import AdminPolicy, access_policy
 from soulflow.conversation.capability_commands import (
     make_cron_command,
@@ -47,19 +45,16 @@ from soulflow.conversation.commands import CommandHandler
 from soulflow.conversation.feedback import FeedbackPolicy
 from soulflow.conversation.secret_command import make_secret_command
 from soulflow.conversation.turns import Conversation
-from soulflow.cron import CronService
+from soulflow.cron import CronService, Job, PayloadKind
+from soulflow.errors import StoreError
 from soulflow.providers.factory import failover_order
 from soulflow.providers.local_runtime import LocalModelRuntime
 from soulflow.providers.registry import ProviderRegistry
-from soulflow.runtime import agent_state
 from soulflow.security.inbound import InboundSealer
+from soulflow.security.protected import open_vault
 from soulflow.security.redact import Redactor
 from soulflow.security.redacting_provider import RedactingProvider
 from soulflow.security.vault import SecretVault
-from soulflow.session.store import Sessions
-
-if TYPE_CHECKING:
-    from soulflow.backends.redis.sync_client import StateRedis
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -93,6 +88,27 @@ def tool_registry(settings: Settings, redactor: Redactor, sandbox: CodeSandbox,
     return tools
 
 
+def vault(settings: Settings, backend: Backend) -> SecretVault:
+    """The vault with the key from this node's disk (`SOULFLOW_MASTER_KEY_FILE`) and its sealed
+    entries in the backend's store (the key never goes there). Opening it already reads the
+    entries (on Redis: is this node's key the one they are sealed with?), before the backend's
+    own check: a store that does not answer is the same one sentence (`BackendUnavailable`)."""
+    try:
+        return open_vault(settings, backend.secrets)
+    except StoreError as exc:
+        raise backend.unavailable(exc) from None
+
+
+def cron_fires_here(backend: Backend) -> Callable[[Job], bool]:
+    """CronService's `may_fire`: a `system_event` job runs a quiet turn on the node that fires
+    it, so only the node holding its chat fires it (where all of that chat's work runs); an
+    `agent_turn` job becomes an inbound message, answered by the chat's holder wherever it
+    fired. Always True on the file backend (every chat is this node's)."""
+    def fires_here(job: Job) -> bool:
+        return job.kind is not PayloadKind.SYSTEM_EVENT or backend.owns(job.chat.key)
+    return fires_here
+
+
 def channel_registry(settings: Settings, runtime_dir: Path,
                      on_local_event: Callable[[str, dict[str, Any]], None],
                      backend: Backend | None = None) -> tuple[ChannelRegistry, LocalChannel]:
@@ -101,7 +117,7 @@ def channel_registry(settings: Settings, runtime_dir: Path,
     lease `account:<name>`; the local channel is this node's own (its chats carry the node
     id, which pins them to the node's private partition)."""
     channels = ChannelRegistry()
-    shared = backend is not None and backend.kind is not BackendKind.FILE
+    shared = backend is not None and backend.shared
     local = LocalChannel(runtime_dir / "local",
                          send_interval_s=settings.seconds_from_ms("LOCAL_SEND_INTERVAL_MS"),
                          on_event=on_local_event,
@@ -159,19 +175,20 @@ class AgentParts:
     """The agent loop and what hangs off the model: all None without a provider."""
 
     loop: AgentLoop | None = None
-    threads: RunJournal | None = None
+    runs: RunJournal | None = None
     model: Provider | None = None  # the redacting wrapper around the failover chain
     chain: Provider | None = None
     consolidator: Consolidator | None = None
 
 
 def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Redactor,
-                sessions: Sessions, memory: MemoryStore, tools: ToolRegistry,
+                sessions: SessionStore, memory: MemoryStore, tools: ToolRegistry,
                 context: ContextBuilder, tool_context: ContextFactory, tiny_model: bool,
-                on_run_finished: Callable[[str, float, bool], None],
-                state: StateRedis | None = None, backend: Backend | None = None) -> AgentParts:
+                backend: Backend) -> AgentParts:
     """The loop on the failover chain (PROVIDER_FALLBACKS), model calls redacted, memory
-    consolidation unless the embedded model answers (its summaries stay out of memory/)."""
+    consolidation unless the embedded model answers (its summaries stay out of memory/); its
+    runs in the backend's journal, the chats it drives held by this node (a rebalance never
+    takes a run over mid-step: it moves once the run finishes or waits, or this node dies)."""
     if not providers.names():
         return AgentParts()
     order = failover_order(settings) or []
@@ -187,9 +204,8 @@ def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Re
         policy = ConsolidationPolicy(threshold_messages=threshold,
                                      keep_last=int(settings["MEMORY_CONSOLIDATION_KEEP_LAST"]))
         consolidator = Consolidator(sessions, memory, lambda: model, policy)
-    threads = agent_state.run_journal(settings, state, backend, redact=redactor.redact_strings,
-                                      on_finished=on_run_finished)
-    loop = AgentLoop(threads, lambda: model, tools, context.system_prompt, tool_context,
+    runs = backend.runs
+    loop = AgentLoop(runs, lambda: model, tools, context.system_prompt, tool_context,
                      max_turns=settings["AGENT_MAX_TURNS"])
-    agent_state.hold_driven_chats(backend, loop)
-    return AgentParts(loop, threads, model, chain, consolidator)
+    backend.hold_chats(lambda: list(loop.driving.values()))
+    return AgentParts(loop, runs, model, chain, consolidator)

@@ -26,7 +26,7 @@ state file `runtime/migrations/zones.json` names the backup before the first mov
 `done` after the last, so the migration runs once; every step is idempotent and each move is
 one `rename(2)`, so a crash at any point followed by a restart finishes the same migration
 into the same backup with nothing lost. Sessions are read and marked through the daemon's
-`Sessions` store (files or Redis), never as files. Every file operation goes through
+`SessionStore` (files or Redis), never as files. Every file operation goes through
 `Beneath`: a link met on the way is moved as a link, never followed.
 """
 
@@ -44,10 +44,10 @@ from typing import Any
 
 from soulflow.agent.consolidate import reset_marker, session_progress
 from soulflow.agent.memory import LONG_TERM_FILE, facts_section_bounds
+from soulflow.backends.base import SessionStore
 from soulflow.config import ConfigError
 from soulflow.security.protected import RUNTIME_DIR
 from soulflow.security.zones import OPERATOR_MEMORY_DIR, ChatZone, zone_named
-from soulflow.session.store import Sessions
 from soulflow.storage.beneath import Beneath, DirEntry, RefusedPath
 
 __all__ = ["MIGRATIONS_DIR", "STATE_FILE", "MigrationError", "MigrationReport",
@@ -100,7 +100,7 @@ class MigrationReport:
 class ZoneMigration:
     """One workspace's migration (see the module docstring); `run()` is safe to repeat."""
 
-    def __init__(self, files: Beneath, sessions: Sessions, *,
+    def __init__(self, files: Beneath, sessions: SessionStore, *,
                  clock: Callable[[], float] = time.time, on_step: Step | None = None) -> None:
         self.files = files
         self.sessions = sessions
@@ -314,7 +314,7 @@ class _ChatIndex:
     """Which chat owns an attachment, from the sessions: their keys (chat ids, for the
     `c<sha12>` folders) and, read on first need, their transcripts (flat files)."""
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: SessionStore) -> None:
         self._sessions = sessions
         self._keys = [info.key for info in sessions.list_sessions()]
         self._mentions: dict[str, set[str]] | None = None
@@ -420,7 +420,7 @@ To make the daemon run the migration again, remove its record
 """
 
 
-def migrate_workspace(files: Beneath, sessions: Sessions, *,
+def migrate_workspace(files: Beneath, sessions: SessionStore, *,
                       on_step: Step | None = None) -> MigrationReport:
     """Run the migration once (a no-op after it is done) and log what it did."""
     report = ZoneMigration(files, sessions, on_step=on_step).run()

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING
 from soulflow.security.zones import CHATS_DIR, RUNTIME_DIR, ChatZone
 
 if TYPE_CHECKING:  # pragma: no cover
+    from soulflow.backends.base import SecretEntries
     from soulflow.config import Settings
     from soulflow.security.vault import SecretVault
-    from soulflow.security.vault_entries import SecretEntries
 
 SECURITY_DIR = "security"
 KEY_FILE_NAME = "master.key"
@@ -112,10 +112,10 @@ def key_file_path(workspace: Path, configured: str = "") -> Path:
     return Path(workspace) / RUNTIME_DIR / SECURITY_DIR / KEY_FILE_NAME
 
 
-def open_vault(settings: Settings, *, entries: SecretEntries | None = None) -> SecretVault:
+def open_vault(settings: Settings, entries: SecretEntries) -> SecretVault:
     """The workspace's vault, with its key where ``SOULFLOW_MASTER_KEY_FILE`` says (the daemon
-    and `soulflow secret` must agree on it, so both call this). `entries`: where the sealed
-    entries live when not in ``secrets.json`` (the Redis backend's hash)."""
+    and `soulflow secret` must agree on it, so both call this). `entries`: the backend's
+    sealed entries (``secrets.json``, or the Redis hash)."""
     from soulflow.security.vault import SecretVault
 
     configured = str(settings.values.get("SOULFLOW_MASTER_KEY_FILE", "") or "")

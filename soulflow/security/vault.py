@@ -15,11 +15,11 @@ Layout of ``security_dir`` (mode 0700):
 The key may live elsewhere (``SOULFLOW_MASTER_KEY_FILE``: pass ``key_path``); the vault file
 and the lock always stay in ``security_dir``.
 
-With the Redis backend the entries live in Redis instead of ``secrets.json`` (pass ``entries``,
-see `soulflow.security.vault_entries`); the key still comes from this node's disk and never
-goes to Redis, so every node must hold the same key file. A key rotation on one node
-re-encrypts the entries in Redis; the new key file must then be copied to the other nodes
-(their vaults re-read the key file when it changes), see docs/operations.md.
+The entries are the backend's (`SecretEntries`, backends/base.py): ``secrets.json``
+(backends/file/vault.py) or, with the Redis backend, a Redis hash; the key still comes from
+this node's disk and never goes to Redis, so every node must hold the same key file. A key
+rotation on one node re-encrypts the entries in Redis; the new key file must then be copied to
+the other nodes (their vaults re-read the key file when it changes), see docs/operations.md.
 
 Scopes: every read takes an optional ``chat`` (a `chat_scope` string). ``chat=None`` is the
 operator's view (everything); with a chat, entries scoped to another chat behave exactly as if
@@ -40,6 +40,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from soulflow.backends.base import EntriesChanged, SecretEntries
 from soulflow.security import syntax
 from soulflow.security.crypto import Sealer, generate_key
 from soulflow.security.errors import (
@@ -49,7 +50,6 @@ from soulflow.security.errors import (
     SecretNotFound,
 )
 from soulflow.security.keyfile import ensure_private_dir, read_key, write_key
-from soulflow.security.vault_entries import EntriesChanged, FileSecretEntries, SecretEntries
 from soulflow.security.vault_records import (
     SecretInfo,
     StoredSecret,
@@ -82,12 +82,12 @@ class SecretVault:
     """
 
     def __init__(self, security_dir: Path, key_path: Path | None = None, *,
-                 entries: SecretEntries | None = None) -> None:
+                 entries: SecretEntries) -> None:
         self.dir = Path(security_dir)
         self.key_path = Path(key_path) if key_path is not None else self.dir / KEY_FILE
         self.pending_key_path = self.key_path.with_name(self.key_path.name + ".new")
         self.secrets_path = self.dir / SECRETS_FILE
-        self._entries: SecretEntries = entries or FileSecretEntries(self.secrets_path)
+        self._entries = entries
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int, int], Sealer] | None = None
         ensure_private_dir(self.dir)

@@ -1,14 +1,13 @@
-"""The records of ``secrets.json`` and how they are written: split out of `vault` so that
-module holds only the vault's behaviour. See `soulflow.security.vault` for the format."""
+"""The records of the vault's sealed entries (``secrets.json``, or the Redis hash) and how one
+is read back: split out of `vault` so that module holds only the vault's behaviour. See
+`soulflow.security.vault` for the format."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
-from soulflow.storage.atomic import write_json_atomic
+from soulflow.security.syntax import is_valid_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +41,19 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def write_secrets_file(path: Path, data: Any) -> None:
-    """Replace ``secrets.json`` atomically with mode 0600 (storage's one atomic writer); keys
-    sorted and ASCII-only, as the file has always been written."""
-    write_json_atomic(path, data, indent=2, mode=0o600, sort_keys=True, ensure_ascii=True)
-
-
 def entry_json(entry: StoredSecret) -> dict[str, str]:
     """One entry on disk; ``scope`` only when set, so global entries look as they always did."""
     data = {"ciphertext": entry.ciphertext, "updated_at": entry.updated_at}
     if entry.scope is not None:
         data["scope"] = entry.scope
     return data
+
+
+def parse_entry(name: object, entry: object) -> StoredSecret | None:
+    """One stored entry, or None if it is not one (a bad name or field)."""
+    if not (isinstance(name, str) and is_valid_name(name) and isinstance(entry, dict)
+            and isinstance(entry.get("ciphertext"), str)
+            and isinstance(entry.get("updated_at"), str)
+            and isinstance(entry.get("scope"), str | None)):
+        return None
+    return StoredSecret(entry["ciphertext"], entry["updated_at"], entry.get("scope"))

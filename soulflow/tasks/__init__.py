@@ -1,5 +1,6 @@
 """Task graphs: multi-step work that runs for minutes or hours, pauses for approval and survives
-restarts (model, validation, TaskStore, `run_task_loop`, TaskEngine, planner). See docs/tasks.md."""
+restarts (model, validation, `run_task_loop`, TaskEngine, planner; the store is the backend's).
+See docs/tasks.md."""
 
 from soulflow.tasks.contracts import NodeCall
 from soulflow.tasks.engine import TaskEngine
@@ -12,19 +13,14 @@ from soulflow.tasks.model import (
     NodeState,
     NodeStatus,
     OutcomeStatus,
+    TaskDecisionError,
+    TaskFenced,
     TaskGraph,
     TaskNode,
     TaskState,
     TaskStatus,
 )
 from soulflow.tasks.runner import NodeExecutors, TaskEvent, run_task_loop
-from soulflow.tasks.store import (
-    TaskDecisionError,
-    TaskFenced,
-    TaskStore,
-    TaskStoreBase,
-    TaskStoreUnavailable,
-)
 
 __all__ = [
     "Choice",
@@ -45,9 +41,6 @@ __all__ = [
     "TaskNode",
     "TaskState",
     "TaskStatus",
-    "TaskStore",
-    "TaskStoreBase",
-    "TaskStoreUnavailable",
     "execution_groups",
     "run_task_loop",
     "validate_graph",

@@ -39,16 +39,16 @@ from soulflow.agent.approvals import (
     refusal_text,
 )
 from soulflow.agent.tools.code_secrets import with_code_secret_reason
+from soulflow.backends.base import ProposalMap
 from soulflow.bus.messages import InboundMessage
 from soulflow.contracts import ApprovalNeed, ChatRef
 from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors
 from soulflow.tasks.graph import GraphValidationError
-from soulflow.tasks.model import Choice, NodeKind, TaskGraph, TaskState
+from soulflow.tasks.model import Choice, NodeKind, TaskDecisionError, TaskGraph, TaskState
 from soulflow.tasks.planner import Plan, PlanError, Planner
-from soulflow.tasks.proposals import Proposal, ProposalMap
-from soulflow.tasks.store import TaskDecisionError
+from soulflow.tasks.review import Proposal
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from soulflow.tasks.model import NodeStatus, TaskState
+from soulflow.backends.base import TaskStore
+from soulflow.tasks.answers import require
+from soulflow.tasks.model import NodeStatus, TaskDecisionError, TaskState
 from soulflow.tasks.runner import EmitFn, cancel_idle_task
-from soulflow.tasks.store import TaskDecisionError, TaskStoreBase
 
 TASK_USAGE = "Usage: /task list | /task show ID | /task cancel ID"
 LIST_LIMIT = 10
@@ -31,17 +32,17 @@ class _Message(Protocol):
     sender_id: str
 
 
-def idle_canceller(store: TaskStoreBase, emit: EmitFn | None = None) -> CancelFn:
+def idle_canceller(store: TaskStore, emit: EmitFn | None = None) -> CancelFn:
     """`cancel` for a daemon without a TaskEngine running graphs: nothing runs, so cancelling
     records the task (and its waiting or interrupted nodes) as cancelled."""
 
     async def cancel(task_id: str, by: str) -> TaskState:
-        return await cancel_idle_task(store.require(task_id), store, emit=emit, by=by)
+        return await cancel_idle_task(require(store, task_id), store, emit=emit, by=by)
 
     return cancel
 
 
-def make_task_command(store: TaskStoreBase, cancel: CancelFn,
+def make_task_command(store: TaskStore, cancel: CancelFn,
                       is_admin: IsAdminFn) -> Callable[[Any, Any], Awaitable[str]]:
     """The `/task` handler for the channel command router."""
 
@@ -89,7 +90,7 @@ def list_text(tasks: list[TaskState]) -> str:
     return "Tasks in this chat:\n" + "\n".join(lines) + more
 
 
-def show_text(task: TaskState, store: TaskStoreBase) -> str:
+def show_text(task: TaskState, store: TaskStore) -> str:
     lines = [f"Task {task.task_id}: {task.title}", f"Status: {task.status.value} "
              f"({_progress(task)})"]
     if task.error:

@@ -19,23 +19,27 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection
 
+from soulflow.backends.base import TaskStore
+from soulflow.errors import StoreUnavailable
 from soulflow.supervisor import cancel_and_wait
+from soulflow.tasks.answers import decide, require
 from soulflow.tasks.graph import validate_graph
-from soulflow.tasks.model import Choice, TaskGraph, TaskState, TaskStatus
+from soulflow.tasks.model import (
+    Choice,
+    TaskDecisionError,
+    TaskFenced,
+    TaskGraph,
+    TaskState,
+    TaskStatus,
+    new_task_id,
+    task_chat_key,
+)
 from soulflow.tasks.runner import (
     DEFAULT_MAX_PARALLEL,
     EmitFn,
     NodeExecutors,
     cancel_idle_task,
     run_task_loop,
-)
-from soulflow.tasks.store import (
-    TaskDecisionError,
-    TaskFenced,
-    TaskStoreBase,
-    TaskStoreUnavailable,
-    new_task_id,
-    task_chat_key,
 )
 
 log = logging.getLogger(__name__)
@@ -50,7 +54,7 @@ def _everywhere(chat_key: str) -> bool:
 class TaskEngine:
     """Runs tasks through `run_task_loop`, at most one loop per task at a time."""
 
-    def __init__(self, store: TaskStoreBase, executors: NodeExecutors, *,
+    def __init__(self, store: TaskStore, executors: NodeExecutors, *,
                  tool_names: Collection[str] | None = None, emit: EmitFn | None = None,
                  max_parallel: int = DEFAULT_MAX_PARALLEL, owns: OwnsFn = _everywhere) -> None:
         self.store = store
@@ -147,7 +151,7 @@ class TaskEngine:
     async def decide(self, task_id: str, node_id: str, choice: Choice | str,
                      by: str = "") -> TaskState:
         """Record the answer (checkpointed first), then continue the task."""
-        task = await self.store.decide(task_id, node_id, choice, by)
+        task = await decide(self.store, task_id, node_id, choice, by)
         if not self.owns(task_chat_key(task)):
             return task  # recorded; the node holding the chat runs it (next `reconcile`)
         wake = self._wakes.get(task_id)
@@ -159,7 +163,7 @@ class TaskEngine:
 
     async def cancel(self, task_id: str, by: str = "") -> TaskState:
         """The user's cancel: a running loop cancels its nodes; a waiting task ends at once."""
-        task = self.store.require(task_id)
+        task = require(self.store, task_id)
         if task.status.finished:
             raise TaskDecisionError(f"task {task_id} is already {task.status.value}")
         abort = self._aborts.get(task_id)
@@ -185,7 +189,7 @@ class TaskEngine:
         loop = self._loops.get(task_id)
         if loop is not None:
             await asyncio.gather(loop, return_exceptions=True)
-        return self.store.require(task_id)
+        return require(self.store, task_id)
 
     def _spawn(self, task: TaskState) -> None:
         task_id = task.task_id
@@ -209,7 +213,7 @@ class TaskEngine:
             return
         try:
             task = self.store.get(task_id)
-        except TaskStoreUnavailable:
+        except StoreUnavailable:
             return  # `reconcile` resumes it once the store answers
         if (task is not None and not task.status.finished
                 and any(s.choice is not None for s in task.nodes.values())):
@@ -217,8 +221,8 @@ class TaskEngine:
 
     async def _drive(self, task_id: str, abort: asyncio.Event, wake: asyncio.Event) -> None:
         try:
-            task = self.store.require(task_id)
-        except TaskStoreUnavailable as exc:
+            task = require(self.store, task_id)
+        except StoreUnavailable as exc:
             log.warning("task %s paused: %s", task_id, exc)
             return
         try:
@@ -228,13 +232,13 @@ class TaskEngine:
             raise
         except TaskFenced as exc:  # its chat is another node's now: that node resumes it
             log.warning("task %s stops on this node: %s", task_id, exc)
-        except TaskStoreUnavailable as exc:  # resumed by `reconcile` once the store answers
+        except StoreUnavailable as exc:  # resumed by `reconcile` once the store answers
             log.warning("task %s paused: %s", task_id, exc)
         except Exception as exc:  # a bug in the loop: say so on the task, never hang it
             log.exception("the loop of task %s crashed", task_id)
             task.status, task.error = TaskStatus.FAILED, f"internal error: {exc!r}"
             try:
                 await self.store.checkpoint(task)
-            except (TaskFenced, TaskStoreUnavailable):
+            except (TaskFenced, StoreUnavailable):
                 log.warning("task %s: its failure could not be recorded here (its chat is "
                             "another node's now)", task_id)

@@ -29,9 +29,9 @@ from typing import Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome, SystemPrompt
-from soulflow.agent.run.store import RunJournal
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.base import RunJournal
 from soulflow.contracts import ChatRef
 from soulflow.providers.base import Provider
 from soulflow.security.redact import Redactor

@@ -19,6 +19,8 @@ Graph semantics, kept deliberately small so a planner (a model) can write valid 
 
 from __future__ import annotations
 
+import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -375,3 +377,39 @@ class TaskState:
             waiting=list(data.get("waiting", [])),
             revision=int(data.get("revision", 0)),
         )
+
+
+# -- ids, the chat a task belongs to, its story, and why a change is refused -------------
+
+_TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class TaskDecisionError(ValueError):
+    """A decision that does not apply (unknown task or node, nothing waiting, wrong choice)."""
+
+
+class TaskFenced(TaskDecisionError):
+    """This node may not write the task: the partition of its chat is held by another node (or
+    by none, or this node's hold on it lapsed), so the node that holds it runs the task. A
+    runner that gets this stops at once without marking anything; a decision or cancel made
+    here is refused with this message (answer in the task's chat instead)."""
+
+
+def new_task_id() -> str:
+    return "t-" + secrets.token_hex(4)
+
+
+def task_chat_key(task: TaskState) -> str:
+    """The chat a task belongs to (`provider:chat_id`): the node holding it runs the task."""
+    return f"{task.provider}:{task.chat_id}"
+
+
+def detail_entry(line: str, at: float | None = None) -> str:
+    """One line of a task's story as stored: `- <local time> <text>`."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now() if at is None else at))
+    return f"- {stamp} {line.strip()}"
+
+
+def check_task_id(task_id: str) -> None:
+    if not _TASK_ID_RE.fullmatch(task_id):
+        raise ValueError(f"bad task id {task_id!r}")

@@ -27,6 +27,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from soulflow.backends.base import TaskStore
+from soulflow.errors import StoreUnavailable
 from soulflow.tasks.contracts import EmitFn, NodeCall, NodeExecutors, TaskEvent
 from soulflow.tasks.graph import propagate_skips, ready_nodes, resolve_inputs
 from soulflow.tasks.model import (
@@ -35,16 +37,12 @@ from soulflow.tasks.model import (
     NodeOutcome,
     NodeStatus,
     OutcomeStatus,
+    TaskDecisionError,
+    TaskFenced,
     TaskNode,
     TaskState,
     TaskStatus,
     now,
-)
-from soulflow.tasks.store import (
-    TaskDecisionError,
-    TaskFenced,
-    TaskStoreBase,
-    TaskStoreUnavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -56,7 +54,7 @@ __all__ = [  # the contracts are re-exported: callers import the engine from one
 ]
 
 
-async def run_task_loop(task: TaskState, store: TaskStoreBase, executors: NodeExecutors, *,
+async def run_task_loop(task: TaskState, store: TaskStore, executors: NodeExecutors, *,
                         emit: EmitFn | None = None, max_parallel: int = DEFAULT_MAX_PARALLEL,
                         abort: asyncio.Event | None = None,
                         wake: asyncio.Event | None = None) -> TaskState:
@@ -83,7 +81,7 @@ def mark_cancelled(task: TaskState, by: str = "") -> None:
     task.error = f"cancelled by {by}" if by else ""
 
 
-async def cancel_idle_task(task: TaskState, store: TaskStoreBase, *, emit: EmitFn | None = None,
+async def cancel_idle_task(task: TaskState, store: TaskStore, *, emit: EmitFn | None = None,
                            by: str = "") -> TaskState:
     """Cancel a task no loop is driving (waiting for someone, or not resumed since a crash).
 
@@ -113,7 +111,7 @@ class _TaskRun:
     """One pass of the loop over one task; all state changes happen on this coroutine (node
     coroutines only compute outcomes), so the task object never sees two writers."""
 
-    def __init__(self, task: TaskState, store: TaskStoreBase, executors: NodeExecutors,
+    def __init__(self, task: TaskState, store: TaskStore, executors: NodeExecutors,
                  emit: EmitFn | None, max_parallel: int, abort: asyncio.Event,
                  wake: asyncio.Event) -> None:
         self.task = task
@@ -154,7 +152,7 @@ class _TaskRun:
                     if self.abort.is_set():
                         break  # a step that ended because of the cancel is cancelled, not failed
                     await self._record(self.running.pop(child), child)
-        except (asyncio.CancelledError, TaskFenced, TaskStoreUnavailable):
+        except (asyncio.CancelledError, TaskFenced, StoreUnavailable):
             # shutdown, the task's chat moved to another node (a checkpoint was refused), or
             # the store is away: stop the steps, mark nothing; the checkpoint says where to
             # pick up

@@ -11,21 +11,22 @@ from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.runs import FileRunJournal
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.decision.service import DecisionService
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
 
 def agent_domain(tmp_path: Path, model: Any, chat: ChatRef) -> AgentDomain:
-    """Sessions, memory, decisions and run threads under `tmp_path`; every turn asks `model`,
+    """SessionStore, memory, decisions and run threads under `tmp_path`; every turn asks `model`,
     no tools are registered, and a tool context points at `tmp_path` for `chat`."""
-    sessions = SessionStore(tmp_path / "sessions")
+    sessions = FileSessionStore(tmp_path / "sessions")
     context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
-                             DecisionService(tmp_path / "d.json"), sessions)
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, ToolRegistry(),
+                             DecisionService(FileDecisionStore(tmp_path / "d.json")), sessions)
+    loop = AgentLoop(FileRunJournal(tmp_path / "threads"), lambda: model, ToolRegistry(),
                      context.system_prompt,
                      lambda state, approved: ToolContext(tmp_path, chat))
     return AgentDomain(context, sessions, loop)

@@ -16,22 +16,24 @@ from typing import Any
 
 import pytest
 
-from soulflow.agent.approvals import ApprovalMessages, ApproverPolicy, Decider
+from soulflow.agent.approvals import ApproverPolicy, Decider
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.files import WriteFileTool
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.approvals import FileApprovalMap
+from soulflow.backends.file.backend import FileBackend
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.runs import FileRunJournal
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.bus.bus import MessageBus
 from soulflow.contracts import ReplyStatus
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 from tests.agent.test_approval_people import ALICE, BOB, CAROL, Pipeline, wire_chat
 
@@ -62,16 +64,16 @@ async def pipe(tmp_path: Path) -> AsyncIterator[Pipeline]:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
-    sessions = SessionStore(tmp_path / "sessions")
+    sessions = FileSessionStore(tmp_path / "sessions")
     context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
-                             DecisionService(tmp_path / "d.json"), sessions)
+                             DecisionService(FileDecisionStore(tmp_path / "d.json")), sessions)
     tools = ToolRegistry()
     tools.register(WriteFileTool())
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), PlantingModel, tools,
+    loop = AgentLoop(FileRunJournal(tmp_path / "threads"), PlantingModel, tools,
                      context.system_prompt,
                      lambda state, approved: ToolContext(workspace, state.chat,
                                                          approved=approved))
-    approvals = ApprovalMessages(tmp_path / "approvals.json")
+    approvals = FileApprovalMap(tmp_path / "approvals.json")
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) == ("chat", CAROL)))
     adapter, conversation = wire_chat(bus, agent, approvals, tmp_path)
@@ -84,7 +86,7 @@ async def pipe(tmp_path: Path) -> AsyncIterator[Pipeline]:
         await asyncio.gather(claiming, return_exceptions=True)
         await conversation.stop(5)
         await bus.stop(5)
-        await bus.close()
+        await bus.backend.close()
 
 
 async def test_the_requester_cannot_approve_her_own_write_an_admin_can(

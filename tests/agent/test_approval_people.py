@@ -16,23 +16,20 @@ from typing import Any
 
 import pytest
 
-from soulflow.agent.approvals import (
-    ApprovalMap,
-    ApprovalMessages,
-    ApproverPolicy,
-    Decider,
-    Requester,
-    refusal_text,
-)
+from soulflow.agent.approvals import ApproverPolicy, Decider, Requester, refusal_text
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.file import FileBackend
+from soulflow.backends.base import ApprovalMap
+from soulflow.backends.file.approvals import FileApprovalMap
+from soulflow.backends.file.backend import FileBackend
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.runs import FileRunJournal
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
@@ -41,7 +38,6 @@ from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.turns import Conversation
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderResult, ToolCall
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 from tests.agent.recorder import Recorder
 
@@ -170,16 +166,16 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
                     ) -> AsyncIterator[Pipeline]:
     """The pipeline over the files in `tmp_path`: building it twice is a restart."""
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
-    sessions = SessionStore(tmp_path / "sessions")
+    sessions = FileSessionStore(tmp_path / "sessions")
     context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
-                             DecisionService(tmp_path / "d.json"), sessions)
+                             DecisionService(FileDecisionStore(tmp_path / "d.json")), sessions)
     tools = ToolRegistry()
     tools.register(tool)
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), RiskyModel, tools,
+    loop = AgentLoop(FileRunJournal(tmp_path / "threads"), RiskyModel, tools,
                      context.system_prompt,
                      lambda state, approved: ToolContext(tmp_path, ChatRef("chat", "team"),
                                                          approved=approved))
-    approvals = ApprovalMessages(tmp_path / "approvals.json")
+    approvals = FileApprovalMap(tmp_path / "approvals.json")
     admins = {("chat", CAROL)}
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) in admins))
@@ -193,7 +189,7 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
         await asyncio.gather(claiming, return_exceptions=True)
         await conversation.stop(5)
         await bus.stop(5)
-        await bus.close()
+        await bus.backend.close()
 
 
 @pytest.fixture

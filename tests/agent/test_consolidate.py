@@ -24,10 +24,11 @@ from soulflow.agent.consolidate import (
 )
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.memory import FACTS_HEADING, MemoryStore, merge_facts, trim_to_cap
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.sessions import FileSessionStore, session_filename
 from soulflow.decision.service import DecisionService
 from soulflow.providers.base import ProviderError, ProviderResult
 from soulflow.security.zones import zone_named
-from soulflow.session.store import SessionStore, session_filename
 from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 3, 14)
@@ -61,7 +62,7 @@ class Script:
 class Rig:
     def __init__(self, tmp_path: Path) -> None:
         self.root = tmp_path
-        self.sessions = SessionStore(tmp_path / "sessions")
+        self.sessions = FileSessionStore(tmp_path / "sessions")
         self.memory = MemoryStore(Beneath(tmp_path), today=lambda: TODAY)
 
     def chat(self, count: int, start: int = 0, key: str = KEY) -> None:
@@ -225,7 +226,7 @@ async def test_progress_reads_beyond_the_first_window(rig: Rig) -> None:
     progress = session_progress(rig.sessions, KEY)
     assert progress.through == 179 and progress.total == 500
     assert progress.messages[0][0] == 180 and progress.messages[0][1]["content"] == "message 180"
-    fresh = SessionStore(rig.root / "sessions")  # a restarted daemon reads the same
+    fresh = FileSessionStore(rig.root / "sessions")  # a restarted daemon reads the same
     assert session_progress(fresh, KEY).messages[0][0] == 180
 
 
@@ -243,8 +244,8 @@ async def test_backlog_is_folded_in_batches(rig: Rig) -> None:
 async def test_markers_are_not_returned_as_history(rig: Rig) -> None:
     rig.chat(61)
     await consolidate(rig.sessions, rig.memory, KEY, keep_last=20, summarize=Script(REPLY))
-    context = ContextBuilder(rig.root, rig.memory, DecisionService(rig.root / "d.json"),
-                             rig.sessions, history_messages=5)
+    decisions = DecisionService(FileDecisionStore(rig.root / "d.json"))
+    context = ContextBuilder(rig.root, rig.memory, decisions, rig.sessions, history_messages=5)
     history = context.history(KEY, "next question")
     assert [m["content"] for m in history] == [f"message {i}" for i in range(56, 61)]
     assert all(set(m) == {"role", "content"} for m in history)

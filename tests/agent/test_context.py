@@ -16,8 +16,9 @@ from soulflow.agent.tokens import (
     estimate_messages_tokens,
     estimate_tokens,
 )
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.decision.service import DecisionService
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 3, 14)
@@ -38,8 +39,9 @@ def write(path: Path, text: str) -> None:
 
 def builder(tmp_path: Path, **options: object) -> ContextBuilder:
     memory = MemoryStore(Beneath(tmp_path), today=lambda: TODAY)
-    return ContextBuilder(tmp_path, memory, DecisionService(tmp_path / "decisions.json"),
-                          SessionStore(tmp_path / "sessions"), **options)  # type: ignore[arg-type]
+    decisions = DecisionService(FileDecisionStore(tmp_path / "decisions.json"))
+    return ContextBuilder(tmp_path, memory, decisions,
+                          FileSessionStore(tmp_path / "sessions"), **options)  # type: ignore[arg-type]
 
 
 def full_workspace(tmp_path: Path) -> ContextBuilder:

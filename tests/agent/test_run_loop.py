@@ -12,9 +12,9 @@ from soulflow.agent.approvals import parse_decision, parse_reaction
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import INTERRUPTED, AgentLoop
 from soulflow.agent.run.reducer import apply, fold
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.runs import FileRunJournal
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.recorder import Recorder
 
@@ -54,7 +54,7 @@ def make_loop(tmp_path: Path, model: ScriptedModel, tool: Tool, max_turns: int =
     def context(state: Any, approved: bool) -> ToolContext:
         return ToolContext(workspace=tmp_path, chat=ChatRef("local", "c"), approved=approved)
 
-    return AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, registry,
+    return AgentLoop(FileRunJournal(tmp_path / "threads"), lambda: model, registry,
                      lambda _chat: "system prompt", context, max_turns=max_turns)
 
 

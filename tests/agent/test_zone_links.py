@@ -19,11 +19,13 @@ import pytest
 from soulflow.agent.consolidate import ConsolidationPolicy, run_due
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.memory import MemoryStore
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.heartbeat import FileHeartbeatState
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.contracts import ChatRef
 from soulflow.decision.service import DecisionService
 from soulflow.heartbeat.service import HeartbeatService, TickStatus
 from soulflow.security.zones import zone_named
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath, RefusedPath
 
 TODAY = dt.date(2026, 3, 14)
@@ -49,8 +51,8 @@ def ws(tmp_path: Path) -> Path:
 
 def context_for(root: Path) -> ContextBuilder:
     memory = MemoryStore(Beneath(root), today=lambda: TODAY)
-    return ContextBuilder(root, memory, DecisionService(root / "d.json"),
-                          SessionStore(root / "runtime" / "sessions"))
+    return ContextBuilder(root, memory, DecisionService(FileDecisionStore(root / "d.json")),
+                          FileSessionStore(root / "runtime" / "sessions"))
 
 
 def target(root: Path, name: str) -> Path:
@@ -108,7 +110,8 @@ def test_a_folder_swapped_for_a_link_is_refused(tmp_path: Path, resolver: str,
 async def test_heartbeat_md_as_a_link_is_refused(ws: Path, resolver: str) -> None:
     plant(ws / "HEARTBEAT.md", target(ws, "outside"))
     (ws.parent / "outside.md").write_text("- [ ] check the backup of /srv\n")  # actionable
-    service = HeartbeatService(ws, ws / "runtime", runner=None,  # type: ignore[arg-type]
+    state = FileHeartbeatState(ws / "runtime" / "heartbeat" / "state.json")
+    service = HeartbeatService(ws, state, runner=None,  # type: ignore[arg-type]
                                target=ALICE, interval_s=60)
     result = await service.tick()  # with the link followed, the runner (None) would run
     assert result.status is TickStatus.MISSING and service.model_calls == 0
@@ -140,7 +143,7 @@ def test_a_rewrite_replaces_the_link_never_its_target(ws: Path, resolver: str) -
 async def test_consolidation_refuses_a_linked_daily_note(ws: Path, resolver: str) -> None:
     outside = target(ws, "outside")
     plant(ws / ZONE_MEMORY / "2026-03-14.md", outside)
-    sessions = SessionStore(ws / "runtime" / "sessions")
+    sessions = FileSessionStore(ws / "runtime" / "sessions")
     for i in range(7):
         sessions.append("telegram:111", {"role": "user", "content": f"m{i}"})
     memory = MemoryStore(Beneath(ws), ZONE_MEMORY, today=lambda: TODAY)

@@ -26,13 +26,14 @@ from soulflow.agent.context import (
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.runs import FileRunJournal
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef, InboundMessage, ProviderResult
 from soulflow.decision.service import DecisionService
 from soulflow.security.zones import ChatZone, zone_for, zone_named
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 3, 14)
@@ -58,8 +59,8 @@ def write(path: Path, text: str) -> None:
 
 def builder(root: Path, clock: Clock | None = None, **options: Any) -> ContextBuilder:
     memory = MemoryStore(Beneath(root), today=lambda: TODAY)
-    return ContextBuilder(root, memory, DecisionService(root / "decisions.json"),
-                          SessionStore(root / "sessions"), clock=clock or Clock(), **options)
+    return ContextBuilder(root, memory, DecisionService(FileDecisionStore(root / "decisions.json")),
+                          FileSessionStore(root / "sessions"), clock=clock or Clock(), **options)
 
 
 def dm(user: str) -> ChatRef:
@@ -155,7 +156,7 @@ def test_the_heartbeat_has_its_own_scope(tmp_path: Path) -> None:
 
 
 async def test_consolidation_writes_into_the_chat_zone_only(tmp_path: Path) -> None:
-    sessions = SessionStore(tmp_path / "sessions")
+    sessions = FileSessionStore(tmp_path / "sessions")
     memory = MemoryStore(Beneath(tmp_path), today=lambda: TODAY)
     for i in range(7):
         sessions.append("telegram:111", {"role": "user" if i % 2 == 0 else "assistant",
@@ -197,11 +198,12 @@ class Bot:
     def __init__(self, root: Path) -> None:
         self.clock = Clock()
         self.model = Answers(SUMMARY_REPLY)
-        self.sessions = SessionStore(root / "sessions")
+        self.sessions = FileSessionStore(root / "sessions")
         self.memory = MemoryStore(Beneath(root), today=lambda: TODAY)
-        self.context = ContextBuilder(root, self.memory, DecisionService(root / "d.json"),
-                                      self.sessions, clock=self.clock)
-        loop = AgentLoop(ThreadStore(root / "threads"), lambda: self.model, ToolRegistry(),
+        decisions = DecisionService(FileDecisionStore(root / "d.json"))
+        self.context = ContextBuilder(root, self.memory, decisions, self.sessions,
+                                      clock=self.clock)
+        loop = AgentLoop(FileRunJournal(root / "threads"), lambda: self.model, ToolRegistry(),
                          self.context.system_prompt,
                          lambda state, approved: ToolContext(root, state.chat))
         self.consolidator = Consolidator(self.sessions, self.memory, lambda: self.model,

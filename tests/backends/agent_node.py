@@ -16,14 +16,13 @@ import asyncio
 import sys
 from typing import Any
 
-from redis.asyncio import Redis
-
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.redis.approvals import RedisApprovalMessages
+from soulflow.backends.redis.approvals import RedisApprovalMap
 from soulflow.backends.redis.backend import RedisBackend
-from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
+from soulflow.backends.redis.clients import AsyncStoreRedis
+from soulflow.backends.redis.runs import RedisRunJournal, partition_fence
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.contracts import ChatRef
 from tests.agent.recorder import Recorder
@@ -48,14 +47,14 @@ class Stuck(Recorder):
 
 
 async def main(url: str, prefix: str, node_id: str, ttl_s: float, mode: str) -> None:
-    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix=prefix,
+    backend = RedisBackend(AsyncStoreRedis.from_url(url), node_id=node_id, prefix=prefix,
                            partitions=PARTITIONS, lease_ttl_s=ttl_s)
     await backend.start()
     state = StateRedis(sync_client(url), prefix)
     tool: Tool = Stuck() if mode == "tool" else Recorder(risky=True)
     registry = ToolRegistry()
     registry.register(tool)
-    loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(backend)),
+    loop = AgentLoop(RedisRunJournal(state, fence=partition_fence(backend)),
                      lambda: ScriptedModel(call("record", value="x")), registry,
                      lambda _chat: "system", lambda run, approved: ToolContext(
                          workspace=".", chat=CHAT, approved=approved))
@@ -68,7 +67,7 @@ async def main(url: str, prefix: str, node_id: str, ttl_s: float, mode: str) -> 
     else:
         outcome = await loop.drive(run_id)
         assert outcome.approval_id is not None
-        RedisApprovalMessages(state).remember(CHAT.key, [PROMPT_MESSAGE_ID], run_id,
+        RedisApprovalMap(state).remember(CHAT.key, [PROMPT_MESSAGE_ID], run_id,
                                               outcome.approval_id)
         print(f"waiting {run_id} {outcome.approval_id}", flush=True)
         await asyncio.Event().wait()

@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from soulflow.agent.approvals import ApprovalMap, ApprovalMessages
-from soulflow.agent.run.store import RunJournal
-from soulflow.agent.run.timing import FinishedListener, TimedThreadStore
-from soulflow.backends.redis.approvals import RedisApprovalMessages
-from soulflow.backends.redis.runs import Fence, RedisThreadStore, no_fence
+from soulflow.agent.run.timing import FinishedListener
+from soulflow.backends.base import ApprovalMap, RunJournal, SessionStore
+from soulflow.backends.file.approvals import FileApprovalMap
+from soulflow.backends.file.runs import FileRunJournal
+from soulflow.backends.file.sessions import FileSessionStore
+from soulflow.backends.redis.approvals import RedisApprovalMap
+from soulflow.backends.redis.runs import Fence, RedisRunJournal, no_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
-from soulflow.session.store import Sessions, SessionStore
 
 
 def _ignore_finished(status: str, seconds: float, sub: bool) -> None:
@@ -35,10 +36,10 @@ class AgentStores:
     state: StateRedis | None = None
     opened: list[Any] = field(default_factory=list)
 
-    def sessions(self, *, redact: Callable[[str], str] | None = None) -> Sessions:
-        store: Sessions
+    def sessions(self, *, redact: Callable[[str], str] | None = None) -> SessionStore:
+        store: SessionStore
         if self.state is None:
-            store = SessionStore(self.tmp_path / "sessions", fsync="always", redact=redact)
+            store = FileSessionStore(self.tmp_path / "sessions", fsync="always", redact=redact)
         else:
             store = RedisSessionStore(self.state, redact=redact)
         self.opened.append(store)
@@ -49,18 +50,18 @@ class AgentStores:
              fence: Fence = no_fence) -> RunJournal:
         store: RunJournal
         if self.state is None:
-            store = TimedThreadStore(self.tmp_path / "threads", fsync="always", redact=redact,
+            store = FileRunJournal(self.tmp_path / "threads", fsync="always", redact=redact,
                                      on_finished=on_finished)
         else:
-            store = RedisThreadStore(self.state, redact=redact, on_finished=on_finished,
+            store = RedisRunJournal(self.state, redact=redact, on_finished=on_finished,
                                      fence=fence)
         self.opened.append(store)
         return store
 
     def approvals(self, name: str = "messages") -> ApprovalMap:
         if self.state is None:
-            return ApprovalMessages(self.tmp_path / "approvals" / f"{name}.json")
-        return RedisApprovalMessages(self.state, name)
+            return FileApprovalMap(self.tmp_path / "approvals" / f"{name}.json")
+        return RedisApprovalMap(self.state, name)
 
     def reopen_runs(self, store: RunJournal, **kwargs: Any) -> RunJournal:
         """The run store after a restart (file) or on another node (redis)."""

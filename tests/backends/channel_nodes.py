@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
-
 from soulflow.backends.leader import LeaderElection
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.records import RedisCursors
@@ -37,7 +36,7 @@ class ReaderNode:
     task: asyncio.Task[None] | None = None
 
     @classmethod
-    def on(cls, adapter: ChannelAdapter, client: Redis, keys: Keys, node_id: str, *,
+    def on(cls, adapter: ChannelAdapter, client: AsyncStoreRedis, keys: Keys, node_id: str, *,
            ttl_s: float) -> ReaderNode:
         election = LeaderElection(RedisLeases(client, keys), f"account:{adapter.name}",
                                   node_id, ttl_s=ttl_s)

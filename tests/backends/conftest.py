@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from soulflow.backends.base import Backend
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from tests.backends.redis_server import RedisServer
 from tests.fakes.rate_limits import TELEGRAM_LIMITS
 from tests.fakes.telegram_api import FakeTelegramThread
@@ -62,7 +62,7 @@ class Harness:
         if self.kind == "file":
             backend = FileBackend(self.tmp_path / "runtime", node_id=node_id, fsync="always")
         else:
-            backend = RedisBackend(Redis.from_url(self.redis_url), node_id=node_id,
+            backend = RedisBackend(AsyncStoreRedis.from_url(self.redis_url), node_id=node_id,
                                    prefix=self.prefix, partitions=partitions,
                                    lease_ttl_s=lease_ttl_s)
         await backend.start()

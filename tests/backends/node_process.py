@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from redis.asyncio import Redis
-
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from tests.backends.helpers import inbound, outbound
 
 
 async def main(url: str, prefix: str, node_id: str, partitions: int, ttl_s: float,
                chats: int, per_chat: int) -> None:
-    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix=prefix,
+    backend = RedisBackend(AsyncStoreRedis.from_url(url), node_id=node_id, prefix=prefix,
                            partitions=partitions, lease_ttl_s=ttl_s)
     await backend.start()
     for n in range(per_chat):

@@ -15,16 +15,18 @@ from typing import Any
 
 import pytest
 
+from soulflow.backends.base import ProposalMap, TaskStore
+from soulflow.backends.file.proposals import FileProposalMap
+from soulflow.backends.file.tasks import STORE_VERSION, FileTaskStore
+from soulflow.backends.file.workflow import FileWorkflowLog
 from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.keys import TaskKeys
-from soulflow.backends.redis.proposals import RedisProposals
+from soulflow.backends.redis.proposals import RedisProposalMap
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.backends.redis.tasks import Fence, RedisTaskStore
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEventService
 from soulflow.security.redact import Redactor
-from soulflow.tasks.proposals import ProposalMap, ProposalStore
-from soulflow.tasks.store import STORE_VERSION, TaskStore, TaskStoreBase
 
 
 class TaskWorld:
@@ -43,23 +45,23 @@ class TaskWorld:
         self._clients.append(state)
         return state
 
-    def store(self, *, fence: Fence | None = None) -> TaskStoreBase:
+    def store(self, *, fence: Fence | None = None) -> TaskStore:
         if self.kind == "file":
-            return TaskStore(self.runtime / "tasks")
+            return FileTaskStore(self.runtime / "tasks")
         return RedisTaskStore(self.state(), self.keys, fence=fence)
 
     def proposals(self) -> ProposalMap:
         if self.kind == "file":
-            return ProposalStore(self.runtime / "tasks" / "proposals.json")
-        return RedisProposals(self.state(), self.keys)
+            return FileProposalMap(self.runtime / "tasks" / "proposals.json")
+        return RedisProposalMap(self.state(), self.keys)
 
     def events(self, *, secret: str = "", hub: EventHub | None = None) -> WorkflowEventService:
         redactor = Redactor([secret]) if secret else None
         if self.kind == "file":
-            return WorkflowEventService(self.runtime / "events", workspace=self.tmp_path,
-                                        redactor=redactor, hub=hub)
-        return WorkflowEventService(workspace=self.tmp_path, redactor=redactor, hub=hub,
-                                    log=RedisWorkflowLog(self.state(), self.keys))
+            return WorkflowEventService(FileWorkflowLog(self.runtime / "events"),
+                                        workspace=self.tmp_path, redactor=redactor, hub=hub)
+        return WorkflowEventService(RedisWorkflowLog(self.state(), self.keys),
+                                    workspace=self.tmp_path, redactor=redactor, hub=hub)
 
     # -- reaching under the store (setting up damage, checking bytes) -----------------------
 

@@ -14,8 +14,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.records import RedisCursors
@@ -46,8 +46,8 @@ def keys() -> Keys:
 
 
 @pytest.fixture
-async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url)
+async def redis(redis_server: RedisServer) -> AsyncIterator[AsyncStoreRedis]:
+    client = AsyncStoreRedis.from_url(redis_server.url)
     yield client
     await client.aclose()
 
@@ -67,20 +67,20 @@ async def leader_then_standby(first: ReaderNode, second: ReaderNode) -> AsyncIte
         await first.stop()
 
 
-async def stored_cursors(client: Redis, keys: Keys, channel: str) -> dict[str, object]:
+async def stored_cursors(client: AsyncStoreRedis, keys: Keys, channel: str) -> dict[str, object]:
     return await RedisCursors(client, keys).load(channel)
 
 
-async def offset_past(client: Redis, keys: Keys, offset: int) -> bool:
+async def offset_past(client: AsyncStoreRedis, keys: Keys, offset: int) -> bool:
     stored = (await stored_cursors(client, keys, "telegram")).get("offset")
     return isinstance(stored, int) and stored > offset
 
 
 async def test_one_node_polls_telegram_and_the_other_takes_over_when_it_is_cut_off(
-        redis_server: RedisServer, redis: Redis, keys: Keys, tmp_path: Path) -> None:
+        redis_server: RedisServer, redis: AsyncStoreRedis, keys: Keys, tmp_path: Path) -> None:
     proxy = CuttableProxy(redis_server.port)
     await proxy.start()
-    cut_client = Redis.from_url(proxy.url, socket_timeout=30)  # hangs, never fails fast
+    cut_client = AsyncStoreRedis.from_url(proxy.url, socket_timeout=30)  # hangs, never fails fast
     async with running(FakeTelegram()) as fake:
         first = ReaderNode.on(telegram_adapter(f"{fake.url}/i/a", tmp_path / "a"), cut_client,
                               keys, "node-a", ttl_s=TTL_S)
@@ -121,7 +121,7 @@ async def test_one_node_polls_telegram_and_the_other_takes_over_when_it_is_cut_o
 
 
 async def test_a_clean_stop_hands_the_telegram_account_over(
-        redis: Redis, keys: Keys, tmp_path: Path) -> None:
+        redis: AsyncStoreRedis, keys: Keys, tmp_path: Path) -> None:
     async with running(FakeTelegram()) as fake:
         first = ReaderNode.on(telegram_adapter(f"{fake.url}/i/a", tmp_path / "a"), redis,
                               keys, "node-a", ttl_s=TTL_S)
@@ -138,7 +138,7 @@ async def test_a_clean_stop_hands_the_telegram_account_over(
 
 
 async def test_only_the_discord_leader_opens_a_gateway_session_and_both_send(
-        redis: Redis, keys: Keys, tmp_path: Path) -> None:
+        redis: AsyncStoreRedis, keys: Keys, tmp_path: Path) -> None:
     async with unpaced_discord() as fake:
         first = ReaderNode.on(discord_adapter(fake, tmp_path / "a"), redis, keys, "node-a",
                               ttl_s=TTL_S)
@@ -181,7 +181,7 @@ async def test_only_the_discord_leader_opens_a_gateway_session_and_both_send(
 
 
 async def test_only_the_slack_leader_opens_socket_mode(
-        redis: Redis, keys: Keys, tmp_path: Path) -> None:
+        redis: AsyncStoreRedis, keys: Keys, tmp_path: Path) -> None:
     async with running(FakeSlack()) as fake:
         nodes = [ReaderNode.on(slack_adapter(fake.base_url, tmp_path / name, app_token=APP_TOKEN,
                                              socket_ping_interval_s=0.2),
@@ -207,7 +207,7 @@ async def test_only_the_slack_leader_opens_socket_mode(
 
 
 async def test_a_node_that_never_leads_never_reads(
-        redis: Redis, keys: Keys, tmp_path: Path) -> None:
+        redis: AsyncStoreRedis, keys: Keys, tmp_path: Path) -> None:
     """Someone else holds the account for the whole test: no poll, no priming, no cursor."""
     holder = await RedisLeases(redis, keys).acquire("account:telegram", "elsewhere", 30.0)
     assert holder is not None
@@ -228,7 +228,7 @@ async def test_a_node_that_never_leads_never_reads(
 
 
 async def test_slack_polling_follows_a_thread_the_standby_node_answered_in(
-        redis: Redis, keys: Keys, tmp_path: Path) -> None:
+        redis: AsyncStoreRedis, keys: Keys, tmp_path: Path) -> None:
     """Without Socket Mode the poller reads threads the bot answered in; the answer may go
     out from a node that does not poll, which publishes the thread for the poller."""
     async with running(FakeSlack()) as fake:

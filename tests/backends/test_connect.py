@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from soulflow.backends.base import BackendKind, BackendUnavailable
-from soulflow.backends.factory import BackendConfig, default_node_id, open_backend
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.backends.redis.backend import RedisBackend, shown_url
+from soulflow.backends.wiring import BackendConfig, default_node_id, open_backend
 from soulflow.config import ConfigError, load_settings
 from tests.backends.redis_server import RedisServer, free_port
 

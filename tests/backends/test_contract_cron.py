@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.backends.base import CronStore
+from soulflow.backends.file.cron import FileCronStore
 from soulflow.backends.redis.cron import RedisCronStore
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.contracts import ChatRef, CronRunStatus
-from soulflow.cron import CronService, CronStore, Job, JobState, Schedule
-from soulflow.cron.store import JobStore
+from soulflow.cron import CronService, Job, JobState, Schedule
 from tests.backends.redis_server import RedisServer
 from tests.backends.service_stores import fresh_state, node_states, state_redis  # noqa: F401
 
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 CHAT = ChatRef("telegram", "42", None)
 
-OpenStore = Callable[[], JobStore]
+OpenStore = Callable[[], CronStore]
 
 
 @pytest.fixture(params=["file", "redis"])
@@ -29,7 +30,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
     """Opens a store over the same state each call: a restart (the file store is single-writer:
     tests write through one store and reopen only to read what was persisted)."""
     if request.param == "file":
-        yield lambda: CronStore(tmp_path / "cron" / "cron-store.json")
+        yield lambda: FileCronStore(tmp_path / "cron" / "cron-store.json")
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     with node_states(server.url) as open_state:

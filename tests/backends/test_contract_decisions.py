@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.backends.redis.decisions import RedisDecisions
-from soulflow.decision.service import DecisionService, FileDecisions
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.redis.decisions import RedisDecisionStore
+from soulflow.decision.service import DecisionService
 from tests.backends.redis_server import RedisServer
 from tests.backends.service_stores import node_states
 
@@ -32,7 +33,7 @@ def decisions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Decisi
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"version": 1, "decisions": entries}))
 
-        yield Decisions(lambda: DecisionService(path), seed_file)
+        yield Decisions(lambda: DecisionService(FileDecisionStore(path)), seed_file)
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     with node_states(server.url) as open_state:
@@ -42,7 +43,7 @@ def decisions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Decisi
             state.client.hset(f"{state.prefix}decisions",
                               mapping={k: json.dumps(v) for k, v in entries.items()})
 
-        yield Decisions(lambda: DecisionService(records=RedisDecisions(open_state())),
+        yield Decisions(lambda: DecisionService(RedisDecisionStore(open_state())),
                         seed_redis)
 
 
@@ -82,7 +83,7 @@ def test_dedupe_merges_keys_written_before_they_were_canonical(decisions: Decisi
 
 def test_the_priority_rule_holds_when_writers_race(decisions: Decisions) -> None:
     services = [decisions.open() for _ in range(6)]
-    shared = services[0] if isinstance(services[0].records, FileDecisions) else None
+    shared = services[0] if isinstance(services[0].records, FileDecisionStore) else None
     start = threading.Barrier(len(services))
 
     def write(priority: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from soulflow.bus.inbound_dlq import IntakeStage
+from soulflow.contracts import IntakeStage
 from tests.backends.conftest import Harness
 from tests.backends.helpers import outbound
 

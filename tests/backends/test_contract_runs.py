@@ -12,10 +12,10 @@ import pytest
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import INTERRUPTED, AgentLoop
-from soulflow.agent.run.store import RunJournal, RunMoved
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.redis.runs import RedisThreadStore
+from soulflow.backends.base import RunJournal, RunMoved
+from soulflow.backends.redis.runs import RedisRunJournal
 from soulflow.contracts import ChatRef
 from tests.agent.recorder import Recorder
 from tests.agent.test_run_loop import ScriptedModel, call, reply
@@ -213,7 +213,7 @@ def test_a_node_reads_runs_another_node_writes(redis_stores: AgentStores) -> Non
 def test_a_node_forgets_runs_past_its_cache_and_reads_them_again(
         redis_stores: AgentStores) -> None:
     assert redis_stores.state is not None
-    store = RedisThreadStore(redis_stores.state, cached_runs=2)
+    store = RedisRunJournal(redis_stores.state, cached_runs=2)
     for n in range(4):
         start(store, f"run_{n}", inbound_key=f"telegram:42:{n}")
         tool_turn(store, f"run_{n}", f"t1.c{n}", str(n))

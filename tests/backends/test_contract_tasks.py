@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from soulflow.backends import base as store_module
 from soulflow.backends.redis.tasks import RedisTaskStore
 from soulflow.tasks import (
     Choice,
@@ -17,7 +18,7 @@ from soulflow.tasks import (
     TaskState,
     TaskStatus,
 )
-from soulflow.tasks import store as store_module
+from soulflow.tasks.answers import decide, require, set_status
 from soulflow.tasks.review import Proposal
 from tests.backends.task_stores import TaskWorld, redis_world, world
 from tests.tasks.helpers import waiting_task
@@ -64,11 +65,11 @@ async def test_a_finished_task_leaves_the_unfinished_list(world: TaskWorld) -> N
     await store.checkpoint(task)
     again = world.store()
     assert again.unfinished() == []
-    done = again.require("t-f")
+    done = require(again, "t-f")
     assert done.status is TaskStatus.COMPLETED and done.result == {"a": 1}
     assert done.revision == 2
     with pytest.raises(TaskDecisionError, match="there is no task t-x"):
-        again.require("t-x")
+        require(again, "t-x")
 
 
 async def test_one_unreadable_task_is_reported_and_kept_untouched(world: TaskWorld) -> None:
@@ -80,7 +81,7 @@ async def test_one_unreadable_task_is_reported_and_kept_untouched(world: TaskWor
     assert [t.task_id for t in store.list()] == ["t-ok"]
     assert [t.task_id for t in store.unfinished()] == ["t-ok"]
     assert len(store.problems) == 1 and "t-bad could not be read" in store.problems[0]
-    await store.checkpoint(store.require("t-ok"))
+    await store.checkpoint(require(store, "t-ok"))
     assert world.raw("t-bad") == bad
     assert world.raw("t-ok")["revision"] == 1
 
@@ -120,18 +121,18 @@ async def test_an_answer_is_stored_before_anyone_acts_on_it(world: TaskWorld) ->
     store = world.store()
     await store.add(waiting_task("t-a", "c1"))
     with pytest.raises(TaskDecisionError, match="takes one of: approve, deny"):
-        await store.decide("t-a", "ok", Choice.RETRY)
+        await decide(store, "t-a", "ok", Choice.RETRY)
     with pytest.raises(TaskDecisionError, match="nothing to decide"):
-        await store.decide("t-a", "draft", Choice.APPROVE)
-    await store.decide("t-a", "ok", Choice.APPROVE, by="dana")
-    node = world.store().require("t-a").nodes["ok"]
+        await decide(store, "t-a", "draft", Choice.APPROVE)
+    await decide(store, "t-a", "ok", Choice.APPROVE, by="dana")
+    node = require(world.store(), "t-a").nodes["ok"]
     assert (node.choice, node.decided_by) == ("approve", "dana")
-    assert await store.set_status("t-a", TaskStatus.CANCELLED, "stopped by the operator")
-    assert not await store.set_status("t-a", TaskStatus.CANCELLED)
-    stored = world.store().require("t-a")
+    assert await set_status(store, "t-a", TaskStatus.CANCELLED, "stopped by the operator")
+    assert not await set_status(store, "t-a", TaskStatus.CANCELLED)
+    stored = require(world.store(), "t-a")
     assert stored.status is TaskStatus.CANCELLED and stored.error == "stopped by the operator"
     with pytest.raises(TaskDecisionError, match="already cancelled"):
-        await world.store().decide("t-a", "ok", Choice.APPROVE)
+        await decide(world.store(), "t-a", "ok", Choice.APPROVE)
 
 
 async def test_a_plan_under_review_is_found_after_a_restart(world: TaskWorld) -> None:
@@ -185,8 +186,8 @@ async def test_a_stale_copy_cannot_overwrite_a_newer_checkpoint(redis_world: Tas
     first, second = redis_world.store(), redis_world.store()
     assert isinstance(first, RedisTaskStore)
     await first.add(TaskState("t-r", "raced", graph(), provider="local", chat_id="c"))
-    copy = second.require("t-r")
-    mine = first.require("t-r")
+    copy = require(second, "t-r")
+    mine = require(first, "t-r")
     mine.title = "newer"
     await first.checkpoint(mine)
     copy.title = "stale"

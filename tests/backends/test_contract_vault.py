@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.backends.base import EntriesChanged
 from soulflow.backends.redis.vault import RedisSecretEntries
 from soulflow.security.errors import InvalidCiphertext, MissingKeyError, SecretNotFound
 from soulflow.security.vault import SecretVault
-from soulflow.security.vault_entries import EntriesChanged
 from soulflow.security.vault_records import StoredSecret
 from tests.backends.redis_server import RedisServer
 from tests.backends.service_stores import fresh_state, node_states
+from tests.vaults import file_vault
 
 OpenVault = Callable[[Path], SecretVault]  # a vault whose key and lock live in that directory
 
@@ -39,7 +40,7 @@ def open_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenV
     """File: every vault is the same workspace's (entries in ``<dir>/secrets.json``). Redis:
     every vault shares the hash, as the nodes of one cluster do."""
     if request.param == "file":
-        yield SecretVault
+        yield file_vault
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     with redis_vaults_on(server.url) as open_redis:

@@ -9,6 +9,7 @@ import json
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEvent
 from soulflow.tasks import TaskEvent, TaskGraph, TaskState, TaskStatus, run_task_loop
+from soulflow.tasks.answers import require
 from tests.backends.task_stores import TaskWorld, redis_world, world
 from tests.tasks.helpers import Toolbox, echo, tool
 
@@ -80,7 +81,7 @@ async def test_a_bound_store_gets_the_story_and_the_status(world: TaskWorld) -> 
     # an event from elsewhere (an operator) moves the task's status with it
     await events.append(WorkflowEvent("done", "stopped by the operator", task_id="t-7",
                                       payload={"status": "cancelled"}))
-    assert world.store().require("t-7").status is TaskStatus.CANCELLED
+    assert require(world.store(), "t-7").status is TaskStatus.CANCELLED
     # a replayed step is deduped: no second event, no second line of the story
     await events.emit_task_event(TaskEvent(task, "assign", "again", "t-7:a:assign:1", "a"))
     assert len(events.recent(100, task_id="t-7")) == 6

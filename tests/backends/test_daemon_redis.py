@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import partition_of
 from soulflow.bus.messages import OutboundMessage
 from tests.backends.node_daemons import node_daemons
@@ -183,7 +183,7 @@ def test_the_dlq_commands_work_on_redis_without_a_daemon(redis_daemon: Daemon,
     env = redis_daemon.env
 
     async def seed() -> None:
-        backend = RedisBackend(Redis.from_url(redis_server.url), node_id="seed",
+        backend = RedisBackend(AsyncStoreRedis.from_url(redis_server.url), node_id="seed",
                                prefix=env["REDIS_KEY_PREFIX"],
                                partitions=int(env["REDIS_PARTITIONS"]))
         for n in range(2):
@@ -201,7 +201,7 @@ def test_the_dlq_commands_work_on_redis_without_a_daemon(redis_daemon: Daemon,
     assert replayed.returncode == 0 and b"Replayed 1" in replayed.stdout, replayed.stderr
 
     async def check() -> tuple[int, list[str], int]:
-        backend = RedisBackend(Redis.from_url(redis_server.url), node_id="check",
+        backend = RedisBackend(AsyncStoreRedis.from_url(redis_server.url), node_id="check",
                                prefix=env["REDIS_KEY_PREFIX"],
                                partitions=int(env["REDIS_PARTITIONS"]))
         try:

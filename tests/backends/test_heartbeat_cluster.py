@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.contracts import ChatRef
@@ -39,12 +39,13 @@ class Node:
     def __init__(self, name: str, stack: Stack, url: str, state: StateRedis) -> None:
         self.name = name
         self.stack = stack
-        self.backend = RedisBackend(Redis.from_url(url, socket_timeout=TTL_S), prefix=state.prefix,
-                                    node_id=f"node-{name}", partitions=1, lease_ttl_s=TTL_S)
+        self.backend = RedisBackend(AsyncStoreRedis.from_url(url, socket_timeout=TTL_S),
+                                    prefix=state.prefix, node_id=f"node-{name}", partitions=1,
+                                    lease_ttl_s=TTL_S)
         self.single = SingleRunner(self.backend.leases, f"node-{name}", ttl_s=TTL_S)
         self.heartbeat = HeartbeatService(
-            stack.workspace, stack.workspace / "runtime", stack.runner, TARGET,
-            interval_s=INTERVAL_S, state=RedisHeartbeatState(state))
+            stack.workspace, RedisHeartbeatState(state), stack.runner, TARGET,
+            interval_s=INTERVAL_S)
         self.ticked_at: list[float] = []
         self.task: asyncio.Task[None] | None = None
 

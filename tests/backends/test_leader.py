@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import time
 
-from redis.asyncio import Redis
-
 from soulflow.backends.leader import LeaderElection
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from tests.backends.conftest import Harness
@@ -53,8 +52,8 @@ async def test_a_leader_cut_off_from_redis_steps_down_before_the_takeover(
     proxy = CuttableProxy(redis_server.port)
     await proxy.start()
     keys = Keys("leader-cut:", 1)
-    cut_client = Redis.from_url(proxy.url, socket_timeout=30)  # hangs, never errors quickly
-    direct = Redis.from_url(redis_server.url)
+    cut_client = AsyncStoreRedis.from_url(proxy.url, socket_timeout=30)  # hangs, never fails
+    direct = AsyncStoreRedis.from_url(redis_server.url)
     lost_at: list[float] = []
     taken_at: list[float] = []
     ttl = 1.2

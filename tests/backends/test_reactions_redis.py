@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from redis.asyncio import Redis
-
 from soulflow.agent.approvals import ApproverPolicy
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -25,9 +23,11 @@ from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.redis.approvals import RedisApprovalMessages
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.redis.approvals import RedisApprovalMap
 from soulflow.backends.redis.backend import RedisBackend
-from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
+from soulflow.backends.redis.clients import AsyncStoreRedis
+from soulflow.backends.redis.runs import RedisRunJournal, partition_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.bus.bus import MessageBus
@@ -50,23 +50,23 @@ from tests.waiting import until
 async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: list[int], *,
                owner: bool) -> AsyncIterator[Pipeline]:
     """One node's pipeline on the shared Redis; only the owner takes partitions and claims."""
-    backend = RedisBackend(Redis.from_url(url), node_id=node_id, prefix=prefix, partitions=4,
-                           lease_ttl_s=3.0)
+    backend = RedisBackend(AsyncStoreRedis.from_url(url), node_id=node_id, prefix=prefix,
+                           partitions=4, lease_ttl_s=3.0)
     if owner:
         await backend.start()
     state = StateRedis(sync_client(url), prefix)
     bus = MessageBus(backend)
     sessions = RedisSessionStore(state)
     context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
-                             DecisionService(tmp_path / "d.json"), sessions)
+                             DecisionService(FileDecisionStore(tmp_path / "d.json")), sessions)
     tool = Recorder(risky=True)
     tools = ToolRegistry()
     tools.register(tool)
-    loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(backend)), RiskyModel, tools,
+    loop = AgentLoop(RedisRunJournal(state, fence=partition_fence(backend)), RiskyModel, tools,
                      context.system_prompt,
                      lambda run, approved: ToolContext(tmp_path, ChatRef("chat", "team"),
                                                        approved=approved))
-    approvals = RedisApprovalMessages(state)
+    approvals = RedisApprovalMap(state)
     agent = AgentDomain(context, sessions, loop, approvals,
                         approvers=ApproverPolicy(lambda p, u: (p, u) == ("chat", CAROL)))
     adapter, conversation = wire_chat(bus, agent, approvals, tmp_path)
@@ -81,7 +81,7 @@ async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: lis
             await asyncio.gather(claiming, return_exceptions=True)
         await conversation.stop(5)
         await bus.stop(5)
-        await bus.close()
+        await bus.backend.close()
         state.close()
 
 
@@ -130,7 +130,7 @@ async def test_a_decision_for_a_run_taken_over_is_left_to_its_new_node(
         assert old_holder.agent.loop is not None
         [run_id] = old_holder.agent.loop.store.find(chat_key="chat:team")
         state = StateRedis(sync_client(redis_server.url), prefix)
-        newer = RedisThreadStore(state, fence=lambda chat: 10**9)  # a later lease's token
+        newer = RedisRunJournal(state, fence=lambda chat: 10**9)  # a later lease's token
         assert newer.claim(run_id)
         sent = len(old_holder.adapter.sent)
         decision = await reader.say(ALICE, "ok")

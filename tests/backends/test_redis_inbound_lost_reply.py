@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.errors import StoreUnavailable
 from tests.backends.conftest import Harness
 from tests.backends.helpers import inbound
 
@@ -26,10 +26,10 @@ async def test_entries_of_a_read_whose_reply_was_lost_come_first_in_order(
     async def reply_lost(*args: Any, **kwargs: Any) -> Any:
         await real(*args, **kwargs)  # Redis runs it: the entries are this node's now
         monkeypatch.undo()
-        raise RedisTimeoutError("Timeout reading from socket")
+        raise StoreUnavailable("Timeout reading from socket")  # as the client maps it
 
     monkeypatch.setattr(store._client, "xreadgroup", reply_lost)
-    with pytest.raises(RedisTimeoutError):
+    with pytest.raises(StoreUnavailable):
         await store.claim()
     assert await store.accept(inbound("a", 3))
     claimed = await store.claim()

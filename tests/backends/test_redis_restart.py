@@ -4,11 +4,10 @@ accepted is lost or handed out twice."""
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
 from soulflow.backends.base import Completion
 from soulflow.backends.leader import LeaderElection
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from tests.backends.helpers import eventually, inbound
@@ -16,7 +15,7 @@ from tests.backends.redis_server import RedisServer
 
 
 async def test_nothing_is_lost_across_a_redis_restart(durable_redis: RedisServer) -> None:
-    node = RedisBackend(Redis.from_url(durable_redis.url, socket_timeout=2), node_id="n1",
+    node = RedisBackend(AsyncStoreRedis.from_url(durable_redis.url, socket_timeout=2), node_id="n1",
                         prefix="restart:", partitions=2, lease_ttl_s=1.5)
     await node.start()
     try:
@@ -54,7 +53,7 @@ async def test_nothing_is_lost_across_a_redis_restart(durable_redis: RedisServer
 
 async def test_a_leader_steps_down_while_redis_is_away_and_leads_again(
         durable_redis: RedisServer) -> None:
-    client = Redis.from_url(durable_redis.url, socket_timeout=1)
+    client = AsyncStoreRedis.from_url(durable_redis.url, socket_timeout=1)
     election = LeaderElection(RedisLeases(client, Keys("restart-leader:", 1)),
                               "account:telegram", "n1", ttl_s=1.5)
     election.start()

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from soulflow.agent.approvals import Decider
 from soulflow.agent.context import ContextBuilder
@@ -31,15 +30,16 @@ from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import INTERRUPTED, AgentLoop
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.backends.redis.approvals import RedisApprovalMessages
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.redis.approvals import RedisApprovalMap
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import partition_of
-from soulflow.backends.redis.runs import RedisThreadStore, partition_fence
+from soulflow.backends.redis.runs import RedisRunJournal, partition_fence
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.contracts import ChatRef, ReplyStatus
 from soulflow.decision.service import DecisionService
-from soulflow.runtime.agent_state import hold_driven_chats
 from soulflow.storage.beneath import Beneath
 from tests.agent.recorder import Recorder
 from tests.agent.test_run_loop import ScriptedModel, call, reply
@@ -90,20 +90,21 @@ async def kill_node_a(url: str, prefix: str, mode: str) -> list[str]:
 async def node_b(redis_server: RedisServer, prefix: str,
                  tmp_path: Path) -> AsyncIterator[NodeB]:
     """Built before node A runs (so nothing here holds a lease yet), started by `take_over`."""
-    backend = RedisBackend(Redis.from_url(redis_server.url), node_id="node-b", prefix=prefix,
-                           partitions=PARTITIONS, lease_ttl_s=TTL_S)
+    backend = RedisBackend(AsyncStoreRedis.from_url(redis_server.url), node_id="node-b",
+                           prefix=prefix, partitions=PARTITIONS, lease_ttl_s=TTL_S)
     state = StateRedis(sync_client(redis_server.url), prefix)
     sessions = RedisSessionStore(state)
     context = ContextBuilder(tmp_path, MemoryStore(Beneath(tmp_path)),
-                             DecisionService(tmp_path / "decisions.json"), sessions)
+                             DecisionService(FileDecisionStore(tmp_path / "decisions.json")),
+                             sessions)
     model = ScriptedModel()
     tool = Recorder(risky=True)
     registry = ToolRegistry()
     registry.register(tool)
-    loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(backend)), lambda: model,
+    loop = AgentLoop(RedisRunJournal(state, fence=partition_fence(backend)), lambda: model,
                      registry, context.system_prompt,
                      lambda run, approved: ToolContext(tmp_path, CHAT, approved=approved))
-    node = NodeB(backend, AgentDomain(context, sessions, loop, RedisApprovalMessages(state)),
+    node = NodeB(backend, AgentDomain(context, sessions, loop, RedisApprovalMap(state)),
                  model, tool, state)
     yield node
     await backend.close()
@@ -175,10 +176,10 @@ async def test_a_partition_with_a_run_being_driven_is_kept_in_a_rebalance(
     tool = Stuck()
     registry = ToolRegistry()
     registry.register(tool)
-    loop = AgentLoop(RedisThreadStore(state, fence=partition_fence(node_a)),
+    loop = AgentLoop(RedisRunJournal(state, fence=partition_fence(node_a)),
                      lambda: ScriptedModel(call("record", value="x")), registry,
                      lambda _chat: "system", lambda run, approved: ToolContext(".", chat))
-    hold_driven_chats(node_a, loop)
+    node_a.hold_chats(lambda: list(loop.driving.values()))  # as runtime.wiring does
     driving = asyncio.create_task(loop.drive(loop.begin(chat=chat, text="x", history=[])),
                                   name="drive")
     try:

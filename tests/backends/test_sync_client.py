@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 
+from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.sync_client import sync_client
+from soulflow.errors import StoreError, StoreUnavailable
 from tests.backends.proxy import CuttableProxy
 from tests.backends.redis_server import RedisServer
 
@@ -31,18 +30,18 @@ class Clock:
         return self.now
 
 
-def outcome(client: Redis) -> str:
-    """What one call ended with: the value, the breaker's refusal, or a network failure."""
+def outcome(client: SyncStoreRedis) -> str:
+    """What one call ended with: the value, the breaker's refusal, or a network failure (both
+    `StoreUnavailable`: no redis exception leaves the client)."""
     try:
         return str(client.get("k"))
-    except RedisConnectionError as exc:
+    except StoreUnavailable as exc:
         return "breaker" if "not trying again" in str(exc) else "network"
-    except RedisError:
-        return "network"  # a timeout
 
 
 @contextmanager
-def own_redis(tmp_path: Path, **client_settings: Any) -> Iterator[tuple[RedisServer, Redis]]:
+def own_redis(tmp_path: Path,
+              **client_settings: Any) -> Iterator[tuple[RedisServer, SyncStoreRedis]]:
     """A redis-server of this test's own (stopped and started by the test) and a client on
     it; both closed on the way out."""
     server = RedisServer(tmp_path / "redis")
@@ -89,8 +88,9 @@ def test_calls_go_through_again_once_redis_answers(tmp_path: Path) -> None:
         assert outcome(client) == "breaker"  # until the cooldown has passed
         clock.now += 3.0
         assert outcome(client) == "None"  # back (empty: no persistence in this test)
-        with pytest.raises(ResponseError):  # an error of the command's own: Redis answered
+        with pytest.raises(StoreError) as refused:  # the command's own error: Redis answered
             client.execute_command("NO-SUCH-COMMAND")
+        assert not isinstance(refused.value, StoreUnavailable)
         assert outcome(client) == "None"
         pipe = client.pipeline(transaction=True)
         pipe.set("k", "w")
@@ -120,25 +120,61 @@ def test_a_restarted_redis_costs_no_failed_call(tmp_path: Path) -> None:
         assert pipe.execute() == [True, b"w"]
 
 
-def test_the_backend_recognises_redis_not_answering_through_wrapping_errors() -> None:
-    """Stores wrap Redis errors in their own (TaskStoreUnavailable, RunMoved...): the manager
-    asks the backend whether a failed turn was Redis not answering, through the chain."""
-    from redis.exceptions import BusyLoadingError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
+def test_redis_errors_leave_the_clients_as_store_errors(tmp_path: Path) -> None:
+    """Every Redis error is mapped where it enters: Redis away (a refused connection, a
+    pipeline on a stopped server, a transaction's watch) is `StoreUnavailable`, Redis saying
+    no is `StoreError`; a script still reloads itself after a SCRIPT FLUSH (its NoScriptError
+    is redis-py's to handle, not mapped), and `transaction()` still retries a changed key."""
+    with own_redis(tmp_path, timeout_s=1.0) as (server, client):
+        script = client.register_script("return redis.call('INCR', KEYS[1])")
+        assert script(keys=["n"]) == 1
+        client.script_flush()
+        assert script(keys=["n"]) == 2
+        client.set("w", "1")
+        tries: list[int] = []
 
-    from soulflow.backends.redis.backend import network_failure
+        def bump(pipe: Any) -> None:
+            value = int(pipe.get("w"))
+            tries.append(value)
+            if len(tries) == 1:
+                client.set("w", "5")  # changed under the watch: the transaction runs again
+            pipe.multi()
+            pipe.set("w", value + 1)
 
-    def wrapped(inner: BaseException) -> Exception:
-        try:
-            try:
-                raise inner
-            except BaseException as exc:
-                raise RuntimeError("store failed") from exc
-        except RuntimeError as outer:
-            return outer
+        client.transaction(bump, "w")
+        assert tries == [1, 5] and client.get("w") == b"6"
+        with pytest.raises(StoreError) as wrong:
+            client.lpush("w", "x")  # WRONGTYPE
+        assert not isinstance(wrong.value, StoreUnavailable) and "WRONGTYPE" in str(wrong.value)
+        server.stop()
+        with pytest.raises(StoreUnavailable):
+            client.get("k")
+        pipe = client.pipeline(transaction=True)
+        pipe.set("k", "v")
+        with pytest.raises(StoreUnavailable):
+            pipe.execute()
+        with pytest.raises(StoreUnavailable):
+            client.transaction(bump, "w")
 
-    assert network_failure(wrapped(RedisConnectionError("Connection refused")))
-    assert network_failure(wrapped(RedisTimeoutError("Timeout reading")))
-    assert network_failure(wrapped(BusyLoadingError("loading")))
-    assert not network_failure(wrapped(ResponseError("WRONGTYPE")))
-    assert not network_failure(ValueError("bad input"))
+
+async def test_the_async_client_maps_redis_errors_too(tmp_path: Path) -> None:
+    from soulflow.backends.redis.backend import client_for
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    client = client_for(server.url, timeout_s=1.0, socket_timeout_s=1.0)
+    try:
+        await client.set("w", "1")
+        with pytest.raises(StoreError) as wrong:
+            await client.lpush("w", "x")
+        assert not isinstance(wrong.value, StoreUnavailable)
+        server.stop()
+        with pytest.raises(StoreUnavailable):
+            await client.get("w")
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get("w")
+            with pytest.raises(StoreUnavailable):
+                await pipe.execute()
+    finally:
+        await client.aclose()
+        server.stop()

@@ -26,6 +26,7 @@ from soulflow.tasks import (
     TaskState,
     TaskStatus,
 )
+from soulflow.tasks.answers import require
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, daemon_factory, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
@@ -52,7 +53,7 @@ class Shared:
             asyncio.run(store.add(task))
 
     def task(self, task_id: str) -> TaskState:
-        return self.store().require(task_id)
+        return require(self.store(), task_id)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from soulflow.tasks import (
     TaskGraph,
     TaskStatus,
 )
+from soulflow.tasks.answers import require
 from tests.backends.conftest import Harness
 from tests.backends.task_stores import TaskWorld, redis_world
 from tests.tasks.helpers import Toolbox, gate, tool
@@ -81,10 +82,10 @@ class Nodes:
     async def open(self, name: str) -> Node:
         backend = await self.harness.open(name, lease_ttl_s=TTL_S, partitions=PARTITIONS)
         assert isinstance(backend, RedisBackend)
-        fence = PartitionFence()
+        fence = PartitionFence(backend)
         store = RedisTaskStore(self.world.state(), self.world.keys, fence=fence)
         engine = TaskEngine(store, self.cluster.toolbox(name).executors(), owns=fence.owns)
-        fence.bind(backend, running=engine.running_chats)
+        backend.hold_chats(engine.running_chats)  # as the daemon's task wiring does
         backend.on_partitions_changed(engine.partitions_changed)
         await engine.start()
         watch = asyncio.create_task(engine.watch(0.05), name=f"tasks:ownership:{name}")
@@ -169,7 +170,7 @@ async def test_each_task_runs_on_the_node_holding_its_chat(nodes: Nodes) -> None
     # the other node sees the result (read through, not cached)
     for task_id, node in owners.items():
         other = b if node is a else a
-        assert other.engine.store.require(task_id).status is TaskStatus.COMPLETED
+        assert require(other.engine.store, task_id).status is TaskStatus.COMPLETED
 
 
 async def test_a_dead_node_s_tasks_resume_on_the_node_that_takes_its_chats(
@@ -200,8 +201,8 @@ async def test_a_dead_node_s_tasks_resume_on_the_node_that_takes_its_chats(
                 timeout=15)
     assert a.engine.running_ids() == []  # A let go before B started
     cluster.release.set()
-    await until(lambda: b.engine.store.require(redo.task_id).status is TaskStatus.COMPLETED
-                and b.engine.store.require(ask.task_id).status
+    await until(lambda: require(b.engine.store, redo.task_id).status is TaskStatus.COMPLETED
+                and require(b.engine.store, ask.task_id).status
                 is TaskStatus.WAITING_APPROVAL, timeout=10)
     watcher.cancel()
     await asyncio.gather(watcher, return_exceptions=True)
@@ -210,7 +211,7 @@ async def test_a_dead_node_s_tasks_resume_on_the_node_that_takes_its_chats(
     assert [(n, s) for n, t, s in cluster.ran if t == "redo"] == [
         ("node-a", "one"), ("node-b", "one"), ("node-b", "two")]
     assert [(n, s) for n, t, s in cluster.ran if t == "ask"] == [("node-a", "one")]
-    waiting = b.engine.store.require(ask.task_id)
+    waiting = require(b.engine.store, ask.task_id)
     assert waiting.nodes["one"].status is NodeStatus.INTERRUPTED
     assert waiting.waiting[0]["reason"] == "interrupted"
     # the user answers in the chat, which B now handles: the step runs once more, on B
@@ -260,7 +261,7 @@ async def test_an_answer_given_on_another_node_is_run_by_the_chat_s_node(
                                            depends_on=["ok"])])
 
     def status(task_id: str) -> TaskStatus:
-        return b.engine.store.require(task_id).status
+        return require(b.engine.store, task_id).status
 
     first = await a.engine.submit(gated("first"), title="first", provider="telegram",
                                   chat_id=chat)
@@ -276,7 +277,7 @@ async def test_an_answer_given_on_another_node_is_run_by_the_chat_s_node(
     # and cancels one that waits
     cancelled = await b.engine.cancel(second.task_id, "ops")
     assert cancelled.status is TaskStatus.CANCELLED
-    assert a.engine.store.require(second.task_id).status is TaskStatus.CANCELLED
+    assert require(a.engine.store, second.task_id).status is TaskStatus.CANCELLED
     # a task running on A cannot be answered for from B: its loop holds it
     running = await a.engine.submit(graph("run", wait=True), title="run",
                                     provider="telegram", chat_id=chat)

@@ -13,14 +13,15 @@ import pytest
 from soulflow.backends.redis.keys import TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.backends.redis.tasks import RedisTaskStore
+from soulflow.errors import StoreUnavailable
 from soulflow.tasks import (
     NodeOutcome,
     NodeStatus,
     TaskEngine,
     TaskGraph,
     TaskStatus,
-    TaskStoreUnavailable,
 )
+from soulflow.tasks.answers import require
 from tests.backends.redis_server import RedisServer
 from tests.tasks.helpers import Toolbox, tool
 from tests.waiting import until
@@ -49,16 +50,16 @@ async def test_a_task_pauses_while_redis_is_away_and_resumes_after(
     release.set()  # the step ends; its checkpoint cannot be written
     await until(lambda: engine.running_ids() == [], timeout=5)
     assert task.status is TaskStatus.RUNNING  # paused, not failed
-    with pytest.raises(TaskStoreUnavailable):
+    with pytest.raises(StoreUnavailable):
         await engine.reconcile()  # the watch loop logs this and tries again later
 
     durable_redis.start()  # back, with everything it acknowledged (AOF always)
-    stored = store.require(task.task_id)
+    stored = require(store, task.task_id)
     assert stored.nodes["one"].status is NodeStatus.RUNNING  # the last checkpoint
     assert await engine.reconcile() == [task.task_id]
     done = await engine.wait(task.task_id)
     assert done.status is TaskStatus.COMPLETED
     assert ran == ["one", "one", "two"]  # the idempotent step ran again, as after a restart
-    assert store.require(task.task_id).status is TaskStatus.COMPLETED
+    assert require(store, task.task_id).status is TaskStatus.COMPLETED
     await engine.stop()
     state.close()

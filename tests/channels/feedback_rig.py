@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.agent.tools.base import ChatRef
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.registry import ChannelRegistry
@@ -80,7 +80,7 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
         await asyncio.gather(reader, claiming, return_exceptions=True)
         await conversation.stop(2.0)
         await bus.stop(2.0)
-        await bus.close()
+        await bus.backend.close()
 
 
 async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,

@@ -9,8 +9,8 @@ import pytest
 from soulflow.contracts import Attachment, InboundMessage
 from soulflow.conversation.attachments import chat_files, fetchable
 from soulflow.security.inbound import InboundSealer
-from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath, RefusedPath
+from tests.vaults import file_vault
 
 
 async def test_a_file_lands_in_the_chats_zone_by_its_relative_path(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_the_download_gets_the_url_the_inbound_sealer_sealed(tmp_path: Path) -> 
     message = InboundMessage(provider="discord", chat_id="1575518171987705856",
                              message_id="1", sender_id="u", text="file",
                              attachments=[Attachment(name="d.txt", url=url)])
-    sealer = InboundSealer(SecretVault(tmp_path / "security"))
+    sealer = InboundSealer(file_vault(tmp_path / "security"))
     assert sealer.seal(message).sealed >= 1
     (sealed,) = message.attachments
     assert sealed.url != url and "{{secret:" in (sealed.url or "")

@@ -11,17 +11,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from soulflow.bus.inbound import InboundJournal
+from soulflow.backends.file.cron import FileCronStore
+from soulflow.backends.file.inbound import InboundJournal
 from soulflow.contracts import ChatRef, CronRunStatus
-from soulflow.cron import (
-    CronService,
-    CronStore,
-    Job,
-    Schedule,
-    cron_inbound_message,
-    next_fire_time,
-)
-from soulflow.cron.store import JobState
+from soulflow.cron import CronService, Job, Schedule, cron_inbound_message, next_fire_time
+from soulflow.cron.jobs import JobState
 
 CHAT = ChatRef("telegram", "42", None)
 T0 = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)  # a Monday
@@ -66,7 +60,7 @@ class Fired:
 
 
 def make_service(tmp_path: Path, clock: Clock, fire: Any = None, **kwargs: Any) -> CronService:
-    store = CronStore(tmp_path / "cron" / "cron-store.json")
+    store = FileCronStore(tmp_path / "cron" / "cron-store.json")
     return CronService(store, fire or Fired(), clock=clock, **kwargs)
 
 
@@ -205,12 +199,12 @@ def test_store_persists_in_the_documented_format(tmp_path: Path) -> None:
         "state": {"last_error": None, "last_run_at": None, "last_status": None,
                   "next_run_at": "2024-01-01T12:01:00+00:00", "runs": 0},
     }
-    reloaded = CronStore(service.store.path)
+    reloaded = FileCronStore(service.store.path)
     assert reloaded.list() == [job]
 
 
 def test_store_operations(tmp_path: Path) -> None:
-    store = CronStore(tmp_path / "cron-store.json")
+    store = FileCronStore(tmp_path / "cron-store.json")
     job = Job("job_a", "a", sched(kind="every", every_s=60), CHAT, "hi", created_at="1")
     other = Job("job_b", "b", sched(kind="every", every_s=60), ChatRef("slack", "C1"), "yo",
                 created_at="2")
@@ -223,24 +217,24 @@ def test_store_operations(tmp_path: Path) -> None:
     assert not store.enable("job_a", False).enabled
     updated = store.update_state("job_a", runs=3, last_status=CronRunStatus.OK)
     assert updated.state == JobState(runs=3, last_status=CronRunStatus.OK)
-    assert CronStore(store.path).get("job_a").state.last_status is CronRunStatus.OK  # type: ignore[union-attr]
+    assert FileCronStore(store.path).get("job_a").state.last_status is CronRunStatus.OK  # type: ignore[union-attr]
     with pytest.raises(TypeError, match="unknown job state field"):
         store.update_state("job_a", colour="red")
     with pytest.raises(KeyError):
         store.enable("nope", True)
     assert store.remove("job_b") is not None and store.remove("job_b") is None
-    reloaded = CronStore(store.path)
+    reloaded = FileCronStore(store.path)
     assert reloaded.list() == [updated] and not reloaded.get("job_a").enabled  # type: ignore[union-attr]
 
 
 def test_corrupt_store_is_moved_aside(tmp_path: Path) -> None:
     path = tmp_path / "cron-store.json"
     path.write_text("{not json")
-    store = CronStore(path)
+    store = FileCronStore(path)
     assert store.list() == []
     assert [p.name.startswith("cron-store.json.corrupt-") for p in tmp_path.iterdir()] == [True]
     path.write_text(json.dumps({"version": 99, "jobs": {}}))
-    assert CronStore(path).list() == [] and not path.exists()
+    assert FileCronStore(path).list() == [] and not path.exists()
 
 
 def test_one_invalid_job_keeps_the_others(tmp_path: Path) -> None:
@@ -250,7 +244,7 @@ def test_one_invalid_job_keeps_the_others(tmp_path: Path) -> None:
     raw = json.loads(service.store.path.read_text())
     raw["jobs"]["job_bad"] = {"id": "job_bad", "schedule": {"kind": "every", "every_s": 1}}
     path.write_text(json.dumps(raw))
-    store = CronStore(path)
+    store = FileCronStore(path)
     assert store.list() == [good]
     assert json.loads(path.read_text())["jobs"].keys() == {good.id}  # rewritten, valid
     moved = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
@@ -491,11 +485,11 @@ async def test_run_loop_wakes_up_when_jobs_change(tmp_path: Path) -> None:
 
 def test_a_status_stored_before_the_enum_still_loads(tmp_path: Path) -> None:
     """Stores written by earlier versions hold "error: <what>" in last_status."""
-    store = CronStore(tmp_path / "cron-store.json")
+    store = FileCronStore(tmp_path / "cron-store.json")
     store.add(Job("job_a", "a", sched(kind="every", every_s=60), CHAT, "hi", created_at="1"))
     raw = json.loads(store.path.read_text())
     raw["jobs"]["job_a"]["state"].update(last_status="error: OSError: disk full")
     del raw["jobs"]["job_a"]["state"]["last_error"]
     store.path.write_text(json.dumps(raw))
-    state = CronStore(store.path).get("job_a").state  # type: ignore[union-attr]
+    state = FileCronStore(store.path).get("job_a").state  # type: ignore[union-attr]
     assert (state.last_status, state.last_error) == (CronRunStatus.ERROR, "OSError: disk full")

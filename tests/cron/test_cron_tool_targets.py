@@ -12,7 +12,8 @@ import pytest
 from soulflow.agent.tools.base import ChatRef, ToolContext, ToolServices
 from soulflow.agent.tools.cron_tool import CronTool
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.cron import CronService, CronStore, PayloadKind
+from soulflow.backends.file.cron import FileCronStore
+from soulflow.cron import CronService, PayloadKind
 from soulflow.cron.admin import ToolCronHandle
 
 NOW = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
@@ -21,7 +22,7 @@ HOURLY = {"kind": "every", "every_s": 3600}
 
 @pytest.fixture
 def service(tmp_path: Path) -> CronService:
-    return CronService(CronStore(tmp_path / "cron-store.json"), lambda job, when: None,
+    return CronService(FileCronStore(tmp_path / "cron-store.json"), lambda job, when: None,
                        clock=lambda: NOW)
 
 
@@ -65,4 +66,4 @@ async def test_a_quiet_job_from_the_tool(tmp_path: Path, service: CronService) -
     assert job.kind is PayloadKind.SYSTEM_EVENT and job.chat.key == "telegram:100"
     stored = service.store.path.read_text()
     assert '"kind": "system_event"' in stored
-    assert CronStore(service.store.path).get(job.id) == job  # survives a reload
+    assert FileCronStore(service.store.path).get(job.id) == job  # survives a reload

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from soulflow.tasks import TaskStore
+from soulflow.backends.file.tasks import FileTaskStore
 from tests.e2e.harness import Daemon, wait_for
 from tests.tasks.helpers import waiting_task
 
@@ -135,7 +135,8 @@ def test_cron_job_paused_resumed_and_run(make_daemon) -> None:
 
 def test_approve_a_waiting_task_step(make_daemon) -> None:
     daemon = make_daemon()
-    asyncio.run(TaskStore(daemon.workspace / "runtime" / "tasks").add(waiting_task("t-go", "ops")))
+    store = FileTaskStore(daemon.workspace / "runtime" / "tasks")
+    asyncio.run(store.add(waiting_task("t-go", "ops")))
     daemon.start()
     [approval] = daemon.state()["approvals"]
     assert approval["kind"] == "task" and approval["task_id"] == "t-go"
@@ -153,7 +154,7 @@ def test_approve_a_waiting_task_step(make_daemon) -> None:
 
 def test_cancel_a_waiting_task_graph(make_daemon) -> None:
     daemon = make_daemon()
-    tasks = TaskStore(daemon.workspace / "runtime" / "tasks")
+    tasks = FileTaskStore(daemon.workspace / "runtime" / "tasks")
     asyncio.run(tasks.add(waiting_task("t-wait", "ops")))
     daemon.start()
     [shown] = daemon.state()["task_list"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.local.adapter import LocalChannel
@@ -97,7 +97,7 @@ async def _make_rig(tmp_path: Path, token: str = "") -> AsyncIterator[Rig]:
             await asyncio.gather(reader, return_exceptions=True)
             await service.stop()
             await bus.stop(1)
-            await bus.close()
+            await bus.backend.close()
     for response in responses:  # whatever was asked, no permissive CORS header anywhere
         assert not [h for h in response.headers if h.lower().startswith("access-control-")]
 

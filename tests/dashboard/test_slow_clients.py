@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local.adapter import LocalChannel
 from soulflow.dashboard import service as service_module
@@ -81,7 +81,7 @@ async def running(tmp_path: Path, limits: ConnectionLimits) -> AsyncIterator[Rig
         finally:
             await service.stop()
             await bus.stop(1)
-            await bus.close()
+            await bus.backend.close()
 
 
 async def until_closed(reader: asyncio.StreamReader) -> bytes:

@@ -13,8 +13,8 @@ import pytest
 from soulflow.cli import main
 from soulflow.config import load_settings
 from soulflow.doctor import Status, diagnose
-from soulflow.security.protected import open_vault
 from tests.doctor.conftest import BASE_ENV, line
+from tests.vaults import workspace_vault
 
 
 def tar(*args: str) -> None:
@@ -37,7 +37,7 @@ async def test_a_restored_workspace_opens_its_vault(
     assert main(["init", str(ws)]) == 0
     (ws / ".env").write_text("LOG_LEVEL=info\n")
     (ws / ".env").chmod(0o600)
-    open_vault(load_settings(ws, env)).set("GITHUB_TOKEN", "ghp-restored-value-1234")
+    workspace_vault(load_settings(ws, env)).set("GITHUB_TOKEN", "ghp-restored-value-1234")
 
     tar("-C", str(ws.parent), "-cpf", str(tmp_path / "backup.tar"), "ws")
     restored = tmp_path / "restored"
@@ -50,7 +50,8 @@ async def test_a_restored_workspace_opens_its_vault(
     capsys.readouterr()
     assert main(["secret", "list", "--workspace", str(copy)]) == 0
     assert "GITHUB_TOKEN" in capsys.readouterr().out
-    assert open_vault(load_settings(copy, env)).get("GITHUB_TOKEN") == "ghp-restored-value-1234"
+    restored = workspace_vault(load_settings(copy, env))
+    assert restored.get("GITHUB_TOKEN") == "ghp-restored-value-1234"
 
 
 async def test_a_key_kept_elsewhere_must_be_restored_too(
@@ -59,7 +60,7 @@ async def test_a_key_kept_elsewhere_must_be_restored_too(
     env = quiet_env(monkeypatch, SOULFLOW_MASTER_KEY_FILE=str(key))
     ws = tmp_path / "ws"
     assert main(["init", str(ws)]) == 0
-    open_vault(load_settings(ws, env)).set("API_KEY", "value-kept-apart-9876")
+    workspace_vault(load_settings(ws, env)).set("API_KEY", "value-kept-apart-9876")
     tar("-C", str(tmp_path), "-cpf", str(tmp_path / "ws.tar"), "ws")
     tar("-C", str(key.parent), "-cpf", str(tmp_path / "key.tar"), key.name)
 
@@ -72,4 +73,4 @@ async def test_a_key_kept_elsewhere_must_be_restored_too(
     tar("-C", str(key.parent), "-xpf", str(tmp_path / "key.tar"))
     report = await diagnose(ws, env)
     assert line(report, "master key")[0] is Status.OK and report.exit_code == 0
-    assert open_vault(load_settings(ws, env)).get("API_KEY") == "value-kept-apart-9876"
+    assert workspace_vault(load_settings(ws, env)).get("API_KEY") == "value-kept-apart-9876"

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.security.zones import zone_named
-from soulflow.session.store import SessionStore
 from tests.e2e.harness import Daemon, wait_for
 from tests.e2e.platform_helpers import BotPost, Driver, make_driver
 from tests.e2e.test_platforms import Live, daemon_env
@@ -82,7 +82,7 @@ def old_workspace(workspace: Path, provider: str, alice_dm: str) -> str:
     (memory / f"{today}.md").write_text(
         f"# {today}\n\n**Conversation summary** ({key}, messages 0–5): Alice talked about "
         f"colours {OLD_SHARED}\n\n")
-    sessions = SessionStore(workspace / "runtime" / "sessions")
+    sessions = FileSessionStore(workspace / "runtime" / "sessions")
     for i in range(10):
         text = f"my favourite colour is teal {OLD_DM}" if i == 0 else f"older turn {i}"
         sessions.append(key, {"role": "user" if i % 2 == 0 else "assistant", "content": text})

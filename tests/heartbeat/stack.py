@@ -13,20 +13,21 @@ from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.runs import FileRunJournal
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.decision.service import DecisionService
 from soulflow.heartbeat.turns import QuietTurnRunner
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
 
 @dataclass
 class Stack:
     workspace: Path
-    sessions: SessionStore
+    sessions: FileSessionStore
     memory: MemoryStore
     agent: AgentDomain
     runner: QuietTurnRunner
@@ -48,9 +49,9 @@ def build_stack(workspace: Path, base_url: str, *, history: int = 6,
                 consolidate_after: int = 0, tools: ToolRegistry | None = None) -> Stack:
     workspace.mkdir(parents=True, exist_ok=True)
     runtime = workspace / "runtime"
-    sessions = SessionStore(runtime / "sessions")
+    sessions = FileSessionStore(runtime / "sessions")
     memory = MemoryStore(Beneath(workspace))
-    decisions = DecisionService(runtime / "decisions" / "index.json")
+    decisions = DecisionService(FileDecisionStore(runtime / "decisions" / "index.json"))
     provider = OpenAICompatibleProvider(OpenAICompatibleConfig(
         name="phi4_local", base_url=base_url, model="fake-model", max_retries=0))
     registry = tools or ToolRegistry()
@@ -62,7 +63,7 @@ def build_stack(workspace: Path, base_url: str, *, history: int = 6,
 
     context = ContextBuilder(workspace, memory, decisions, sessions, history_messages=20)
     # the daemon's prompt: global context plus the run's chat zone (the heartbeat's own)
-    loop = AgentLoop(ThreadStore(runtime / "threads"), lambda: provider, registry,
+    loop = AgentLoop(FileRunJournal(runtime / "threads"), lambda: provider, registry,
                      context.system_prompt, tool_context)
     agent = AgentDomain(context, sessions, loop)
     consolidator = None

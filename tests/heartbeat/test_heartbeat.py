@@ -13,6 +13,7 @@ import pytest
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE
 from soulflow.agent.tools.base import Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.heartbeat import FileHeartbeatState
 from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
 from soulflow.heartbeat import (
     HEARTBEAT_SESSION,
@@ -53,8 +54,12 @@ async def stack(tmp_path: Path, fake: FakeOpenAI) -> AsyncIterator[Stack]:
 
 
 def heartbeat(stack: Stack, clock: Clock, interval_s: float = 1800.0) -> HeartbeatService:
-    return HeartbeatService(stack.workspace, stack.workspace / "runtime", stack.runner, TARGET,
+    return HeartbeatService(stack.workspace, heartbeat_state(stack), stack.runner, TARGET,
                             interval_s=interval_s, clock=clock)
+
+
+def heartbeat_state(stack: Stack) -> FileHeartbeatState:
+    return FileHeartbeatState(stack.workspace / "runtime" / "heartbeat" / "state.json")
 
 
 def write_checklist(stack: Stack, text: str) -> None:
@@ -199,7 +204,7 @@ async def test_the_supervised_loop_ticks_and_stops_cleanly(stack: Stack,
             ticked.set()
             await asyncio.Event().wait()  # park until cancelled
 
-    service = HeartbeatService(stack.workspace, stack.workspace / "runtime", stack.runner,
+    service = HeartbeatService(stack.workspace, heartbeat_state(stack), stack.runner,
                                TARGET, interval_s=1800, clock=clock, sleep=sleep)
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(ticked.wait(), 5)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.runs import FileRunJournal
 from soulflow.logs import SoulflowHandler, configure_logging, log_context, resolve_format
 from soulflow.providers.base import ProviderResult
 from soulflow.security.redact import Redactor, install_log_redaction
@@ -116,7 +116,7 @@ class LoggingModel:
 
 async def test_a_run_stamps_its_lines(stream: io.StringIO, tmp_path: Path) -> None:
     configure_logging("info", "json", stream=stream, redactor=Redactor())
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), LoggingModel, ToolRegistry(),
+    loop = AgentLoop(FileRunJournal(tmp_path / "threads"), LoggingModel, ToolRegistry(),
                      lambda _chat: "system", lambda state, approved: ToolContext(
                          workspace=tmp_path, chat=ChatRef("slack", "C9"), approved=approved))
     run_id = loop.begin(chat=ChatRef("slack", "C9"), text="hi", history=[])

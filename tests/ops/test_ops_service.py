@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from soulflow.backends.file.decisions import FileDecisionStore
 from soulflow.channels.health import HealthBoard
 from soulflow.decision.service import DecisionService
 from soulflow.ops import (
@@ -98,7 +99,7 @@ def test_decisions_are_merged_on_a_schedule(tmp_path: Path) -> None:
         "reply-language": {"value": "German", "priority": 1, "updated_at": 5.0},
         "deploy_window": {"value": "Friday", "priority": 0, "updated_at": 1.0},
     }}), encoding="utf-8")
-    decisions = DecisionService(path)
+    decisions = DecisionService(FileDecisionStore(path))
     clock = Clock()
     ops = build(clock, [], [], decisions=decisions)
     ops.tick()

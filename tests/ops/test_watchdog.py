@@ -1,7 +1,7 @@
 """The watchdog: a stalled channel loop is restarted through its supervisor, a stuck run is
 aborted or cancelled with its reason recorded, and runs that wait for an approval (or whose
 sub-agent still works) are left alone. Real Supervisor, reader loop, HealthBoard,
-ThreadStore and AgentLoop; time is an injected clock."""
+FileRunJournal and AgentLoop; time is an injected clock."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.runs import FileRunJournal
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import HealthBoard, LinkState
@@ -108,7 +108,7 @@ def make_loop(tmp_path: Path) -> AgentLoop:
     async def never(*_: Any, **__: Any) -> Any:
         raise AssertionError("the watchdog never calls the model")
 
-    return AgentLoop(ThreadStore(tmp_path / "threads"), lambda: never,  # type: ignore[arg-type,return-value]
+    return AgentLoop(FileRunJournal(tmp_path / "threads"), lambda: never,  # type: ignore[arg-type,return-value]
                      ToolRegistry(), lambda _chat: "system", context)
 
 

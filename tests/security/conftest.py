@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from soulflow.security.vault import SecretVault
+from tests.vaults import file_vault
 
 
 @pytest.fixture
@@ -16,4 +17,4 @@ def security_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def vault(security_dir: Path) -> SecretVault:
-    return SecretVault(security_dir)
+    return file_vault(security_dir)

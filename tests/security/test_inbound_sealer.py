@@ -8,13 +8,13 @@ import pytest
 
 from soulflow.bus.messages import Attachment, InboundMessage
 from soulflow.security.inbound import InboundSealer
-from soulflow.security.vault import SecretVault
 from tests.security.samples import OPENAI_KEY
+from tests.vaults import file_vault
 
 
 @pytest.fixture
 def sealer(tmp_path: Path) -> InboundSealer:
-    return InboundSealer(SecretVault(tmp_path / "security"))
+    return InboundSealer(file_vault(tmp_path / "security"))
 
 
 def message(text: str, **kwargs: object) -> InboundMessage:

@@ -14,7 +14,8 @@ import pytest
 from soulflow.config import load_settings
 from soulflow.secret_cli import run_secret_command
 from soulflow.security.errors import MissingKeyError
-from soulflow.security.protected import key_file_path, open_vault, protected_paths
+from soulflow.security.protected import key_file_path, protected_paths
+from tests.vaults import workspace_vault
 
 
 def _workspace(tmp_path: Path, name: str = "ws") -> Path:
@@ -26,12 +27,12 @@ def _workspace(tmp_path: Path, name: str = "ws") -> Path:
 def test_default_key_is_inside_and_a_copied_workspace_restores(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     settings = load_settings(ws, environ={})
-    vault = open_vault(settings)
+    vault = workspace_vault(settings)
     assert vault.key_path == ws / "runtime" / "security" / "master.key"
     vault.set("API_KEY", "value-1234567")
     restored = tmp_path / "restored"
     shutil.copytree(ws, restored, symlinks=True)  # copy2 keeps the 0600/0700 modes
-    again = open_vault(load_settings(restored, environ={}))
+    again = workspace_vault(load_settings(restored, environ={}))
     assert again.get("API_KEY") == "value-1234567"
 
 
@@ -42,7 +43,7 @@ def test_configured_key_file_is_used_by_daemon_cli_and_protection(tmp_path: Path
     settings = load_settings(ws, environ={})
     key = ws / "keys" / "vault.key"
     assert key_file_path(ws, settings["SOULFLOW_MASTER_KEY_FILE"]) == key
-    daemon_vault = open_vault(settings)
+    daemon_vault = workspace_vault(settings)
     assert daemon_vault.key_path == key and key.is_file()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
@@ -62,7 +63,7 @@ def test_configured_key_file_is_used_by_daemon_cli_and_protection(tmp_path: Path
     elsewhere = tmp_path / "offsite" / "master.key"
     moved = load_settings(ws, environ={"SOULFLOW_MASTER_KEY_FILE": str(elsewhere)})
     with pytest.raises(MissingKeyError, match="restore master.key"):
-        open_vault(moved)
+        workspace_vault(moved)
     shutil.move(key, elsewhere)  # the documented move: mv the file, then set the setting
-    assert open_vault(moved).get("FROM_DAEMON") == "daemon-value-1"
+    assert workspace_vault(moved).get("FROM_DAEMON") == "daemon-value-1"
     assert protected_paths(ws, moved).key_file == elsewhere.resolve()

@@ -16,6 +16,7 @@ from soulflow.agent.tools.workspace import tool_path
 from soulflow.security.protected import protected_paths
 from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath
+from tests.vaults import file_vault
 
 ENV_TOKEN = "123456789:AAEhBOweik6ad9r_QXMENQjcrGbqCr4K-ZZ"
 SESSION_TEXT = "chat B says the launch code is tangerine"
@@ -37,7 +38,7 @@ def ws(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def vault(ws: Path) -> SecretVault:
-    vault = SecretVault(ws / "runtime" / "security")
+    vault = file_vault(ws / "runtime" / "security")
     vault.set("API_KEY", "sk-vault-value-123456")
     return vault
 

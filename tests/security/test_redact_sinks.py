@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from soulflow.agent.run import events as ev
-from soulflow.agent.run.store import ThreadStore
+from soulflow.backends.file.runs import FileRunJournal
 from soulflow.config import load_settings
 from soulflow.security.detectors import REDACTION_DETECTORS, find_sensitive_spans
 from soulflow.security.redact import Redactor, install_log_redaction
@@ -87,7 +87,7 @@ def test_log_handlers(redactor: Redactor) -> None:
 
 
 def test_thread_journal_on_disk_is_redacted(tmp_path: Path, redactor: Redactor) -> None:
-    store = ThreadStore(tmp_path / "threads", fsync="never", redact=redactor.redact_strings)
+    store = FileRunJournal(tmp_path / "threads", fsync="never", redact=redactor.redact_strings)
     store.append("r1", ev.Event(ev.RUN_STARTED, {"run_id": "r1", "chat": {},
                                                  "text": f"hi {ENV_ONLY}"}))
     store.append("r1", ev.Event(ev.TOOL_RESULT, {
@@ -97,7 +97,7 @@ def test_thread_journal_on_disk_is_redacted(tmp_path: Path, redactor: Redactor) 
     journal = (tmp_path / "threads" / "journal.jsonl").read_text()
     assert ENV_ONLY not in journal and ENV_CUSTOM not in journal
     assert "{{secret:KEEP_ME}}" in journal  # references survive: a resumed run needs them
-    reloaded = ThreadStore(tmp_path / "threads", fsync="never")
+    reloaded = FileRunJournal(tmp_path / "threads", fsync="never")
     assert reloaded.events("r1")[1].data["password"] == "{{secret:KEEP_ME}}"
     reloaded.close()
 

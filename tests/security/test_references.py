@@ -11,6 +11,7 @@ from soulflow.security.references import (
     secret_resolution_required_message,
 )
 from soulflow.security.vault import SecretVault
+from tests.vaults import file_vault
 
 
 def test_all_present_is_ok(vault: SecretVault) -> None:
@@ -44,7 +45,7 @@ def test_inline_ciphertext_is_checked_with_its_name(vault: SecretVault) -> None:
 
 
 def test_inline_token_from_another_vault_is_invalid(vault: SecretVault, tmp_path: Path) -> None:
-    foreign = SecretVault(tmp_path / "other").encrypt("A", "v-value")
+    foreign = file_vault(tmp_path / "other").encrypt("A", "v-value")
     report = inspect_secret_references_for_orchestration(f"{{{{secret:A:{foreign}}}}}", vault)
     assert report.invalid_ciphertexts == ["A"]
 

@@ -23,6 +23,7 @@ from soulflow.security.references import inspect_secret_references_for_orchestra
 from soulflow.security.syntax import secret_reference
 from soulflow.security.vault import SecretVault, chat_scope
 from tests.running import serving
+from tests.vaults import file_vault
 
 A, B = ("telegram", "100"), ("telegram", "200")
 ADMINS = AdminPolicy.from_settings({"TELEGRAM_ADMIN_USERS": "boss, *", "SLACK_ADMIN_USERS": ""})
@@ -30,7 +31,7 @@ ADMINS = AdminPolicy.from_settings({"TELEGRAM_ADMIN_USERS": "boss, *", "SLACK_AD
 
 @pytest.fixture
 def vault(tmp_path: Path) -> SecretVault:
-    return SecretVault(tmp_path / "security")
+    return file_vault(tmp_path / "security")
 
 
 SEEN: list[str] = []

@@ -24,6 +24,7 @@ from soulflow.security.errors import (
     VaultError,
 )
 from soulflow.security.vault import SecretVault
+from tests.vaults import file_vault
 
 
 def _mode(path: Path) -> int:
@@ -52,8 +53,8 @@ def test_round_trip_and_listing(vault: SecretVault) -> None:
 
 
 def test_new_instance_reads_what_another_wrote(security_dir: Path) -> None:
-    SecretVault(security_dir).set("A", "alpha")
-    assert SecretVault(security_dir).get("A") == "alpha"
+    file_vault(security_dir).set("A", "alpha")
+    assert file_vault(security_dir).get("A") == "alpha"
 
 
 def test_file_format_holds_only_ciphertext(vault: SecretVault) -> None:
@@ -103,7 +104,7 @@ def test_concurrent_writers_do_not_lose_updates(vault: SecretVault) -> None:
 
 
 def test_two_instances_share_one_file(security_dir: Path) -> None:
-    a, b = SecretVault(security_dir), SecretVault(security_dir)
+    a, b = file_vault(security_dir), file_vault(security_dir)
     a.set("A", "alpha")
     b.set("B", "beta")
     assert a.names() == ["A", "B"] and b.get("A") == "alpha"
@@ -123,7 +124,7 @@ def test_key_and_directory_modes(vault: SecretVault, security_dir: Path) -> None
 def test_directory_created_0700_despite_permissive_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        v = SecretVault(tmp_path / "deep" / "security")
+        v = file_vault(tmp_path / "deep" / "security")
     finally:
         os.umask(old)
     assert _mode(v.dir) == 0o700
@@ -136,17 +137,17 @@ def test_wide_existing_directory_is_warned_about(
     security_dir.mkdir(mode=0o755)
     os.chmod(security_dir, 0o755)
     with caplog.at_level(logging.WARNING):
-        SecretVault(security_dir)
+        file_vault(security_dir)
     assert any("chmod 700" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o602])
 def test_refuses_key_readable_or_writable_by_others(security_dir: Path, mode: int) -> None:
-    SecretVault(security_dir).set("A", "alpha")
+    file_vault(security_dir).set("A", "alpha")
     key_path = security_dir / "master.key"
     os.chmod(key_path, mode)
     with pytest.raises(KeyPermissionError, match=f"chmod 600 {key_path}"):
-        SecretVault(security_dir)
+        file_vault(security_dir)
 
 
 def test_refuses_key_made_world_readable_while_running(vault: SecretVault) -> None:
@@ -157,27 +158,27 @@ def test_refuses_key_made_world_readable_while_running(vault: SecretVault) -> No
 
 
 def test_refuses_key_of_wrong_length(security_dir: Path) -> None:
-    SecretVault(security_dir)
+    file_vault(security_dir)
     key_path = security_dir / "master.key"
     key_path.write_bytes(b"short")
     with pytest.raises(InvalidKeyError, match="expected exactly 32"):
-        SecretVault(security_dir)
+        file_vault(security_dir)
 
 
 def test_refuses_symlinked_key(security_dir: Path, tmp_path: Path) -> None:
-    SecretVault(security_dir)
+    file_vault(security_dir)
     real = tmp_path / "elsewhere.key"
     os.replace(security_dir / "master.key", real)
     (security_dir / "master.key").symlink_to(real)
     with pytest.raises(KeyPermissionError, match="symlink"):
-        SecretVault(security_dir)
+        file_vault(security_dir)
 
 
 def test_missing_key_with_existing_secrets_is_an_error(security_dir: Path) -> None:
-    SecretVault(security_dir).set("A", "alpha")
+    file_vault(security_dir).set("A", "alpha")
     (security_dir / "master.key").unlink()
     with pytest.raises(MissingKeyError, match="restore master.key"):
-        SecretVault(security_dir)
+        file_vault(security_dir)
     assert not (security_dir / "master.key").exists()  # no fresh key silently minted
 
 
@@ -210,9 +211,9 @@ def test_ciphertext_is_bound_to_its_name(vault: SecretVault) -> None:
 
 
 def test_wrong_key_is_rejected(tmp_path: Path) -> None:
-    token = SecretVault(tmp_path / "one").encrypt("A", "alpha")
+    token = file_vault(tmp_path / "one").encrypt("A", "alpha")
     with pytest.raises(InvalidCiphertext):
-        SecretVault(tmp_path / "two").decrypt("A", token)
+        file_vault(tmp_path / "two").decrypt("A", token)
 
 
 @pytest.mark.parametrize(
@@ -241,7 +242,7 @@ def test_encrypt_uses_fresh_nonces(vault: SecretVault) -> None:
 
 
 def test_fingerprint_is_keyed_and_stable(tmp_path: Path) -> None:
-    one, two = SecretVault(tmp_path / "one"), SecretVault(tmp_path / "two")
+    one, two = file_vault(tmp_path / "one"), file_vault(tmp_path / "two")
     assert one.fingerprint("1234") == one.fingerprint("1234")
     assert len(one.fingerprint("1234")) == 12
     assert one.fingerprint("1234") != two.fingerprint("1234")
@@ -272,7 +273,7 @@ def test_rotation_keeps_secrets_and_changes_everything_on_disk(vault: SecretVaul
     assert all(new_tokens[n] != old_tokens[n] for n in values)
     assert {n: e["updated_at"] for n, e in _stored(vault).items()} == old_updated
     assert {n: vault.get(n) for n in values} == values
-    assert SecretVault(vault.dir).get("name.3") == "value-3"
+    assert file_vault(vault.dir).get("name.3") == "value-3"
     with pytest.raises(InvalidCiphertext):  # old ciphertexts are dead with the old key
         vault.decrypt("name.0", old_tokens["name.0"])
 
@@ -298,7 +299,7 @@ def test_crash_before_secrets_rewrite_keeps_old_key(
     assert vault.pending_key_path.exists()
     monkeypatch.undo()
 
-    reopened = SecretVault(vault.dir)
+    reopened = file_vault(vault.dir)
     assert reopened.get("A") == "alpha"
     assert reopened.key_path.read_bytes() == old_key
     assert not reopened.pending_key_path.exists()
@@ -320,7 +321,7 @@ def test_crash_before_key_rename_completes_rotation(
     # On disk now: old master.key, new master.key.new, secrets.json sealed with the new key.
     assert vault.pending_key_path.exists()
 
-    reopened = SecretVault(vault.dir)
+    reopened = file_vault(vault.dir)
     assert reopened.get("A") == "alpha" and reopened.get("B") == "beta"
     assert reopened.key_path.read_bytes() != old_key
     assert not reopened.pending_key_path.exists()
@@ -332,7 +333,7 @@ def test_unrecoverable_rotation_state_is_reported(vault: SecretVault) -> None:
     os.chmod(vault.pending_key_path, 0o600)
     vault.key_path.unlink()
     with pytest.raises(KeyRecoveryError):
-        SecretVault(vault.dir)
+        file_vault(vault.dir)
     assert vault.secrets_path.exists() and vault.pending_key_path.exists()
 
 

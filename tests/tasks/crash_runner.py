@@ -19,6 +19,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from soulflow.backends.file.tasks import FileTaskStore
+from soulflow.backends.file.workflow import FileWorkflowLog
 from soulflow.events.workflow import WorkflowEventService
 from soulflow.tasks import (
     NodeCall,
@@ -29,7 +31,6 @@ from soulflow.tasks import (
     TaskEvent,
     TaskGraph,
     TaskNode,
-    TaskStore,
 )
 
 TASK_ID = "t-crash"
@@ -93,8 +94,9 @@ class Effects:
 async def main(args: argparse.Namespace) -> None:
     workspace = Path(args.workspace)
     effects = Effects(workspace, args.kill or "")
-    store = TaskStore(workspace / "runtime" / "tasks")
-    events = WorkflowEventService(workspace / "runtime" / "events", workspace=workspace)
+    store = FileTaskStore(workspace / "runtime" / "tasks")
+    events = WorkflowEventService(FileWorkflowLog(workspace / "runtime" / "events"),
+                                  workspace=workspace)
     events.bind_task_store(store)
 
     async def emit(event: TaskEvent) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from soulflow.backends.file.tasks import FileTaskStore
 from soulflow.tasks import (
     Choice,
     ConditionalEdge,
@@ -17,9 +18,9 @@ from soulflow.tasks import (
     TaskGraph,
     TaskState,
     TaskStatus,
-    TaskStore,
     run_task_loop,
 )
+from soulflow.tasks.answers import decide
 from tests.tasks.helpers import Events, Toolbox, echo, gate, tool
 
 
@@ -41,7 +42,7 @@ async def sender(box_calls: list[dict[str, Any]]) -> Any:
 
 async def test_gate_waits_survives_reload_and_continues_on_approval(tmp_path: Path) -> None:
     sent: list[dict[str, Any]] = []
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     task = TaskState("t-mail", "mail", email_graph())
     await store.add(task)
     events = Events()
@@ -54,7 +55,7 @@ async def test_gate_waits_survives_reload_and_continues_on_approval(tmp_path: Pa
                                                                ("blocked", None)]
 
     # the daemon restarts: everything comes back from store.json
-    reloaded = TaskStore(tmp_path)
+    reloaded = FileTaskStore(tmp_path)
     again = reloaded.get("t-mail")
     assert again is not None and again.status is TaskStatus.WAITING_APPROVAL
     assert again.nodes["ok"].status is NodeStatus.WAITING_APPROVAL
@@ -62,10 +63,10 @@ async def test_gate_waits_survives_reload_and_continues_on_approval(tmp_path: Pa
     assert again.status is TaskStatus.WAITING_APPROVAL and sent == []
 
     with pytest.raises(TaskDecisionError, match="takes one of: approve, deny"):
-        await reloaded.decide("t-mail", "ok", Choice.RETRY)
-    await reloaded.decide("t-mail", "ok", "approve", by="alice")
+        await decide(reloaded, "t-mail", "ok", Choice.RETRY)
+    await decide(reloaded, "t-mail", "ok", "approve", by="alice")
     # the answer is on disk before anything acts on it
-    assert TaskStore(tmp_path).get("t-mail").nodes["ok"].choice == "approve"  # type: ignore[union-attr]
+    assert FileTaskStore(tmp_path).get("t-mail").nodes["ok"].choice == "approve"  # type: ignore[union-attr]
     events = Events()
     await run_task_loop(again, reloaded, box.executors(), emit=events)
     assert again.status is TaskStatus.COMPLETED
@@ -76,29 +77,29 @@ async def test_gate_waits_survives_reload_and_continues_on_approval(tmp_path: Pa
 
 async def test_denied_gate_cancels_the_task(tmp_path: Path) -> None:
     sent: list[dict[str, Any]] = []
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     task = TaskState("t-d", "mail", email_graph())
     await store.add(task)
     box = Toolbox({"echo": echo, "send": await sender(sent)})
     await run_task_loop(task, store, box.executors())
-    await store.decide("t-d", "ok", Choice.DENY, by="bob")
+    await decide(store, "t-d", "ok", Choice.DENY, by="bob")
     await run_task_loop(task, store, box.executors())
     assert task.status is TaskStatus.CANCELLED
     assert task.error == "ok: denied by bob"
     assert sent == []
     with pytest.raises(TaskDecisionError, match="already cancelled"):
-        await store.decide("t-d", "ok", Choice.APPROVE)
+        await decide(store, "t-d", "ok", Choice.APPROVE)
 
 
 async def test_gate_with_conditional_edge_routes_a_denial(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     graph = TaskGraph([gate("ok"), tool("send"), tool("apologise")],
                       [ConditionalEdge("ok", {"approved": "send", "denied": "apologise"})])
     task = TaskState("t-r", "routes", graph)
     await store.add(task)
     box = Toolbox({"echo": echo})
     await run_task_loop(task, store, box.executors())
-    await store.decide("t-r", "ok", Choice.DENY, by="bob")
+    await decide(store, "t-r", "ok", Choice.DENY, by="bob")
     await run_task_loop(task, store, box.executors())
     assert task.status is TaskStatus.COMPLETED
     assert task.nodes["send"].status is NodeStatus.SKIPPED
@@ -106,7 +107,7 @@ async def test_gate_with_conditional_edge_routes_a_denial(tmp_path: Path) -> Non
 
 
 async def test_other_branches_run_while_a_gate_waits(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     graph = TaskGraph([gate("ok"), tool("send", depends_on=["ok"]), tool("research")])
     task = TaskState("t-b", "branches", graph)
     await store.add(task)
@@ -124,7 +125,7 @@ async def test_other_branches_run_while_a_gate_waits(tmp_path: Path) -> None:
 async def test_interrupted_node_waits_for_the_user(tmp_path: Path, choice: Choice,
                                                    expected: tuple[Any, ...]) -> None:
     """A non-idempotent node found `running` at boot is not re-run behind the user's back."""
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     task = TaskState("t-i", "interrupted", TaskGraph([tool("pay", "pay"),
                                                       tool("receipt", depends_on=["pay"])]))
     task.nodes["pay"].status, task.nodes["pay"].attempts = NodeStatus.RUNNING, 1
@@ -143,7 +144,7 @@ async def test_interrupted_node_waits_for_the_user(tmp_path: Path, choice: Choic
     assert task.waiting[0]["reason"] == "interrupted"
     assert paid == []
     assert events.items[0].phase == "blocked" and "interrupted" in events.items[0].summary
-    await store.decide("t-i", "pay", choice, by="carol")
+    await decide(store, "t-i", "pay", choice, by="carol")
     await run_task_loop(task, store, box.executors())
     status, pay_status, attempts = expected
     assert (task.status, task.nodes["pay"].status) == (status, pay_status)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from soulflow.backends.file.tasks import FileTaskStore
 from soulflow.tasks import (
     Choice,
     GraphValidationError,
@@ -17,13 +18,13 @@ from soulflow.tasks import (
     TaskEngine,
     TaskGraph,
     TaskStatus,
-    TaskStore,
 )
+from soulflow.tasks.answers import decide, require
 from tests.tasks.helpers import Events, Toolbox, echo, forever, gate, stalls, tool
 
 
 async def test_invalid_graph_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     engine = TaskEngine(store, Toolbox({"echo": echo}).executors(), tool_names={"echo"})
     with pytest.raises(GraphValidationError, match="unknown tool 'nope'"):
         await engine.submit(TaskGraph([tool("a", "nope")]), title="x")
@@ -39,7 +40,7 @@ async def test_a_decision_applies_while_another_branch_still_runs(tmp_path: Path
         return NodeOutcome.ok("long done")
 
     events = Events()
-    engine = TaskEngine(TaskStore(tmp_path), Toolbox({"echo": echo, "long": long}).executors(),
+    engine = TaskEngine(FileTaskStore(tmp_path), Toolbox({"echo": echo, "long": long}).executors(),
                         emit=events)
     task = await engine.submit(TaskGraph([tool("long", "long"), gate("ok"),
                                           tool("send", depends_on=["ok"])]), title="t")
@@ -60,7 +61,7 @@ async def test_a_decision_applies_while_another_branch_still_runs(tmp_path: Path
 async def test_cancel_running_and_waiting_tasks(tmp_path: Path) -> None:
     cancelled: list[str] = []
     events = Events()
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     box = Toolbox({"echo": echo, "forever": forever(cancelled, "n")})
     engine = TaskEngine(store, box.executors(), emit=events)
     running = await engine.submit(TaskGraph([tool("x", "forever", params={"n": "x"}),
@@ -78,13 +79,13 @@ async def test_cancel_running_and_waiting_tasks(tmp_path: Path) -> None:
     assert engine.running_ids() == []
     with pytest.raises(TaskDecisionError, match="already cancelled"):
         await engine.cancel(running.task_id)
-    reloaded = TaskStore(tmp_path)
+    reloaded = FileTaskStore(tmp_path)
     assert {t.status for t in reloaded.list()} == {TaskStatus.CANCELLED}
 
 
 async def test_stop_then_start_resumes_running_tasks_only(tmp_path: Path) -> None:
     started = asyncio.Event()
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     box = Toolbox({"echo": echo, "slow": stalls(started)}, idempotent={"slow"})
     engine = TaskEngine(store, box.executors())
     running = await engine.submit(TaskGraph([tool("a", "slow"), tool("b", depends_on=["a"])]),
@@ -96,26 +97,26 @@ async def test_stop_then_start_resumes_running_tasks_only(tmp_path: Path) -> Non
     assert running.nodes["a"].status is NodeStatus.RUNNING
 
     box.tools["slow"] = echo  # the "new process" has a quick `slow`
-    store2 = TaskStore(tmp_path)
+    store2 = FileTaskStore(tmp_path)
     engine2 = TaskEngine(store2, box.executors())
     assert await engine2.start() == ["t-run"]
     assert (await engine2.wait("t-run")).status is TaskStatus.COMPLETED
-    assert store2.require("t-gate").status is TaskStatus.WAITING_APPROVAL
+    assert require(store2, "t-gate").status is TaskStatus.WAITING_APPROVAL
     await engine2.decide("t-gate", "ok", Choice.APPROVE)
     assert (await engine2.wait("t-gate")).status is TaskStatus.COMPLETED
     await engine2.stop()
 
 
 async def test_an_answer_recorded_before_a_crash_is_acted_on_at_boot(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     engine = TaskEngine(store, Toolbox({"echo": echo}).executors())
     await engine.submit(TaskGraph([gate("ok"), tool("send", depends_on=["ok"])]), title="g",
                         task_id="t-g")
     await engine.wait("t-g")
     await engine.stop()
-    await store.decide("t-g", "ok", Choice.APPROVE, by="fay")  # ...and the process dies here
+    await decide(store, "t-g", "ok", Choice.APPROVE, by="fay")  # ...and the process dies here
 
-    store2 = TaskStore(tmp_path)
+    store2 = FileTaskStore(tmp_path)
     engine2 = TaskEngine(store2, Toolbox({"echo": echo}).executors())
     assert await engine2.start() == ["t-g"]
     task = await engine2.wait("t-g")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from soulflow.backends.file.tasks import FileTaskStore
 from soulflow.tasks import (
     ConditionalEdge,
     NodeKind,
@@ -19,24 +20,23 @@ from soulflow.tasks import (
     TaskNode,
     TaskState,
     TaskStatus,
-    TaskStore,
     run_task_loop,
 )
 from tests.tasks.helpers import Events, Toolbox, echo, forever, stalls, tool
 
 
-async def new_task(store: TaskStore, graph: TaskGraph, task_id: str = "t-1") -> TaskState:
+async def new_task(store: FileTaskStore, graph: TaskGraph, task_id: str = "t-1") -> TaskState:
     task = TaskState(task_id, "test task", graph)
     await store.add(task)
     return task
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> TaskStore:
-    return TaskStore(tmp_path / "tasks")
+def store(tmp_path: Path) -> FileTaskStore:
+    return FileTaskStore(tmp_path / "tasks")
 
 
-async def test_parallel_group_overlaps_and_results_are_injected(store: TaskStore) -> None:
+async def test_parallel_group_overlaps_and_results_are_injected(store: FileTaskStore) -> None:
     """b and c wait for each other to have started: a serial runner would fail them."""
     started = {"b": asyncio.Event(), "c": asyncio.Event()}
 
@@ -73,7 +73,7 @@ async def test_parallel_group_overlaps_and_results_are_injected(store: TaskStore
     assert task.result == {"d": task.nodes["d"].output}
 
 
-async def test_parallelism_is_bounded(store: TaskStore) -> None:
+async def test_parallelism_is_bounded(store: FileTaskStore) -> None:
     active, peak = 0, 0
     gate = asyncio.Event()
 
@@ -97,7 +97,7 @@ async def test_parallelism_is_bounded(store: TaskStore) -> None:
     assert task.result == {f"n{i}": i for i in range(5)}
 
 
-async def test_conditional_edge_skips_the_branch_not_taken(store: TaskStore) -> None:
+async def test_conditional_edge_skips_the_branch_not_taken(store: FileTaskStore) -> None:
     async def classify(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
         return NodeOutcome.ok({"size": 90}, route="big")
 
@@ -126,7 +126,7 @@ async def test_conditional_edge_skips_the_branch_not_taken(store: TaskStore) -> 
     assert classified.payload["skipped"] == ["small", "after_small"]
 
 
-async def test_default_route(store: TaskStore) -> None:
+async def test_default_route(store: FileTaskStore) -> None:
     async def unsure(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
         return NodeOutcome.ok(None, route="maybe")
 
@@ -138,7 +138,7 @@ async def test_default_route(store: TaskStore) -> None:
     assert task.nodes["ask"].status is NodeStatus.COMPLETED
 
 
-async def test_checkpoint_before_and_after_every_node(store: TaskStore) -> None:
+async def test_checkpoint_before_and_after_every_node(store: FileTaskStore) -> None:
     """At each event the file on disk already shows the step the event reports."""
     seen: list[tuple[str, str, str]] = []
 
@@ -161,7 +161,7 @@ async def test_checkpoint_before_and_after_every_node(store: TaskStore) -> None:
     ]
 
 
-async def test_a_failed_node_fails_the_task_and_starts_nothing_more(store: TaskStore) -> None:
+async def test_a_failed_node_fails_the_task_and_starts_nothing_more(store: FileTaskStore) -> None:
     async def boom(params: dict[str, Any], abort: asyncio.Event) -> NodeOutcome:
         raise RuntimeError("disk on fire")
 
@@ -175,7 +175,7 @@ async def test_a_failed_node_fails_the_task_and_starts_nothing_more(store: TaskS
     assert task.nodes["c"].status is NodeStatus.PENDING
 
 
-async def test_output_schema_is_enforced(store: TaskStore) -> None:
+async def test_output_schema_is_enforced(store: FileTaskStore) -> None:
     box = Toolbox({"echo": echo})
     graph = TaskGraph([tool("a", params={"n": "five"},
                             output_schema={"type": "object",
@@ -185,7 +185,7 @@ async def test_output_schema_is_enforced(store: TaskStore) -> None:
     assert "does not match its schema" in task.nodes["a"].error
 
 
-async def test_agent_node_gets_goal_tools_inputs_and_max_turns(store: TaskStore) -> None:
+async def test_agent_node_gets_goal_tools_inputs_and_max_turns(store: FileTaskStore) -> None:
     received: list[tuple[str, list[str], dict[str, Any]]] = []
 
     async def agent(goal: str, allowed: list[str], inputs: dict[str, Any],
@@ -207,7 +207,7 @@ async def test_agent_node_gets_goal_tools_inputs_and_max_turns(store: TaskStore)
     assert task.nodes["w"].status is NodeStatus.MAX_TURNS_REACHED
 
 
-async def test_cancel_cancels_a_running_group(store: TaskStore) -> None:
+async def test_cancel_cancels_a_running_group(store: FileTaskStore) -> None:
     cancelled: list[str] = []
     box = Toolbox({"echo": echo, "forever": forever(cancelled, "name")})
     graph = TaskGraph([tool(n, "forever", params={"name": n}) for n in ("x", "y", "z")]
@@ -222,10 +222,10 @@ async def test_cancel_cancels_a_running_group(store: TaskStore) -> None:
     assert sorted(cancelled) == ["x", "y", "z"]
     assert {s.status for s in task.nodes.values()} == {NodeStatus.CANCELLED}
     assert events.items[-1].payload == {"status": "cancelled"}
-    assert TaskStore(store.directory).get("t-1").status is TaskStatus.CANCELLED  # type: ignore[union-attr]
+    assert FileTaskStore(store.directory).get("t-1").status is TaskStatus.CANCELLED  # type: ignore[union-attr]
 
 
-async def test_shutdown_leaves_running_nodes_for_recovery(store: TaskStore) -> None:
+async def test_shutdown_leaves_running_nodes_for_recovery(store: FileTaskStore) -> None:
     started = asyncio.Event()
     box = Toolbox({"slow": stalls(started), "echo": echo}, idempotent={"slow"})
     graph = TaskGraph([tool("a", "slow"), tool("b", depends_on=["a"])])
@@ -235,7 +235,7 @@ async def test_shutdown_leaves_running_nodes_for_recovery(store: TaskStore) -> N
     loop.cancel()
     with pytest.raises(asyncio.CancelledError):
         await loop
-    reloaded = TaskStore(store.directory)
+    reloaded = FileTaskStore(store.directory)
     task = reloaded.get("t-1")
     assert task is not None and task.nodes["a"].status is NodeStatus.RUNNING
     box.tools["slow"] = echo

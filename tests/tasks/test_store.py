@@ -1,4 +1,5 @@
-"""TaskStore: atomic versioned checkpoints, corrupt files moved aside and reported, detail logs."""
+"""FileTaskStore: atomic versioned checkpoints, corrupt files moved aside and reported, detail
+logs."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.tasks import NodeKind, TaskGraph, TaskNode, TaskState, TaskStatus, TaskStore
-from soulflow.tasks import store as store_module
+from soulflow.backends import base as store_module
+from soulflow.backends.file.tasks import FileTaskStore
+from soulflow.tasks import NodeKind, TaskGraph, TaskNode, TaskState, TaskStatus
+from soulflow.tasks.answers import require
 
 
 def temp_files(directory: Path) -> list[Path]:
@@ -20,13 +23,13 @@ def graph() -> TaskGraph:
 
 
 async def test_checkpoint_roundtrip_and_version(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     task = TaskState("t-1", "one", graph(), provider="telegram", chat_id="42")
     await store.add(task)
     data = json.loads(store.path.read_text())
     assert data["version"] == 1 and list(data["tasks"]) == ["t-1"]
     assert data["tasks"]["t-1"]["revision"] == 1
-    again = TaskStore(tmp_path).get("t-1")
+    again = FileTaskStore(tmp_path).get("t-1")
     assert again is not None and again.to_dict() == task.to_dict()
     assert [t.task_id for t in store.list(chat_id="42")] == ["t-1"]
     assert store.list(status=TaskStatus.COMPLETED) == []
@@ -41,7 +44,7 @@ async def test_checkpoint_roundtrip_and_version(tmp_path: Path) -> None:
                                      b'["a list"]'])
 def test_unreadable_store_is_moved_aside_and_reported(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "store.json").write_bytes(content)
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     assert store.list() == []
     [moved] = list(tmp_path.glob("store.json.corrupt-*"))
     assert moved.read_bytes() == content  # the user's data is kept, byte for byte
@@ -55,17 +58,17 @@ async def test_one_unreadable_task_is_kept_untouched(tmp_path: Path) -> None:
     bad = {"task_id": "t-bad", "graph": {"nodes": [{"id": "a", "kind": "teleport"}]}}
     (tmp_path / "store.json").write_text(json.dumps(
         {"version": 1, "tasks": {"t-ok": good, "t-bad": bad}}))
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     assert [t.task_id for t in store.list()] == ["t-ok"]
     assert "t-bad could not be read" in store.problems[0]
-    await store.checkpoint(store.require("t-ok"))
+    await store.checkpoint(require(store, "t-ok"))
     assert json.loads(store.path.read_text())["tasks"]["t-bad"] == bad
 
 
 async def test_finished_tasks_are_pruned_beyond_the_limit(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "KEEP_FINISHED", 2)
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     for i in range(4):
         task = TaskState(f"t-{i}", str(i), graph(), status=TaskStatus.COMPLETED)
         await store.add(task)
@@ -75,7 +78,7 @@ async def test_finished_tasks_are_pruned_beyond_the_limit(tmp_path: Path,
 
 
 async def test_detail_log_is_a_readable_story(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path)
+    store = FileTaskStore(tmp_path)
     await store.add(TaskState("t-s", "Compare vendors", graph()))
     store.append_detail("t-s", "**assign** a: started")
     path = store.append_detail("t-s", "**done** a: completed")

@@ -1,7 +1,7 @@
 """The chat side of tasks in one process: the plan review (approve, edit by reply, cancel), who
 may answer a waiting task (replies and reactions), and rate-limited progress.
 
-Real parts: the TaskEngine and TaskStore, DaemonExecutors over a ToolRegistry with the real file
+Real parts: the TaskEngine and FileTaskStore, DaemonExecutors over a ToolRegistry with the real file
 tools, the planner on the OpenAI-compatible provider against the loopback fake model.
 """
 
@@ -20,6 +20,8 @@ from soulflow.agent.approvals import ApproverPolicy, Decider
 from soulflow.agent.tools.base import ChatRef, Tool, ToolContext
 from soulflow.agent.tools.files import ReadFileTool, WriteFileTool
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.file.proposals import FileProposalMap
+from soulflow.backends.file.tasks import FileTaskStore
 from soulflow.bus.messages import InboundMessage, new_id
 from soulflow.channels.base import Command
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
@@ -31,14 +33,13 @@ from soulflow.tasks import (
     TaskNode,
     TaskState,
     TaskStatus,
-    TaskStore,
 )
+from soulflow.tasks.answers import require
 from soulflow.tasks.chat import TaskChat
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.executors import DaemonExecutors
 from soulflow.tasks.planner import Planner
 from soulflow.tasks.progress import TaskProgress
-from soulflow.tasks.proposals import ProposalStore
 from tests.fakes.openai_api import FakeOpenAI
 
 ADMIN = "carol"
@@ -77,7 +78,7 @@ class CalcTool(Tool):
 class Rig:
     chat: TaskChat
     engine: TaskEngine
-    store: TaskStore
+    store: FileTaskStore
     fake: FakeOpenAI
     workspace: Path
 
@@ -104,13 +105,13 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         return ToolContext(workspace=workspace, approved=approved, chat=chat.where())
 
     executors = DaemonExecutors(tools, context, None)
-    store = TaskStore(tmp_path / "tasks")
+    store = FileTaskStore(tmp_path / "tasks")
     engine = TaskEngine(store, executors.executors(), tool_names=executors.tool_names())
     async with FakeOpenAI() as fake:
         provider = OpenAICompatibleProvider(OpenAICompatibleConfig(
             name="fake", base_url=fake.base_url, model="m", max_retries=0))
         chat = TaskChat(engine, executors, lambda: Planner(provider, executors.tool_names()),
-                        ProposalStore(tmp_path / "tasks" / "proposals.json"),
+                        FileProposalMap(tmp_path / "tasks" / "proposals.json"),
                         ApproverPolicy(lambda provider, user: user == ADMIN))
         yield Rig(chat, engine, store, fake, workspace)
         await engine.stop()
@@ -177,7 +178,7 @@ async def test_another_users_ok_does_not_approve_a_gate(rig: Rig) -> None:
     task_id = await gated_task(rig)
     assert await rig.say("ok", sender="bob") == \
         "Only alice or an admin can decide this approval."
-    assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
+    assert require(rig.store, task_id).status is TaskStatus.WAITING_APPROVAL
     assert not (rig.workspace / OWN / "g.txt").exists()
     answer = await rig.say(f"approve {task_id}", sender=ADMIN)  # an admin may
     assert answer == f"Task {task_id}: step gate approved."
@@ -190,7 +191,7 @@ async def test_a_reaction_decides_only_for_the_requester_or_an_admin(rig: Rig) -
     task_id = await gated_task(rig)
     bob = Decider("telegram", "bob")
     assert await rig.chat.decide_reaction(task_id, "gate", "deny", bob) is None
-    assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
+    assert require(rig.store, task_id).status is TaskStatus.WAITING_APPROVAL
     alice = Decider("telegram", "alice")
     answer = await rig.chat.decide_reaction(task_id, "gate", "deny", alice)
     assert answer == f"Task {task_id}: step gate denied."
@@ -227,7 +228,7 @@ async def test_a_step_changing_the_operators_files_waits_for_an_admin(rig: Rig) 
     assert "it changes the operator's files (templates/rule.md)" in refusal
     assert await rig.chat.decide_reaction(task.task_id, "w", "approve",
                                           Decider("telegram", "alice")) is None
-    assert rig.store.require(task.task_id).status is TaskStatus.WAITING_APPROVAL
+    assert require(rig.store, task.task_id).status is TaskStatus.WAITING_APPROVAL
     assert not (rig.workspace / "templates").exists()
     answer = await rig.say(f"approve {task.task_id}", sender=ADMIN)
     assert answer == f"Task {task.task_id}: step w approved."
@@ -249,7 +250,7 @@ async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:
     task_id = await gated_task(rig)
     assert rig.chat.stop_chat("telegram:c1") == 1
     await rig.chat.close()  # the cancels it started
-    assert rig.store.require(task_id).status is TaskStatus.CANCELLED
+    assert require(rig.store, task_id).status is TaskStatus.CANCELLED
 
 
 async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
@@ -316,5 +317,5 @@ async def test_a_waiting_chat_run_keeps_bare_answers_naming_the_task_reaches_it(
     task_id = await gated_task(rig)
     rig.chat.agent_waiting = lambda chat_key, decider: True  # a run asked alice something
     assert await rig.say("yes") is None  # goes on to the run
-    assert rig.store.require(task_id).status is TaskStatus.WAITING_APPROVAL
+    assert require(rig.store, task_id).status is TaskStatus.WAITING_APPROVAL
     assert await rig.say(f"yes {task_id}") == f"Task {task_id}: step gate approved."

@@ -1,13 +1,17 @@
-"""`/task list | show | cancel` answered from the TaskStore, with the approval rule for cancel."""
+"""`/task list | show | cancel` answered from the task store, with the approval rule for
+cancel."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from soulflow.backends.file.tasks import FileTaskStore
+from soulflow.backends.file.workflow import FileWorkflowLog
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
 from soulflow.events.workflow import WorkflowEventService
-from soulflow.tasks import NodeKind, TaskEngine, TaskGraph, TaskNode, TaskStatus, TaskStore
+from soulflow.tasks import NodeKind, TaskEngine, TaskGraph, TaskNode, TaskStatus
+from soulflow.tasks.answers import require
 from soulflow.tasks.commands import idle_canceller, make_task_command
 from tests.tasks.helpers import Toolbox, echo
 
@@ -26,8 +30,9 @@ def gated() -> TaskGraph:
 
 
 async def test_list_show_and_cancel(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path / "runtime" / "tasks")
-    events = WorkflowEventService(tmp_path / "runtime" / "events", workspace=tmp_path)
+    store = FileTaskStore(tmp_path / "runtime" / "tasks")
+    events = WorkflowEventService(FileWorkflowLog(tmp_path / "runtime" / "events"),
+                                  workspace=tmp_path)
     events.bind_task_store(store)
     engine = TaskEngine(store, Toolbox({"echo": echo}).executors(),
                         emit=events.emit_task_event)
@@ -68,21 +73,22 @@ async def test_list_show_and_cancel(tmp_path: Path) -> None:
         "Task t-other is cancelled."
     assert await handle(Command("task", "frobnicate"), message()) == \
         "Usage: /task list | /task show ID | /task cancel ID"
-    assert TaskStore(store.directory).require("t-mail").status is TaskStatus.CANCELLED
+    assert require(FileTaskStore(store.directory), "t-mail").status is TaskStatus.CANCELLED
     await engine.stop()
 
 
 async def test_idle_canceller_without_an_engine(tmp_path: Path) -> None:
     """The daemon's wiring today: a waiting task from an earlier run is cancelled from chat."""
-    store = TaskStore(tmp_path / "runtime" / "tasks")
+    store = FileTaskStore(tmp_path / "runtime" / "tasks")
     engine = TaskEngine(store, Toolbox({"echo": echo}).executors())
     await engine.submit(gated(), title="Old", provider="slack", chat_id="C1",
                         requested_by="u1", task_id="t-old")
     await engine.wait("t-old")
     await engine.stop()
 
-    reloaded = TaskStore(store.directory)
-    events = WorkflowEventService(tmp_path / "runtime" / "events", workspace=tmp_path)
+    reloaded = FileTaskStore(store.directory)
+    events = WorkflowEventService(FileWorkflowLog(tmp_path / "runtime" / "events"),
+                                  workspace=tmp_path)
     events.bind_task_store(reloaded)
     handle = make_task_command(reloaded, idle_canceller(reloaded, events.emit_task_event),
                                lambda provider, user: False)
@@ -90,7 +96,7 @@ async def test_idle_canceller_without_an_engine(tmp_path: Path) -> None:
         "Task t-old is cancelled."
     assert await handle(Command("task", "cancel t-old"), message("u1")) == \
         "Could not cancel: task t-old is already cancelled."
-    task = TaskStore(store.directory).require("t-old")
+    task = require(FileTaskStore(store.directory), "t-old")
     assert task.status is TaskStatus.CANCELLED
     assert task.nodes["ok"].status.value == "cancelled"
     assert events.recent(1)[0]["summary"] == "task cancelled by u1"

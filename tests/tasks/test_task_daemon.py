@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from soulflow.tasks import NodeKind, TaskNode, TaskStatus, TaskStore
+from soulflow.backends.file.tasks import FileTaskStore
+from soulflow.tasks import NodeKind, TaskNode, TaskStatus
+from soulflow.tasks.answers import require
 from tests.e2e.harness import Daemon, base_env
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.tasks.helpers import waiting_task
@@ -43,7 +45,7 @@ def first_workflow_event(daemon: Daemon) -> dict[str, Any]:
 def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
     tasks_dir = daemon.workspace / "runtime" / "tasks"
     send = TaskNode(id="send", kind=NodeKind.TOOL, tool="message", depends_on=["ok"])
-    asyncio.run(TaskStore(tasks_dir).add(waiting_task("t-wait", "test", send)))
+    asyncio.run(FileTaskStore(tasks_dir).add(waiting_task("t-wait", "test", send)))
     daemon.start()
     assert daemon.state()["task_graphs"] == {"unfinished": 1, "problems": [], "running": 0}
 
@@ -60,7 +62,7 @@ def test_task_command_in_a_running_daemon(daemon: Daemon) -> None:
     assert live["data"]["task_id"] == "t-wait" and live["data"]["phase"] == "done"
     assert daemon.stop(signal.SIGTERM) == 0
 
-    assert TaskStore(tasks_dir).require("t-wait").status is TaskStatus.CANCELLED
+    assert require(FileTaskStore(tasks_dir), "t-wait").status is TaskStatus.CANCELLED
     events = daemon.workspace / "runtime" / "events" / "events.jsonl"
     [event] = [json.loads(line) for line in events.read_text().splitlines()]
     assert event["task_id"] == "t-wait" and event["phase"] == "done"

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from soulflow.tasks import TaskStatus, TaskStore
+from soulflow.backends.file.tasks import FileTaskStore
+from soulflow.tasks import TaskStatus
 from tests.e2e.harness import Daemon, base_env, wait_for
 from tests.fakes.openai_api import FakeOpenAIThread
 
@@ -61,8 +62,8 @@ def start_approved(daemon: Daemon, request: str, approval: str = "approve") -> N
     daemon.wait_reply(daemon.say(approval))
 
 
-def store(daemon: Daemon) -> TaskStore:
-    return TaskStore(daemon.workspace / "runtime" / "tasks")
+def store(daemon: Daemon) -> FileTaskStore:
+    return FileTaskStore(daemon.workspace / "runtime" / "tasks")
 
 
 def only_task(daemon: Daemon) -> Any:

@@ -1,4 +1,4 @@
-"""WorkflowEventService: journal, dedupe across restarts, redaction, hub, TaskStore binding."""
+"""WorkflowEventService: journal, dedupe across restarts, redaction, hub, FileTaskStore binding."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.backends.file.workflow import FileWorkflowLog
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
 from soulflow.security.redact import Redactor
@@ -15,8 +16,8 @@ SECRET = "hunter2-super-secret-value"
 
 
 def service(tmp_path: Path, hub: EventHub | None = None) -> WorkflowEventService:
-    return WorkflowEventService(tmp_path / "runtime" / "events", workspace=tmp_path,
-                                redactor=Redactor([SECRET]), hub=hub)
+    return WorkflowEventService(FileWorkflowLog(tmp_path / "runtime" / "events"),
+                                workspace=tmp_path, redactor=Redactor([SECRET]), hub=hub)
 
 
 async def test_append_writes_every_field_and_publishes(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.security.vault import SecretVault
 from tests.tools.listener import Listener
+from tests.vaults import file_vault
 
 MakeCtx = Callable[..., ToolContext]
 
@@ -43,7 +44,7 @@ def ctx(make_ctx: MakeCtx) -> ToolContext:
 
 @pytest.fixture
 def vault(tmp_path: Path) -> SecretVault:
-    return SecretVault(tmp_path / "security")
+    return file_vault(tmp_path / "security")
 
 
 @pytest.fixture

@@ -11,14 +11,15 @@ import pytest
 from soulflow.agent.tools.base import ChatRef, ToolContext, ToolServices
 from soulflow.agent.tools.cron_tool import CronTool
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.cron import CronService, CronStore
+from soulflow.backends.file.cron import FileCronStore
+from soulflow.cron import CronService
 
 NOW = datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> CronService:
-    store = CronStore(tmp_path / "cron" / "cron-store.json")
+    store = FileCronStore(tmp_path / "cron" / "cron-store.json")
     return CronService(store, lambda job, when: None, clock=lambda: NOW, max_jobs_per_chat=2)
 
 

@@ -11,7 +11,6 @@ import pytest
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.run.reducer import RunState
-from soulflow.agent.run.store import ThreadStore
 from soulflow.agent.tools.base import ChatRef, Tool, ToolContext, ToolServices
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.spawn import (
@@ -20,6 +19,7 @@ from soulflow.agent.tools.spawn import (
     cancel_orphaned_subruns,
     run_subagent,
 )
+from soulflow.backends.file.runs import FileRunJournal
 from soulflow.providers.base import ProviderResult, ToolCall
 
 PARENT_CHAT = ChatRef("local", "c1", None, "u1", session_key="local:c1")
@@ -79,7 +79,7 @@ def make_loop(tmp_path: Path, model: FakeModel) -> AgentLoop:
         return ToolContext(tmp_path, ChatRef("local", "c1"), approved=approved,
                            services=services)
 
-    loop = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: model, registry,
+    loop = AgentLoop(FileRunJournal(tmp_path / "threads"), lambda: model, registry,
                      lambda _chat: "system", context, max_turns=5)
     return loop
 
@@ -170,7 +170,7 @@ async def test_orphaned_subruns_are_cancelled_at_boot(tmp_path: Path) -> None:
     loop = make_loop(tmp_path, FakeModel())
     orphan = loop.begin(chat=PARENT_CHAT, text="sub", history=[], parent_run="run_parent")
     normal = loop.begin(chat=PARENT_CHAT, text="main", history=[])
-    rebooted = AgentLoop(ThreadStore(tmp_path / "threads"), lambda: FakeModel(), loop.tools,
+    rebooted = AgentLoop(FileRunJournal(tmp_path / "threads"), lambda: FakeModel(), loop.tools,
                          lambda _chat: "system", lambda state, approved: ToolContext(
                              tmp_path, ChatRef("local", "c1")))
     assert cancel_orphaned_subruns(rebooted) == 1

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.backends.file import FileBackend, FileDeadLetters, FileOutbox
+from soulflow.backends.file.backend import FileBackend
+from soulflow.backends.file.dead_letters import DeadLetterQueue, FileDeadLetters
+from soulflow.backends.file.inbound import InboundJournal
+from soulflow.backends.file.outbox import FileOutbox, Outbox
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.dispatcher import OutboundDispatcher
-from soulflow.bus.dlq import DeadLetterQueue
-from soulflow.bus.inbound import InboundJournal
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.bus.outbox import Outbox, OutboxEntry
 from soulflow.bus.retry import RetryPolicy
+from soulflow.contracts import OutboxEntry
 
 
 def inbound(i: int, chat: str = "c1") -> InboundMessage:
@@ -305,7 +306,7 @@ async def test_bus_replay_puts_dead_letters_back(tmp_path: Path) -> None:
     assert await bus.replay_dlq() == 1 and await bus.dlq.count() == 0
     assert (await bus.refresh_stats()).outbox_pending == 2
     await bus.stop(1)
-    await bus.close()
+    await bus.backend.close()
 
 
 class FlakyOutbox(FileOutbox):

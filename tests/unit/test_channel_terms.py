@@ -9,7 +9,7 @@ import contextlib
 
 import pytest
 
-from soulflow.backends.file import MemoryLeases
+from soulflow.backends.file.leases import MemoryLeases
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter

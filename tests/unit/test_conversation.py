@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from soulflow.agent.run.store import RunMoved
 from soulflow.agent.tools.base import ChatRef
-from soulflow.backends.file import FileBackend
+from soulflow.backends.base import RunMoved
+from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
@@ -19,6 +19,7 @@ from soulflow.contracts import ReplyStatus
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.attachments import ChatFiles
 from soulflow.conversation.turns import Conversation
+from soulflow.errors import StoreUnavailable
 from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.domain_rig import agent_domain
 from tests.waiting import until
@@ -118,7 +119,7 @@ class Rig:
     async def restart_bus(self) -> MessageBus:
         await self.stop_claiming()
         await self.bus.stop(0.1)
-        await self.bus.close()
+        await self.bus.backend.close()
         self.bus = self._new_bus()
         await self.bus.start()
         return self.bus
@@ -126,7 +127,7 @@ class Rig:
     async def close(self) -> None:
         await self.stop_claiming()
         await self.bus.stop(0.1)
-        await self.bus.close()
+        await self.bus.backend.close()
 
 
 @pytest.fixture
@@ -316,26 +317,21 @@ async def test_a_turn_cut_short_by_a_lost_store_is_run_again_not_quarantined(
 async def test_a_turn_failed_by_the_store_not_answering_is_run_again(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """A synchronous store (sessions, runs on Redis) fails on the network while the backend's
-    own probe still says connected: the backend recognises the failure, so the batch is given
-    back, not quarantined with an apology."""
+    own probe still says connected: the store says so (`StoreUnavailable`), so the batch is
+    given back, not quarantined with an apology."""
     build, adapter, model, bus = rig
     conversation = build()
     conversation.release_pause_s = 0.01
     real = bus.outbox.has_answered
     calls: list[str] = []
 
-    class StoreAway(Exception):
-        pass
-
     async def has_answered(key: str) -> bool:
         calls.append(key)
         if len(calls) == 1:
-            raise RuntimeError("session store failed") from StoreAway()
+            raise StoreUnavailable("Error 111 connecting to localhost:6379")
         return await real(key)
 
     monkeypatch.setattr(bus.outbox, "has_answered", has_answered)
-    monkeypatch.setattr(bus.backend, "store_unreachable",
-                        lambda exc: isinstance(exc.__cause__, StoreAway))
     await conversation.ingest(adapter, [msg(1, "still there?")])
     assert await settle(adapter, 1) == ["echo: still there?"]
     assert len(calls) == 2 and await bus.inbound_dlq.count() == 0
@@ -348,11 +344,6 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
     went wrong" reply; the batch is given back and answered once the store answers."""
     build, adapter, model, bus = rig
 
-    class StoreAway(Exception):
-        pass
-
-    monkeypatch.setattr(bus.backend, "store_unreachable",
-                        lambda exc: isinstance(exc.__cause__, StoreAway))
     conversation = build()
     conversation.release_pause_s = 0.01
     real = conversation.agent.respond
@@ -361,7 +352,7 @@ async def test_a_run_failed_by_the_store_not_answering_is_not_apologised_for(
     async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
         runs.append(message.key)
         if len(runs) == 1:
-            raise RuntimeError("run journal write failed") from StoreAway()
+            raise StoreUnavailable("Timeout reading from socket")
         return await real(message, text, **kwargs)
 
     monkeypatch.setattr(conversation.agent, "respond", respond)
@@ -377,11 +368,6 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
     the chat is answered m1, m2, m3 (the given-back batch goes first, not to the end)."""
     build, adapter, model, bus = rig
 
-    class StoreAway(Exception):
-        pass
-
-    monkeypatch.setattr(bus.backend, "store_unreachable",
-                        lambda exc: isinstance(exc.__cause__, StoreAway))
     conversation = build(fold_max=1)
     conversation.release_pause_s = 0.05
     real = conversation.agent.respond
@@ -393,7 +379,7 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
         if len(runs) == 1:
             m1_running.set()
             await queued.wait()  # m2 and m3 are queued behind this turn
-            raise RuntimeError("run journal write failed") from StoreAway()
+            raise StoreUnavailable("Timeout reading from socket")
         return await real(message, text, **kwargs)
 
     monkeypatch.setattr(conversation.agent, "respond", respond)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from soulflow.agent.context import DAILY_NOTES_PROMPT_BYTES, ContextBuilder
 from soulflow.agent.memory import MemoryStore
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.decision.service import DecisionService
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
 TODAY = dt.date(2026, 11, 24)
@@ -18,8 +19,9 @@ TODAY = dt.date(2026, 11, 24)
 def builder(root: Path) -> tuple[ContextBuilder, MemoryStore]:
     memory = MemoryStore(Beneath(root), today=lambda: TODAY)
     ticks = iter(range(1_000_000))
-    context = ContextBuilder(root, memory, DecisionService(root / "decisions.json"),
-                             SessionStore(root / "sessions"), clock=lambda: float(next(ticks)))
+    decisions = DecisionService(FileDecisionStore(root / "decisions.json"))
+    context = ContextBuilder(root, memory, decisions, FileSessionStore(root / "sessions"),
+                             clock=lambda: float(next(ticks)))
     return context, memory
 
 

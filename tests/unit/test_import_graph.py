@@ -7,15 +7,19 @@ other. The most specific prefix in LAYERS decides a module's layer.
 
 | layer | modules |
 |---|---|
-| 0 contracts | `contracts` (shared records, protocols; imports nothing of soulflow), the version |
+| 0 contracts | `contracts` (shared records, protocols), `errors` (the exception root); both |
+|   | import nothing of soulflow; the version |
 | 1 foundation | `storage`, `settings_*`, `supervisor`, `telemetry` < `config` < `scaffold` |
-| 2 stores | `security`, `session`, `decision`, `cron`, `tasks` (model, graph, store, engine) |
+| 1.5 models | what the stores keep and the pure rules on it: `security.{errors,syntax,...}`, |
+|   | `cron.{schedule,jobs}`, `decision.rules`, `tasks.{model,review}`, `agent.run.{events,...}` |
+| 1.8 store port | `backends` (every store protocol, the file and Redis stores, the backend) |
+| 2 stores' users | `security`, `decision`, `cron`, `tasks` (graph, answers, engine, ...) |
 | 3 observability | `events` (publishes task-store changes, so above `tasks`), `logs` (redacts) |
 | 4 domain | `agent`, `bus` (peers: they never import each other) |
-| 5 edges | `channels`, `providers`, `backends` |
+| 5 edges | `channels`, `providers` |
 | 5.5 conversation | `conversation` (a message taken in → its turn complete) |
 | 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
-|   | `tasks.{assembly,chat,executors,progress,proposals,tool}` |
+|   | `tasks.{wiring,chat,executors,progress,tool}` |
 | 7 runtime | `runtime` (builds and starts everything) |
 | 8 entry points | `app` (runtime + dashboard), `cli`, `client`, `chat_client`, `*_cli`, |
 |   | `doctor`, `dashboard`, `__main__` |
@@ -33,21 +37,33 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "soulflow"
 
 LAYERS: dict[str, float] = {
-    **dict.fromkeys(["soulflow", "soulflow.contracts"], 0),  # the package holds __version__
+    # the package holds __version__; errors is the exception root
+    **dict.fromkeys(["soulflow", "soulflow.contracts", "soulflow.errors"], 0),
     **dict.fromkeys(["soulflow.storage", "soulflow.settings_examples",
                      "soulflow.supervisor", "soulflow.telemetry"], 1),
     "soulflow.settings_catalog": 1.05,  # its reference shows the examples
     "soulflow.config": 1.1,  # reads the settings catalog
     "soulflow.scaffold": 1.2,  # writes the workspace's default files from the config
-    **dict.fromkeys(["soulflow.security", "soulflow.session", "soulflow.decision",
-                     "soulflow.cron", "soulflow.tasks"], 2),
+    # models: what the stores keep and the pure rules they apply to it (no I/O, no service)
+    **dict.fromkeys([
+        *(f"soulflow.security.{name}" for name in
+          ("errors", "syntax", "detection", "detectors", "platform_tokens", "dead_letters",
+           "vault_records")),
+        "soulflow.cron.schedule", "soulflow.cron.jobs", "soulflow.decision.rules",
+        "soulflow.tasks.model", "soulflow.tasks.review",
+        *(f"soulflow.agent.run.{name}" for name in ("events", "reducer", "timing"))], 1.5),
+    # the store port (base), the file and Redis stores built on the models, and the one
+    # place that picks a backend (wiring)
+    "soulflow.backends": 1.8,
+    **dict.fromkeys(["soulflow.security", "soulflow.decision", "soulflow.cron",
+                     "soulflow.tasks"], 2),
     **dict.fromkeys(["soulflow.events", "soulflow.logs"], 3),
     **dict.fromkeys(["soulflow.agent", "soulflow.bus"], 4),
-    **dict.fromkeys(["soulflow.channels", "soulflow.providers", "soulflow.backends"], 5),
+    **dict.fromkeys(["soulflow.channels", "soulflow.providers"], 5),
     "soulflow.conversation": 5.5,  # the pipeline between the channels' edge and the services
     **dict.fromkeys(["soulflow.heartbeat",
                      *(f"soulflow.tasks.{name}" for name in
-                       ("assembly", "chat", "executors", "progress", "proposals", "tool"))], 6),
+                       ("wiring", "chat", "executors", "progress", "tool"))], 6),
     "soulflow.ops": 6.1,  # watches the heartbeat and the other services
     "soulflow.runtime": 7,
     # entry points: programs around a runtime, free to use each other

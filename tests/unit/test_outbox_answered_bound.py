@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from soulflow.backends.file.outbox import ANSWERED_KEPT, Outbox
 from soulflow.bus.messages import OutboundMessage
-from soulflow.bus.outbox import ANSWERED_KEPT, Outbox
 
 
 def reply(i: int) -> OutboundMessage:

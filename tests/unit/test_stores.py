@@ -1,4 +1,4 @@
-"""SessionStore, MemoryStore and DecisionService."""
+"""FileSessionStore, MemoryStore and DecisionService."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from soulflow.agent.memory import MemoryStore
-from soulflow.decision.service import DecisionService, canonical_key
-from soulflow.session.store import SessionStore
+from soulflow.backends.file.decisions import FileDecisionStore
+from soulflow.backends.file.sessions import FileSessionStore
+from soulflow.decision.rules import canonical_key
+from soulflow.decision.service import DecisionService
 from soulflow.storage.beneath import Beneath
 
 
 def test_session_append_last_range_and_metadata(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = FileSessionStore(tmp_path)
     for i in range(30):
         store.append("slack:C1", {"role": "user", "content": f"m{i}"})
     assert [m["content"] for m in store.last("slack:C1", 3)] == ["m27", "m28", "m29"]
@@ -28,7 +30,7 @@ def test_session_append_last_range_and_metadata(tmp_path: Path) -> None:
 
 
 def test_session_keys_are_listed_and_file_safe(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = FileSessionStore(tmp_path)
     store.append("telegram:-100/../x", {"role": "user", "content": "a"})
     store.append("local:default", {"role": "user", "content": "b"})
     assert {s.key for s in store.list_sessions()} == {"telegram:-100/../x", "local:default"}
@@ -36,13 +38,13 @@ def test_session_keys_are_listed_and_file_safe(tmp_path: Path) -> None:
 
 
 def test_session_survives_torn_line_and_empty_file(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
+    store = FileSessionStore(tmp_path)
     store.append("k", {"role": "user", "content": "ok"})
     store.close()
     path = tmp_path / "k.jsonl"
     with open(path, "ab") as handle:
         handle.write(b'{"role":"assistant","content":"half')
-    store = SessionStore(tmp_path)
+    store = FileSessionStore(tmp_path)
     assert [m["content"] for m in store.last("k", 10)] == ["ok"]
     store.append("k", {"role": "assistant", "content": "whole"})
     assert [m["content"] for m in store.last("k", 10)] == ["ok", "whole"]
@@ -51,7 +53,7 @@ def test_session_survives_torn_line_and_empty_file(tmp_path: Path) -> None:
 
 
 def test_session_lru_of_open_files(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path, max_open=2)
+    store = FileSessionStore(tmp_path, max_open=2)
     for key in ("a", "b", "c", "a"):
         store.append(key, {"role": "user", "content": key})
     assert [m["content"] for m in store.last("a", 5)] == ["a", "a"]
@@ -76,13 +78,13 @@ def test_memory_read_write_append_search(tmp_path: Path) -> None:
 
 def test_decisions_canonical_keys_priority_and_dedupe(tmp_path: Path) -> None:
     path = tmp_path / "decisions" / "index.json"
-    service = DecisionService(path)
+    service = DecisionService(FileDecisionStore(path))
     service.set("Reply Language", "Korean", priority=1)
     assert service.set("reply-language", "English", priority=0).value == "Korean"
     assert service.set("reply_language", "English", priority=2).value == "English"
     service.set("deploy window", "Friday")
     assert [d.key for d in service.list()] == ["reply_language", "deploy_window"]
-    reloaded = DecisionService(path)
+    reloaded = DecisionService(FileDecisionStore(path))
     assert reloaded.get("REPLY LANGUAGE").value == "English"
     assert "- deploy_window: Friday" in reloaded.compact_text()
     assert reloaded.remove("deploy window") and reloaded.get("deploy window") is None
@@ -93,8 +95,8 @@ def test_decisions_canonical_keys_priority_and_dedupe(tmp_path: Path) -> None:
 def test_corrupt_decisions_file_is_kept_aside(tmp_path: Path) -> None:
     path = tmp_path / "index.json"
     path.write_text("{broken")
-    service = DecisionService(path)
+    service = DecisionService(FileDecisionStore(path))
     assert service.list() == []
     assert list(tmp_path.glob("index.json.corrupt-*"))
     service.set("a", "b")
-    assert DecisionService(path).get("a").value == "b"
+    assert DecisionService(FileDecisionStore(path)).get("a").value == "b"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from soulflow.agent.consolidate import CONSOLIDATED_TYPE, consolidation_due, session_progress
+from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.runtime.zone_migration import (
     STATE_FILE,
     MigrationError,
@@ -28,7 +29,6 @@ from soulflow.runtime.zone_migration import (
     chat_dir_name,
     migrate_workspace,
 )
-from soulflow.session.store import SessionStore
 from soulflow.storage.beneath import Beneath
 
 NOW = 1_773_489_600.0  # 2026-03-14T12:00:00Z
@@ -77,7 +77,7 @@ def build_old_workspace(root: Path) -> dict[str, bytes]:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    sessions = SessionStore(root / "runtime" / "sessions")
+    sessions = FileSessionStore(root / "runtime" / "sessions")
     saved = root / "runtime" / "inbound-files"
     chat(sessions, "telegram:111", 61, f"[attachment alice.pdf saved at "
          f"{saved}/telegram/AAA_alice.pdf]")
@@ -95,7 +95,7 @@ def build_old_workspace(root: Path) -> dict[str, bytes]:
     return files
 
 
-def chat(sessions: SessionStore, key: str, count: int, first: str) -> None:
+def chat(sessions: FileSessionStore, key: str, count: int, first: str) -> None:
     for i in range(count):
         text = first if i == 0 and first else f"{key} message {i}"
         sessions.append(key, {"role": "user" if i % 2 == 0 else "assistant", "content": text})
@@ -121,7 +121,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def migrate(root: Path, **options: Any) -> Any:
-    sessions = SessionStore(root / "runtime" / "sessions")
+    sessions = FileSessionStore(root / "runtime" / "sessions")
     try:
         return ZoneMigration(Beneath(root), sessions, clock=lambda: NOW, **options).run()
     finally:
@@ -171,7 +171,7 @@ def test_today_s_layout_migrates_with_nothing_lost(old: tuple[Path, dict[str, by
 def test_consolidated_sessions_are_consolidated_again(old: tuple[Path, dict[str, bytes]]) -> None:
     root, _ = old
     migrate(root)
-    sessions = SessionStore(root / "runtime" / "sessions")
+    sessions = FileSessionStore(root / "runtime" / "sessions")
     for key in ("telegram:111", "telegram:-100", "heartbeat"):
         last = sessions.last(key, 1)[0]
         assert (last["_type"], last["through"]) == (CONSOLIDATED_TYPE, -1)
@@ -264,7 +264,7 @@ def test_a_sigkill_mid_migration_then_a_restart_finishes_it(tmp_path: Path, at: 
         from pathlib import Path
         sys.path.insert(0, {str(ROOT)!r})
         from soulflow.runtime.zone_migration import ZoneMigration
-        from soulflow.session.store import SessionStore
+        from soulflow.backends.file.sessions import FileSessionStore
         from soulflow.storage.beneath import Beneath
         root = Path({str(root)!r})
         count = [0]
@@ -272,7 +272,7 @@ def test_a_sigkill_mid_migration_then_a_restart_finishes_it(tmp_path: Path, at: 
             count[0] += 1
             if count[0] == {at}:
                 os.kill(os.getpid(), signal.SIGKILL)
-        ZoneMigration(Beneath(root), SessionStore(root / "runtime" / "sessions"),
+        ZoneMigration(Beneath(root), FileSessionStore(root / "runtime" / "sessions"),
                       clock=lambda: {NOW!r}, on_step=on_step).run()
     """)
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=120,
@@ -301,4 +301,4 @@ def test_a_broken_state_file_stops_the_start_with_a_sentence(tmp_path: Path) -> 
     (root / "runtime" / "migrations").mkdir(parents=True)
     (root / STATE_FILE).write_text("{oops")
     with pytest.raises(MigrationError, match="zones.json is not valid JSON"):
-        migrate_workspace(Beneath(root), SessionStore(root / "runtime" / "sessions"))
+        migrate_workspace(Beneath(root), FileSessionStore(root / "runtime" / "sessions"))

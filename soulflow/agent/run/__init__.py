@@ -1,1 +1,2 @@
-"""An agent run as a thread of typed events: reducer, store, loop."""
+"""An agent run as a thread of typed events: events, reducer, timing, loop (the journal that keeps
+the events is the backend's, `RunJournal`)."""

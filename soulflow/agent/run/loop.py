@@ -20,10 +20,10 @@ from typing import Any
 from soulflow.agent.approvals import admins_only_text
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
-from soulflow.agent.run.store import RunJournal, RunMoved
 from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.base import RunJournal, RunMoved
 from soulflow.contracts import ChatRef, Provider, ProviderError
 from soulflow.logs import log_context
 

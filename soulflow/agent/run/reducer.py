@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.agent.run import events as ev
+import soulflow.agent.run.events as ev
 from soulflow.contracts import ChatRef
 
 

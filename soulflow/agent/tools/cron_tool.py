@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 from soulflow.contracts import ChatRef
+from soulflow.cron.jobs import Job, PayloadKind
 from soulflow.cron.schedule import MIN_EVERY_S, Schedule
 from soulflow.cron.service import MAX_JOBS_PER_CHAT, MAX_NAME_CHARS, MAX_TEXT_CHARS
-from soulflow.cron.store import Job, PayloadKind
 
 __all__ = ["CronScheduler", "CronTool"]
 

@@ -29,8 +29,9 @@ return dropped
 """
 
 
-class RedisApprovalMessages:
-    """`ApprovalMap` on Redis (soulflow/agent/approvals.py has the contract and the file map).
+class RedisApprovalMap:
+    """`ApprovalMap` on Redis (backends/base.py has the contract, backends/file/approvals.py
+    the file map).
 
     `name` keeps several maps apart, as the file paths do: `messages` for agent runs,
     `task-prompts` for the task engine's prompts."""

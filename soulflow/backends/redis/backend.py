@@ -1,4 +1,10 @@
-"""The Redis backend: one client, the stores over it, and the partition leases they share."""
+"""The Redis backend: the stores over one Redis, and the partition leases they share.
+
+The bus's stores use the asynchronous client; the stores the agent and the services call
+synchronously (sessions, run journals, approval prompts, cron, tasks, decisions, the vault's
+entries, the heartbeat's state) share one synchronous client (`sync_client.py`), made on the
+first use of one of them and closed last by `close()`.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +13,44 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError, BusyLoadingError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from soulflow.backends.base import BackendKind, BackendUnavailable, Lease
+from soulflow.agent.run.timing import FinishedListener
+from soulflow.backends.base import BackendKind, BackendUnavailable, Lease, LoopFactory
+from soulflow.backends.redis.approvals import RedisApprovalMap
+from soulflow.backends.redis.clients import AsyncStoreRedis
+from soulflow.backends.redis.cron import RedisCronStore
+from soulflow.backends.redis.decisions import RedisDecisionStore
+from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.inbound import RedisInbound
-from soulflow.backends.redis.keys import Keys, partition_of
+from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.outbox import RedisOutbox
 from soulflow.backends.redis.partitions import PartitionLeases
+from soulflow.backends.redis.proposals import RedisProposalMap
 from soulflow.backends.redis.records import (
     RedisCursors,
     RedisDeadLetters,
     RedisInboundDeadLetters,
 )
+from soulflow.backends.redis.runs import RedisRunJournal, partition_fence
+from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
+from soulflow.backends.redis.sessions import RedisSessionStore
+from soulflow.backends.redis.sync_client import StateRedis, sync_client
+from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
+from soulflow.backends.redis.vault import RedisSecretEntries
+from soulflow.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+MAX_CALL_S = 2.0  # the longest one synchronous Redis call may block the event loop
 
 
 def shown_url(url: str) -> str:
@@ -42,7 +63,8 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.0) -> Redis:
+def client_for(url: str, *, timeout_s: float = 5.0,
+               socket_timeout_s: float = 3.0) -> AsyncStoreRedis:
     """A client for `url` (no connection yet), or BackendUnavailable naming a malformed URL.
 
     A command that fails on a connection error is tried again twice on a new connection: after
@@ -52,9 +74,10 @@ def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.
     must fail before the lease's deadline, not three timeouts later). A retried command may
     have run once already (Redis died after running it, before answering); every write here
     is idempotent or says so (`accept` of a stored message answers "seen", an entry read and
-    never handed out is swept after a TTL)."""
+    never handed out is swept after a TTL). What still fails is raised as `StoreUnavailable`
+    or `StoreError` (redis/errors.py)."""
     try:
-        return Redis.from_url(url, socket_connect_timeout=timeout_s,
+        return AsyncStoreRedis.from_url(url, socket_connect_timeout=timeout_s,
                               socket_timeout=socket_timeout_s, health_check_interval=30,
                               retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2,
                                           supported_errors=(RedisConnectionError,)))
@@ -64,32 +87,29 @@ def client_for(url: str, *, timeout_s: float = 5.0, socket_timeout_s: float = 3.
                                  "unix:///path/to/redis.sock") from None
 
 
-async def check_reachable(client: Redis, url: str, *, timeout_s: float = 5.0) -> None:
+async def check_reachable(client: AsyncStoreRedis, url: str, *,
+                          timeout_s: float = 5.0) -> None:
     """PING, or BackendUnavailable with one sentence for the operator (the client is closed)."""
     try:
         await asyncio.wait_for(client.ping(), timeout=timeout_s + 1)
-    except AuthenticationError as exc:
+    except StoreError as exc:
         await client.aclose()
-        raise BackendUnavailable(f"Redis at {shown_url(url)} refused the credentials in "
-                                 f"REDIS_URL ({exc})") from None
-    except (RedisError, OSError, TimeoutError) as exc:
+        if isinstance(exc.__cause__, AuthenticationError):
+            raise BackendUnavailable(f"Redis at {shown_url(url)} refused the credentials in "
+                                     f"REDIS_URL ({exc})") from None
+        raise BackendUnavailable(redis_failure(url, exc, "is unreachable")) from None
+    except (OSError, TimeoutError) as exc:
         await client.aclose()
-        reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
-        raise BackendUnavailable(f"Redis at {shown_url(url)} (REDIS_URL) is unreachable: "
-                                 f"{reason}") from None
+        raise BackendUnavailable(redis_failure(url, exc, "is unreachable")) from None
 
 
-def network_failure(exc: BaseException) -> bool:
-    """`exc`, or an exception it was raised from or during, is Redis not answering (the sync
-    stores wrap such errors in their own, e.g. TaskStoreUnavailable, so the chain is walked)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, (RedisConnectionError, RedisTimeoutError, BusyLoadingError)):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+def redis_failure(url: str, exc: BaseException, what: str | None = None) -> str:
+    """One sentence for the operator about a Redis call that failed, the password hidden:
+    "is unreachable" when Redis did not answer, else "failed" (unless `what` says)."""
+    reason = str(exc).split(". ")[0].rstrip(".") or type(exc).__name__
+    if what is None:
+        what = "is unreachable" if isinstance(exc, StoreUnavailable) else "failed"
+    return f"Redis at {shown_url(url)} (REDIS_URL) {what}: {reason}"
 
 
 @dataclass(slots=True)
@@ -122,15 +142,26 @@ class RedisBackend:
     and calls the `on_partitions_changed` callbacks when the held set changes."""
 
     kind = BackendKind.REDIS
+    shared = True  # several daemons: this node owns the chats of the partitions it holds
 
-    def __init__(self, client: Redis, *, node_id: str, prefix: str = "soulflow:",
+    def __init__(self, client: AsyncStoreRedis, *, node_id: str, prefix: str = "soulflow:",
                  partitions: int = 16, lease_ttl_s: float = 6.0,
                  seen_ttl_s: float = 7 * 24 * 3600,
                  redact: Callable[[str], str] | None = None,
-                 clock: Callable[[], float] = time.time, url: str = "") -> None:
+                 redact_strings: Callable[[Any], Any] | None = None,
+                 on_run_finished: FinishedListener | None = None,
+                 clock: Callable[[], float] = time.time, url: str = "",
+                 state: StateRedis | None = None) -> None:
+        """`state`: the synchronous client of the stores the agent calls; by default made from
+        `url` on first use (see `state`)."""
         self.client = client
         self.node_id = node_id
         self.url = url
+        self._redact = redact
+        self._redact_strings = redact_strings
+        self._on_run_finished = on_run_finished
+        if state is not None:
+            self.state = state
         self.keys = Keys(prefix, partitions)
         self.leases = RedisLeases(client, self.keys)
         self.partitions = PartitionLeases(client, self.keys, self.leases, node_id,
@@ -157,7 +188,9 @@ class RedisBackend:
         try:
             await self.inbound.ensure_groups()
             await self.partitions.rebalance()
-        except ResponseError as exc:
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, ResponseError):
+                raise
             raise BackendUnavailable(f"Redis refused the backend's setup ({exc}); SoulFlow "
                                      "needs Redis 6.2 or newer with scripting allowed") from None
         self._held = frozenset(self.partitions.worked())
@@ -177,7 +210,7 @@ class RedisBackend:
                 pass
             try:
                 await asyncio.wait_for(self.partitions.rebalance(), timeout=interval * 2)
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (StoreError, OSError, TimeoutError) as exc:
                 self.reachability.failed(exc)
             except Exception:
                 log.exception("partition leases: rebalance failed; retrying")
@@ -224,14 +257,79 @@ class RedisBackend:
                     self.partitions.lease(self.partitions.private) is not None)},
                 "lease_ttl_s": self.partitions.ttl_s}
 
-    def store_unreachable(self, exc: BaseException) -> bool:
-        return network_failure(exc)
+    def loops(self) -> dict[str, LoopFactory]:
+        """None: Redis persists on its own (docs/scaling.md, persistence), and the leases are
+        kept by the backend's own "backend:partitions" task."""
+        return {}
 
-    def sync(self) -> None:
-        """Redis persists on its own (see docs/scaling.md, persistence)."""
+    def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(redis_failure(self.url, exc))
 
-    def compact_if_needed(self) -> None:
-        """Nothing grows without bound here: completed entries are deleted from the streams."""
+    # -- the agent's and the services' stores (synchronous) -----------------------------
+
+    @cached_property
+    def state(self) -> StateRedis:
+        """The synchronous client of this node's stores.
+
+        A call that hangs on a dead Redis blocks the event loop, which must still notice in
+        time that its leases lapsed (at two thirds of the TTL): a call waits at most a quarter
+        of the TTL, and after a failure every call fails at once for half a TTL (the client's
+        breaker), so a lost Redis blocks the loop for at most a third of the time, one call at
+        a time."""
+        ttl_s = self.partitions.ttl_s
+        return StateRedis(sync_client(self.url, timeout_s=min(MAX_CALL_S, ttl_s / 4),
+                                      cooldown_s=ttl_s / 2), self.keys.prefix)
+
+    @cached_property
+    def sessions(self) -> RedisSessionStore:
+        return RedisSessionStore(self.state, redact=self._redact)
+
+    @cached_property
+    def runs(self) -> RedisRunJournal:
+        return RedisRunJournal(self.state, redact=self._redact_strings,
+                               on_finished=self._on_run_finished, fence=partition_fence(self))
+
+    @cached_property
+    def approvals(self) -> RedisApprovalMap:
+        return RedisApprovalMap(self.state, "messages")
+
+    @cached_property
+    def task_prompts(self) -> RedisApprovalMap:
+        return RedisApprovalMap(self.state, "task-prompts")
+
+    @cached_property
+    def cron(self) -> RedisCronStore:
+        """An occurrence a node claimed and did not finish (it died) waits one lease TTL."""
+        return RedisCronStore(self.state, claim_ttl_s=self.partitions.ttl_s)
+
+    @cached_property
+    def tasks(self) -> RedisTaskStore:
+        return RedisTaskStore(self.state, TaskKeys(self.keys.prefix),
+                              fence=PartitionFence(self))
+
+    @cached_property
+    def proposals(self) -> RedisProposalMap:
+        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix))
+
+    @cached_property
+    def workflow(self) -> RedisWorkflowLog:
+        return RedisWorkflowLog(self.state, TaskKeys(self.keys.prefix))
+
+    @cached_property
+    def decisions(self) -> RedisDecisionStore:
+        return RedisDecisionStore(self.state)
+
+    @cached_property
+    def secrets(self) -> RedisSecretEntries:
+        return RedisSecretEntries(self.state)
+
+    @cached_property
+    def heartbeat(self) -> RedisHeartbeatState:
+        return RedisHeartbeatState(self.state)
+
+    @cached_property
+    def notice_claims(self) -> RedisNoticeClaims:
+        return RedisNoticeClaims(self.state, self.node_id)
 
     async def close(self) -> None:
         self._stopping.set()
@@ -240,3 +338,7 @@ class RedisBackend:
             self._task = None
         await self.partitions.stop()
         await self.client.aclose()
+        if (workflow := self.__dict__.get("workflow")) is not None:
+            await workflow.close()
+        if (state := self.__dict__.get("state")) is not None:
+            state.close()  # last: every synchronous store has stopped

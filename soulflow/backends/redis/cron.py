@@ -30,7 +30,7 @@ from typing import Any
 
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
-from soulflow.cron.store import STATE_FIELDS, Job
+from soulflow.cron.jobs import STATE_FIELDS, Job
 
 __all__ = ["RedisCronStore"]
 
@@ -59,7 +59,7 @@ return {'ok', encoded}
 
 
 class RedisCronStore:
-    """`JobStore` on Redis (see the module docstring); synchronous, like the file store."""
+    """`CronStore` on Redis (see the module docstring); synchronous, like the file store."""
 
     shared = True
 

@@ -13,14 +13,14 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from redis import Redis
 from redis.client import Pipeline
 
+from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
-from soulflow.decision.service import Decision, merge_canonical
+from soulflow.decision.rules import Decision, merge_canonical
 
-__all__ = ["RedisDecisions"]
+__all__ = ["RedisDecisionStore"]
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,11 @@ return ARGV[4]
 """
 
 
-class RedisDecisions:
-    """`DecisionRecords` on Redis (see the module docstring)."""
+class RedisDecisionStore:
+    """`DecisionStore` on Redis (see the module docstring)."""
 
     def __init__(self, state: StateRedis) -> None:
-        self._client: Redis = state.client
+        self._client: SyncStoreRedis = state.client
         self._key = ServiceKeys(state.prefix).decisions
         self._put = self._client.register_script(DECISION_PUT)
 

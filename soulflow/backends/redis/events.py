@@ -31,7 +31,7 @@ return 1
 
 
 class RedisWorkflowLog:
-    """`WorkflowLog` (soulflow/events/workflow.py) on one Redis, over the synchronous client:
+    """`WorkflowLog` (backends/base.py) on one Redis, over the synchronous client:
     the events are written from the task loop, one round trip each."""
 
     def __init__(self, state: StateRedis, keys: TaskKeys, *,

@@ -18,14 +18,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
-
 from soulflow.backends.base import Completion
 from soulflow.backends.redis import scripts
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
+from soulflow.errors import StoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +35,7 @@ class _Claimed:
 
 
 class RedisInbound:
-    def __init__(self, client: Redis, keys: Keys, partitions: PartitionLeases, *,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, partitions: PartitionLeases, *,
                  seen_ttl_s: float = 7 * 24 * 3600,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
@@ -66,7 +65,7 @@ class RedisInbound:
             try:
                 await self._client.xgroup_create(self._keys.stream(part), GROUP, id="0",
                                                  mkstream=True)
-            except ResponseError as exc:
+            except StoreError as exc:  # Redis said no: fine if the group exists already
                 if "BUSYGROUP" not in str(exc):
                     raise
 
@@ -109,7 +108,7 @@ class RedisInbound:
     async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
         try:
             return await self._claim(limit, wait_s)
-        except ResponseError as exc:
+        except StoreError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self.ensure_groups()  # Redis came back empty (no persistence)
@@ -144,7 +143,7 @@ class RedisInbound:
             try:
                 replies = await self._client.xreadgroup(GROUP, node, streams,
                                                         count=limit - len(out), block=block)
-            except (RedisError, OSError, TimeoutError):
+            except (StoreError, OSError, TimeoutError):
                 self._unsure.update(readable)
                 raise
             by_stream = {self._keys.stream(p): p for p in readable}

@@ -12,10 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-
 from soulflow.backends.base import Lease
 from soulflow.backends.redis import scripts
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 
 SAFETY_FRACTION = 1 / 3  # of the TTL: the margin between our deadline and Redis's expiry
@@ -26,7 +25,7 @@ def local_deadline(sent_at: float, ttl_s: float) -> float:
 
 
 class RedisLeases:
-    def __init__(self, client: Redis, keys: Keys, *,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self._keys = keys

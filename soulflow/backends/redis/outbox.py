@@ -14,13 +14,11 @@ import json
 import logging
 from collections.abc import Iterable
 
-from redis.asyncio import Redis
-
 from soulflow.backends.redis import scripts
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.bus.messages import OutboundMessage
-from soulflow.bus.outbox import OutboxEntry
+from soulflow.contracts import OutboundMessage, OutboxEntry
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +52,7 @@ PARTS_KNOWN = 4096  # message ids whose partition a node remembers (then it star
 
 
 class RedisOutbox:
-    def __init__(self, client: Redis, keys: Keys, partitions: PartitionLeases, *,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, partitions: PartitionLeases, *,
                  answered_ttl_s: float = 7 * 24 * 3600) -> None:
         self._client = client
         self._keys = keys

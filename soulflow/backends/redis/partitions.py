@@ -21,19 +21,18 @@ import math
 import time
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
 from soulflow.backends.base import Lease
 from soulflow.backends.redis import scripts
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys, Part, private_part
 from soulflow.backends.redis.lease import RedisLeases
+from soulflow.errors import StoreError
 
 log = logging.getLogger(__name__)
 
 
 class PartitionLeases:
-    def __init__(self, client: Redis, keys: Keys, leases: RedisLeases, node_id: str, *,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, leases: RedisLeases, node_id: str, *,
                  ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._keys = keys
         self._leases = leases
@@ -136,7 +135,7 @@ class PartitionLeases:
         for lease in [*self._held.values(), *([self._private] if self._private else [])]:
             try:
                 await self._leases.release(lease)
-            except (RedisError, OSError):
+            except (StoreError, OSError):
                 pass  # they expire on their own
         self._held.clear()
         self._private = None

@@ -17,7 +17,7 @@ from soulflow.tasks.review import Proposal
 log = logging.getLogger(__name__)
 
 
-class RedisProposals:
+class RedisProposalMap:
     """`ProposalMap` on Redis: the hash `tasks:proposals`, chat key → the plan under review
     (json). One field per chat, each write one command: the chat's holder writes it, and the
     node that takes the chat over finds it."""

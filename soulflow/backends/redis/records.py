@@ -12,18 +12,16 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from redis.asyncio import Redis
-
 from soulflow.backends.base import Lease
 from soulflow.backends.redis import scripts
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
-from soulflow.bus.dlq import DeadLetter
-from soulflow.bus.inbound_dlq import InboundDeadLetter, IntakeStage, build_inbound_letter
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import DeadLetter, InboundDeadLetter, IntakeStage, OutboundMessage
+from soulflow.security.dead_letters import build_inbound_letter
 
 
 class RedisDeadLetters:
-    def __init__(self, client: Redis, keys: Keys, *,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, *,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._key = keys.dlq_outbound
@@ -70,7 +68,8 @@ class RedisDeadLetters:
 
 
 class RedisInboundDeadLetters:
-    def __init__(self, client: Redis, keys: Keys, *, redact: Callable[[str], str] | None = None,
+    def __init__(self, client: AsyncStoreRedis, keys: Keys, *,
+                 redact: Callable[[str], str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._key = keys.dlq_inbound
@@ -114,7 +113,7 @@ class RedisInboundDeadLetters:
 
 
 class RedisCursors:
-    def __init__(self, client: Redis, keys: Keys) -> None:
+    def __init__(self, client: AsyncStoreRedis, keys: Keys) -> None:
         self._client = client
         self._keys = keys
         self._update = client.register_script(scripts.CURSORS_UPDATE)

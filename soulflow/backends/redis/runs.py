@@ -41,10 +41,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from soulflow.agent.run import events as ev
+import soulflow.agent.run.events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place
-from soulflow.agent.run.store import RunMoved
 from soulflow.agent.run.timing import FinishedListener, report_finished
+from soulflow.backends.base import RunMoved
 from soulflow.backends.redis.keys import AgentKeys
 from soulflow.backends.redis.sync_client import StateRedis
 
@@ -151,8 +151,9 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
-class RedisThreadStore:
-    """`RunJournal` on Redis (soulflow/agent/run/store.py has the contract and the file one)."""
+class RedisRunJournal:
+    """`RunJournal` on Redis (backends/base.py has the contract, backends/file/runs.py the file
+    one)."""
 
     def __init__(self, state: StateRedis, *, redact: Callable[[Any], Any] | None = None,
                  on_finished: FinishedListener | None = None, fence: Fence = no_fence,
@@ -252,7 +253,7 @@ class RedisThreadStore:
             run.length = length
             run.token = token
             if self._on_finished is not None:
-                report_finished(self._on_finished, self, run_id, event, state)
+                report_finished(self._on_finished, self.events, run_id, event, state)
             return state
         raise RuntimeError(f"run {run_id}: other writers kept appending; the event was not "
                            "written")

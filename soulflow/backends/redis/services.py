@@ -9,8 +9,7 @@
 
 from __future__ import annotations
 
-from redis import Redis
-
+from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
 
@@ -18,11 +17,11 @@ __all__ = ["RedisHeartbeatState", "RedisNoticeClaims"]
 
 
 class RedisHeartbeatState:
-    """`HeartbeatStateStore` (soulflow/heartbeat/service.py) on Redis: strings in a hash,
+    """`HeartbeatStateStore` (backends/base.py) on Redis: strings in a hash,
     read back by `HeartbeatState.from_dict` (None is stored as "")."""
 
     def __init__(self, state: StateRedis) -> None:
-        self._client: Redis = state.client
+        self._client: SyncStoreRedis = state.client
         self._key = ServiceKeys(state.prefix).heartbeat_state
 
     def load(self) -> dict[str, object]:
@@ -35,10 +34,11 @@ class RedisHeartbeatState:
 
 
 class RedisNoticeClaims:
-    """`claim(problem, ttl_s)`: True for the one node that tells this problem now."""
+    """`NoticeClaims`: `claim(problem, ttl_s)` is True for the one node that tells this problem
+    now."""
 
     def __init__(self, state: StateRedis, node_id: str) -> None:
-        self._client: Redis = state.client
+        self._client: SyncStoreRedis = state.client
         self._keys = ServiceKeys(state.prefix)
         self._node_id = node_id
 

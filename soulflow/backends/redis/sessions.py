@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from soulflow.backends.base import METADATA_TYPE, SessionInfo
 from soulflow.backends.redis.keys import AgentKeys
 from soulflow.backends.redis.sync_client import StateRedis
-from soulflow.session.store import METADATA_TYPE, SessionInfo
 
 
 def _encode(record: dict[str, Any]) -> str:
@@ -37,7 +37,8 @@ def _decode_all(raws: list[Any]) -> list[dict[str, Any]]:
 
 
 class RedisSessionStore:
-    """`Sessions` on Redis (soulflow/session/store.py has the contract and the file store)."""
+    """`SessionStore` on Redis (backends/base.py has the contract, backends/file/sessions.py the
+    file one)."""
 
     def __init__(self, state: StateRedis, *, redact: Callable[[str], str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:

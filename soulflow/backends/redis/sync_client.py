@@ -4,9 +4,9 @@ Sessions, agent run journals, the approvals map, cron, tasks, decisions and the 
 deep inside the agent, synchronously, many times per turn; their Redis implementations use this
 client instead of making the whole agent asynchronous. A call is one round trip (about 0.1 ms on
 a LAN); the short timeouts bound what a dead or unreachable Redis costs the event loop: at most
-`timeout_s` per call, and then the call raises `redis.exceptions.ConnectionError` or
-`TimeoutError`, which the caller treats as any store failure (the turn fails, the message stays
-pending in Redis and is run again).
+`timeout_s` per call, and then the call raises `StoreUnavailable` (the client maps every Redis
+error where it enters, redis/errors.py), which the caller treats as the store being away (the
+turn is given back, the message stays pending in Redis and is run again).
 
 A dead Redis must not cost that timeout over and over: the calls of one turn, of the cron and
 task loops, come one after the other on the event loop, and together they would freeze it past
@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis import Redis
 from redis.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from soulflow.backends.base import BackendUnavailable
+from soulflow.backends.redis.clients import SyncStoreRedis
 
 _NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
@@ -45,8 +45,8 @@ class Breaker:
     open_until: float = field(default=0.0, init=False)
 
     def check(self) -> None:
-        """Raise at once while open: the caller sees a Redis ConnectionError, as from a call
-        that went to the network and failed."""
+        """Raise at once while open: the caller sees `StoreUnavailable` (mapped from this
+        ConnectionError by the client), as from a call that went to the network and failed."""
         if self.clock() < self.open_until:
             raise RedisConnectionError("Redis did not answer a moment ago; not trying again "
                                        f"for up to {self.cooldown_s:g} s")
@@ -96,15 +96,16 @@ def _guarded(base: type[AbstractConnection], breaker: Breaker) -> type[AbstractC
 
 
 def sync_client(url: str, *, timeout_s: float = 2.0, cooldown_s: float | None = None,
-                clock: Callable[[], float] = time.monotonic) -> Redis:
+                clock: Callable[[], float] = time.monotonic) -> SyncStoreRedis:
     """A client for `url` (not yet connected: redis-py connects on the first command).
 
     `timeout_s` bounds connecting and each reply; `health_check_interval` re-checks a pooled
     connection that sat idle, so a Redis restart costs one failed call at most, not a hang.
     With `cooldown_s`, a network failure makes every call fail at once for that long."""
     try:
-        client = Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
-                                health_check_interval=30, retry_on_timeout=False)
+        client = SyncStoreRedis.from_url(url, socket_connect_timeout=timeout_s,
+                                         socket_timeout=timeout_s, health_check_interval=30,
+                                         retry_on_timeout=False)
     except ValueError as exc:
         raise BackendUnavailable(f"REDIS_URL is not a Redis URL ({exc}); use "
                                  "redis://host:6379/0, rediss:// for TLS, or "
@@ -126,7 +127,7 @@ class StateRedis:
     """The synchronous client and the key prefix (`REDIS_KEY_PREFIX`) of one daemon; the keys
     themselves are named in keys.py (`AgentKeys`, `ServiceKeys`, `TaskKeys`)."""
 
-    client: Redis
+    client: SyncStoreRedis
     prefix: str
 
     def close(self) -> None:

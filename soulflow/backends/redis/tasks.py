@@ -18,7 +18,7 @@ Live objects are cached only for tasks of chats held here, tagged with the lease
 record's bytes they were read under; every read fetches the record and keeps the live object
 only if both still match, so an answer written elsewhere is seen at once. Records that cannot
 be parsed are reported in `problems` once and left untouched. Redis not answering raises
-`TaskStoreUnavailable` (the task code never imports redis).
+`StoreUnavailable` (the task code never imports redis).
 
 Keys (`soulflow/backends/redis/keys.py`): `tasks:rec` (id → json), `tasks:idx` (id →
 `revision|chat`), `tasks:open` (unfinished ids), `tasks:created` and `tasks:chat:<chat>` (ids by
@@ -31,22 +31,21 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
-from redis.exceptions import RedisError
-
+from soulflow.backends import base
 from soulflow.backends.base import Lease
 from soulflow.backends.redis.keys import Keys, TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis
-from soulflow.tasks import store as task_store
-from soulflow.tasks.model import TaskState, TaskStatus, now
-from soulflow.tasks.store import (
+from soulflow.errors import StoreError, StoreUnavailable
+from soulflow.tasks.model import (
     TaskFenced,
-    TaskStoreBase,
-    TaskStoreUnavailable,
+    TaskState,
+    TaskStatus,
     check_task_id,
     detail_entry,
+    now,
     task_chat_key,
 )
 
@@ -120,21 +119,21 @@ return 1
 
 
 def _answered(method: Callable[P, R]) -> Callable[P, R]:
-    """Redis not answering becomes `TaskStoreUnavailable`, which the task code knows (it
-    never imports redis): a runner pauses, the engine retries at its next reconcile."""
+    """Redis not answering (or refusing) becomes `StoreUnavailable`, which the task code knows
+    (it never imports redis): a runner pauses, the engine retries at its next reconcile."""
 
     @functools.wraps(method)
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except (RedisError, OSError) as exc:
-            raise TaskStoreUnavailable(f"Redis did not answer ({exc})") from exc
+        except (StoreError, OSError) as exc:
+            raise StoreUnavailable(f"Redis did not answer ({exc})") from exc
 
     return call
 
 
-class RedisTaskStore(TaskStoreBase):
-    """`TaskStoreBase` over the synchronous client (decision 3 of the round's design: reads are
+class RedisTaskStore:
+    """`TaskStore` over the synchronous client (decision 3 of the round's design: reads are
     synchronous in the chat and the dashboard; a write is one round trip). Without `fence`
     writes are unfenced: one node, or tests of the store alone."""
 
@@ -274,10 +273,10 @@ class RedisTaskStore(TaskStoreBase):
         try:
             result = self._run_checkpoint(task, text, chat, lease_key, lease_value,
                                           "new" if new else str(expected), answer)
-        except (RedisError, OSError) as exc:
+        except (StoreError, OSError) as exc:
             task.revision = expected  # perhaps not written: read it again before going on
             self._live.pop(task.task_id, None)
-            raise TaskStoreUnavailable(f"Redis did not take the checkpoint of task "
+            raise StoreUnavailable(f"Redis did not take the checkpoint of task "
                                        f"{task.task_id} ({exc})") from exc
         if result == 1:
             if not answer:
@@ -304,7 +303,7 @@ class RedisTaskStore(TaskStoreBase):
                   self.keys.tasks_of_chat(chat), lease_key or self.keys.tasks],
             args=[task.task_id, text, expected, task.revision, lease_value,
                   FINISHED if task.status.finished else "0", task.created_at,
-                  task.updated_at, chat, task_store.KEEP_FINISHED, self.keys.prefix,
+                  task.updated_at, chat, base.KEEP_FINISHED, self.keys.prefix,
                   DETAIL_TTL_S, "1" if answer else "0"]))
 
     # -- detail logs ---------------------------------------------------------------------
@@ -333,31 +332,17 @@ class RedisTaskStore(TaskStoreBase):
 class PartitionFence:
     """`Fence` from a Redis backend's partition leases: a chat's tasks are written under the
     lease of the chat's partition, while this node holds it (its local deadline included, so a
-    node cut off from Redis stops writing before anyone else can take the partition).
+    node cut off from Redis stops writing before anyone else can take the partition). Until
+    the backend has started and taken partitions nothing is held, so nothing is written."""
 
-    Bound late: the daemon builds the store before it opens the backend; until `bind()` nothing
-    is held, so nothing is written."""
-
-    def __init__(self) -> None:
-        self._backend: _PartitionSource | None = None
-
-    def bind(self, backend: _PartitionSource, *,
-             running: Callable[[], Iterable[str]] | None = None) -> None:
-        """`running`: the chats whose tasks run on this node now. Their partitions count as
-        work in hand, which a rebalance never gives away: a node joining the cluster must not
-        interrupt a task mid-step (it moves when its loop has finished or waits)."""
+    def __init__(self, backend: _PartitionSource) -> None:
         self._backend = backend
-        if running is not None:
-            backend.hold_chats(running)
 
     def __call__(self, chat_key: str) -> tuple[str, str] | None:
-        backend = self._backend
-        if backend is None:
-            return None
-        lease = backend.chat_lease(chat_key)
+        lease = self._backend.chat_lease(chat_key)
         if lease is None:
             return None
-        return backend.keys.lease(lease.name), lease.value
+        return self._backend.keys.lease(lease.name), lease.value
 
     def owns(self, chat_key: str) -> bool:
         """The engine's `owns`: this node runs the chat's tasks now."""
@@ -371,8 +356,6 @@ class _PartitionSource(Protocol):
     def keys(self) -> Keys: ...
 
     def chat_lease(self, chat_key: str) -> Lease | None: ...
-
-    def hold_chats(self, running: Callable[[], Iterable[str]]) -> None: ...
 
 
 def _text(value: bytes | str) -> str:

@@ -19,13 +19,13 @@ import json
 import logging
 from collections.abc import Mapping
 
-from redis import Redis
 from redis.client import Pipeline
 
+from soulflow.backends.base import EntriesChanged
+from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
-from soulflow.security.vault_entries import EntriesChanged, parse_entry
-from soulflow.security.vault_records import StoredSecret, entry_json
+from soulflow.security.vault_records import StoredSecret, entry_json, parse_entry
 
 __all__ = ["RedisSecretEntries"]
 
@@ -76,7 +76,7 @@ class RedisSecretEntries:
     shared = True
 
     def __init__(self, state: StateRedis) -> None:
-        self._client: Redis = state.client
+        self._client: SyncStoreRedis = state.client
         self._key = ServiceKeys(state.prefix).vault
         self._key_check = ServiceKeys(state.prefix).vault_key_check
         self._put = self._client.register_script(VAULT_PUT)

@@ -1,4 +1,5 @@
-"""Conversation history per chat: `runtime/sessions/<key>.jsonl`, metadata line then messages.
+"""Conversation history on files: `runtime/sessions/<key>.jsonl`, a metadata line, then one
+message per line.
 
 Appends are single writes, the last N messages are read from the end of the file (a long-lived
 chat never slows down), and a range read streams the file instead of loading it.
@@ -10,48 +11,14 @@ import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote, unquote
 
+from soulflow.backends.base import METADATA_TYPE, SessionInfo
 from soulflow.storage.jsonl import JsonlFile
 
-METADATA_TYPE = "metadata"
 TAIL_CACHE = 64  # messages per open session kept in memory: the agent reads the tail each turn
-
-
-@dataclass(slots=True)
-class SessionInfo:
-    key: str
-    path: Path | None  # the session's file; None where sessions are not files (Redis)
-    size_bytes: int
-    updated_at: float
-
-
-class Sessions(Protocol):
-    """What the agent, the context builder, consolidation and the dashboard use of a session
-    store: the file store below, or the Redis one (soulflow/backends/redis/sessions.py) when
-    several daemons share the chats. Both return the same records for the same appends."""
-
-    def append(self, key: str, message: dict[str, Any]) -> None:
-        """Append one message (redacted before it is stored); `at` is added."""
-
-    def last(self, key: str, count: int) -> list[dict[str, Any]]:
-        """The last `count` messages, oldest first."""
-
-    def range(self, key: str, start: int, end: int | None = None) -> list[dict[str, Any]]:
-        """Messages `start` (inclusive) to `end` (exclusive), from the first message."""
-
-    def metadata(self, key: str) -> dict[str, Any] | None:
-        """`{"_type": "metadata", "key", "created_at"}` of a session that has messages."""
-
-    def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
-        """Every session (or the `limit` latest), most recently updated first."""
-
-    def sync(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def session_filename(key: str) -> str:
@@ -59,8 +26,8 @@ def session_filename(key: str) -> str:
     return quote(key, safe="") + ".jsonl"
 
 
-class SessionStore:
-    """Append-only message history, one JSONL file per session key."""
+class FileSessionStore:
+    """`SessionStore` in files: append-only message history, one JSONL file per session key."""
 
     def __init__(self, directory: Path, *, fsync: str = "interval", max_open: int = 256,
                  redact: Callable[[str], str] | None = None) -> None:

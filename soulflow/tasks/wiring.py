@@ -8,20 +8,19 @@ The services are built before the conversation, which is given them as its `Chat
 (soulflow/conversation/chat_tasks.py: task replies and reactions in chats, /stop cancelling a
 chat's tasks) and `/task` among its commands.
 
-With SOULFLOW_BACKEND=redis the task store and the workflow events live in Redis
-(`soulflow/backends/redis/tasks.py`, `events.py`, on the daemon's synchronous client), a task
-is written only under the lease of its chat's partition, and the engine follows the partitions
-this node holds (the "tasks:ownership" loop): tasks of chats that come to this node resume
-here, those of chats that leave stop here (docs/scaling.md, "Tasks").
+The stores are the backend's (the task store, its plans under review, the workflow events and
+the task prompts' messages: files under runtime/, or Redis, where a task is written only under
+the lease of its chat's partition). When other nodes share the work, the engine follows the
+partitions this node holds (the "tasks:ownership" loop): tasks of chats that come to this node
+resume here, those of chats that leave stop here (docs/scaling.md, "Tasks").
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from soulflow.agent.approvals import ApprovalMap, ApprovalMessages, Decider, parse_reaction
+from soulflow.agent.approvals import Decider, parse_reaction
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
@@ -33,57 +32,14 @@ from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import AgentParts, DaemonExecutors, is_task_run
 from soulflow.tasks.planner import Planner
 from soulflow.tasks.progress import STATUS_KEY, TaskProgress
-from soulflow.tasks.proposals import ProposalMap, ProposalStore
-from soulflow.tasks.store import TaskStore, TaskStoreBase
 from soulflow.tasks.tool import TaskTool
 
 if TYPE_CHECKING:
-    from soulflow.backends.redis.tasks import PartitionFence
     from soulflow.runtime import Runtime
 
 __all__ = ["TaskServices", "is_task_run"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskStores:
-    """Where tasks keep their state: files under runtime/, or Redis."""
-
-    store: TaskStoreBase
-    workflow: WorkflowEventService
-    proposals: ProposalMap  # plans under review, one per chat
-    prompts: ApprovalMap  # platform message ids of task prompts, so a reaction decides them
-    #                       (task id in the `run_id` slot, node id in the `approval_id` slot)
-    fence: PartitionFence | None  # Redis: bound to the backend's partition leases at start
-
-
-def task_stores(runtime: Runtime) -> TaskStores:
-    settings = runtime.settings
-    state = runtime.state_redis  # None with files
-    if state is None:
-        tasks_dir = settings.runtime_dir / "tasks"
-        return TaskStores(
-            TaskStore(tasks_dir),
-            WorkflowEventService(settings.runtime_dir / "events", workspace=settings.workspace,
-                                 redactor=runtime.redactor, hub=runtime.hub,
-                                 fsync=settings["JOURNAL_FSYNC"]),
-            ProposalStore(tasks_dir / "proposals.json"),
-            ApprovalMessages(tasks_dir / "prompt-messages.json"), None)
-    # imported here, as runtime/agent_state.py does: a file-backed daemon never loads redis-py
-    from soulflow.backends.redis.approvals import RedisApprovalMessages
-    from soulflow.backends.redis.events import RedisWorkflowLog
-    from soulflow.backends.redis.keys import TaskKeys
-    from soulflow.backends.redis.proposals import RedisProposals
-    from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
-
-    keys = TaskKeys(state.prefix)
-    fence = PartitionFence()
-    return TaskStores(
-        RedisTaskStore(state, keys, fence=fence),
-        WorkflowEventService(workspace=settings.workspace, redactor=runtime.redactor,
-                             hub=runtime.hub, log=RedisWorkflowLog(state, keys)),
-        RedisProposals(state, keys), RedisApprovalMessages(state, "task-prompts"), fence)
 
 
 class TaskServices:
@@ -92,17 +48,20 @@ class TaskServices:
     def __init__(self, runtime: Runtime) -> None:
         settings = runtime.settings
         self._runtime = runtime
-        stores = task_stores(runtime)
-        self.store, self.workflow = stores.store, stores.workflow
-        self.proposals, self.prompts = stores.proposals, stores.prompts
-        self._fence = stores.fence  # on Redis: writes only under the chat's partition lease
+        backend = runtime.backend
+        self.store = backend.tasks
+        self.workflow = WorkflowEventService(backend.workflow, workspace=settings.workspace,
+                                             redactor=runtime.redactor, hub=runtime.hub)
+        self.proposals = backend.proposals  # plans under review, one per chat
+        # platform message ids of task prompts, so a reaction decides them
+        self.prompts = backend.task_prompts
         for problem in self.store.problems:
             log.error("task store: %s", problem)
         self.workflow.bind_task_store(self.store)
         agent: AgentParts | None = None
         model = runtime.model
-        if runtime.threads is not None and model is not None:
-            agent = AgentParts(runtime.threads, lambda: model, runtime.context.system_prompt,
+        if runtime.runs is not None and model is not None:
+            agent = AgentParts(runtime.runs, lambda: model, runtime.context.system_prompt,
                                runtime.tool_bridge.context, int(settings["AGENT_MAX_TURNS"]))
         self.executors = DaemonExecutors(runtime.tools, self._tool_context, agent,
                                          redactor=runtime.redactor)
@@ -122,11 +81,13 @@ class TaskServices:
 
     async def start(self) -> list[str]:
         """After the backend started (Redis: this node holds its first partitions)."""
-        if self._fence is not None:
-            runtime = self._runtime
-            self._fence.bind(runtime.backend,  # type: ignore[arg-type]  # a RedisBackend
-                             running=self.engine.running_chats)
-            runtime.backend.on_partitions_changed(self.engine.partitions_changed)
+        runtime = self._runtime
+        backend = runtime.backend
+        # a chat with a task running here is work in hand: a node joining the cluster must
+        # not interrupt a task mid-step (it moves when its loop has finished or waits)
+        backend.hold_chats(self.engine.running_chats)
+        backend.on_partitions_changed(self.engine.partitions_changed)
+        if backend.shared:
             # a lost partition must stop its tasks here well within the third of a TTL
             # between this node's lease deadline and the lease's expiry in Redis
             interval = float(runtime.settings["REDIS_LEASE_TTL_S"]) / 8
@@ -141,9 +102,6 @@ class TaskServices:
         await self.engine.stop()
         await self.chat.close()
         await self.progress.close()
-
-    async def close(self) -> None:
-        await self.workflow.close()
 
     def state(self) -> dict[str, Any]:
         """For /api/state; `unfinished` is None while the store does not answer (Redis away:

@@ -1,8 +1,8 @@
-"""Plans shown to a chat, waiting for a yes, an edit or a cancel (`runtime/tasks/proposals.json`).
+"""Plans under review on files: `runtime/tasks/proposals.json`.
 
 A plan with risky steps is shown before it runs; until the requester (or an admin) answers, it
 lives here, one per chat, written atomically so a restart keeps it: the answer given after a
-restart still starts the task.
+restart still starts the task (`tasks/review.py` has the plan itself).
 """
 
 from __future__ import annotations
@@ -10,27 +10,13 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import Protocol
 
 from soulflow.storage.atomic import read_json, write_json_atomic
 from soulflow.tasks.review import Proposal
 
-__all__ = ["Proposal", "ProposalMap", "ProposalStore"]
 
-
-class ProposalMap(Protocol):
-    """Where plans under review are kept: this file, or a Redis hash shared by every node
-    (soulflow/backends/redis/tasks.py), so an answer handled on another node finds its plan."""
-
-    def get(self, chat_key: str) -> Proposal | None: ...
-
-    def put(self, chat_key: str, proposal: Proposal) -> None: ...
-
-    def pop(self, chat_key: str) -> Proposal | None: ...
-
-
-class ProposalStore:
-    """One pending proposal per chat key (`provider:chat_id`)."""
+class FileProposalMap:
+    """`ProposalMap` in a JSON file: one pending proposal per chat key (`provider:chat_id`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

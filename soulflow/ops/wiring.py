@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
-from soulflow.backends.base import BackendKind
 from soulflow.contracts import ChatRef
+from soulflow.cron.jobs import Job
 from soulflow.cron.service import occurrence_stamp
-from soulflow.cron.store import Job
-from soulflow.heartbeat.service import HeartbeatService, HeartbeatStateStore
+from soulflow.heartbeat.service import HeartbeatService
 from soulflow.heartbeat.targets import notice_target
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner
-from soulflow.ops.notices import Claim, NoticeBoard
+from soulflow.ops.notices import NoticeBoard
 from soulflow.ops.service import OpsPolicy, OpsProbes, OpsRuntimeService
 from soulflow.ops.single import SingleRunner
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
@@ -54,11 +53,9 @@ class BackgroundServices:
         self._runtime = runtime
         self._provider = chain
         channels = runtime.channels.names()
-        heartbeat_state, notice_claim = self._shared_state(runtime)
         backend = runtime.backend
-        self.single = SingleRunner(
-            backend.leases if backend.kind is BackendKind.REDIS else None, backend.node_id,
-            ttl_s=float(setting("REDIS_LEASE_TTL_S")))
+        self.single = SingleRunner(backend.leases if backend.shared else None, backend.node_id,
+                                   ttl_s=float(setting("REDIS_LEASE_TTL_S")))
         context = ContextBuilder(settings.workspace, runtime.memory, runtime.decisions,
                                  runtime.sessions,
                                  history_messages=int(setting("HEARTBEAT_HISTORY_MESSAGES")),
@@ -74,10 +71,10 @@ class BackgroundServices:
                                      consolidator=self.consolidator,
                                      redact=runtime.redactor.redact)
         self.heartbeat = HeartbeatService(
-            settings.workspace, settings.runtime_dir, self.quiet,
+            settings.workspace, backend.heartbeat, self.quiet,
             notice_target(setting, channels, explicit=setting("HEARTBEAT_CHAT"),
                           fallback_chat_id="heartbeat"),
-            interval_s=float(setting("HEARTBEAT_INTERVAL")), state=heartbeat_state)
+            interval_s=float(setting("HEARTBEAT_INTERVAL")))
         self.notice_chat = notice_target(setting, channels, fallback_chat_id="ops")
         policy = OpsPolicy.from_settings(setting)
         watch_log = WatchLog()
@@ -93,18 +90,9 @@ class BackgroundServices:
                                   stall_after_s=policy.channel_stall_after_s,
                                   restart=self._restart_channel, log_=watch_log),
             notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
-                                interval_s=policy.notice_interval_s, claim=notice_claim),
+                                interval_s=policy.notice_interval_s,
+                                claim=backend.notice_claims),
             watch_log=watch_log, decisions=runtime.decisions, is_leader=self.single.is_leader)
-
-    @staticmethod
-    def _shared_state(runtime: Runtime) -> tuple[HeartbeatStateStore | None, Claim | None]:
-        """On Redis: the heartbeat's last tick and the notice claims, shared by the nodes."""
-        state = runtime.state_redis
-        if state is None:
-            return None, None
-        from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
-
-        return RedisHeartbeatState(state), RedisNoticeClaims(state, runtime.backend.node_id)
 
     # -- lifecycle (called by Runtime) -----------------------------------------------------
 

@@ -1,17 +1,24 @@
-"""Build the configured backend from settings (`SOULFLOW_BACKEND`, `REDIS_URL`, …)."""
+"""Settings turned into the backend (`SOULFLOW_BACKEND`, `REDIS_URL`, …): the one place that
+picks files or Redis. Everything else is handed the `Backend` and its stores.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from soulflow.agent.run.timing import FinishedListener
 from soulflow.backends.base import Backend, BackendKind, BackendUnavailable
-from soulflow.backends.file import FileBackend
+from soulflow.backends.file.backend import FileBackend
+from soulflow.errors import StoreError
 
 
 def default_node_id(workspace: Path | None = None) -> str:
@@ -34,6 +41,7 @@ class BackendConfig:
     partitions: int = 16
     lease_ttl_s: float = 6.0
     fsync: str = "interval"
+    sync_interval_s: float = 1.0  # how often the file journals are fsynced
 
     @classmethod
     def from_settings(cls, settings: Any) -> BackendConfig:
@@ -45,17 +53,26 @@ class BackendConfig:
                    key_prefix=settings["REDIS_KEY_PREFIX"],
                    partitions=int(settings["REDIS_PARTITIONS"]),
                    lease_ttl_s=float(settings["REDIS_LEASE_TTL_S"]),
-                   fsync=settings["JOURNAL_FSYNC"])
+                   fsync=settings["JOURNAL_FSYNC"],
+                   sync_interval_s=int(settings["JOURNAL_FSYNC_INTERVAL_MS"]) / 1000)
 
 
 def build_backend(config: BackendConfig, runtime_dir: Path, *,
-                  redact: Callable[[str], str] | None = None) -> Backend:
+                  redact: Callable[[str], str] | None = None,
+                  redact_strings: Callable[[Any], Any] | None = None,
+                  on_run_finished: FinishedListener | None = None) -> Backend:
     """The backend, not started (nothing is connected yet): the daemon builds its services
     around it, then `await backend.start()` first thing in `Runtime.start()`. A missing or
-    malformed REDIS_URL is a BackendUnavailable (one sentence, exit status != 0)."""
+    malformed REDIS_URL is a BackendUnavailable (one sentence, exit status != 0).
+
+    `redact` blanks known secrets in what the stores keep as text (sessions, inbound dead
+    letters), `redact_strings` in the run journals' records; `on_run_finished` hears each
+    run's status and duration (the daemon's /metrics)."""
     node_id = config.node_id or default_node_id()
     if config.kind is BackendKind.FILE:
-        return FileBackend(runtime_dir, node_id=node_id, fsync=config.fsync, redact=redact)
+        return FileBackend(runtime_dir, node_id=node_id, fsync=config.fsync,
+                           sync_interval_s=config.sync_interval_s, redact=redact,
+                           redact_strings=redact_strings, on_run_finished=on_run_finished)
     if not config.redis_url:
         raise BackendUnavailable("SOULFLOW_BACKEND=redis needs REDIS_URL "
                                  "(e.g. redis://localhost:6379/0)")
@@ -64,7 +81,8 @@ def build_backend(config: BackendConfig, runtime_dir: Path, *,
     client = client_for(config.redis_url, socket_timeout_s=max(1.0, config.lease_ttl_s / 2))
     return RedisBackend(client, node_id=node_id, prefix=config.key_prefix,
                         partitions=config.partitions, lease_ttl_s=config.lease_ttl_s,
-                        redact=redact, url=config.redis_url)
+                        redact=redact, redact_strings=redact_strings,
+                        on_run_finished=on_run_finished, url=config.redis_url)
 
 
 async def open_backend(config: BackendConfig, runtime_dir: Path, *,
@@ -86,3 +104,32 @@ async def open_backend(config: BackendConfig, runtime_dir: Path, *,
         await backend.close()
         raise
     return backend
+
+
+@contextmanager
+def command_backend(config: BackendConfig, runtime_dir: Path) -> Iterator[Backend]:
+    """For `soulflow cron` / `soulflow secret` without a daemon: the backend built but not
+    started (this process takes no partition of chats, nothing is read until a store is used),
+    closed afterwards; a store that fails meanwhile (Redis away) is one sentence for the
+    operator (`BackendUnavailable`), not a traceback."""
+    backend = build_backend(config, runtime_dir)
+    try:
+        yield backend
+    except StoreError as exc:
+        raise backend.unavailable(exc) from None
+    finally:
+        _close(backend)
+
+
+def _close(backend: Backend) -> None:
+    """Close a backend from synchronous code: on an event loop of its own, in a worker thread
+    when the caller already runs one (a command called from async code, as tests do)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(backend.close())
+        return
+    worker = threading.Thread(target=asyncio.run, args=(backend.close(),),
+                              name="backend-close")
+    worker.start()
+    worker.join()

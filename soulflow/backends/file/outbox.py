@@ -1,9 +1,11 @@
-"""The outbox: every outbound message is written here before a send is attempted.
+"""The outbox on files: every outbound message is written here before a send is attempted.
 
-Records: `put` (the full message), `attempt` (a failed try and when to try next), `sent`, and
-`dead` (moved to the DLQ). Entries still pending at boot are sent again; compaction keeps only
-pending entries plus the inbound keys recently answered, so a resumed inbound message is never
-answered twice.
+`runtime/bus/outbox.jsonl`. Records: `put` (the full message), `attempt` (a failed try and
+when to try next), `sent`, and `dead` (moved to the DLQ). Entries still pending at boot are
+sent again; compaction keeps only pending entries plus the inbound keys recently answered, so a
+resumed inbound message is never answered twice.
+
+`Outbox` is the file; `FileOutbox` is the store over it (`base.OutboxStore`).
 """
 
 from __future__ import annotations
@@ -11,22 +13,11 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage, OutboxEntry
 from soulflow.storage.jsonl import JsonlFile
-
-
-@dataclass(slots=True)
-class OutboxEntry:
-    message: OutboundMessage
-    attempts: int = 0
-    next_at: float = 0.0
-    last_error: str = ""
-    in_flight: bool = False  # a send began and never reported back (killed mid-send?)
-
 
 # How many answered inbound keys the outbox remembers (in memory and in each compaction).
 # The set exists for one case: a crash after a reply was put and before the inbound journal's
@@ -156,3 +147,39 @@ class Outbox:
 
     def close(self) -> None:
         self._file.close()
+
+
+class FileOutbox:
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+
+    async def put(self, message: OutboundMessage) -> bool:
+        return self.outbox.put(message)
+
+    async def has_answered(self, inbound_key: str) -> bool:
+        return self.outbox.has_answered(inbound_key)
+
+    async def record_sending(self, message_id: str) -> bool:
+        if self.outbox.get(message_id) is None:
+            return False
+        self.outbox.record_sending(message_id)
+        return True
+
+    async def record_attempt(self, message_id: str, attempts: int, next_at: float,
+                             error: str) -> None:
+        self.outbox.record_attempt(message_id, attempts, next_at, error)
+
+    async def mark_sent(self, message_id: str, platform_ids: list[str] | None = None) -> None:
+        self.outbox.mark_sent(message_id, platform_ids)
+
+    async def mark_dead(self, message_id: str) -> None:
+        self.outbox.mark_dead(message_id)
+
+    async def get(self, message_id: str) -> OutboxEntry | None:
+        return self.outbox.get(message_id)
+
+    async def pending(self) -> list[OutboxEntry]:
+        return self.outbox.pending()
+
+    async def count(self) -> int:
+        return len(self.outbox)

@@ -1,4 +1,4 @@
-"""Where runs live: one append-only journal of every run's events.
+"""Agent runs on files: one append-only journal of every run's events.
 
 `runtime/threads/journal.jsonl` holds `{"run": id, "type", "at", "data"}` records, so an event
 costs one append on an open file (a file per run cost more in file creation than the whole
@@ -13,10 +13,11 @@ import datetime as dt
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from soulflow.agent.run import events as ev
+import soulflow.agent.run.events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place, fold
+from soulflow.agent.run.timing import FinishedListener, report_finished
 from soulflow.storage.jsonl import JsonlFile
 
 COMPACT_AFTER = 50_000  # journal records appended before a runtime compaction
@@ -27,52 +28,18 @@ def _record(run_id: str, event: ev.Event) -> dict[str, Any]:
     return {"run": run_id, **event.to_dict()}
 
 
-class RunMoved(RuntimeError):
-    """A write to a run was refused: the run's chat is now another node's, which resumed it
-    (Redis backend; see `RunJournal.claim`). The run goes on there; this node drops it
-    without a reply, as with a fenced inbound completion (docs/scaling.md)."""
-
-
-class RunJournal(Protocol):
-    """What the agent loop and its callers use of a run store: this file's `ThreadStore`, or
-    the Redis one (soulflow/backends/redis/runs.py) when several daemons share the chats. A run
-    is its events; `state()` is their fold (reducer.py) on either."""
-
-    def append(self, run_id: str, event: ev.Event) -> RunState:
-        """Persist an event (redacted in storage), then fold it into the run's state. Raises
-        `RunMoved` if another node has taken the run over."""
-
-    def state(self, run_id: str) -> RunState: ...
-
-    def events(self, run_id: str) -> list[ev.Event]:
-        """Every event of a run (unfinished, or finished and still kept)."""
-
-    def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
-             statuses: frozenset[str] | None = None) -> list[str]:
-        """Unfinished runs matching an inbound message or a chat, oldest first."""
-
-    def claim(self, run_id: str) -> bool:
-        """Take the run for this node before resuming it: False if a node that holds its chat
-        more recently has it (never drive it then). The file store is one node: always True."""
-
-    @property
-    def needs_compaction(self) -> bool: ...
-
-    def compact(self) -> None: ...
-
-    def sync(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class ThreadStore:
-    """Unfinished runs in memory and in `journal.jsonl`; finished ones in the archive."""
+class FileRunJournal:
+    """`RunJournal` in files: unfinished runs in memory and in `journal.jsonl`, finished ones in
+    the archive. With `on_finished`, each run's status and duration is reported once, when the
+    event that finishes it is appended (`agent/run/timing.py`)."""
 
     def __init__(self, directory: Path, *, fsync: str = "interval",
-                 redact: Callable[[Any], Any] | None = None) -> None:
+                 redact: Callable[[Any], Any] | None = None,
+                 on_finished: FinishedListener | None = None) -> None:
         self.directory = directory
         # what reaches the disk is redacted (known credentials); memory keeps the run as is
         self._redact = redact
+        self._on_finished = on_finished
         self._journal = JsonlFile(directory / "journal.jsonl", fsync=fsync)
         self._events: dict[str, list[ev.Event]] = {}
         self._states: dict[str, RunState] = {}
@@ -103,6 +70,8 @@ class ThreadStore:
         if state.finished:
             self._remember_finished(run_id, self._events.pop(run_id))
             del self._states[run_id]
+        if self._on_finished is not None:
+            report_finished(self._on_finished, self.events, run_id, event, state)
         return state
 
     def _disk_record(self, run_id: str, event: ev.Event) -> dict[str, Any]:

@@ -1,13 +1,17 @@
-"""The inbound journal: a message is written here before its channel cursor moves.
+"""The inbound journal on files: a message is written here before its channel cursor moves.
 
-Records: `{"op":"in","msg":{…}}` when a message is accepted, `{"op":"done","key","status"}` when
-it has been answered or its failure recorded, and `{"op":"seen","key","at"}` carried over by
-compaction so deduplication survives restarts. Whatever is `in` but not `done` at boot is work
-the previous process did not finish.
+`runtime/bus/inbound.jsonl`. Records: `{"op":"in","msg":{…}}` when a message is accepted,
+`{"op":"done","key","status"}` when it has been answered or its failure recorded, and
+`{"op":"seen","key","at"}` carried over by compaction so deduplication survives restarts.
+Whatever is `in` but not `done` at boot is work the previous process did not finish.
+
+`InboundJournal` is the file; `FileInbound` is the store over it (`base.InboundStore`): the
+journal plus the hand-out bookkeeping of `claim()`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -15,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from soulflow.backends.base import Completion
 from soulflow.contracts import InboundMessage, ReplyStatus
 from soulflow.storage.jsonl import JsonlFile
 
@@ -148,3 +153,54 @@ class InboundJournal:
 
     def close(self) -> None:
         self._file.close()
+
+
+class FileInbound:
+    """`InboundJournal` plus the hand-out bookkeeping of `claim()` (in memory: after a restart
+    every pending message is handed out again, which is how the file backend resumes work)."""
+
+    def __init__(self, journal: InboundJournal) -> None:
+        self.journal = journal
+        self._handed: set[str] = set()
+        self._arrived = asyncio.Event()
+
+    async def accept(self, message: InboundMessage) -> bool:
+        accepted = self.journal.accept(message)
+        if accepted:
+            self._arrived.set()
+        return accepted
+
+    async def is_seen(self, key: str) -> bool:
+        return self.journal.is_seen(key)
+
+    async def mark_seen(self, keys: list[str]) -> None:
+        self.journal.mark_seen(keys)
+
+    async def complete(self, key: str, status: str, error: str | None = None) -> Completion:
+        self._handed.discard(key)
+        if not self.journal.is_pending(key):
+            return Completion.UNKNOWN
+        self.journal.complete(key, status, error)
+        return Completion.DONE
+
+    async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
+        self._arrived.clear()
+        fresh = [m for m in self.journal.pending() if m.key not in self._handed][:limit]
+        if not fresh and wait_s > 0:
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout=wait_s)
+            except TimeoutError:
+                return []
+            fresh = [m for m in self.journal.pending() if m.key not in self._handed][:limit]
+        self._handed.update(m.key for m in fresh)
+        return fresh
+
+    async def release(self, messages: list[InboundMessage]) -> None:
+        self._handed.difference_update(m.key for m in messages)
+        self._arrived.set()
+
+    async def pending(self) -> list[InboundMessage]:
+        return self.journal.pending()
+
+    async def pending_count(self) -> int:
+        return self.journal.pending_count

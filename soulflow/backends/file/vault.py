@@ -1,11 +1,8 @@
-"""Where the vault's sealed entries live: `SecretEntries`, with the file ``secrets.json``
-(`FileSecretEntries`, the default) and, with the Redis backend, a hash shared by every node
-(`soulflow/backends/redis/vault.py`). Only ciphertexts pass through here; the key stays with
-`SecretVault` and never reaches a store.
-
-Each method is one atomic change. The vault calls them under its lock, which is what makes the
-file's read-modify-write safe between the daemon and ``soulflow secret``; the Redis entries do
-each change in one Lua script or transaction, because other nodes do not share that lock.
+"""The vault's sealed entries on files: ``runtime/security/secrets.json``, ``{"version": 1,
+"secrets": {NAME: {"ciphertext", "updated_at", "scope"?}}}``, replaced atomically with mode
+0600. Only ciphertexts pass through here; the key stays with `SecretVault` (security/vault.py).
+The vault calls each method under its lock, which is what makes the file's read-modify-write
+safe between the daemon and ``soulflow secret``.
 """
 
 from __future__ import annotations
@@ -14,51 +11,23 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn
 
-from soulflow.security import syntax
 from soulflow.security.errors import UnsupportedVaultVersion, VaultCorruptError
-from soulflow.security.vault_records import StoredSecret, entry_json, write_secrets_file
-from soulflow.storage.atomic import quarantine_name, replace_durably
+from soulflow.security.vault_records import StoredSecret, entry_json, parse_entry
+from soulflow.storage.atomic import quarantine_name, replace_durably, write_json_atomic
 
-__all__ = ["FORMAT_VERSION", "EntriesChanged", "FileSecretEntries", "SecretEntries"]
+__all__ = ["FORMAT_VERSION", "FileSecretEntries", "write_secrets_file"]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
 
-class EntriesChanged(RuntimeError):
-    """`replace` found the entries changed since they were read (another node wrote one)."""
-
-
-class SecretEntries(Protocol):
-    @property
-    def location(self) -> str:
-        """Where the entries are, for messages (a path, or a Redis key)."""
-
-    @property
-    def shared(self) -> bool:
-        """Other nodes, with their own copies of the key file, use the same entries."""
-
-    def key_fingerprint(self, mine: str) -> str:
-        """The fingerprint of the key the entries are sealed with (shared entries): `mine`
-        is recorded if none is yet. Not the key: a keyed hash that reveals nothing of it."""
-
-    def read(self) -> dict[str, StoredSecret]:
-        """Every entry by name."""
-
-    def put(self, entries: Mapping[str, StoredSecret], *, keep_foreign: bool) -> list[str]:
-        """Store the entries; with `keep_foreign`, a name already stored under another scope
-        is left alone. Returns the names left alone."""
-
-    def delete(self, name: str, *, scope: str | None, any_scope: bool) -> bool:
-        """Delete `name` (only if its scope is `scope`, unless `any_scope`); whether it went."""
-
-    def replace(self, expected: Mapping[str, StoredSecret],
-                entries: Mapping[str, StoredSecret], *, key_fingerprint: str) -> None:
-        """Swap every entry at once (key rotation), and the key fingerprint with them;
-        `EntriesChanged` if the stored entries are no longer `expected`."""
+def write_secrets_file(path: Path, data: Any) -> None:
+    """Replace ``secrets.json`` atomically with mode 0600 (storage's one atomic writer); keys
+    sorted and ASCII-only, as the file has always been written."""
+    write_json_atomic(path, data, indent=2, mode=0o600, sort_keys=True, ensure_ascii=True)
 
 
 class FileSecretEntries:
@@ -147,13 +116,3 @@ class FileSecretEntries:
             f"{self.path} was unreadable ({reason}) and was moved to {target}; "
             "restore it from backup or set the secrets again."
         )
-
-
-def parse_entry(name: object, entry: object) -> StoredSecret | None:
-    """One stored entry, or None if it is not one (a bad name or field)."""
-    if not (isinstance(name, str) and syntax.is_valid_name(name) and isinstance(entry, dict)
-            and isinstance(entry.get("ciphertext"), str)
-            and isinstance(entry.get("updated_at"), str)
-            and isinstance(entry.get("scope"), str | None)):
-        return None
-    return StoredSecret(entry["ciphertext"], entry["updated_at"], entry.get("scope"))

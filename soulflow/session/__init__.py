@@ -1,1 +1,0 @@
-"""Conversation sessions stored as JSONL files."""
