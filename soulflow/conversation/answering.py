@@ -18,7 +18,7 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
 from soulflow.contracts import ReplyStatus
 from soulflow.conversation.feedback import ChannelFeedback
-from soulflow.conversation.input_text import input_text
+from soulflow.conversation.input_text import AgentInput, input_text
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.errors import StoreUnavailable
@@ -76,9 +76,9 @@ class AgentAnswers:
                                          f"There is no pending approval {approval_id} here.")
                 return True
         else:
-            text = await self.input_text([message], adapter)  # saves attachments (request_file)
+            given = await self.input_text([message], adapter)  # saves attachments (request_file)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
-                run_id, message, text, abort=abort))
+                run_id, message, given.text, abort=abort))
         await self.replies.reply(message, reply.content, metadata=reply_metadata(reply))
         return True
 
@@ -89,13 +89,13 @@ class AgentAnswers:
                 return await work(abort)
 
     async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                         *, attributed: bool = False) -> str:
+                         *, attributed: bool = False) -> AgentInput:
         return await input_text(batch, adapter, workspace=self.workspace,
                                 max_chars=self.max_inbound_chars, attributed=attributed,
                                 vault=self.vault)
 
     async def run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                        text: str) -> AgentReply:
+                        given: AgentInput) -> AgentReply:
         """A new run for the batch; a failure inside is a FAILED reply, never silence."""
         first, last = batch[0], batch[-1]
         self.feedback.acknowledge(adapter, last.chat_id, last.message_id,
@@ -103,7 +103,7 @@ class AgentAnswers:
         try:
             async with self.feedback.typing_while(adapter, first.chat_id):
                 with self.runs.track(first.chat_key) as abort:
-                    reply = await self.agent.respond(first, text, abort=abort)
+                    reply = await self.agent.respond(first, given.text, abort=abort)
         except RunMoved:
             raise  # not a failure: the run goes on at the chat's new node (turns.py)
         except StoreUnavailable:
@@ -113,7 +113,6 @@ class AgentAnswers:
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
                                "the error is in the daemon's log.", ReplyStatus.FAILED,
                                f"{type(exc).__name__}: {exc}")
-        note = first.metadata.get("truncation_note")
-        if note:
-            reply.content = f"{note}\n\n{reply.content}"
+        if given.truncation_note:
+            reply.content = f"{given.truncation_note}\n\n{reply.content}"
         return reply

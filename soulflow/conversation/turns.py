@@ -314,20 +314,20 @@ class Conversation:
         """A new agent run answers the turn's messages with one reply."""
         batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
-        text = await self.answers.input_text(batch, adapter, attributed=turn.folded)
-        if not text.strip():
+        given = await self.answers.input_text(batch, adapter, attributed=turn.folded)
+        if not given.text.strip():
             await self.replies.reply(first, EMPTY_MESSAGE_REPLY)
             await self.replies.complete(keys, ReplyStatus.IGNORED, "empty message")
             return
         if self.sealer is not None:
             report = inspect_secret_references_for_orchestration(
-                text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
+                given.text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
                 await self.replies.reply(first, secret_resolution_required_message(report))
                 await self.replies.complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
                 return
         try:
-            reply = await self.answers.run_agent(batch, adapter, text)
+            reply = await self.answers.run_agent(batch, adapter, given)
         except RunMoved:  # the chat is another node's now: it runs this message again
             log.info("%s: its chat moved to another node, which answers it", first.key)
             await self.bus.inbound.release(batch)  # whoever holds the chat next, even us
