@@ -15,12 +15,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 __all__ = [
     "ApprovalNeed",
     "Attachment",
     "ChatRef",
+    "CronOccurrence",
     "CronRunStatus",
     "DeadLetter",
     "EventSink",
@@ -29,6 +30,7 @@ __all__ = [
     "IntakeStage",
     "OutboundMessage",
     "OutboxEntry",
+    "Poison",
     "Provider",
     "ProviderError",
     "ProviderResult",
@@ -143,6 +145,57 @@ class ChatRef:
 _CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))
 
 
+# -- what rides with a message across layers ---------------------------------------------
+#
+# Stored, these sit under a message's `metadata` key with the words the files and Redis have
+# always held; each record reads and writes its own keys (`to_dict`, `from_dict`), and the
+# message puts them together. docs/development.md ("One type per idea") says who writes and
+# who reads each one.
+
+
+@dataclass(frozen=True, slots=True)
+class CronOccurrence:
+    """The cron job occurrence that wrote a message (`InboundMessage.cron`). Nobody in the chat
+    sent it: it is never a command, a decision or folded with others, and its run has no
+    requester to bind approvals to."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ("origin", "cron_job_id", "scheduled_at")
+
+    job_id: str
+    scheduled_at: str  # ISO 8601, the time the occurrence was due
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"origin": "cron", "cron_job_id": self.job_id, "scheduled_at": self.scheduled_at}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> CronOccurrence | None:
+        if record.get("origin") != "cron":
+            return None
+        return cls(str(record.get("cron_job_id") or ""), str(record.get("scheduled_at") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """Why an adapter could not read a platform update, and the update as received (cut, not
+    redacted yet: the inbound DLQ redacts it), on the message the adapter put in its place
+    (`channels/poison.py`); the intake quarantines it."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ("poison_error", "raw")
+
+    error: str
+    raw: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"poison_error": self.error, "raw": self.raw}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Poison | None:
+        if "poison_error" not in record:
+            return None
+        raw = record.get("raw")
+        return cls(str(record["poison_error"]), raw if isinstance(raw, str) else None)
+
+
 # -- messages ----------------------------------------------------------------------------
 
 
@@ -166,6 +219,13 @@ class InboundMessage:
     platform names it) and `target_message_id` (the message reacted to), and a `message_id`
     unique to that reaction event. `priming` marks history read on a target's first read:
     it is recorded as seen and never answered.
+
+    `thread_context`: the thread's earlier lines an adapter attached for the agent (sealed by
+    the intake like the text; None when it attached none). `cron`: the job occurrence that
+    wrote it. `poison`: an update the adapter could not read. `platform_data`: what the adapter
+    that read the message keeps for itself (Slack's `ts` and poll source, Discord's guild);
+    no other layer reads it, and keys an older version stored and this one does not know are
+    kept there as they were.
     """
 
     provider: str
@@ -180,11 +240,14 @@ class InboundMessage:
     from_bot: bool = False
     attachments: list[Attachment] = field(default_factory=list)
     received_at: float = field(default_factory=time.time)
-    metadata: dict[str, Any] = field(default_factory=dict)
     kind: str = "message"
     reaction: str | None = None
     target_message_id: str | None = None
     priming: bool = False
+    thread_context: tuple[str, ...] | None = None
+    cron: CronOccurrence | None = None
+    poison: Poison | None = None
+    platform_data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -202,16 +265,43 @@ class InboundMessage:
         return ChatRef(self.provider, self.chat_id, self.thread_id)
 
     def to_dict(self) -> dict[str, Any]:
-        record = {name: getattr(self, name) for name in _INBOUND_FIELDS}
-        record["attachments"] = [asdict(a) for a in self.attachments]
-        record["metadata"] = dict(self.metadata)
-        return record
+        """The stored form (the inbound journal, Redis streams, a quarantined message's `raw`):
+        the typed parts under `metadata`, in the order their writers always added them."""
+        metadata: dict[str, Any] = {}
+        if self.poison is not None:
+            metadata.update(self.poison.to_dict())
+        metadata.update(self.platform_data)
+        if self.thread_context is not None:
+            metadata["thread_context"] = list(self.thread_context)
+        if self.cron is not None:
+            metadata.update(self.cron.to_dict())
+        # a literal, not dataclasses.asdict: that deep-copies and was a hot spot
+        return {"provider": self.provider, "chat_id": self.chat_id,
+                "message_id": self.message_id, "sender_id": self.sender_id, "text": self.text,
+                "sender_name": self.sender_name, "thread_id": self.thread_id,
+                "is_mention": self.is_mention, "is_direct": self.is_direct,
+                "from_bot": self.from_bot, "attachments": [asdict(a) for a in self.attachments],
+                "received_at": self.received_at, "metadata": metadata, "kind": self.kind,
+                "reaction": self.reaction, "target_message_id": self.target_message_id,
+                "priming": self.priming}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InboundMessage:
+        """A stored message (TypeError: not one)."""
         data = dict(data)
+        metadata = data.pop("metadata", None) or {}
+        if not isinstance(metadata, dict):
+            raise TypeError("metadata is not an object")
         data["attachments"] = [Attachment(**a) for a in data.get("attachments") or []]
-        return cls(**data)
+        poison, cron = Poison.from_dict(metadata), CronOccurrence.from_dict(metadata)
+        context = metadata.get("thread_context")
+        typed = {*(Poison.KEYS if poison else ()), *(CronOccurrence.KEYS if cron else ())}
+        if isinstance(context, list):
+            typed.add("thread_context")
+        return cls(**data, poison=poison, cron=cron,
+                   thread_context=(tuple(str(line) for line in context)
+                                   if isinstance(context, list) else None),
+                   platform_data={k: v for k, v in metadata.items() if k not in typed})
 
 
 @dataclass(slots=True)
@@ -243,7 +333,6 @@ class OutboundMessage:
 
 
 # to_dict() copies fields directly: dataclasses.asdict deep-copies and was a hot spot
-_INBOUND_FIELDS = tuple(f.name for f in fields(InboundMessage))
 _OUTBOUND_FIELDS = tuple(f.name for f in fields(OutboundMessage))
 
 

@@ -60,8 +60,7 @@ def session_key_for(message: InboundMessage) -> str:
 
 def _thread_context(message: InboundMessage) -> list[str] | None:
     """The thread's recent messages the channel attached (already sealed), if any."""
-    context = message.metadata.get("thread_context")
-    return [str(item) for item in context] if isinstance(context, list) else None
+    return list(message.thread_context) if message.thread_context is not None else None
 
 
 def _is_task_run(chat: ChatRef) -> bool:
@@ -78,7 +77,7 @@ def _admins_only(state: RunState) -> bool:
 def chat_of(message: InboundMessage) -> ChatRef:
     """Where a run answers, and who asked: `requester_id` binds its approvals to that person
     (empty for a cron job's message, which nobody in the chat sent)."""
-    requester = "" if message.metadata.get("origin") == "cron" else message.sender_id
+    requester = "" if message.cron is not None else message.sender_id
     return ChatRef(message.provider, message.chat_id, message.thread_id,
                    sender_id=message.sender_id, sender_name=message.sender_name,
                    requester_id=requester, session_key=session_key_for(message))

@@ -292,7 +292,7 @@ class Conversation:
                 await self.replies.complete(keys, ReplyStatus.ANSWERED)
                 return
         adapter = self.registry.get(first.provider)
-        personal = len(batch) == 1 and first.metadata.get("origin") != "cron"
+        personal = len(batch) == 1 and first.cron is None
         if personal and adapter is not None and \
                 (command := adapter.parse_command(first.text)) is not None:
             await self._reply_and_complete(first, await self.commands.handle(command, first))

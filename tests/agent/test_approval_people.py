@@ -91,11 +91,11 @@ class Pipeline:
     bus: MessageBus
     counter: list[int]
 
-    async def say(self, user: str, text: str, **metadata: Any) -> InboundMessage:
+    async def say(self, user: str, text: str) -> InboundMessage:
         self.counter[0] += 1
         message = InboundMessage(provider="chat", chat_id="team", sender_id=user,
                                  sender_name=NAMES[user], text=text,
-                                 message_id=f"m{self.counter[0]}", metadata=metadata)
+                                 message_id=f"m{self.counter[0]}")
         assert await self.conversation.ingest(self.adapter, [message]) == [message]
         return message
 

@@ -133,7 +133,7 @@ async def test_polling_primes_then_reads_mentions(make: Factory, fake: FakeSlack
     fake.post_user_message(GENERAL, "just chatting")
     mention, chat = await read_until(adapter, lambda got: len(got) == 2)
     assert (mention.text, mention.is_mention, mention.priming) == ("summarize & go", True, False)
-    assert mention.message_id == posted["ts"] == mention.metadata["ts"]
+    assert mention.message_id == posted["ts"] == mention.platform_data["ts"]
     assert (mention.sender_id, mention.sender_name, mention.thread_id) == ("U0ALICE001",
                                                                           "alice", None)
     assert (chat.text, chat.is_mention, chat.is_direct) == ("just chatting", False, False)
@@ -167,7 +167,7 @@ async def test_polling_follows_threads_the_bot_answered(make: Factory, fake: Fak
     fake.post_user_message(GENERAL, "thanks, more detail please", thread_ts=question["ts"])
     got = await read_until(adapter, has_text("thanks, more detail please"))
     (reply,) = got
-    assert reply.thread_id == question["ts"] and reply.metadata["bot_thread"]
+    assert reply.thread_id == question["ts"] and reply.platform_data["bot_thread"]
     adapter.commit(got)
     restarted = await make(socket=False)  # followed threads and their cursors persist
     fake.post_user_message(GENERAL, "second reply", thread_ts=question["ts"])
@@ -451,7 +451,7 @@ async def test_a_mention_in_a_thread_carries_the_earlier_thread_messages(
     asked = fake.post_user_message(GENERAL, f"{MENTION} can you look?", thread_ts=parent["ts"])
     got = await read_until(adapter, lambda ms: any(m.message_id == asked["ts"] for m in ms))
     mention = next(m for m in got if m.message_id == asked["ts"])
-    context = mention.metadata["thread_context"]
+    context = mention.thread_context
     assert len(context) == 2 and context[0].endswith("the build is red since noon")
     assert "lint step (https://ci.example/x)" in context[1]
     assert all("can you look" not in line for line in context)

@@ -148,7 +148,7 @@ def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessag
                     or replies_to_bot(message, bot_id)),
         from_bot=message.author.bot,
         attachments=[_attachment(a) for a in message.attachments],
-        metadata={
+        platform_data={
             "guild_id": str(message.guild.id) if message.guild else None,
             "reply_to_message_id": (str(reference.message_id)
                                     if reference and reference.message_id else None),
@@ -185,7 +185,7 @@ def inbound_from_reaction(event: discord.RawReactionActionEvent, bot_id: int
         is_direct=is_direct,
         is_mention=is_direct or event.message_author_id == bot_id,
         from_bot=bool(member and member.bot),
-        metadata={"guild_id": str(event.guild_id) if event.guild_id else None},
+        platform_data={"guild_id": str(event.guild_id) if event.guild_id else None},
     )
 
 
