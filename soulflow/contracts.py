@@ -13,17 +13,20 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 __all__ = [
+    "Announcement",
     "ApprovalNeed",
+    "ApprovalRef",
     "Attachment",
     "ChatRef",
     "CronOccurrence",
     "CronRunStatus",
     "DeadLetter",
+    "Delivery",
     "EventSink",
     "InboundDeadLetter",
     "InboundMessage",
@@ -35,10 +38,13 @@ __all__ = [
     "ProviderError",
     "ProviderResult",
     "QUIET_TURN_ORIGIN",
+    "ReplyOptions",
     "ReplyStatus",
     "SendError",
     "SendResult",
     "StreamCallback",
+    "TaskStatusRef",
+    "TaskStepRef",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -151,6 +157,126 @@ _CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))
 # always held; each record reads and writes its own keys (`to_dict`, `from_dict`), and the
 # message puts them together. docs/development.md ("One type per idea") says who writes and
 # who reads each one.
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOptions:
+    """How an adapter sends one outbox message (`OutboundMessage.options`).
+
+    `as_file`: the text goes as a `.txt` attachment named `filename` with `note` as its caption
+    (the one split turns an overlong reply into one: channels/splitting.py). `thread_reply`:
+    answer in the thread of `reply_to` rather than beside it (Slack).
+    """
+
+    as_file: bool = False
+    filename: str = ""
+    note: str = ""
+    thread_reply: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        if self.as_file:
+            record.update(as_file=True, filename=self.filename, note=self.note)
+        if self.thread_reply:
+            record["thread_reply"] = True
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> ReplyOptions:
+        return cls(bool(record.get("as_file")), str(record.get("filename") or ""),
+                   str(record.get("note") or ""), bool(record.get("thread_reply")))
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRef:
+    """The approval a run waits for, named in the message that asks for it: the platform ids
+    the message gets are remembered (`ApprovalMap`), so a reaction on it decides the approval."""
+
+    run_id: str
+    approval_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"approval_id": self.approval_id, "run_id": self.run_id}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> ApprovalRef | None:
+        if "approval_id" not in record:
+            return None
+        return cls(str(record.get("run_id") or ""), str(record["approval_id"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStepRef:
+    """A task step waiting for a person (a gate, a tool call to approve, a step a restart cut
+    short), named in the message that asks: a reaction on that message decides the step."""
+
+    task_id: str
+    node_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "node_id": self.node_id}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> TaskStepRef | None:
+        if "task_id" not in record or "node_id" not in record:
+            return None
+        return cls(str(record["task_id"]), str(record["node_id"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatusRef:
+    """A task's status message: once it is delivered, later updates edit it in place."""
+
+    task_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_status": self.task_id}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> TaskStatusRef | None:
+        return cls(str(record["task_status"])) if "task_status" in record else None
+
+
+Announcement = ApprovalRef | TaskStepRef | TaskStatusRef
+"""What an outbox message announces (`OutboundMessage.announces`): a listener of sent messages
+remembers the platform ids it got, for the reaction that answers it or the edit that updates
+it."""
+
+
+def _announcement(record: dict[str, Any]) -> Announcement | None:
+    return (ApprovalRef.from_dict(record) or TaskStepRef.from_dict(record)
+            or TaskStatusRef.from_dict(record))
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What happened to a message before this send, as its adapter must know it.
+
+    `maybe_sent`: a send began and never reported back (the process died during it), so the
+    platform may have the message already; an adapter that can look (Slack) looks before it
+    sends again. It stays with the message, through the DLQ and a replay. `replayed_from_dlq_at`:
+    the operator put it back from the DLQ (the time of its dead letter).
+    """
+
+    maybe_sent: bool = False
+    replayed_from_dlq_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        if self.maybe_sent:
+            record["maybe_sent"] = True
+        if self.replayed_from_dlq_at is not None:
+            record["replayed_from_dlq_at"] = self.replayed_from_dlq_at
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Delivery:
+        replayed = record.get("replayed_from_dlq_at")
+        return cls(bool(record.get("maybe_sent")),
+                   replayed if isinstance(replayed, int | float) else None)
+
+
+_TOOL_ORIGIN = "tool:message"  # `origin` of a message the agent's message tool sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +432,12 @@ class InboundMessage:
 
 @dataclass(slots=True)
 class OutboundMessage:
-    """One reply or notice to deliver to a chat; written to the outbox before any send."""
+    """One reply or notice to deliver to a chat; written to the outbox before any send.
+
+    `options`: how the adapter sends it. `announces`: the approval or task step it asks a
+    person about, or the task status it shows. `from_chat`: the chat whose run sent it with the
+    message tool (kept for the operator). `delivery`: what happened to it before this send.
+    """
 
     provider: str
     chat_id: str
@@ -316,24 +447,53 @@ class OutboundMessage:
     message_id: str = field(default_factory=lambda: new_id("out"))
     inbound_key: str | None = None
     created_at: float = field(default_factory=time.time)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    options: ReplyOptions = ReplyOptions()
+    announces: Announcement | None = None
+    from_chat: str = ""
+    delivery: Delivery = Delivery()
 
     @property
     def chat_key(self) -> str:
         return f"{self.provider}:{self.chat_id}"
 
     def to_dict(self) -> dict[str, Any]:
-        record = {name: getattr(self, name) for name in _OUTBOUND_FIELDS}
-        record["metadata"] = dict(self.metadata)
-        return record
+        """The stored form (the outbox): the typed parts under `metadata`."""
+        return {"provider": self.provider, "chat_id": self.chat_id, "content": self.content,
+                "reply_to": self.reply_to, "thread_id": self.thread_id,
+                "message_id": self.message_id, "inbound_key": self.inbound_key,
+                "created_at": self.created_at, "metadata": _outbound_metadata(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutboundMessage:
-        return cls(**data)
+        """A stored message (TypeError: not one)."""
+        data = dict(data)
+        parts = _outbound_parts(data.pop("metadata", None))
+        return cls(**data, **parts)
 
 
-# to_dict() copies fields directly: dataclasses.asdict deep-copies and was a hot spot
-_OUTBOUND_FIELDS = tuple(f.name for f in fields(OutboundMessage))
+def _outbound_metadata(message: OutboundMessage) -> dict[str, Any]:
+    """An outbound message's `metadata`, in the order its writers always added the keys: what
+    it announces or who sent it, when it was made; how to send it, when it was split; what
+    happened to it, later."""
+    metadata: dict[str, Any] = {}
+    if message.announces is not None:
+        metadata.update(message.announces.to_dict())
+    if message.from_chat:
+        metadata.update(origin=_TOOL_ORIGIN, from_chat=message.from_chat)
+    metadata.update(message.options.to_dict())
+    metadata.update(message.delivery.to_dict())
+    return metadata
+
+
+def _outbound_parts(metadata: Any) -> dict[str, Any]:
+    """The typed fields of a stored outbound message's `metadata` (keys it does not know,
+    none of which any version wrote, are dropped)."""
+    metadata = metadata or {}
+    if not isinstance(metadata, dict):
+        raise TypeError("metadata is not an object")
+    from_chat = metadata.get("from_chat") if metadata.get("origin") == _TOOL_ORIGIN else None
+    return {"options": ReplyOptions.from_dict(metadata), "announces": _announcement(metadata),
+            "from_chat": str(from_chat or ""), "delivery": Delivery.from_dict(metadata)}
 
 
 @dataclass(slots=True)
@@ -376,41 +536,53 @@ class OutboxEntry:
     in_flight: bool = False  # a send began and never reported back (killed mid-send?)
 
 
+_LETTER_KEYS = frozenset({"at", "provider", "chat_id", "message_id", "reply_to", "thread_id",
+                          "retry_count", "error", "content"})
+
+
 @dataclass(slots=True)
 class DeadLetter:
     """A reply that could not be delivered, kept whole for replay: one line of
     `runtime/dlq/outbound.jsonl` (`at, provider, chat_id, message_id, reply_to, thread_id,
-    retry_count, error, content, metadata`)."""
+    retry_count, error, content, metadata`: the message's own `metadata`, plus the
+    `inbound_key` it answered)."""
 
     at: float
-    provider: str
-    chat_id: str
-    message_id: str
-    reply_to: str | None
-    thread_id: str | None
+    message: OutboundMessage
     retry_count: int
     error: str
-    content: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_outbound(cls, message: OutboundMessage, *, retry_count: int, error: str,
-                      at: float) -> DeadLetter:
-        metadata = dict(message.metadata)
-        if message.inbound_key:
-            metadata.setdefault("inbound_key", message.inbound_key)
-        return cls(at, message.provider, message.chat_id, message.message_id, message.reply_to,
-                   message.thread_id, retry_count, error, message.content, metadata)
 
     def to_outbound(self) -> OutboundMessage:
-        metadata = {k: v for k, v in self.metadata.items() if k != "inbound_key"}
-        metadata["replayed_from_dlq_at"] = self.at
-        return OutboundMessage(provider=self.provider, chat_id=self.chat_id, content=self.content,
-                               reply_to=self.reply_to, thread_id=self.thread_id,
-                               message_id=self.message_id, metadata=metadata)
+        """The reply to put back in the outbox: new, answering nothing (its inbound message
+        is long done), marked as replayed."""
+        message = self.message
+        return replace(message, inbound_key=None, created_at=time.time(),
+                       delivery=replace(message.delivery, replayed_from_dlq_at=self.at))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        message = self.message
+        metadata = _outbound_metadata(message)
+        if message.inbound_key:
+            metadata["inbound_key"] = message.inbound_key
+        return {"at": self.at, "provider": message.provider, "chat_id": message.chat_id,
+                "message_id": message.message_id, "reply_to": message.reply_to,
+                "thread_id": message.thread_id, "retry_count": self.retry_count,
+                "error": self.error, "content": message.content, "metadata": metadata}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> DeadLetter:
+        """A stored letter (TypeError: not one)."""
+        if not isinstance(record, dict) or \
+                not _LETTER_KEYS <= record.keys() <= _LETTER_KEYS | {"metadata"}:
+            raise TypeError("not a dead letter")
+        metadata = dict(record.get("metadata") or {})
+        inbound_key = metadata.pop("inbound_key", None)
+        message = OutboundMessage(
+            provider=record["provider"], chat_id=record["chat_id"], content=record["content"],
+            reply_to=record["reply_to"], thread_id=record["thread_id"],
+            message_id=record["message_id"], inbound_key=inbound_key,
+            **_outbound_parts(metadata))
+        return cls(record["at"], message, record["retry_count"], record["error"])
 
 
 class IntakeStage(StrEnum):

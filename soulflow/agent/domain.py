@@ -25,7 +25,7 @@ from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.backends.base import ApprovalMap, SessionStore
-from soulflow.contracts import ChatRef, InboundMessage, ReplyStatus
+from soulflow.contracts import ApprovalRef, ChatRef, InboundMessage, ReplyStatus
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,14 @@ class AgentReply:
     error: str | None = None
     run_id: str | None = None
     approval_id: str | None = None
+
+    @property
+    def approval(self) -> ApprovalRef | None:
+        """The approval this reply asks for, named in the message that carries it so a
+        reaction on that message decides it; None unless the run waits for one."""
+        if self.approval_id and self.status == ReplyStatus.WAITING_APPROVAL:
+            return ApprovalRef(self.run_id or "", self.approval_id)
+        return None
 
 
 def session_key_for(message: InboundMessage) -> str:

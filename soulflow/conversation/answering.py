@@ -33,13 +33,6 @@ def decider_of(message: InboundMessage) -> Decider:
     return Decider(message.provider, message.sender_id, message.sender_name)
 
 
-def reply_metadata(reply: AgentReply) -> dict[str, Any]:
-    """What a reply that asks for an approval carries, so a reaction to it can decide it."""
-    if reply.approval_id and reply.status is ReplyStatus.WAITING_APPROVAL:
-        return {"approval_id": reply.approval_id, "run_id": reply.run_id}
-    return {}
-
-
 @dataclass(slots=True)
 class AgentAnswers:
     agent: AgentDomain
@@ -79,7 +72,7 @@ class AgentAnswers:
             given = await self.input_text([message], adapter)  # saves attachments (request_file)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
                 run_id, message, given.text, abort=abort))
-        await self.replies.reply(message, reply.content, metadata=reply_metadata(reply))
+        await self.replies.reply(message, reply.content, announces=reply.approval)
         return True
 
     async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,

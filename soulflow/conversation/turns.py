@@ -24,7 +24,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Any
 
 from soulflow.agent.domain import AgentDomain
 from soulflow.backends.base import RunMoved
@@ -33,9 +32,9 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ChatRef, EventSink, IntakeStage, ReplyStatus
+from soulflow.contracts import Announcement, ChatRef, EventSink, IntakeStage, ReplyStatus
 from soulflow.conversation.access import AccessPolicy, refusal_text
-from soulflow.conversation.answering import AgentAnswers, reply_metadata
+from soulflow.conversation.answering import AgentAnswers
 from soulflow.conversation.chat_tasks import ChatTasks
 from soulflow.conversation.claiming import ClaimLoop
 from soulflow.conversation.commands import STOP_NAMES, CommandHandler, CommandRouter
@@ -333,7 +332,7 @@ class Conversation:
             await self.bus.inbound.release(batch)  # whoever holds the chat next, even us
             return
         await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
-                                 metadata=reply_metadata(reply))
+                                 announces=reply.approval)
         await self.replies.complete(keys, reply.status, reply.error)
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
@@ -397,16 +396,17 @@ class Conversation:
                 except RunMoved:  # taken over again by a newer holder of the chat
                     log.info("run %s moved to another node, which continues it", run_id)
                     return
-                self.publish_to_chat(chat, reply.content, reply_metadata(reply))
+                self.publish_to_chat(chat, reply.content, reply.approval)
 
             self._executor.submit(chat.key, job)
             resumed += 1
         return resumed
 
     def publish_to_chat(self, chat: ChatRef, content: str,
-                        metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
-                        inbound_key: str | None = None) -> Awaitable[list[bool]]:
+                        announces: Announcement | None = None, *, reply_to: str | None = None,
+                        inbound_key: str | None = None,
+                        from_chat: str = "") -> Awaitable[list[bool]]:
         """Queue a message to a chat, split as the platform needs (replies.py); await the
         result where it must be stored before going on."""
-        return self.replies.publish_to_chat(chat, content, metadata, reply_to=reply_to,
-                                            inbound_key=inbound_key)
+        return self.replies.publish_to_chat(chat, content, announces, reply_to=reply_to,
+                                            inbound_key=inbound_key, from_chat=from_chat)

@@ -20,6 +20,7 @@ from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, S
 from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
 from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import ReplyOptions
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
@@ -93,9 +94,8 @@ def reply_messages(adapter: DiscordChannel, chat_id: int | str, text: str,
                    **options: Any) -> list[OutboundMessage]:
     """A reply as the conversation stores it: split once by the adapter's limits, each part an
     outbox message of its own (a file part carries its name and note)."""
-    return [outbound(chat_id, part.text, **options, metadata={
-        "as_file": True, "filename": part.filename, "note": part.note} if part.as_file else {})
-        for part in split_reply(text, adapter.limits)]
+    return [outbound(chat_id, part.text, **options, options=part.options)
+            for part in split_reply(text, adapter.limits)]
 
 
 # -- start / stop ------------------------------------------------------------------------
@@ -298,8 +298,8 @@ async def test_send_to_a_dm_channel(fake: FakeDiscord, adapter: DiscordChannel) 
 
 
 async def test_send_as_file(fake: FakeDiscord, adapter: DiscordChannel) -> None:
-    metadata = {"as_file": True, "filename": "answer.md", "note": "Attached."}
-    await adapter.send(outbound(general(fake), "# long answer", metadata=metadata))
+    how = ReplyOptions(as_file=True, filename="answer.md", note="Attached.")
+    await adapter.send(outbound(general(fake), "# long answer", options=how))
     sent = fake.sent_messages[-1]
     assert sent.content == "Attached."
     assert [(f.filename, f.data) for f in sent.files] == [("answer.md", b"# long answer")]

@@ -18,6 +18,7 @@ from soulflow.channels.files import safe_filename
 from soulflow.channels.slack.adapter import SlackChannel, SlackStartError
 from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import Delivery, ReplyOptions
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.rate_limits import SLACK_LIMITS, Window
@@ -113,7 +114,7 @@ async def test_a_send_before_start_is_retried_not_an_adapter_error(make: Factory
     adapter = await make(start=False)
     with pytest.raises(SendError, match="not started") as caught:
         await adapter.send(OutboundMessage("slack", GENERAL, "too early",
-                                           metadata={"maybe_sent": True}))
+                                           delivery=Delivery(maybe_sent=True)))
     assert not caught.value.permanent
 
 
@@ -320,7 +321,7 @@ async def test_send_converts_markdown_and_threads(make: Factory, fake: FakeSlack
     parent = fake.post_user_message(GENERAL, "question")
     result = await adapter.send(OutboundMessage(
         "slack", GENERAL, "**Done**: see [the docs](https://x.test/a?b=1&c=2) & <more>",
-        reply_to=parent["ts"], metadata={"thread_reply": True}))
+        reply_to=parent["ts"], options=ReplyOptions(thread_reply=True)))
     (posted,) = fake.messages
     assert posted.text == "*Done*: see <https://x.test/a?b=1&amp;c=2|the docs> &amp; &lt;more&gt;"
     assert posted.thread_ts == parent["ts"] and result.platform_message_ids == [posted.ts]
@@ -362,7 +363,7 @@ async def test_send_as_file_uploads_the_text(make: Factory, fake: FakeSlack) -> 
     parent = fake.post_user_message(GENERAL, "long answer please")
     result = await adapter.send(OutboundMessage(
         "slack", GENERAL, "x" * 20_000, thread_id=parent["ts"],
-        metadata={"as_file": True, "filename": "answer.md", "note": "It is long."}))
+        options=ReplyOptions(as_file=True, filename="answer.md", note="It is long.")))
     (upload,) = fake.uploads
     assert (upload.data, upload.filename, upload.initial_comment, upload.thread_ts) == (
         b"x" * 20_000, "answer.md", "It is long.", parent["ts"])
