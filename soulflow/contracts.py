@@ -183,8 +183,13 @@ class ReplyOptions:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> ReplyOptions:
+        if "as_file" not in record and "thread_reply" not in record:
+            return _AS_TEXT
         return cls(bool(record.get("as_file")), str(record.get("filename") or ""),
                    str(record.get("note") or ""), bool(record.get("thread_reply")))
+
+
+_AS_TEXT = ReplyOptions()  # shared: what almost every message is, read without building it
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,9 +277,13 @@ class Delivery:
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Delivery:
         replayed = record.get("replayed_from_dlq_at")
+        if replayed is None and "maybe_sent" not in record:
+            return _UNTRIED
         return cls(bool(record.get("maybe_sent")),
                    replayed if isinstance(replayed, int | float) else None)
 
+
+_UNTRIED = Delivery()
 
 _TOOL_ORIGIN = "tool:message"  # `origin` of a message the agent's message tool sent
 
@@ -415,10 +424,12 @@ class InboundMessage:
     def from_dict(cls, data: dict[str, Any]) -> InboundMessage:
         """A stored message (TypeError: not one)."""
         data = dict(data)
-        metadata = data.pop("metadata", None) or {}
+        metadata = data.pop("metadata", None)
+        data["attachments"] = [Attachment(**a) for a in data.get("attachments") or []]
+        if not metadata:
+            return cls(**data)
         if not isinstance(metadata, dict):
             raise TypeError("metadata is not an object")
-        data["attachments"] = [Attachment(**a) for a in data.get("attachments") or []]
         poison, cron = Poison.from_dict(metadata), CronOccurrence.from_dict(metadata)
         context = metadata.get("thread_context")
         typed = {*(Poison.KEYS if poison else ()), *(CronOccurrence.KEYS if cron else ())}
@@ -447,10 +458,10 @@ class OutboundMessage:
     message_id: str = field(default_factory=lambda: new_id("out"))
     inbound_key: str | None = None
     created_at: float = field(default_factory=time.time)
-    options: ReplyOptions = ReplyOptions()
+    options: ReplyOptions = _AS_TEXT
     announces: Announcement | None = None
     from_chat: str = ""
-    delivery: Delivery = Delivery()
+    delivery: Delivery = _UNTRIED
 
     @property
     def chat_key(self) -> str:
@@ -485,10 +496,15 @@ def _outbound_metadata(message: OutboundMessage) -> dict[str, Any]:
     return metadata
 
 
+_NO_PARTS: dict[str, Any] = {"options": _AS_TEXT, "announces": None, "from_chat": "",
+                             "delivery": _UNTRIED}
+
+
 def _outbound_parts(metadata: Any) -> dict[str, Any]:
     """The typed fields of a stored outbound message's `metadata` (keys it does not know,
     none of which any version wrote, are dropped)."""
-    metadata = metadata or {}
+    if not metadata:
+        return _NO_PARTS
     if not isinstance(metadata, dict):
         raise TypeError("metadata is not an object")
     from_chat = metadata.get("from_chat") if metadata.get("origin") == _TOOL_ORIGIN else None
