@@ -13,30 +13,38 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 __all__ = [
+    "Announcement",
     "ApprovalNeed",
+    "ApprovalRef",
     "Attachment",
     "ChatRef",
+    "CronOccurrence",
     "CronRunStatus",
     "DeadLetter",
+    "Delivery",
     "EventSink",
     "InboundDeadLetter",
     "InboundMessage",
     "IntakeStage",
     "OutboundMessage",
     "OutboxEntry",
+    "Poison",
     "Provider",
     "ProviderError",
     "ProviderResult",
     "QUIET_TURN_ORIGIN",
+    "ReplyOptions",
     "ReplyStatus",
     "SendError",
     "SendResult",
     "StreamCallback",
+    "TaskStatusRef",
+    "TaskStepRef",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -143,6 +151,186 @@ class ChatRef:
 _CHAT_FIELDS = tuple(f.name for f in fields(ChatRef))
 
 
+# -- what rides with a message across layers ---------------------------------------------
+#
+# Stored, these sit under a message's `metadata` key with the words the files and Redis have
+# always held; each record reads and writes its own keys (`to_dict`, `from_dict`), and the
+# message puts them together. docs/development.md ("One type per idea") says who writes and
+# who reads each one.
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOptions:
+    """How an adapter sends one outbox message (`OutboundMessage.options`).
+
+    `as_file`: the text goes as a `.txt` attachment named `filename` with `note` as its caption
+    (the one split turns an overlong reply into one: channels/splitting.py). `thread_reply`:
+    answer in the thread of `reply_to` rather than beside it (Slack).
+    """
+
+    as_file: bool = False
+    filename: str = ""
+    note: str = ""
+    thread_reply: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        if self.as_file:
+            record.update(as_file=True, filename=self.filename, note=self.note)
+        if self.thread_reply:
+            record["thread_reply"] = True
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> ReplyOptions:
+        if "as_file" not in record and "thread_reply" not in record:
+            return _AS_TEXT
+        return cls(bool(record.get("as_file")), str(record.get("filename") or ""),
+                   str(record.get("note") or ""), bool(record.get("thread_reply")))
+
+
+_AS_TEXT = ReplyOptions()  # shared: what almost every message is, read without building it
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRef:
+    """The approval a run waits for, named in the message that asks for it: the platform ids
+    the message gets are remembered (`ApprovalMap`), so a reaction on it decides the approval."""
+
+    run_id: str
+    approval_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"approval_id": self.approval_id, "run_id": self.run_id}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> ApprovalRef | None:
+        if "approval_id" not in record:
+            return None
+        return cls(str(record.get("run_id") or ""), str(record["approval_id"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStepRef:
+    """A task step waiting for a person (a gate, a tool call to approve, a step a restart cut
+    short), named in the message that asks: a reaction on that message decides the step."""
+
+    task_id: str
+    node_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "node_id": self.node_id}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> TaskStepRef | None:
+        if "task_id" not in record or "node_id" not in record:
+            return None
+        return cls(str(record["task_id"]), str(record["node_id"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatusRef:
+    """A task's status message: once it is delivered, later updates edit it in place."""
+
+    task_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_status": self.task_id}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> TaskStatusRef | None:
+        return cls(str(record["task_status"])) if "task_status" in record else None
+
+
+Announcement = ApprovalRef | TaskStepRef | TaskStatusRef
+"""What an outbox message announces (`OutboundMessage.announces`): a listener of sent messages
+remembers the platform ids it got, for the reaction that answers it or the edit that updates
+it."""
+
+
+def _announcement(record: dict[str, Any]) -> Announcement | None:
+    return (ApprovalRef.from_dict(record) or TaskStepRef.from_dict(record)
+            or TaskStatusRef.from_dict(record))
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What happened to a message before this send, as its adapter must know it.
+
+    `maybe_sent`: a send began and never reported back (the process died during it), so the
+    platform may have the message already; an adapter that can look (Slack) looks before it
+    sends again. It stays with the message, through the DLQ and a replay. `replayed_from_dlq_at`:
+    the operator put it back from the DLQ (the time of its dead letter).
+    """
+
+    maybe_sent: bool = False
+    replayed_from_dlq_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        if self.maybe_sent:
+            record["maybe_sent"] = True
+        if self.replayed_from_dlq_at is not None:
+            record["replayed_from_dlq_at"] = self.replayed_from_dlq_at
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Delivery:
+        replayed = record.get("replayed_from_dlq_at")
+        if replayed is None and "maybe_sent" not in record:
+            return _UNTRIED
+        return cls(bool(record.get("maybe_sent")),
+                   replayed if isinstance(replayed, int | float) else None)
+
+
+_UNTRIED = Delivery()
+
+_TOOL_ORIGIN = "tool:message"  # `origin` of a message the agent's message tool sent
+
+
+@dataclass(frozen=True, slots=True)
+class CronOccurrence:
+    """The cron job occurrence that wrote a message (`InboundMessage.cron`). Nobody in the chat
+    sent it: it is never a command, a decision or folded with others, and its run has no
+    requester to bind approvals to."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ("origin", "cron_job_id", "scheduled_at")
+
+    job_id: str
+    scheduled_at: str  # ISO 8601, the time the occurrence was due
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"origin": "cron", "cron_job_id": self.job_id, "scheduled_at": self.scheduled_at}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> CronOccurrence | None:
+        if record.get("origin") != "cron":
+            return None
+        return cls(str(record.get("cron_job_id") or ""), str(record.get("scheduled_at") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """Why an adapter could not read a platform update, and the update as received (cut, not
+    redacted yet: the inbound DLQ redacts it), on the message the adapter put in its place
+    (`channels/poison.py`); the intake quarantines it."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ("poison_error", "raw")
+
+    error: str
+    raw: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"poison_error": self.error, "raw": self.raw}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Poison | None:
+        if "poison_error" not in record:
+            return None
+        raw = record.get("raw")
+        return cls(str(record["poison_error"]), raw if isinstance(raw, str) else None)
+
+
 # -- messages ----------------------------------------------------------------------------
 
 
@@ -166,6 +354,13 @@ class InboundMessage:
     platform names it) and `target_message_id` (the message reacted to), and a `message_id`
     unique to that reaction event. `priming` marks history read on a target's first read:
     it is recorded as seen and never answered.
+
+    `thread_context`: the thread's earlier lines an adapter attached for the agent (sealed by
+    the intake like the text; None when it attached none). `cron`: the job occurrence that
+    wrote it. `poison`: an update the adapter could not read. `platform_data`: what the adapter
+    that read the message keeps for itself (Slack's `ts` and poll source, Discord's guild);
+    no other layer reads it, and keys an older version stored and this one does not know are
+    kept there as they were.
     """
 
     provider: str
@@ -180,11 +375,14 @@ class InboundMessage:
     from_bot: bool = False
     attachments: list[Attachment] = field(default_factory=list)
     received_at: float = field(default_factory=time.time)
-    metadata: dict[str, Any] = field(default_factory=dict)
     kind: str = "message"
     reaction: str | None = None
     target_message_id: str | None = None
     priming: bool = False
+    thread_context: tuple[str, ...] | None = None
+    cron: CronOccurrence | None = None
+    poison: Poison | None = None
+    platform_data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -202,21 +400,55 @@ class InboundMessage:
         return ChatRef(self.provider, self.chat_id, self.thread_id)
 
     def to_dict(self) -> dict[str, Any]:
-        record = {name: getattr(self, name) for name in _INBOUND_FIELDS}
-        record["attachments"] = [asdict(a) for a in self.attachments]
-        record["metadata"] = dict(self.metadata)
-        return record
+        """The stored form (the inbound journal, Redis streams, a quarantined message's `raw`):
+        the typed parts under `metadata`, in the order their writers always added them."""
+        metadata: dict[str, Any] = {}
+        if self.poison is not None:
+            metadata.update(self.poison.to_dict())
+        metadata.update(self.platform_data)
+        if self.thread_context is not None:
+            metadata["thread_context"] = list(self.thread_context)
+        if self.cron is not None:
+            metadata.update(self.cron.to_dict())
+        # a literal, not dataclasses.asdict: that deep-copies and was a hot spot
+        return {"provider": self.provider, "chat_id": self.chat_id,
+                "message_id": self.message_id, "sender_id": self.sender_id, "text": self.text,
+                "sender_name": self.sender_name, "thread_id": self.thread_id,
+                "is_mention": self.is_mention, "is_direct": self.is_direct,
+                "from_bot": self.from_bot, "attachments": [asdict(a) for a in self.attachments],
+                "received_at": self.received_at, "metadata": metadata, "kind": self.kind,
+                "reaction": self.reaction, "target_message_id": self.target_message_id,
+                "priming": self.priming}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InboundMessage:
+        """A stored message (TypeError: not one)."""
         data = dict(data)
+        metadata = data.pop("metadata", None)
         data["attachments"] = [Attachment(**a) for a in data.get("attachments") or []]
-        return cls(**data)
+        if not metadata:
+            return cls(**data)
+        if not isinstance(metadata, dict):
+            raise TypeError("metadata is not an object")
+        poison, cron = Poison.from_dict(metadata), CronOccurrence.from_dict(metadata)
+        context = metadata.get("thread_context")
+        typed = {*(Poison.KEYS if poison else ()), *(CronOccurrence.KEYS if cron else ())}
+        if isinstance(context, list):
+            typed.add("thread_context")
+        return cls(**data, poison=poison, cron=cron,
+                   thread_context=(tuple(str(line) for line in context)
+                                   if isinstance(context, list) else None),
+                   platform_data={k: v for k, v in metadata.items() if k not in typed})
 
 
 @dataclass(slots=True)
 class OutboundMessage:
-    """One reply or notice to deliver to a chat; written to the outbox before any send."""
+    """One reply or notice to deliver to a chat; written to the outbox before any send.
+
+    `options`: how the adapter sends it. `announces`: the approval or task step it asks a
+    person about, or the task status it shows. `from_chat`: the chat whose run sent it with the
+    message tool (kept for the operator). `delivery`: what happened to it before this send.
+    """
 
     provider: str
     chat_id: str
@@ -226,25 +458,58 @@ class OutboundMessage:
     message_id: str = field(default_factory=lambda: new_id("out"))
     inbound_key: str | None = None
     created_at: float = field(default_factory=time.time)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    options: ReplyOptions = _AS_TEXT
+    announces: Announcement | None = None
+    from_chat: str = ""
+    delivery: Delivery = _UNTRIED
 
     @property
     def chat_key(self) -> str:
         return f"{self.provider}:{self.chat_id}"
 
     def to_dict(self) -> dict[str, Any]:
-        record = {name: getattr(self, name) for name in _OUTBOUND_FIELDS}
-        record["metadata"] = dict(self.metadata)
-        return record
+        """The stored form (the outbox): the typed parts under `metadata`."""
+        return {"provider": self.provider, "chat_id": self.chat_id, "content": self.content,
+                "reply_to": self.reply_to, "thread_id": self.thread_id,
+                "message_id": self.message_id, "inbound_key": self.inbound_key,
+                "created_at": self.created_at, "metadata": _outbound_metadata(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutboundMessage:
-        return cls(**data)
+        """A stored message (TypeError: not one)."""
+        data = dict(data)
+        parts = _outbound_parts(data.pop("metadata", None))
+        return cls(**data, **parts)
 
 
-# to_dict() copies fields directly: dataclasses.asdict deep-copies and was a hot spot
-_INBOUND_FIELDS = tuple(f.name for f in fields(InboundMessage))
-_OUTBOUND_FIELDS = tuple(f.name for f in fields(OutboundMessage))
+def _outbound_metadata(message: OutboundMessage) -> dict[str, Any]:
+    """An outbound message's `metadata`, in the order its writers always added the keys: what
+    it announces or who sent it, when it was made; how to send it, when it was split; what
+    happened to it, later."""
+    metadata: dict[str, Any] = {}
+    if message.announces is not None:
+        metadata.update(message.announces.to_dict())
+    if message.from_chat:
+        metadata.update(origin=_TOOL_ORIGIN, from_chat=message.from_chat)
+    metadata.update(message.options.to_dict())
+    metadata.update(message.delivery.to_dict())
+    return metadata
+
+
+_NO_PARTS: dict[str, Any] = {"options": _AS_TEXT, "announces": None, "from_chat": "",
+                             "delivery": _UNTRIED}
+
+
+def _outbound_parts(metadata: Any) -> dict[str, Any]:
+    """The typed fields of a stored outbound message's `metadata` (keys it does not know,
+    none of which any version wrote, are dropped)."""
+    if not metadata:
+        return _NO_PARTS
+    if not isinstance(metadata, dict):
+        raise TypeError("metadata is not an object")
+    from_chat = metadata.get("from_chat") if metadata.get("origin") == _TOOL_ORIGIN else None
+    return {"options": ReplyOptions.from_dict(metadata), "announces": _announcement(metadata),
+            "from_chat": str(from_chat or ""), "delivery": Delivery.from_dict(metadata)}
 
 
 @dataclass(slots=True)
@@ -287,41 +552,53 @@ class OutboxEntry:
     in_flight: bool = False  # a send began and never reported back (killed mid-send?)
 
 
+_LETTER_KEYS = frozenset({"at", "provider", "chat_id", "message_id", "reply_to", "thread_id",
+                          "retry_count", "error", "content"})
+
+
 @dataclass(slots=True)
 class DeadLetter:
     """A reply that could not be delivered, kept whole for replay: one line of
     `runtime/dlq/outbound.jsonl` (`at, provider, chat_id, message_id, reply_to, thread_id,
-    retry_count, error, content, metadata`)."""
+    retry_count, error, content, metadata`: the message's own `metadata`, plus the
+    `inbound_key` it answered)."""
 
     at: float
-    provider: str
-    chat_id: str
-    message_id: str
-    reply_to: str | None
-    thread_id: str | None
+    message: OutboundMessage
     retry_count: int
     error: str
-    content: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_outbound(cls, message: OutboundMessage, *, retry_count: int, error: str,
-                      at: float) -> DeadLetter:
-        metadata = dict(message.metadata)
-        if message.inbound_key:
-            metadata.setdefault("inbound_key", message.inbound_key)
-        return cls(at, message.provider, message.chat_id, message.message_id, message.reply_to,
-                   message.thread_id, retry_count, error, message.content, metadata)
 
     def to_outbound(self) -> OutboundMessage:
-        metadata = {k: v for k, v in self.metadata.items() if k != "inbound_key"}
-        metadata["replayed_from_dlq_at"] = self.at
-        return OutboundMessage(provider=self.provider, chat_id=self.chat_id, content=self.content,
-                               reply_to=self.reply_to, thread_id=self.thread_id,
-                               message_id=self.message_id, metadata=metadata)
+        """The reply to put back in the outbox: new, answering nothing (its inbound message
+        is long done), marked as replayed."""
+        message = self.message
+        return replace(message, inbound_key=None, created_at=time.time(),
+                       delivery=replace(message.delivery, replayed_from_dlq_at=self.at))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        message = self.message
+        metadata = _outbound_metadata(message)
+        if message.inbound_key:
+            metadata["inbound_key"] = message.inbound_key
+        return {"at": self.at, "provider": message.provider, "chat_id": message.chat_id,
+                "message_id": message.message_id, "reply_to": message.reply_to,
+                "thread_id": message.thread_id, "retry_count": self.retry_count,
+                "error": self.error, "content": message.content, "metadata": metadata}
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> DeadLetter:
+        """A stored letter (TypeError: not one)."""
+        if not isinstance(record, dict) or \
+                not _LETTER_KEYS <= record.keys() <= _LETTER_KEYS | {"metadata"}:
+            raise TypeError("not a dead letter")
+        metadata = dict(record.get("metadata") or {})
+        inbound_key = metadata.pop("inbound_key", None)
+        message = OutboundMessage(
+            provider=record["provider"], chat_id=record["chat_id"], content=record["content"],
+            reply_to=record["reply_to"], thread_id=record["thread_id"],
+            message_id=record["message_id"], inbound_key=inbound_key,
+            **_outbound_parts(metadata))
+        return cls(record["at"], message, record["retry_count"], record["error"])
 
 
 class IntakeStage(StrEnum):

@@ -25,7 +25,7 @@ from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.backends.base import ApprovalMap, SessionStore
-from soulflow.contracts import ChatRef, InboundMessage, ReplyStatus
+from soulflow.contracts import ApprovalRef, ChatRef, InboundMessage, ReplyStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,14 @@ class AgentReply:
     run_id: str | None = None
     approval_id: str | None = None
 
+    @property
+    def approval(self) -> ApprovalRef | None:
+        """The approval this reply asks for, named in the message that carries it so a
+        reaction on that message decides it; None unless the run waits for one."""
+        if self.approval_id and self.status == ReplyStatus.WAITING_APPROVAL:
+            return ApprovalRef(self.run_id or "", self.approval_id)
+        return None
+
 
 def session_key_for(message: InboundMessage) -> str:
     """One session per chat, and per thread where the platform has threads."""
@@ -60,8 +68,7 @@ def session_key_for(message: InboundMessage) -> str:
 
 def _thread_context(message: InboundMessage) -> list[str] | None:
     """The thread's recent messages the channel attached (already sealed), if any."""
-    context = message.metadata.get("thread_context")
-    return [str(item) for item in context] if isinstance(context, list) else None
+    return list(message.thread_context) if message.thread_context is not None else None
 
 
 def _is_task_run(chat: ChatRef) -> bool:
@@ -78,7 +85,7 @@ def _admins_only(state: RunState) -> bool:
 def chat_of(message: InboundMessage) -> ChatRef:
     """Where a run answers, and who asked: `requester_id` binds its approvals to that person
     (empty for a cron job's message, which nobody in the chat sent)."""
-    requester = "" if message.metadata.get("origin") == "cron" else message.sender_id
+    requester = "" if message.cron is not None else message.sender_id
     return ChatRef(message.provider, message.chat_id, message.thread_id,
                    sender_id=message.sender_id, sender_name=message.sender_name,
                    requester_id=requester, session_key=session_key_for(message))

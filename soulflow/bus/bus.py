@@ -78,10 +78,10 @@ class MessageBus:
     async def replay_dlq(self, message_ids: list[str] | None = None) -> int:
         """Put dead letters back in the outbox (all, or the given ids), then drop them."""
         letters = [e for e in await self.dlq.entries()
-                   if message_ids is None or e.message_id in message_ids]
+                   if message_ids is None or e.message.message_id in message_ids]
         for letter in letters:
             await self.publish_outbound(letter.to_outbound())
-        await self.dlq.remove(letter.message_id for letter in letters)
+        await self.dlq.remove(letter.message.message_id for letter in letters)
         return len(letters)
 
     async def refresh_stats(self) -> BusStats:

@@ -22,6 +22,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Protocol
 
 from soulflow.backends.base import DeadLetterStore, OutboxStore
@@ -230,7 +231,7 @@ class OutboundDispatcher:
         error: SendError | None = None
         if entry.in_flight:
             # the last run died during a send: let the channel check before sending again
-            message.metadata["maybe_sent"] = True
+            message.delivery = replace(message.delivery, maybe_sent=True)
         for inline in range(self.policy.inline_retries + 1):
             if not await self.outbox.record_sending(message.message_id):
                 log.info("not sending %s: its chat %s moved to another node (or it is gone)",

@@ -85,5 +85,7 @@ def normalize_inbound(message: InboundMessage) -> InboundMessage:
             value = getattr(attachment, field)
             if isinstance(value, str):
                 setattr(attachment, field, normalize_text(value))
-    message.metadata = normalize_value(message.metadata)
+    if message.thread_context is not None:
+        message.thread_context = tuple(normalize_text(line) for line in message.thread_context)
+    message.platform_data = normalize_value(message.platform_data)
     return message

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import Poison
 from soulflow.security.dead_letters import RAW_CAP
 
 POISON_KIND = "poison"
@@ -32,4 +33,4 @@ def poison_message(provider: str, *, message_id: str, error: BaseException | str
         excerpt = repr(raw)[:RAW_CAP]
     return InboundMessage(provider=provider, chat_id=chat_id, message_id=message_id,
                           sender_id=sender_id, text="", is_mention=False, kind=POISON_KIND,
-                          metadata={"poison_error": str(error)[:500], "raw": excerpt})
+                          poison=Poison(str(error)[:500], excerpt))

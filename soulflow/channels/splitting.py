@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from soulflow.channels.base import ChannelLimits
+from soulflow.contracts import ReplyOptions
 
 _MARKER_RESERVE = 12  # room for a "[99/99] " prefix
 _FENCE = re.compile(r"^```", re.MULTILINE)
@@ -25,12 +26,10 @@ _FENCE = re.compile(r"^```", re.MULTILINE)
 
 @dataclass(frozen=True, slots=True)
 class ReplyPart:
-    """One message to send: `text`, or a file (`as_file`) named `filename` with a `note`."""
+    """One message to send: its `text`, and how (`options.as_file`: as a file)."""
 
     text: str
-    as_file: bool = False
-    filename: str = ""
-    note: str = ""
+    options: ReplyOptions = ReplyOptions()
 
 
 def _cut_point(text: str, limit: int) -> int:
@@ -78,7 +77,7 @@ def split_reply(text: str, limits: ChannelLimits, *, filename: str = "reply.txt"
     if len(text) > limits.file_fallback_threshold:
         note = (f"The answer is {len(text):,} characters long, so it is attached as "
                 f"{filename}.")
-        return [ReplyPart(text=text, as_file=True, filename=filename, note=note)]
+        return [ReplyPart(text, ReplyOptions(as_file=True, filename=filename, note=note))]
     if len(text) <= limits.max_text:
         chunks = [text]
     else:

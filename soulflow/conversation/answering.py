@@ -18,7 +18,7 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
 from soulflow.contracts import ReplyStatus
 from soulflow.conversation.feedback import ChannelFeedback
-from soulflow.conversation.input_text import input_text
+from soulflow.conversation.input_text import AgentInput, input_text
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.errors import StoreUnavailable
@@ -31,13 +31,6 @@ log = logging.getLogger(__name__)
 def decider_of(message: InboundMessage) -> Decider:
     """The person deciding an approval by this reply or reaction."""
     return Decider(message.provider, message.sender_id, message.sender_name)
-
-
-def reply_metadata(reply: AgentReply) -> dict[str, Any]:
-    """What a reply that asks for an approval carries, so a reaction to it can decide it."""
-    if reply.approval_id and reply.status is ReplyStatus.WAITING_APPROVAL:
-        return {"approval_id": reply.approval_id, "run_id": reply.run_id}
-    return {}
 
 
 @dataclass(slots=True)
@@ -76,10 +69,10 @@ class AgentAnswers:
                                          f"There is no pending approval {approval_id} here.")
                 return True
         else:
-            text = await self.input_text([message], adapter)  # saves attachments (request_file)
+            given = await self.input_text([message], adapter)  # saves attachments (request_file)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
-                run_id, message, text, abort=abort))
-        await self.replies.reply(message, reply.content, metadata=reply_metadata(reply))
+                run_id, message, given.text, abort=abort))
+        await self.replies.reply(message, reply.content, announces=reply.approval)
         return True
 
     async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
@@ -89,13 +82,13 @@ class AgentAnswers:
                 return await work(abort)
 
     async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                         *, attributed: bool = False) -> str:
+                         *, attributed: bool = False) -> AgentInput:
         return await input_text(batch, adapter, workspace=self.workspace,
                                 max_chars=self.max_inbound_chars, attributed=attributed,
                                 vault=self.vault)
 
     async def run_agent(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
-                        text: str) -> AgentReply:
+                        given: AgentInput) -> AgentReply:
         """A new run for the batch; a failure inside is a FAILED reply, never silence."""
         first, last = batch[0], batch[-1]
         self.feedback.acknowledge(adapter, last.chat_id, last.message_id,
@@ -103,7 +96,7 @@ class AgentAnswers:
         try:
             async with self.feedback.typing_while(adapter, first.chat_id):
                 with self.runs.track(first.chat_key) as abort:
-                    reply = await self.agent.respond(first, text, abort=abort)
+                    reply = await self.agent.respond(first, given.text, abort=abort)
         except RunMoved:
             raise  # not a failure: the run goes on at the chat's new node (turns.py)
         except StoreUnavailable:
@@ -113,7 +106,6 @@ class AgentAnswers:
             reply = AgentReply("Sorry, something went wrong inside SoulFlow while answering; "
                                "the error is in the daemon's log.", ReplyStatus.FAILED,
                                f"{type(exc).__name__}: {exc}")
-        note = first.metadata.get("truncation_note")
-        if note:
-            reply.content = f"{note}\n\n{reply.content}"
+        if given.truncation_note:
+            reply.content = f"{given.truncation_note}\n\n{reply.content}"
         return reply

@@ -125,7 +125,7 @@ class FoldRule:
             return False
 
     def may_fold(self, message: InboundMessage) -> bool:
-        if message.metadata.get("origin") == "cron" or parse_decision(message.text) is not None:
+        if message.cron is not None or parse_decision(message.text) is not None:
             return False
         loop = self.agent.loop
         if loop is not None and loop.store.find(inbound_key=message.key):

@@ -10,6 +10,7 @@ for the user.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from soulflow.bus.messages import Attachment, InboundMessage
@@ -40,10 +41,18 @@ async def attachment_line(adapter: ChannelAdapter | None, message: InboundMessag
     return f"[attachment {attachment.name} saved at {path}]"
 
 
+@dataclass(frozen=True, slots=True)
+class AgentInput:
+    """What the agent reads for a batch, and what the person is told when it was cut."""
+
+    text: str
+    truncation_note: str = ""
+
+
 async def input_text(batch: list[InboundMessage], adapter: ChannelAdapter | None, *,
                      workspace: Beneath, max_chars: int, attributed: bool = False,
-                     vault: SecretVault | None = None) -> str:
-    """The messages' text and attachment lines, cut to `max_chars` (noted on the first).
+                     vault: SecretVault | None = None) -> AgentInput:
+    """The messages' text and attachment lines, cut to `max_chars` (with a note saying so).
 
     `attributed` (a folded turn: messages that queued up while the chat's last turn ran):
     one numbered line per message with its sender, in order, so the agent answers them
@@ -59,10 +68,9 @@ async def input_text(batch: list[InboundMessage], adapter: ChannelAdapter | None
                                                    vault))
         text = "\n".join(parts)
     if len(text) > max_chars:
-        batch[0].metadata["truncation_note"] = (
-            f"(Your message had {len(text):,} characters; I read the first {max_chars:,}.)")
-        text = text[:max_chars]
-    return text
+        return AgentInput(text[:max_chars], f"(Your message had {len(text):,} characters; "
+                                            f"I read the first {max_chars:,}.)")
+    return AgentInput(text)
 
 
 async def _attributed(batch: list[InboundMessage], adapter: ChannelAdapter | None,

@@ -74,7 +74,7 @@ class InboundScreen:
         if message.kind == POISON_KIND:
             if await self._journal.is_seen(safe_key(message.key)):
                 return Verdict.SKIP  # quarantined before the cursor moved, read again
-            raise IntakeError(IntakeStage.PARSE, str(message.metadata.get("poison_error")))
+            raise IntakeError(IntakeStage.PARSE, message.poison.error if message.poison else "")
         with stage(IntakeStage.NORMALISE):
             normalize_inbound(message)
         if await self._journal.is_seen(message.key):  # a store error propagates: read again

@@ -71,7 +71,7 @@ class Quarantine:
     async def record(self, message: InboundMessage, stage_name: IntakeStage | str,
                      error: str) -> str:
         key = safe_key(message.key)
-        raw = message.metadata.get("raw") if message.kind == POISON_KIND else None
+        raw = message.poison.raw if message.kind == POISON_KIND and message.poison else None
         if not isinstance(raw, str):
             raw = json.dumps({k: v for k, v in message.to_dict().items() if k != "text"},
                              ensure_ascii=True, default=repr)

@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from soulflow.agent.approvals import CLARIFY, parse_reaction
 from soulflow.agent.domain import AgentDomain
 from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import Job
-from soulflow.contracts import ChatRef, ReplyStatus
+from soulflow.contracts import Announcement, ChatRef, ReplyStatus
 from soulflow.conversation.access import AccessPolicy
-from soulflow.conversation.answering import decider_of, reply_metadata
+from soulflow.conversation.answering import decider_of
 from soulflow.conversation.chat_tasks import ChatTasks
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ class Reactions:
     tasks: ChatTasks | None
     stop_chat: Callable[[str], int]  # the chat's runs and tasks, as /stop
     submit: Callable[[str, Job], None]  # into the chat's serial queue
-    publish: Callable[[ChatRef, str, dict[str, Any] | None], Awaitable[list[bool]]]
+    publish: Callable[[ChatRef, str, Announcement | None], Awaitable[list[bool]]]
 
     def handle(self, message: InboundMessage) -> None:
         """Act on a reaction by an allowed user in a chat this node holds."""
@@ -63,7 +62,7 @@ class Reactions:
             # let anyone make the bot post at will (a reply "ok" is answered, once per message)
             if reply is not None and reply.status is not ReplyStatus.REFUSED:
                 self.publish(self.agent.chat_of_run(entry["run_id"]), reply.content,
-                             reply_metadata(reply))
+                             reply.approval)
 
         self.submit(message.chat_key, decide)
 

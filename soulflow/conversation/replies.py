@@ -19,13 +19,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
 
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.splitting import split_reply
-from soulflow.contracts import ChatRef, EventSink, ReplyStatus
+from soulflow.contracts import Announcement, ChatRef, EventSink, ReplyOptions, ReplyStatus
 
 log = logging.getLogger(__name__)
 
@@ -37,33 +36,34 @@ class BusReplies:
     on_event: EventSink
 
     def publish_to_chat(self, chat: ChatRef, content: str,
-                        metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
-                        inbound_key: str | None = None) -> Awaitable[list[bool]]:
+                        announces: Announcement | None = None, *, reply_to: str | None = None,
+                        inbound_key: str | None = None,
+                        from_chat: str = "") -> Awaitable[list[bool]]:
         """Queue a message, split or turned into a file as the platform needs, in order. The
         parts are stored by the outbox writer in this order; await the result where they must
-        be stored before going on (callers that only notify may ignore it)."""
+        be stored before going on (callers that only notify may ignore it). Each part carries
+        what the message `announces` and the chat whose message tool sent it (`from_chat`)."""
         provider, chat_id = chat.provider, chat.chat_id
         adapter = self.registry.get(provider)
         parts = split_reply(content, adapter.limits) if adapter is not None else []
         stored: list[asyncio.Future[bool]] = []
         for part in parts or [None]:
-            extra: dict[str, Any] = dict(metadata or {})
-            if part is not None and part.as_file:
-                extra.update({"as_file": True, "filename": part.filename, "note": part.note})
             stored.append(self.bus.publish_outbound(OutboundMessage(
                 provider=provider, chat_id=chat_id,
                 content=part.text if part is not None else content, reply_to=reply_to,
-                thread_id=chat.thread_id, inbound_key=inbound_key, metadata=extra)))
+                thread_id=chat.thread_id, inbound_key=inbound_key,
+                options=part.options if part is not None else ReplyOptions(),
+                announces=announces, from_chat=from_chat)))
         self.on_event("agent.reply", {"provider": provider, "chat_id": chat_id,
                                       "reply_to": reply_to, "text": content[:500]})
         return asyncio.gather(*stored)
 
     def reply(self, message: InboundMessage, content: str, *, inbound_key: str | None = "",
-              metadata: dict[str, Any] | None = None) -> Awaitable[list[bool]]:
+              announces: Announcement | None = None) -> Awaitable[list[bool]]:
         """Queue a reply to `message` (answering `inbound_key`: by default the message itself,
         None for a reply that answers nothing, such as a refusal)."""
         return self.publish_to_chat(
-            message.chat, content, metadata, reply_to=message.message_id,
+            message.chat, content, announces, reply_to=message.message_id,
             inbound_key=message.key if inbound_key == "" else inbound_key)
 
     async def complete(self, keys: list[str], status: ReplyStatus,

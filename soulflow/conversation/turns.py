@@ -24,7 +24,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Any
 
 from soulflow.agent.domain import AgentDomain
 from soulflow.backends.base import RunMoved
@@ -33,9 +32,9 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ChatRef, EventSink, IntakeStage, ReplyStatus
+from soulflow.contracts import Announcement, ChatRef, EventSink, IntakeStage, ReplyStatus
 from soulflow.conversation.access import AccessPolicy, refusal_text
-from soulflow.conversation.answering import AgentAnswers, reply_metadata
+from soulflow.conversation.answering import AgentAnswers
 from soulflow.conversation.chat_tasks import ChatTasks
 from soulflow.conversation.claiming import ClaimLoop
 from soulflow.conversation.commands import STOP_NAMES, CommandHandler, CommandRouter
@@ -292,7 +291,7 @@ class Conversation:
                 await self.replies.complete(keys, ReplyStatus.ANSWERED)
                 return
         adapter = self.registry.get(first.provider)
-        personal = len(batch) == 1 and first.metadata.get("origin") != "cron"
+        personal = len(batch) == 1 and first.cron is None
         if personal and adapter is not None and \
                 (command := adapter.parse_command(first.text)) is not None:
             await self._reply_and_complete(first, await self.commands.handle(command, first))
@@ -314,26 +313,26 @@ class Conversation:
         """A new agent run answers the turn's messages with one reply."""
         batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
-        text = await self.answers.input_text(batch, adapter, attributed=turn.folded)
-        if not text.strip():
+        given = await self.answers.input_text(batch, adapter, attributed=turn.folded)
+        if not given.text.strip():
             await self.replies.reply(first, EMPTY_MESSAGE_REPLY)
             await self.replies.complete(keys, ReplyStatus.IGNORED, "empty message")
             return
         if self.sealer is not None:
             report = inspect_secret_references_for_orchestration(
-                text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
+                given.text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
                 await self.replies.reply(first, secret_resolution_required_message(report))
                 await self.replies.complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
                 return
         try:
-            reply = await self.answers.run_agent(batch, adapter, text)
+            reply = await self.answers.run_agent(batch, adapter, given)
         except RunMoved:  # the chat is another node's now: it runs this message again
             log.info("%s: its chat moved to another node, which answers it", first.key)
             await self.bus.inbound.release(batch)  # whoever holds the chat next, even us
             return
         await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
-                                 metadata=reply_metadata(reply))
+                                 announces=reply.approval)
         await self.replies.complete(keys, reply.status, reply.error)
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
@@ -397,16 +396,17 @@ class Conversation:
                 except RunMoved:  # taken over again by a newer holder of the chat
                     log.info("run %s moved to another node, which continues it", run_id)
                     return
-                self.publish_to_chat(chat, reply.content, reply_metadata(reply))
+                self.publish_to_chat(chat, reply.content, reply.approval)
 
             self._executor.submit(chat.key, job)
             resumed += 1
         return resumed
 
     def publish_to_chat(self, chat: ChatRef, content: str,
-                        metadata: dict[str, Any] | None = None, *, reply_to: str | None = None,
-                        inbound_key: str | None = None) -> Awaitable[list[bool]]:
+                        announces: Announcement | None = None, *, reply_to: str | None = None,
+                        inbound_key: str | None = None,
+                        from_chat: str = "") -> Awaitable[list[bool]]:
         """Queue a message to a chat, split as the platform needs (replies.py); await the
         result where it must be stored before going on."""
-        return self.replies.publish_to_chat(chat, content, metadata, reply_to=reply_to,
-                                            inbound_key=inbound_key)
+        return self.replies.publish_to_chat(chat, content, announces, reply_to=reply_to,
+                                            inbound_key=inbound_key, from_chat=from_chat)

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from soulflow.backends.base import CronStore
-from soulflow.contracts import ChatRef, CronRunStatus, InboundMessage
+from soulflow.contracts import ChatRef, CronOccurrence, CronRunStatus, InboundMessage
 from soulflow.cron.jobs import Job, JobState, PayloadKind, new_job_id
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
 
@@ -85,7 +85,7 @@ def cron_inbound_message(job: Job, scheduled: datetime) -> InboundMessage:
         provider=job.chat.provider, chat_id=job.chat.chat_id, thread_id=job.chat.thread_id,
         message_id=f"cron-{job.id}-{stamp}", sender_id="cron", sender_name=f"cron: {job.name}",
         text=job.text, is_mention=True,
-        metadata={"origin": "cron", "cron_job_id": job.id, "scheduled_at": to_iso(scheduled)})
+        cron=CronOccurrence(job.id, to_iso(scheduled)))
 
 
 class CronService:

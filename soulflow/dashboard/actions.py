@@ -147,9 +147,7 @@ class ConsoleActions:
                                                approval_id=approval_id, abort=abort)
         if reply is None or reply.status == "refused":
             return
-        metadata = {"approval_id": reply.approval_id, "run_id": reply.run_id} \
-            if reply.approval_id and reply.status == "waiting_approval" else {}
-        runtime.conversation.publish_to_chat(chat, reply.content, metadata)
+        runtime.conversation.publish_to_chat(chat, reply.content, reply.approval)
 
     # -- cancelling ----------------------------------------------------------------------
 

@@ -160,9 +160,9 @@ class Console:
 
     def _outbound_dlq(self) -> list[dict[str, Any]]:
         letters = self.runtime.bus.stats.recent_dlq[-RECENT_DLQ:]  # the "bus:stats" loop's
-        return [{"message_id": e.message_id, "at": e.at, "provider": e.provider,
-                 "chat_id": e.chat_id, "retry_count": e.retry_count,
-                 "error": _short(e.error, 300), "content": _short(e.content, 300)}
+        return [{"message_id": e.message.message_id, "at": e.at, "provider": e.message.provider,
+                 "chat_id": e.message.chat_id, "retry_count": e.retry_count,
+                 "error": _short(e.error, 300), "content": _short(e.message.content, 300)}
                 for e in reversed(letters)]
 
     def _providers(self) -> list[dict[str, Any]]:

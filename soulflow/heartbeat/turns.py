@@ -20,13 +20,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from soulflow.agent.consolidate import Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run import events as ev
-from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
+from soulflow.contracts import QUIET_TURN_ORIGIN, Announcement, ApprovalRef, ChatRef
 from soulflow.heartbeat.checklist import is_ok_reply
 from soulflow.security.zones import zone_for
 from soulflow.supervisor import cancel_and_wait
@@ -38,8 +37,8 @@ log = logging.getLogger(__name__)
 ORIGIN = QUIET_TURN_ORIGIN  # marks these runs' chat records (recovery, the ops watchdog)
 INTERRUPTED_REASON = "interrupted by a restart; the next occurrence checks again"
 
-Publish = Callable[[ChatRef, str, dict[str, Any]], None]
-"""Queue a message to a chat: (chat, text, metadata)."""
+Publish = Callable[[ChatRef, str, Announcement | None], None]
+"""Queue a message to a chat: (chat, text, the approval it asks for)."""
 
 
 class TurnStatus(StrEnum):
@@ -144,9 +143,8 @@ class QuietTurnRunner:
             self._aborts.pop(run_id, None)
         text = self._redact(outcome.text)
         if outcome.status in (ev.WAITING_APPROVAL, ev.WAITING_USER):
-            metadata = ({"approval_id": outcome.approval_id, "run_id": run_id}
-                        if outcome.approval_id else {})
-            self._publish(turn.target, f"[{turn.label}] {text}", metadata)
+            approval = ApprovalRef(run_id, outcome.approval_id) if outcome.approval_id else None
+            self._publish(turn.target, f"[{turn.label}] {text}", approval)
             return TurnOutcome(TurnStatus.WAITING, text, run_id)
         self._record_answer(turn, run_id, outcome.status, text)
         if outcome.status in (ev.FAILED, ev.CANCELLED):
@@ -155,7 +153,7 @@ class QuietTurnRunner:
         if is_ok_reply(text):
             log.info("%s: all clear", turn.label)
             return TurnOutcome(TurnStatus.OK, text, run_id)
-        self._publish(turn.target, f"[{turn.label}] {text}", {})
+        self._publish(turn.target, f"[{turn.label}] {text}", None)
         return TurnOutcome(TurnStatus.NOTIFIED, text, run_id)
 
     def abort(self, run_id: str) -> bool:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
-from soulflow.contracts import ChatRef
+from soulflow.contracts import Announcement, ChatRef
 from soulflow.cron.jobs import Job
 from soulflow.cron.service import occurrence_stamp
 from soulflow.heartbeat.service import HeartbeatService
@@ -140,11 +140,11 @@ class BackgroundServices:
 
     # -- probes and actions ------------------------------------------------------------------
 
-    def _publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
-        self._runtime.conversation.publish_to_chat(chat, text, metadata)
+    def _publish(self, chat: ChatRef, text: str, announces: Announcement | None) -> None:
+        self._runtime.conversation.publish_to_chat(chat, text, announces)
 
     def _notify(self, text: str) -> None:
-        self._publish(self.notice_chat, text, {})
+        self._publish(self.notice_chat, text, None)
 
     def _restart_channel(self, name: str, reason: str) -> bool:
         adapter = self._runtime.channels.get(name)

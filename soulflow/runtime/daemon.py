@@ -39,7 +39,7 @@ from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.reader import run_channel
 from soulflow.config import Settings
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ApprovalRef, ChatRef
 from soulflow.conversation.access import AdminPolicy
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.decision.service import DecisionService
@@ -182,14 +182,14 @@ class Runtime:
         """Which platform message announced an approval, for reactions. A store that fails
         here (Redis away) only means a reaction to that prompt is not recognised; a text
         reply still decides it, so the sent message's bookkeeping must not fail with it."""
-        approval_id = message.metadata.get("approval_id")
-        if approval_id and result.platform_message_ids:
+        approval = message.announces
+        if isinstance(approval, ApprovalRef) and result.platform_message_ids:
             try:
                 self.approvals.remember(message.chat_key, result.platform_message_ids,
-                                        str(message.metadata.get("run_id")), str(approval_id))
+                                        approval.run_id, approval.approval_id)
             except Exception as exc:
                 log.warning("approval %s: its prompt was sent but not remembered for "
-                            "reactions (%s: %s)", approval_id, type(exc).__name__, exc)
+                            "reactions (%s: %s)", approval.approval_id, type(exc).__name__, exc)
 
     # -- lifecycle -----------------------------------------------------------------------
 

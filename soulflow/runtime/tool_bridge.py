@@ -51,8 +51,8 @@ class ToolBridge:
                             f"(configured: {', '.join(runtime.channels.names())})")
         chat = ChatRef(message.provider, message.chat_id, message.thread_id)
         await runtime.conversation.publish_to_chat(  # split per platform limits, stored
-            chat, runtime.redactor.redact(message.content), message.metadata,
-            reply_to=message.reply_to)
+            chat, runtime.redactor.redact(message.content), reply_to=message.reply_to,
+            from_chat=message.from_chat)
 
     async def _request_file(self, chat: ChatRef, description: str) -> None:
         """Fallback path of request_file (used only if the loop does not intercept it)."""

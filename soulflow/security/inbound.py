@@ -57,14 +57,13 @@ class InboundSealer:
             report.sealed = 1
             return report
         report.sealed += self._seal_text(message, "text")
-        context = message.metadata.get("thread_context")
-        if isinstance(context, list):
+        if message.thread_context is not None:
             sealed_context = []
-            for item in context:
-                result = self._seal(message, str(item))
+            for line in message.thread_context:
+                result = self._seal(message, line)
                 report.sealed += len(result.sealed)
                 sealed_context.append(result.text)
-            message.metadata["thread_context"] = sealed_context
+            message.thread_context = tuple(sealed_context)
         for attachment in message.attachments:
             for field in ("name", "local_path", "url"):
                 value = getattr(attachment, field)

@@ -14,8 +14,9 @@ result are posted at once, as ordinary replies through the outbox (journaled and
 failure to publish is logged and never touches the task. The status message's id lives in
 memory: after a restart the next update posts a new status message.
 
-Messages announcing a prompt carry `task_id` and `node_id` in their metadata: the daemon
-remembers the platform message ids they got, so a reaction on them decides the prompt.
+Messages announcing a prompt carry the step they ask about (`TaskStepRef`), the status message
+its task (`TaskStatusRef`): the daemon remembers the platform message ids they got, so a
+reaction on a prompt decides it and a later update edits the status message.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import ChatRef, SendError
+from soulflow.contracts import Announcement, ChatRef, SendError, TaskStatusRef, TaskStepRef
 from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.model import NodeStatus, TaskState, TaskStatus
@@ -40,9 +40,8 @@ MIN_QUEUED_WAIT_S = 0.2  # between looks at a status message still in the outbox
 MAX_QUEUED_WAITS = 20  # then it is taken as lost and the next update posts a new one
 RESULT_CHARS = 3000
 
-PublishFn = Callable[[ChatRef, str, dict[str, Any]], None]  # (chat, text, metadata)
+PublishFn = Callable[[ChatRef, str, Announcement | None], None]  # (chat, text, announces)
 EditorFn = Callable[[str], ChannelAdapter | None]  # provider -> its adapter, if it can edit
-STATUS_KEY = "task_status"  # metadata of a status message: the task id
 
 
 def chat_of_task(task: TaskState) -> ChatRef:
@@ -79,7 +78,7 @@ class TaskProgress:
         reason = event.payload.get("reason")
         if event.phase == "blocked" and reason in ("approval", "interrupted"):
             self._send(task, prompt_text(task, event.node_id, str(reason)),
-                       {"task_id": task.task_id, "node_id": event.node_id})
+                       TaskStepRef(task.task_id, event.node_id))
         elif event.phase in ("assign", "done"):
             self._update(task, status_text(task, event))
 
@@ -136,7 +135,7 @@ class TaskProgress:
             return
         if message_id is None:
             self._status[task.task_id] = None
-            self._send(task, text, {STATUS_KEY: task.task_id})
+            self._send(task, text, TaskStatusRef(task.task_id))
             return
         self._last_sent[task.task_id] = self.clock()
         try:
@@ -155,12 +154,12 @@ class TaskProgress:
         if flusher is not None:
             flusher.cancel()
 
-    def _send(self, task: TaskState, text: str, metadata: dict[str, Any] | None = None) -> None:
+    def _send(self, task: TaskState, text: str, announces: Announcement | None = None) -> None:
         self._last_sent[task.task_id] = self.clock()
         if task.status.finished:
             self._last_sent.pop(task.task_id, None)
         try:
-            self.publish(chat_of_task(task), text, metadata or {})
+            self.publish(chat_of_task(task), text, announces)
         except Exception:  # progress is best effort: the task goes on
             log.exception("could not post progress of task %s", task.task_id)
 

@@ -24,14 +24,14 @@ from soulflow.agent.approvals import Decider, parse_reaction
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
-from soulflow.contracts import ChatRef
+from soulflow.contracts import Announcement, ChatRef, TaskStatusRef, TaskStepRef
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
 from soulflow.tasks.chat import TaskChat
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import AgentParts, DaemonExecutors, is_task_run
 from soulflow.tasks.planner import Planner
-from soulflow.tasks.progress import STATUS_KEY, TaskProgress
+from soulflow.tasks.progress import TaskProgress
 from soulflow.tasks.tool import TaskTool
 
 if TYPE_CHECKING:
@@ -137,24 +137,24 @@ class TaskServices:
             self.prompts.forget_run(event.task.task_id)  # its prompts take no answer now
         await self.progress.on_event(event)
 
-    def _publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
+    def _publish(self, chat: ChatRef, text: str, announces: Announcement | None) -> None:
         self._runtime.conversation.publish_to_chat(chat, self._runtime.redactor.redact(text),
-                                                   metadata)
+                                                   announces)
 
     def _publish_text(self, chat: ChatRef, text: str) -> None:
-        self._publish(chat, text, {})
+        self._publish(chat, text, None)
 
     def _agent_waiting(self, chat_key: str, decider: Decider) -> bool:
         """A chat run waits for an approval or for an answer: a bare "yes" is for it."""
         return self._runtime.agent.open_run(chat_key, by=decider) is not None
 
     def _remember_prompt(self, message: OutboundMessage, result: SendResult) -> None:
-        if status_of := message.metadata.get(STATUS_KEY):
-            self.progress.status_sent(str(status_of), result.platform_message_ids)
-        task_id, node_id = message.metadata.get("task_id"), message.metadata.get("node_id")
-        if task_id and node_id and result.platform_message_ids:
-            self.prompts.remember(message.chat_key, result.platform_message_ids, str(task_id),
-                                  str(node_id))
+        announced = message.announces
+        if isinstance(announced, TaskStatusRef):
+            self.progress.status_sent(announced.task_id, result.platform_message_ids)
+        elif isinstance(announced, TaskStepRef) and result.platform_message_ids:
+            self.prompts.remember(message.chat_key, result.platform_message_ids,
+                                  announced.task_id, announced.node_id)
 
     # -- what the conversation asks of the chat's tasks (conversation/chat_tasks.py) --------
 

@@ -34,6 +34,7 @@ from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.contracts import ApprovalRef
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.turns import Conversation
 from soulflow.decision.service import DecisionService
@@ -91,11 +92,11 @@ class Pipeline:
     bus: MessageBus
     counter: list[int]
 
-    async def say(self, user: str, text: str, **metadata: Any) -> InboundMessage:
+    async def say(self, user: str, text: str) -> InboundMessage:
         self.counter[0] += 1
         message = InboundMessage(provider="chat", chat_id="team", sender_id=user,
                                  sender_name=NAMES[user], text=text,
-                                 message_id=f"m{self.counter[0]}", metadata=metadata)
+                                 message_id=f"m{self.counter[0]}")
         assert await self.conversation.ingest(self.adapter, [message]) == [message]
         return message
 
@@ -150,10 +151,10 @@ def wire_chat(bus: MessageBus, agent: AgentDomain, approvals: ApprovalMap, tmp_p
     bus.bind_senders(registry.get)
 
     def remember(message: OutboundMessage, result: SendResult) -> None:  # as the runtime does
-        approval_id = message.metadata.get("approval_id")
-        if approval_id and result.platform_message_ids:
+        approval = message.announces
+        if isinstance(approval, ApprovalRef) and result.platform_message_ids:
             approvals.remember(message.chat_key, result.platform_message_ids,
-                               str(message.metadata.get("run_id")), str(approval_id))
+                               approval.run_id, approval.approval_id)
 
     bus.dispatcher.sent_listeners.append(remember)
     conversation = Conversation(registry, bus, agent,

@@ -247,5 +247,5 @@ async def test_slack_polling_follows_a_thread_the_standby_node_answered_in(
             fake.post_user_message(general, "a follow-up", thread_ts=question["ts"])
             await until(lambda: "a follow-up" in first.texts(), TIMEOUT)
             (follow_up,) = [m for m in first.received if m.text == "a follow-up"]
-            assert follow_up.metadata.get("bot_thread")
+            assert follow_up.platform_data.get("bot_thread")
             assert not second.received

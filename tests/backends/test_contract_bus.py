@@ -190,7 +190,7 @@ async def test_the_stats_snapshot_follows_the_stores(harness: Harness) -> None:
                                   sender_id="u", stage="parse", error="bad")
     stats = await bus.refresh_stats()
     assert (stats.dlq, stats.inbound_dlq, stats.inbound_pending) == (3, 1, 1)
-    assert [e.content for e in stats.recent_dlq] == ["dead 0", "dead 1", "dead 2"]
+    assert [e.message.content for e in stats.recent_dlq] == ["dead 0", "dead 1", "dead 2"]
     assert [e.message_id for e in stats.recent_inbound_dlq] == ["9"]
     await backend.dlq.purge()
     stats = await bus.fresh_stats()

@@ -89,7 +89,8 @@ async def test_unfinished_work_survives_a_restart_and_is_handed_out_again(
 async def test_messages_round_trip_whole(harness: Harness) -> None:
     backend = await harness.open()
     message = inbound("c1", 1, text="héllo ✓ \n line")
-    message.metadata = {"update_id": 17, "nested": {"a": [1, 2]}}
+    message.platform_data = {"update_id": 17, "nested": {"a": [1, 2]}}
+    message.thread_context = ("alice: earlier", "bob: ✓")
     message.thread_id = "t-9"
     message.received_at = 1795000000.123456
     await backend.inbound.accept(message)

@@ -13,16 +13,20 @@ async def test_outbound_dead_letters_keep_the_whole_reply(harness: Harness) -> N
     second = outbound("b", "another")
     letter = await backend.dlq.add(first, retry_count=8, error="403 blocked by user")
     await backend.dlq.add(second, retry_count=1, error="400 chat not found")
-    assert letter.metadata["inbound_key"] == "telegram:a:1"
+    assert letter.to_dict()["metadata"]["inbound_key"] == "telegram:a:1"
     backend = await harness.reopen(backend)
     entries = await backend.dlq.entries()
-    assert [(e.message_id, e.content, e.retry_count, e.error) for e in entries] == [
+    assert [(e.message.message_id, e.message.content, e.retry_count, e.error)
+            for e in entries] == [
         (first.message_id, "lost reply", 8, "403 blocked by user"),
         (second.message_id, "another", 1, "400 chat not found")]
-    assert entries[0].to_outbound().content == "lost reply"
+    assert entries[0].message.inbound_key == "telegram:a:1"
+    replay = entries[0].to_outbound()
+    assert replay.content == "lost reply" and replay.inbound_key is None
+    assert replay.delivery.replayed_from_dlq_at == entries[0].at
     assert await backend.dlq.count() == 2
     assert await backend.dlq.remove([first.message_id, "out_none"]) == 1
-    assert [e.message_id for e in await backend.dlq.entries()] == [second.message_id]
+    assert [e.message.message_id for e in await backend.dlq.entries()] == [second.message_id]
     assert await backend.dlq.purge() == 1
     assert await backend.dlq.count() == 0
 
@@ -32,8 +36,8 @@ async def test_recent_outbound_dead_letters_are_the_last_ones_in_order(
     backend = await harness.open()
     letters = [await backend.dlq.add(outbound("a", f"r{n}"), retry_count=1, error="x")
                for n in range(5)]
-    assert [e.message_id for e in await backend.dlq.recent(2)] == \
-        [letters[3].message_id, letters[4].message_id]
+    assert [e.message.message_id for e in await backend.dlq.recent(2)] == \
+        [letters[3].message.message_id, letters[4].message.message_id]
     assert len(await backend.dlq.recent(20)) == 5
 
 

@@ -206,7 +206,7 @@ def test_the_dlq_commands_work_on_redis_without_a_daemon(redis_daemon: Daemon,
                                partitions=int(env["REDIS_PARTITIONS"]))
         try:
             return (await backend.outbox.count(),
-                    [e.message_id for e in await backend.dlq.entries()],
+                    [e.message.message_id for e in await backend.dlq.entries()],
                     int(await backend.client.zcard(backend.keys.nodes)))
         finally:
             await backend.client.aclose()

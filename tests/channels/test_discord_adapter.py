@@ -20,6 +20,7 @@ from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, S
 from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
 from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import ReplyOptions
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord
@@ -93,9 +94,8 @@ def reply_messages(adapter: DiscordChannel, chat_id: int | str, text: str,
                    **options: Any) -> list[OutboundMessage]:
     """A reply as the conversation stores it: split once by the adapter's limits, each part an
     outbox message of its own (a file part carries its name and note)."""
-    return [outbound(chat_id, part.text, **options, metadata={
-        "as_file": True, "filename": part.filename, "note": part.note} if part.as_file else {})
-        for part in split_reply(text, adapter.limits)]
+    return [outbound(chat_id, part.text, **options, options=part.options)
+            for part in split_reply(text, adapter.limits)]
 
 
 # -- start / stop ------------------------------------------------------------------------
@@ -161,7 +161,7 @@ async def test_guild_mention_is_stripped_and_flagged(fake: FakeDiscord,
     assert (message.sender_id, message.sender_name) == (str(alice(fake)), "Alice")
     assert message.text == "hello there"
     assert message.is_mention and not message.is_direct and not message.from_bot
-    assert message.thread_id is None and message.metadata["guild_id"] == str(fake.guild_id)
+    assert message.thread_id is None and message.platform_data["guild_id"] == str(fake.guild_id)
 
 
 async def test_message_without_mention(fake: FakeDiscord, adapter: DiscordChannel) -> None:
@@ -175,7 +175,7 @@ async def test_direct_message(fake: FakeDiscord, adapter: DiscordChannel) -> Non
     fake.push_message(dm, "psst", alice(fake))
     message = await receive_one(adapter)
     assert message.chat_id == str(dm) and message.is_direct and message.is_mention
-    assert message.metadata["guild_id"] is None
+    assert message.platform_data["guild_id"] is None
 
 
 async def test_other_bots_are_flagged(fake: FakeDiscord, adapter: DiscordChannel) -> None:
@@ -197,7 +197,7 @@ async def test_reply_to_bot_message_counts_as_mention(fake: FakeDiscord,
     sent = (await adapter.send(outbound(general(fake), "question?"))).platform_message_ids[0]
     fake.push_message(general(fake), "answer", alice(fake), reply_to=int(sent))
     reply = await receive_one(adapter)
-    assert reply.is_mention and reply.metadata["reply_to_message_id"] == sent
+    assert reply.is_mention and reply.platform_data["reply_to_message_id"] == sent
 
     # a reply with the ping switched off: no mention at all, only the resolved reference
     quiet = fake.world.build_message(fake.world.channels[general(fake)], alice(fake), "quiet",
@@ -298,8 +298,8 @@ async def test_send_to_a_dm_channel(fake: FakeDiscord, adapter: DiscordChannel) 
 
 
 async def test_send_as_file(fake: FakeDiscord, adapter: DiscordChannel) -> None:
-    metadata = {"as_file": True, "filename": "answer.md", "note": "Attached."}
-    await adapter.send(outbound(general(fake), "# long answer", metadata=metadata))
+    how = ReplyOptions(as_file=True, filename="answer.md", note="Attached.")
+    await adapter.send(outbound(general(fake), "# long answer", options=how))
     sent = fake.sent_messages[-1]
     assert sent.content == "Attached."
     assert [(f.filename, f.data) for f in sent.files] == [("answer.md", b"# long answer")]

@@ -18,6 +18,7 @@ from soulflow.channels.files import safe_filename
 from soulflow.channels.slack.adapter import SlackChannel, SlackStartError
 from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import Delivery, ReplyOptions
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.rate_limits import SLACK_LIMITS, Window
@@ -113,7 +114,7 @@ async def test_a_send_before_start_is_retried_not_an_adapter_error(make: Factory
     adapter = await make(start=False)
     with pytest.raises(SendError, match="not started") as caught:
         await adapter.send(OutboundMessage("slack", GENERAL, "too early",
-                                           metadata={"maybe_sent": True}))
+                                           delivery=Delivery(maybe_sent=True)))
     assert not caught.value.permanent
 
 
@@ -133,7 +134,7 @@ async def test_polling_primes_then_reads_mentions(make: Factory, fake: FakeSlack
     fake.post_user_message(GENERAL, "just chatting")
     mention, chat = await read_until(adapter, lambda got: len(got) == 2)
     assert (mention.text, mention.is_mention, mention.priming) == ("summarize & go", True, False)
-    assert mention.message_id == posted["ts"] == mention.metadata["ts"]
+    assert mention.message_id == posted["ts"] == mention.platform_data["ts"]
     assert (mention.sender_id, mention.sender_name, mention.thread_id) == ("U0ALICE001",
                                                                           "alice", None)
     assert (chat.text, chat.is_mention, chat.is_direct) == ("just chatting", False, False)
@@ -167,7 +168,7 @@ async def test_polling_follows_threads_the_bot_answered(make: Factory, fake: Fak
     fake.post_user_message(GENERAL, "thanks, more detail please", thread_ts=question["ts"])
     got = await read_until(adapter, has_text("thanks, more detail please"))
     (reply,) = got
-    assert reply.thread_id == question["ts"] and reply.metadata["bot_thread"]
+    assert reply.thread_id == question["ts"] and reply.platform_data["bot_thread"]
     adapter.commit(got)
     restarted = await make(socket=False)  # followed threads and their cursors persist
     fake.post_user_message(GENERAL, "second reply", thread_ts=question["ts"])
@@ -320,7 +321,7 @@ async def test_send_converts_markdown_and_threads(make: Factory, fake: FakeSlack
     parent = fake.post_user_message(GENERAL, "question")
     result = await adapter.send(OutboundMessage(
         "slack", GENERAL, "**Done**: see [the docs](https://x.test/a?b=1&c=2) & <more>",
-        reply_to=parent["ts"], metadata={"thread_reply": True}))
+        reply_to=parent["ts"], options=ReplyOptions(thread_reply=True)))
     (posted,) = fake.messages
     assert posted.text == "*Done*: see <https://x.test/a?b=1&amp;c=2|the docs> &amp; &lt;more&gt;"
     assert posted.thread_ts == parent["ts"] and result.platform_message_ids == [posted.ts]
@@ -362,7 +363,7 @@ async def test_send_as_file_uploads_the_text(make: Factory, fake: FakeSlack) -> 
     parent = fake.post_user_message(GENERAL, "long answer please")
     result = await adapter.send(OutboundMessage(
         "slack", GENERAL, "x" * 20_000, thread_id=parent["ts"],
-        metadata={"as_file": True, "filename": "answer.md", "note": "It is long."}))
+        options=ReplyOptions(as_file=True, filename="answer.md", note="It is long.")))
     (upload,) = fake.uploads
     assert (upload.data, upload.filename, upload.initial_comment, upload.thread_ts) == (
         b"x" * 20_000, "answer.md", "It is long.", parent["ts"])
@@ -451,7 +452,7 @@ async def test_a_mention_in_a_thread_carries_the_earlier_thread_messages(
     asked = fake.post_user_message(GENERAL, f"{MENTION} can you look?", thread_ts=parent["ts"])
     got = await read_until(adapter, lambda ms: any(m.message_id == asked["ts"] for m in ms))
     mention = next(m for m in got if m.message_id == asked["ts"])
-    context = mention.metadata["thread_context"]
+    context = mention.thread_context
     assert len(context) == 2 and context[0].endswith("the build is red since noon")
     assert "lint step (https://ci.example/x)" in context[1]
     assert all("can you look" not in line for line in context)

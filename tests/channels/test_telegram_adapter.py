@@ -31,6 +31,7 @@ from soulflow.channels.telegram.format import (
     markdown_to_telegram_html,
     utf16_length,
 )
+from soulflow.contracts import ReplyOptions
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram
@@ -354,8 +355,8 @@ async def test_too_long_text_is_split_in_order(fake: FakeTelegram,
 async def test_send_as_file(fake: FakeTelegram, channel: TelegramChannel) -> None:
     fake.add_chat(USER)
     content = "long answer ✓\n" * 2000
-    result = await channel.send(out(content, metadata={
-        "as_file": True, "filename": "answer.txt", "note": "The answer is attached."}))
+    result = await channel.send(out(content, options=ReplyOptions(
+        as_file=True, filename="answer.txt", note="The answer is attached.")))
     (upload,) = fake.sent_files
     assert upload.method == "sendDocument" and upload.filename == "answer.txt"
     assert upload.data == content.encode("utf-8")

@@ -13,7 +13,7 @@ import pytest
 
 from soulflow.backends.file.cron import FileCronStore
 from soulflow.backends.file.inbound import InboundJournal
-from soulflow.contracts import ChatRef, CronRunStatus
+from soulflow.contracts import ChatRef, CronOccurrence, CronRunStatus
 from soulflow.cron import CronService, Job, Schedule, cron_inbound_message, next_fire_time
 from soulflow.cron.jobs import JobState
 
@@ -400,7 +400,9 @@ def test_cron_inbound_message(tmp_path: Path) -> None:
     assert message.message_id == f"cron-{job.id}-1704110460"
     assert (message.sender_id, message.text, message.is_mention) == (
         "cron", "Post the standup note.", True)
-    assert message.metadata["origin"] == "cron"
+    assert message.cron == CronOccurrence(job.id, "2024-01-01T12:01:00+00:00")
+    assert message.to_dict()["metadata"] == {  # as the inbound journal always held it
+        "origin": "cron", "cron_job_id": job.id, "scheduled_at": "2024-01-01T12:01:00+00:00"}
     assert message.key == f"slack:C1:cron-{job.id}-1704110460"
 
 

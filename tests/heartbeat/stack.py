@@ -18,6 +18,7 @@ from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file.decisions import FileDecisionStore
 from soulflow.backends.file.runs import FileRunJournal
 from soulflow.backends.file.sessions import FileSessionStore
+from soulflow.contracts import Announcement
 from soulflow.decision.service import DecisionService
 from soulflow.heartbeat.turns import QuietTurnRunner
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
@@ -33,7 +34,7 @@ class Stack:
     runner: QuietTurnRunner
     consolidator: Consolidator | None
     provider: OpenAICompatibleProvider
-    posted: list[tuple[dict[str, Any], str, dict[str, Any]]] = field(default_factory=list)
+    posted: list[tuple[ChatRef, str, Announcement | None]] = field(default_factory=list)
 
     async def close(self) -> None:
         if self.consolidator is not None:
@@ -72,8 +73,8 @@ def build_stack(workspace: Path, base_url: str, *, history: int = 6,
             threshold_messages=consolidate_after, keep_last=history))
     quiet_context = ContextBuilder(workspace, memory, decisions, sessions,
                                    history_messages=history)
-    posted: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
+    posted: list[tuple[ChatRef, str, Announcement | None]] = []
     runner = QuietTurnRunner(agent, quiet_context,
-                             lambda chat, text, meta: posted.append((chat, text, meta)),
+                             lambda chat, text, about: posted.append((chat, text, about)),
                              consolidator=consolidator)
     return Stack(workspace, sessions, memory, agent, runner, consolidator, provider, posted)

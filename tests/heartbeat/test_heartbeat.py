@@ -14,7 +14,7 @@ from soulflow.agent.consolidate import CONSOLIDATED_TYPE
 from soulflow.agent.tools.base import Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file.heartbeat import FileHeartbeatState
-from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
+from soulflow.contracts import QUIET_TURN_ORIGIN, ApprovalRef, ChatRef
 from soulflow.heartbeat import (
     HEARTBEAT_SESSION,
     HeartbeatService,
@@ -272,9 +272,10 @@ async def test_a_heartbeat_waiting_for_approval_asks_the_chat_and_is_not_started
         fake.script_tool_call("restart_service", {"name": "nginx"})
         result = await service.tick()
         assert result.outcome is not None and result.outcome.status is TurnStatus.WAITING
-        [(chat, text, metadata)] = stack.posted
+        [(chat, text, approval)] = stack.posted
         assert chat == TARGET and text.startswith("[heartbeat] Approval needed")
-        assert metadata["run_id"] == result.outcome.run_id and metadata["approval_id"]
+        assert isinstance(approval, ApprovalRef) and approval.approval_id
+        assert approval.run_id == result.outcome.run_id
         # nobody in the chat asked for it: its requester is empty, so only an admin decides
         assert stack.agent.chat_of_run(result.outcome.run_id).requester_id == ""
 

@@ -24,7 +24,7 @@ def message(text: str, **kwargs: object) -> InboundMessage:
 
 def test_text_thread_context_and_attachments_are_sealed(sealer: InboundSealer) -> None:
     msg = message(f"password=Tr0ub4dor&3 and {OPENAI_KEY}",
-                  metadata={"thread_context": [f"earlier: token: {OPENAI_KEY}"]},
+                  thread_context=(f"earlier: token: {OPENAI_KEY}",),
                   attachments=[Attachment(name=f"{OPENAI_KEY}.txt", url="https://x/f")])
     report = sealer.seal(msg)
     assert report.sealed >= 4

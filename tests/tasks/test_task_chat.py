@@ -24,6 +24,7 @@ from soulflow.backends.file.proposals import FileProposalMap
 from soulflow.backends.file.tasks import FileTaskStore
 from soulflow.bus.messages import InboundMessage, new_id
 from soulflow.channels.base import Command
+from soulflow.contracts import Announcement, TaskStepRef
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.tasks import (
     NodeKind,
@@ -254,10 +255,10 @@ async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:
 
 
 async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
-    sent: list[tuple[str, dict[str, Any]]] = []
+    sent: list[tuple[str, Announcement | None]] = []
     # the clock stands still: after the first update every one falls in its interval and
     # waits for a delayed flush (`interval_s` of real time), which sends only the newest
-    progress = TaskProgress(lambda chat, text, meta: sent.append((text, meta)),
+    progress = TaskProgress(lambda chat, text, about: sent.append((text, about)),
                             interval_s=0.05, clock=lambda: 100.0)
     graph = TaskGraph([TaskNode(id=n, kind=NodeKind.TOOL, tool="read_file") for n in "abc"]
                       + [TaskNode(id="gate", kind=NodeKind.APPROVAL, prompt="Fine?")])
@@ -270,7 +271,7 @@ async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
                           "read_file, read_file, read_file")
     await progress.on_event(TaskEvent(state, "blocked", "", "k-g", "gate",
                                       {"reason": "approval", "prompt": "Fine?"}))
-    assert len(sent) == 2 and sent[1][1] == {"task_id": "t-00000001", "node_id": "gate"}
+    assert len(sent) == 2 and sent[1][1] == TaskStepRef("t-00000001", "gate")
     assert "waits for approval at step gate: Fine?" in sent[1][0]
     for node in "abc":
         state.nodes[node].status = NodeStatus.COMPLETED

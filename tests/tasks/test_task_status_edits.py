@@ -10,14 +10,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import ChatRef
+from soulflow.contracts import Announcement, ChatRef, TaskStatusRef
 from soulflow.tasks import NodeKind, NodeStatus, TaskGraph, TaskNode, TaskState
 from soulflow.tasks.contracts import TaskEvent
-from soulflow.tasks.progress import STATUS_KEY, TaskProgress
+from soulflow.tasks.progress import TaskProgress
 from tests.channels.adapters import discord_adapter, slack_adapter, telegram_adapter
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.loopback_base import RecordedRequest
@@ -39,15 +38,14 @@ class Outbox:
         self.progress: TaskProgress | None = None
         self.sends: list[asyncio.Task[None]] = []
 
-    def publish(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
-        self.sends.append(asyncio.create_task(self._send(chat, text, metadata)))
+    def publish(self, chat: ChatRef, text: str, announces: Announcement | None) -> None:
+        self.sends.append(asyncio.create_task(self._send(chat, text, announces)))
 
-    async def _send(self, chat: ChatRef, text: str, metadata: dict[str, Any]) -> None:
+    async def _send(self, chat: ChatRef, text: str, announces: Announcement | None) -> None:
         result = await self.adapter.send(OutboundMessage(
-            provider=chat.provider, chat_id=chat.chat_id, content=text,
-            metadata=metadata))
-        if metadata.get(STATUS_KEY) and self.progress is not None:
-            self.progress.status_sent(metadata[STATUS_KEY], result.platform_message_ids)
+            provider=chat.provider, chat_id=chat.chat_id, content=text, announces=announces))
+        if isinstance(announces, TaskStatusRef) and self.progress is not None:
+            self.progress.status_sent(announces.task_id, result.platform_message_ids)
 
 
 async def run_steps(adapter: ChannelAdapter, provider: str, chat_id: str,

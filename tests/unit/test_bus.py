@@ -98,13 +98,14 @@ def test_dlq_add_list_remove_purge(tmp_path: Path) -> None:
     dlq.add(outbound(1), retry_count=3, error="invalid_auth")
     dlq.add(outbound(2), retry_count=8, error="gave up")
     entries = dlq.entries()
-    assert [e.message_id for e in entries] == ["o1", "o2"]
+    assert [e.message.message_id for e in entries] == ["o1", "o2"]
     assert set(entries[0].to_dict()) == {"at", "provider", "chat_id", "message_id", "reply_to",
                                          "thread_id", "retry_count", "error", "content",
                                          "metadata"}
-    assert entries[0].content == "reply 1" and entries[0].at == 99.0
+    assert entries[0].message.content == "reply 1" and entries[0].at == 99.0
     assert dlq.remove(["o1"]) == 1 and len(dlq) == 1
-    assert DeadLetterQueue(tmp_path / "dlq" / "outbound.jsonl").entries()[0].message_id == "o2"
+    assert DeadLetterQueue(tmp_path / "dlq" / "outbound.jsonl").entries()[0].message.message_id \
+        == "o2"
     assert dlq.purge() == 1 and len(dlq) == 0
 
 
@@ -202,7 +203,7 @@ async def test_permanent_error_goes_to_dlq_at_once(tmp_path: Path) -> None:
     dispatcher.publish(outbound(1))
     await wait_until(lambda: len(dispatcher.dlq.dlq) == 1)
     letter = dispatcher.dlq.dlq.entries()[0]
-    assert "invalid_auth" in letter.error and letter.content == "reply 1"
+    assert "invalid_auth" in letter.error and letter.message.content == "reply 1"
     assert sender.calls == 1 and len(dispatcher.outbox.outbox) == 0
     await dispatcher.stop(1)
 
@@ -302,7 +303,7 @@ async def test_bus_replay_puts_dead_letters_back(tmp_path: Path) -> None:
     await bus.dlq.add(outbound(2), retry_count=1, error="y")
     assert await bus.replay_dlq(["o2"]) == 1
     assert [e.message.message_id for e in await bus.outbox.pending()] == ["o2"]
-    assert [e.message_id for e in await bus.dlq.entries()] == ["o1"]
+    assert [e.message.message_id for e in await bus.dlq.entries()] == ["o1"]
     assert await bus.replay_dlq() == 1 and await bus.dlq.count() == 0
     assert (await bus.refresh_stats()).outbox_pending == 2
     await bus.stop(1)

@@ -271,7 +271,7 @@ async def test_long_replies_are_split_in_order_and_huge_ones_sent_as_file(rig) -
     model.reply = "x" * 2500
     await conversation.ingest(adapter, [msg(2)])
     await settle(adapter, 1)
-    assert adapter.sent[0].metadata["as_file"] and adapter.sent[0].content == "x" * 2500
+    assert adapter.sent[0].options.as_file and adapter.sent[0].content == "x" * 2500
 
 
 async def test_attachments_enter_as_local_paths(rig, tmp_path: Path) -> None:

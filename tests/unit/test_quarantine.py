@@ -42,12 +42,14 @@ def test_normalize_inbound_covers_every_text_field() -> None:
         provider="chat", chat_id="c\ud8001", message_id="m\x001", sender_id="u1",
         text="t\ud800", sender_name="N\udc00\x07", thread_id="th\ud800",
         attachments=[Attachment(name="f\ud800.txt", url="http://x/\x01")],
-        metadata={"thread_context": ["line \ud800", {"k\ud800": "v\x02"}], "n": 3})
+        thread_context=("line \ud800", "bob: \x02hi"),
+        platform_data={"nested": [{"k\ud800": "v\x02"}], "n": 3})
     normalize_inbound(message)
     record = json.dumps(message.to_dict(), ensure_ascii=False).encode("utf-8")  # strict
     assert b"\\u" not in record and message.key == "chat:c\ufffd1:m1"
     assert message.sender_name == "N\ufffd" and message.attachments[0].name == "f\ufffd.txt"
-    assert message.metadata == {"thread_context": ["line \ufffd", {"k\ufffd": "v"}], "n": 3}
+    assert message.thread_context == ("line \ufffd", "bob: hi")
+    assert message.platform_data == {"nested": [{"k\ufffd": "v"}], "n": 3}
 
 
 def test_scrub_surrogates_keeps_utf16_length_and_everything_else() -> None:

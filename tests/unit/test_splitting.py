@@ -47,8 +47,9 @@ def test_code_fences_are_closed_and_reopened_across_chunks() -> None:
 
 def test_very_long_reply_becomes_a_file() -> None:
     parts = split_reply("z" * 30_000, TELEGRAM)
-    assert len(parts) == 1 and parts[0].as_file
-    assert parts[0].filename == "reply.txt" and "30,000 characters" in parts[0].note
+    assert len(parts) == 1 and parts[0].options.as_file
+    assert parts[0].options.filename == "reply.txt"
+    assert "30,000 characters" in parts[0].options.note
     assert parts[0].text == "z" * 30_000
 
 

@@ -90,9 +90,7 @@ class MessageTool(Tool):
         target = _target(params, ctx)
         message = OutboundMessage(
             provider=target.provider, chat_id=target.chat_id, content=params["text"],
-            thread_id=target.thread_id,
-            metadata={"origin": "tool:message", "from_chat": f"{ctx.chat.provider}:"
-                                                              f"{ctx.chat.chat_id}"})
+            thread_id=target.thread_id, from_chat=f"{ctx.chat.provider}:{ctx.chat.chat_id}")
         await send(message)
         where = "this chat" if _same_chat(target.provider, target.chat_id, ctx.chat) else \
             f"{target.provider}:{target.chat_id}"

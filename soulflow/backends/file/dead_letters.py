@@ -29,18 +29,17 @@ class DeadLetterQueue(RecordLog[DeadLetter]):
     def __init__(self, path: Path, *, fsync: str = "always",
                  clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        super().__init__(path, lambda record: DeadLetter(**record), fsync=fsync)
+        super().__init__(path, DeadLetter.from_dict, fsync=fsync)
 
     def add(self, message: OutboundMessage, *, retry_count: int, error: str) -> DeadLetter:
-        letter = DeadLetter.from_outbound(message, retry_count=retry_count, error=error[:2000],
-                                          at=self._clock())
+        letter = DeadLetter(self._clock(), message, retry_count, error[:2000])
         self._append(letter.to_dict())
         return letter
 
     def remove(self, message_ids: Iterable[str]) -> int:
         """Drop entries by message id (after they were put back in the outbox)."""
         doomed = set(message_ids)
-        kept = [e for e in self.entries() if e.message_id not in doomed]
+        kept = [e for e in self.entries() if e.message.message_id not in doomed]
         removed = len(self) - len(kept)
         self._keep([e.to_dict() for e in kept])
         return removed

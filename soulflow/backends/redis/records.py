@@ -30,8 +30,7 @@ class RedisDeadLetters:
 
     async def add(self, message: OutboundMessage, *, retry_count: int,
                   error: str) -> DeadLetter:
-        letter = DeadLetter.from_outbound(message, retry_count=retry_count, error=error[:2000],
-                                          at=self._clock())
+        letter = DeadLetter(self._clock(), message, retry_count, error[:2000])
         await self._client.rpush(self._key, json.dumps(letter.to_dict()))
         return letter
 
@@ -39,7 +38,7 @@ class RedisDeadLetters:
         found = []
         for raw in await self._client.lrange(self._key, start, -1):
             try:
-                found.append((raw, DeadLetter(**json.loads(raw))))
+                found.append((raw, DeadLetter.from_dict(json.loads(raw))))
             except (TypeError, ValueError):
                 continue
         return found
@@ -56,7 +55,7 @@ class RedisDeadLetters:
         doomed = set(message_ids)
         removed = 0
         for raw, letter in await self._raw():
-            if letter.message_id in doomed:
+            if letter.message.message_id in doomed:
                 removed += int(await self._client.lrem(self._key, 1, raw))
         return removed
 

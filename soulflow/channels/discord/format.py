@@ -148,7 +148,7 @@ def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessag
                     or replies_to_bot(message, bot_id)),
         from_bot=message.author.bot,
         attachments=[_attachment(a) for a in message.attachments],
-        metadata={
+        platform_data={
             "guild_id": str(message.guild.id) if message.guild else None,
             "reply_to_message_id": (str(reference.message_id)
                                     if reference and reference.message_id else None),
@@ -185,7 +185,7 @@ def inbound_from_reaction(event: discord.RawReactionActionEvent, bot_id: int
         is_direct=is_direct,
         is_mention=is_direct or event.message_author_id == bot_id,
         from_bot=bool(member and member.bot),
-        metadata={"guild_id": str(event.guild_id) if event.guild_id else None},
+        platform_data={"guild_id": str(event.guild_id) if event.guild_id else None},
     )
 
 
@@ -234,19 +234,17 @@ def reply_target(reply_to: str | None) -> int | None:
 
 async def send_message(channel: discord.abc.Messageable, message: OutboundMessage,
                        reference: discord.MessageReference | None) -> discord.Message:
-    """Send one outbox message: its text, or the file it became (`as_file`, with its
-    `filename` and `note`); failures come back as classified `SendError`s."""
+    """Send one outbox message: its text, or the file it became (`options.as_file`, with
+    its `filename` and `note`); failures come back as classified `SendError`s."""
     options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
     if reference is not None:
         options["reference"] = reference
-    meta = message.metadata
+    how = message.options
     try:
-        if meta.get("as_file"):
-            name = str(meta.get("filename") or "reply.txt")
+        if how.as_file:
             upload = discord.File(io.BytesIO(message.content.encode()),
-                                  filename=safe_filename(name))
-            return await channel.send(content=str(meta.get("note") or "") or None,
-                                      file=upload, **options)
+                                  filename=safe_filename(how.filename or "reply.txt"))
+            return await channel.send(content=how.note or None, file=upload, **options)
         return await channel.send(content=message.content, **options)
     except SEND_FAILURES as exc:
         raise send_error(exc) from exc

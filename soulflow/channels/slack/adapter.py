@@ -272,15 +272,15 @@ class SlackChannel(ChannelAdapter):
     async def send(self, message: OutboundMessage) -> SendResult:
         if self._web is None:  # not started yet (or stopped): the dispatcher tries again
             raise SendError("the Slack channel is not started")
-        meta = message.metadata
-        thread_ts = message.thread_id or (message.reply_to if meta.get("thread_reply") else None)
+        options = message.options
+        thread_ts = message.thread_id or (message.reply_to if options.thread_reply else None)
         try:
-            if meta.get("maybe_sent") and (found := await self._already_posted(message,
-                                                                               thread_ts)):
+            if message.delivery.maybe_sent and (found := await self._already_posted(message,
+                                                                                    thread_ts)):
                 log.info("slack: %s was delivered before the last stop; not sending it again",
                          message.message_id)
                 return SendResult(platform_message_ids=found)
-            if meta.get("as_file"):
+            if options.as_file:
                 ids = await self._upload(message, thread_ts)
             else:
                 ids = await self._post_text(message.chat_id, message.content, thread_ts)
@@ -335,10 +335,10 @@ class SlackChannel(ChannelAdapter):
     async def _upload(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
         if not message.content:
             raise SendError("cannot upload an empty file to Slack", permanent=True)
-        meta = message.metadata
+        options = message.options
         reply = await self._api().files_upload_v2(
             channel=message.chat_id, thread_ts=thread_ts, content=message.content,
-            filename=meta.get("filename") or "reply.txt", initial_comment=meta.get("note"))
+            filename=options.filename or "reply.txt", initial_comment=options.note or None)
         files = reply.get("files") or [reply.get("file")]
         return [str(f["id"]) for f in files if isinstance(f, dict) and f.get("id")]
 

@@ -46,8 +46,8 @@ class SlackEnricher:
             except Exception as exc:
                 log.debug("slack: no thread context for %s: %s", message.key, exc)
                 continue
-            message.metadata["thread_context"] = thread_context_lines(
-                reply.get("messages") or [], exclude_ts=message.message_id)
+            message.thread_context = tuple(thread_context_lines(
+                reply.get("messages") or [], exclude_ts=message.message_id))
 
     async def _fill_names(self, batch: list[InboundMessage]) -> None:
         """Display names for the agent (`users.info`, cached; a failure leaves it empty)."""

@@ -251,7 +251,7 @@ class SlackEventParser:
             thread_id=thread_ts if isinstance(thread_ts, str) and thread_ts != ts else None,
             is_mention=mentioned or direct, is_direct=direct,
             from_bot=bool(event.get("bot_id")), attachments=_attachments(event.get("files")),
-            metadata={"ts": ts}, priming=priming)
+            platform_data={"ts": ts}, priming=priming)
 
     def _reaction(self, event: dict[str, Any]) -> InboundMessage | None:
         item, user = event["item"], _text_field(event, "user")
@@ -265,7 +265,7 @@ class SlackEventParser:
             message_id=f"reaction-{ts}-{user}-{reaction}-{event_ts}", kind="reaction",
             reaction=reaction, target_message_id=ts, is_direct=direct,
             is_mention=direct or event.get("item_user") == self.bot_user_id,
-            metadata={"ts": event_ts, "item_user": event.get("item_user")})
+            platform_data={"ts": event_ts, "item_user": event.get("item_user")})
 
 
 def _text_field(data: dict[str, Any], name: str) -> str:

@@ -261,19 +261,20 @@ class HistoryPoller:
             except Exception as exc:  # quarantined by the intake; the cursor passes it
                 message = poison_message("slack", message_id=f"ts-{valid_ts(entry)}",
                                          error=exc, raw=entry, chat_id=self.channel)
-                message.metadata["ts"] = valid_ts(entry)
+                message.platform_data["ts"] = valid_ts(entry)
             if message is None or not self._recent.add(message.key):
                 continue
-            message.metadata["polled"] = source
+            message.platform_data["polled"] = source
             if message.thread_id in self.threads:
-                message.metadata["bot_thread"] = True
+                message.platform_data["bot_thread"] = True
             fresh.append(message)
         return fresh
 
     def commit(self, messages: list[InboundMessage]) -> None:
         """Persist the cursors up to `messages`, and the threads still followed."""
         state, updates = self._state, {}
-        polled = [(m.metadata.get("polled"), m.thread_id, m.metadata.get("ts")) for m in messages]
+        polled = [(m.platform_data.get("polled"), m.thread_id, m.platform_data.get("ts"))
+                  for m in messages]
         cursor = newest(state.get(self.cursor_key),
                         *(ts for source, _, ts in polled if source == "history"))
         if cursor is not None:

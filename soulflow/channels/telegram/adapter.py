@@ -316,7 +316,7 @@ class TelegramChannel(ChannelAdapter):
         chat = chat_ref(message.chat_id)
         options = send_options(message)
         try:
-            if message.metadata.get("as_file"):
+            if message.options.as_file:
                 sent = await self._send_file(bot, chat, message, options)
             else:
                 sent = await self._send_text(bot, chat, message.content, options)
@@ -341,8 +341,8 @@ class TelegramChannel(ChannelAdapter):
 
     async def _send_file(self, bot: Bot, chat: int | str, message: OutboundMessage,
                          options: dict[str, Any]) -> str:
-        filename = str(message.metadata.get("filename") or "reply.txt")
-        note = str(message.metadata.get("note") or "")[:_MAX_CAPTION]
+        filename = message.options.filename or "reply.txt"
+        note = message.options.note[:_MAX_CAPTION]
         sent = await bot.send_document(chat, message.content.encode("utf-8"), filename=filename,
                                        caption=note or None, **options)
         return str(sent.message_id)
