@@ -137,8 +137,8 @@ class Conversation:
     async def stop(self, timeout: float) -> None:
         if self._grouper is not None:
             self._grouper.flush_all()
-        await self._executor.close(timeout)
-        await self.feedback.close()
+        await self._executor.stop(timeout)
+        await self.feedback.stop()
         self._backlog.clear()  # still pending in the journal: the next start answers them
 
     @property

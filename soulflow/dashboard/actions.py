@@ -209,7 +209,7 @@ class ConsoleActions:
         except Exception:
             log.exception("a dashboard action failed after it was accepted")
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Cancel decisions still running (the run resumes at the next start)."""
         for task in list(self._work):
             task.cancel()

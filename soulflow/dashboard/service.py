@@ -411,7 +411,7 @@ class DashboardService:
 
     async def stop(self) -> None:
         if self._actions is not None:
-            await self._actions.close()
+            await self._actions.stop()
         if self._listener is not None:
             self._listener.close()  # no new connections; the runner closes the open ones
         if self._runner is not None:

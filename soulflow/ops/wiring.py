@@ -158,7 +158,7 @@ class BackgroundServices:
     async def stop(self) -> None:
         await self._parts.supervisor.cancel([HEARTBEAT_LOOP, OPS_LOOP])
         await self.single.stop()  # after its loops stopped: hand over at once
-        await self.quiet.close()
+        await self.quiet.stop()
         if self.consolidator is not None:
             await self.consolidator.stop()
 

@@ -256,7 +256,7 @@ class Runtime:
         stack.callback((settings.runtime_dir / DAEMON_INFO_FILE).unlink, missing_ok=True)
         stack.callback(self.sandbox.quotas.close)  # the chat folders' usage index
         # every store flushed and closed (files), or the partitions handed back (Redis)
-        stack.push_async_callback(self.backend.close)
+        stack.push_async_callback(self.backend.stop)
         await self.backend.start()  # before anything reads state
         # no supervised loop outlives the stores: each service stops its own, this is a net
         stack.push_async_callback(self.supervisor.stop)
@@ -268,7 +268,7 @@ class Runtime:
         if self.local_model is not None:  # first: resumed work needs the model
             stack.push_async_callback(self._stop_local_model)
             await self._start_local_model()
-        stack.push_async_callback(self.providers.aclose)
+        stack.push_async_callback(self.providers.close)
         # the adapters stop after the bus that sends through them; each is connected by its
         # reader (run_channel, below)
         stack.push_async_callback(self._stop_channels)

@@ -135,8 +135,8 @@ class TaskServices:
         resumed at the next start), then what was still telling the chats."""
         await self._parts.supervisor.cancel([OWNERSHIP_LOOP])
         await self.engine.stop()
-        await self.chat.close()
-        await self.progress.close()
+        await self.chat.stop()
+        await self.progress.stop()
 
     def state(self) -> dict[str, Any]:
         """For /api/state; `unfinished` is None while the store does not answer (Redis away:

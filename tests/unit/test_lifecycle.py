@@ -3,6 +3,7 @@ the reverse of their start, and a start that fails unwinds what had started."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 from collections.abc import Callable
@@ -100,11 +101,11 @@ async def test_a_failing_job_does_not_stop_its_key(caplog: pytest.LogCaptureFixt
     assert done == [1] and "a job for k failed" in caplog.text
 
 
-async def test_close_cancels_jobs_that_overrun_the_grace() -> None:
+async def test_stop_cancels_jobs_that_overrun_the_grace() -> None:
     executor = KeyedSerialExecutor("test", limit=1)
     executor.submit("k", lambda: asyncio.sleep(60))
     await asyncio.sleep(0)
-    await executor.close(0.01)
+    await executor.stop(0.01)
     assert executor.active_keys == 0
     with pytest.raises(RuntimeError):
         executor.submit("k", lambda: asyncio.sleep(0))
@@ -152,7 +153,7 @@ def record(calls: list[str], runtime: Runtime) -> None:
             return fn(*args, **kwargs)
         return call
 
-    for name, part, start, stop in (("backend", runtime.backend, "start", "close"),
+    for name, part, start, stop in (("backend", runtime.backend, "start", "stop"),
                                     ("bus", runtime.bus, "start", "stop"),
                                     ("conversation", runtime.conversation, "resume_pending",
                                      "stop"),
@@ -217,3 +218,37 @@ async def test_a_failed_start_unwinds_what_had_started(settings: Settings) -> No
     assert not WorkspaceLock(settings.runtime_dir / "daemon.lock").is_locked_by_other()
     await runtime.stop()  # as `run_until_signal` does after a failed start: nothing left
     assert calls[-1] == "stop backend"
+
+
+# -- one verb for shutdown ---------------------------------------------------------------------
+
+#: where a library's interface names the shutdown: python-telegram-bot's `BaseRequest.shutdown`
+LIBRARY_SHUTDOWNS = {("soulflow.channels.telegram.http", "shutdown")}
+
+
+def shutdown_verb_violations(root: Path) -> list[str]:
+    """docs/development.md, "Lifecycle": what has a `start()` ends with `stop()`, never
+    `close()`; no `aclose` or `shutdown` of our own."""
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            methods = {item.name for item in node.body
+                       if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)}
+            where = f"{module}.{node.name}"
+            if "start" in methods and "stop" not in methods:
+                wrong.append(f"{where}: start() without stop()"
+                             f"{' (it has close())' if 'close' in methods else ''}")
+            elif "start" in methods and "close" in methods:
+                wrong.append(f"{where}: start() with stop() and close(): one end")
+            for verb in ("aclose", "shutdown"):
+                if verb in methods and (module, verb) not in LIBRARY_SHUTDOWNS:
+                    wrong.append(f"{where}: {verb}() (a service stops, a resource closes)")
+    return wrong
+
+
+def test_one_verb_for_shutdown() -> None:
+    root = Path(__file__).resolve().parents[2] / "soulflow"
+    assert shutdown_verb_violations(root) == []
