@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from datetime import datetime
 from functools import partial
@@ -77,7 +78,8 @@ LOCAL_MODEL_LOOP = "local-model"
 class Runtime:
     """Every service of one daemon, wired together; owns their lifecycle."""
 
-    def __init__(self, settings: Settings, lock: WorkspaceLock) -> None:
+    def __init__(self, settings: Settings, lock: WorkspaceLock,
+                 front_end: FrontEndFactory | None = None) -> None:
         self.settings = settings
         runtime_dir = settings.runtime_dir
         # what started, each with its stop; the workspace lock (taken by create_runtime) is
@@ -187,12 +189,13 @@ class Runtime:
             channels=self.channels, sessions=self.sessions, hub=self.hub,
             providers=self.providers, local_model=self.local_model, cron=self.cron,
             tasks=self.task_services, sandbox=self.sandbox, background=self.background)
-        # the HTTP front end (the dashboard) is built around the runtime by soulflow.app, so
-        # the runtime never imports the layer above it; started last, stopped first
-        self.dashboard: FrontEnd | None = None
         self.started_at = 0.0
         self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False
+        # the HTTP front end (the dashboard), last: it is built around the runtime (by the
+        # factory soulflow.app passes), so the runtime never imports the layer above it;
+        # started last, stopped first
+        self.dashboard: FrontEnd | None = front_end(self) if front_end is not None else None
 
     def _publish_event(self, kind: str, data: dict[str, Any]) -> None:
         """The live-event sink of the bus and the channels: counted, then published."""
@@ -431,13 +434,18 @@ class FrontEnd(Protocol):
     async def stop(self) -> None: ...
 
 
-def create_runtime(settings: Settings) -> Runtime:
-    """Lock the workspace, make sure its default files exist, and build every service."""
+FrontEndFactory = Callable[[Runtime], FrontEnd]
+"""Builds the HTTP front end around the runtime, at the end of its construction."""
+
+
+def create_runtime(settings: Settings, front_end: FrontEndFactory | None = None) -> Runtime:
+    """Lock the workspace, make sure its default files exist, and build every service (and
+    the front end, when a factory for it is given)."""
     lock = WorkspaceLock(settings.runtime_dir / "daemon.lock")
     lock.acquire()
     try:
         ensure_workspace(settings.workspace)
-        return Runtime(settings, lock)
+        return Runtime(settings, lock, front_end)
     except BaseException:
         lock.release()
         raise

@@ -171,9 +171,8 @@ def settings(tmp_path: Path) -> Settings:
 
 async def test_services_stop_in_the_reverse_of_their_start(settings: Settings) -> None:
     calls: list[str] = []
-    runtime = create_runtime(settings)
+    runtime = create_runtime(settings, lambda built: RecordingFrontEnd(calls))
     record(calls, runtime)
-    runtime.dashboard = RecordingFrontEnd(calls)
     inputs_when_draining: list[str] = []
     drain = runtime.conversation.stop
 
@@ -202,9 +201,8 @@ async def test_a_failed_start_unwinds_what_had_started(settings: Settings) -> No
     """The dashboard's port in use: everything started before it stops again, in reverse,
     the workspace is free, and the start's own error is raised."""
     calls: list[str] = []
-    runtime = create_runtime(settings)
+    runtime = create_runtime(settings, lambda built: RecordingFrontEnd(calls, fail=True))
     record(calls, runtime)
-    runtime.dashboard = RecordingFrontEnd(calls, fail=True)
     before = asyncio.all_tasks()
     with pytest.raises(DashboardError, match="cannot listen"):
         await runtime.start()
