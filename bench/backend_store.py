@@ -71,7 +71,7 @@ async def bench_file(messages: int, chats: int, fsync: str) -> tuple[float, floa
         stop.set()
         await worker
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        await backend.close()
+        await backend.stop()
     return messages / wall, cpu / messages * 1000
 
 
@@ -85,7 +85,7 @@ async def node_main(url: str, node_id: str) -> None:
     loop = asyncio.get_running_loop()
     loop.add_reader(sys.stdin.fileno(), lambda: (sys.stdin.readline(), stop.set()))
     done = await work(backend, stop)
-    await backend.close()
+    await backend.stop()
     print(f"done {done}", flush=True)
 
 

@@ -48,7 +48,7 @@ class InProcessEcho:
     async def chat(self, messages, tools=None, *, on_stream=None, abort=None):  # type: ignore[no-untyped-def]
         return ProviderResult(content="echo: " + messages[-1]["content"], provider=self.name)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 

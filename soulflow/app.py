@@ -31,7 +31,5 @@ def build_dashboard(runtime: Runtime) -> DashboardService:
 
 def create_app(settings: Settings) -> Runtime:
     """`create_runtime` plus the dashboard when `DASHBOARD_ENABLED`."""
-    runtime = create_runtime(settings)
-    if settings.flag("DASHBOARD_ENABLED"):
-        runtime.dashboard = build_dashboard(runtime)
-    return runtime
+    return create_runtime(settings, build_dashboard if settings.flag("DASHBOARD_ENABLED")
+                          else None)

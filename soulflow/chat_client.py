@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
 import httpx
@@ -80,7 +81,7 @@ class EmbeddedTransport:
         messages = self._runtime.local.messages(self._chat_id, -1, limit=10**9)
         return int(messages[-1]["seq"]) if messages else -1
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         await self._runtime.stop()
 
 
@@ -117,23 +118,25 @@ async def _await_reply(transport: ChatTransport, message_id: str, after: int, ti
 
 async def run_chat(settings: Settings, *, chat_id: str, timeout: float) -> int:
     client = DaemonClient.locate(settings)
-    transport: HttpTransport | EmbeddedTransport
-    if client is not None:
-        transport = HttpTransport(client, chat_id)
-    else:
-        from soulflow.cli import setup_logging
+    async with AsyncExitStack() as stack:
+        transport: ChatTransport
+        if client is not None:
+            http = HttpTransport(client, chat_id)
+            stack.push_async_callback(http.close)  # its HTTP client
+            transport = http
+        else:
+            from soulflow.cli import setup_logging
 
-        setup_logging("warning")
-        transport = EmbeddedTransport(settings, chat_id)
-        await transport.start()
-    interactive = sys.stdin.isatty()
-    try:
+            setup_logging("warning")
+            embedded = EmbeddedTransport(settings, chat_id)
+            stack.push_async_callback(embedded.stop)  # the daemon it runs
+            await embedded.start()
+            transport = embedded
+        interactive = sys.stdin.isatty()
         after = await transport.last_seq()
         while (line := await _read_line(interactive)) is not None:
             if interactive and not line.strip():
                 continue
             message_id = await transport.submit(line)
             after = await _await_reply(transport, message_id, after, timeout, interactive)
-    finally:
-        await transport.close()
     return 0

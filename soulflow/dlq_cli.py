@@ -40,7 +40,7 @@ async def _on_backend(settings: Settings, args: argparse.Namespace) -> dict[str,
         return {"purged": await bus.dlq.purge()}
     finally:
         await bus.stop(5.0)
-        await backend.close()  # flushed and closed
+        await backend.stop()  # flushed and closed
 
 
 def _online(client: DaemonClient, args: argparse.Namespace) -> dict[str, Any]:

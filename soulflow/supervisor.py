@@ -2,8 +2,10 @@
 
 A loop that raises is logged with its traceback and started again after a backoff that grows
 while it keeps failing and resets once it has run for a while; one broken loop never takes the
-daemon down, and `stop()` cancels every loop and waits for it. `restart()` lets a watchdog
-(soulflow/ops) start a loop again that is alive but wedged, with the reason recorded.
+daemon down, and `stop()` cancels every loop and waits for it; `cancel(names)` does that for
+the loops one service started, so each service stops its own loops when it stops.
+`restart()` lets a watchdog (soulflow/ops) start a loop again that is alive but wedged, with
+the reason recorded.
 """
 
 from __future__ import annotations
@@ -118,12 +120,19 @@ class Supervisor:
         return [{"name": s.name, "running": s.running, "restarts": s.restarts,
                  "last_error": s.last_error} for s in self._loops.values()]
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        tasks = [s.task for s in self._loops.values() if s.task is not None]
+    async def cancel(self, names: Iterable[str], timeout: float = 5.0) -> None:
+        """Cancel the named loops and wait up to `timeout` for them to end (a name not running
+        is skipped: the start that would have spawned it failed first); a loop that does not
+        end in time is logged and left to its cancellation."""
+        states = [state for name in names if (state := self._loops.pop(name, None)) is not None]
+        tasks = [s.task for s in states if s.task is not None]
         for task in tasks:
             task.cancel()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 log.warning("loop %s did not stop within %.1fs", task.get_name(), timeout)
-        self._loops.clear()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Cancel every loop still running."""
+        await self.cancel(list(self._loops), timeout)

@@ -58,7 +58,7 @@ async def rig() -> AsyncIterator[Rig]:
         rig = Rig(fake)
         yield rig
         for provider in rig.made:
-            await provider.aclose()
+            await provider.close()
 
 
 async def chat_streaming(
@@ -348,7 +348,7 @@ async def test_error_snippet_is_short(rig: Rig) -> None:
 
 async def test_closed_provider_fails_fast(rig: Rig) -> None:
     provider = rig.provider()
-    await provider.aclose()
+    await provider.close()
     error = await expect_error(provider.chat(MESSAGES))
     assert error.kind == "not_configured"
 
@@ -363,7 +363,7 @@ class StubProvider:
     async def chat(self, *args: Any, **kwargs: Any) -> ProviderResult:
         return ProviderResult(content=self.name, provider=self.name)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         self.closed = True
 
 
@@ -379,7 +379,7 @@ async def test_registry_lookup_default_and_close() -> None:
     assert registry.default_name == "local" and "local" in registry and len(registry) == 2
     with pytest.raises(ValueError, match="already registered"):
         registry.register(StubProvider("local"))
-    await registry.aclose()
+    await registry.close()
     assert all(stub.closed for stub in stubs)
 
 

@@ -483,7 +483,7 @@ LoopFactory = Callable[[], Awaitable[None]]
 class Backend(Protocol):
     """Every store the daemon uses, from one backend, built once from the settings
     (`backends/wiring.py`). The stores are built on first use, so a command that needs one of
-    them (`soulflow cron`, `soulflow secret`) opens that one only; `close()` closes what was
+    them (`soulflow cron`, `soulflow secret`) opens that one only; `stop()` closes what was
     built. Callers never ask which backend this is: `owns(chat)` is the one question about
     which chats are this node's, and `shared` the one about whether other nodes share them."""
 
@@ -566,8 +566,9 @@ class Backend(Protocol):
 
     async def start(self) -> None: ...
 
-    async def close(self) -> None:
-        """Flush and close every store built (a clean stop hands the partitions back)."""
+    async def stop(self) -> None:
+        """Flush and close every store built (a clean stop hands the partitions back); also
+        after a failed or missing start (a command builds a backend and never starts it)."""
 
     def loops(self) -> dict[str, LoopFactory]:
         """Background loops this backend needs, by name, for the daemon's supervisor (the file

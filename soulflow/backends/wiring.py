@@ -101,7 +101,7 @@ async def open_backend(config: BackendConfig, runtime_dir: Path, *,
             assert isinstance(backend, RedisBackend)
             await check_reachable(backend.client, config.redis_url)
     except BaseException:
-        await backend.close()
+        await backend.stop()
         raise
     return backend
 
@@ -110,26 +110,26 @@ async def open_backend(config: BackendConfig, runtime_dir: Path, *,
 def command_backend(config: BackendConfig, runtime_dir: Path) -> Iterator[Backend]:
     """For `soulflow cron` / `soulflow secret` without a daemon: the backend built but not
     started (this process takes no partition of chats, nothing is read until a store is used),
-    closed afterwards; a store that fails meanwhile (Redis away) is one sentence for the
-    operator (`BackendUnavailable`), not a traceback."""
+    stopped afterwards (what it built flushed and closed); a store that fails meanwhile (Redis
+    away) is one sentence for the operator (`BackendUnavailable`), not a traceback."""
     backend = build_backend(config, runtime_dir)
     try:
         yield backend
     except StoreError as exc:
         raise backend.unavailable(exc) from None
     finally:
-        _close(backend)
+        _stop(backend)
 
 
-def _close(backend: Backend) -> None:
-    """Close a backend from synchronous code: on an event loop of its own, in a worker thread
+def _stop(backend: Backend) -> None:
+    """Stop a backend from synchronous code: on an event loop of its own, in a worker thread
     when the caller already runs one (a command called from async code, as tests do)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(backend.close())
+        asyncio.run(backend.stop())
         return
-    worker = threading.Thread(target=asyncio.run, args=(backend.close(),),
-                              name="backend-close")
+    worker = threading.Thread(target=asyncio.run, args=(backend.stop(),),
+                              name="backend-stop")
     worker.start()
     worker.join()

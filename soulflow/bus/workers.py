@@ -72,7 +72,7 @@ class KeyedSerialExecutor:
                 return False
         return True
 
-    async def close(self, timeout: float) -> None:
+    async def stop(self, timeout: float) -> None:
         """Stop accepting work, let running jobs finish within `timeout`, then cancel."""
         self._closed = True
         for queue in self._queues.values():

@@ -67,7 +67,7 @@ class ChannelState:
         """Read the shared cursors (each time this node becomes the reader: the previous
         reader moved them) and start the writer. File state: nothing to do."""
         if self._shared is not None:
-            await self._shared.close()
+            await self._shared.stop()
             self._data = await self._shared.store.load(self._shared.channel)
             self._shared.start()
             if not self._data and self._seed:
@@ -134,7 +134,7 @@ class ChannelState:
         """Stop the shared writer (after `drain()`; what is still queued is dropped: the next
         reader replays from the stored cursor, and the journal drops what it already has)."""
         if self._shared is not None:
-            await self._shared.close()
+            await self._shared.stop()
 
 
 class _SharedCursors:
@@ -176,7 +176,7 @@ class _SharedCursors:
             await asyncio.wait_for(self._idle.wait(), timeout)
         return self._idle.is_set() and not self._refused
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -3,7 +3,7 @@
 A reply may answer a task (its plan under review, a step waiting for an answer), a reaction
 may decide a task's prompt, and /stop (or a stop reaction) stops a chat's tasks with its runs.
 The task graphs sit above the conversation in the layers, so the conversation names only this
-protocol; `soulflow.tasks.assembly.TaskServices` implements it, and the runtime builds the
+protocol; `soulflow.tasks.wiring.TaskServices` implements it, and the runtime builds the
 task services first and hands them to the conversation.
 """
 

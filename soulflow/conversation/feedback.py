@@ -270,7 +270,7 @@ class ChannelFeedback:
         """Best-effort calls running now, all adapters."""
         return len(self._calls)
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Stop every ticker and in-flight call (shutdown: nothing cosmetic is worth waiting
         for)."""
         self._closed = True

@@ -78,7 +78,8 @@ class Conversation:
                  max_inbound_chars: int = 100_000, grouping_window_s: float | None = None,
                  grouping_max: int = 5, sealer: InboundSealer | None = None,
                  on_event: EventSink | None = None, fold_max: int = 20,
-                 feedback: FeedbackPolicy | None = None, claim_wait_s: float = 1.0) -> None:
+                 feedback: FeedbackPolicy | None = None, claim_wait_s: float = 1.0,
+                 replies: BusReplies | None = None) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
@@ -95,7 +96,9 @@ class Conversation:
         self._executor = KeyedSerialExecutor("inbound", concurrency)
         self.runs = ActiveRuns()
         self.commands = CommandRouter(self.stop_chat, dict(commands or {}))
-        self.replies = BusReplies(registry, bus, self._on_event)  # replies and completions
+        # replies and completions; the runtime builds them first, for the services that
+        # also write to chats (tools, tasks, heartbeat, notices)
+        self.replies = replies or BusReplies(registry, bus, self._on_event)
         self.reactions = Reactions(access, agent, tasks, self.stop_chat, self._executor.submit,
                                    self.publish_to_chat)
         self._screen = InboundScreen(bus.inbound, access, sealer, self.quarantine,
@@ -133,8 +136,8 @@ class Conversation:
     async def stop(self, timeout: float) -> None:
         if self._grouper is not None:
             self._grouper.flush_all()
-        await self._executor.close(timeout)
-        await self.feedback.close()
+        await self._executor.stop(timeout)
+        await self.feedback.stop()
         self._backlog.clear()  # still pending in the journal: the next start answers them
 
     @property

@@ -17,20 +17,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from soulflow.agent.approvals import LOCAL_PROVIDER, Decider
 from soulflow.agent.run import events as ev
 from soulflow.contracts import ChatRef
+from soulflow.runtime.view import DaemonView
 from soulflow.tasks.chat import waiting_steps
 from soulflow.tasks.commands import idle_canceller
 from soulflow.tasks.model import TaskDecisionError
 from soulflow.tasks.progress import chat_of_task
-
-if TYPE_CHECKING:
-    from soulflow.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +72,8 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True) -> str:
 class ConsoleActions:
     """The handlers; `publish(kind, data)` sends the live event announcing each action."""
 
-    def __init__(self, runtime: Runtime, publish: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(self, runtime: DaemonView,
+                 publish: Callable[[str, dict[str, Any]], None]) -> None:
         self._runtime = runtime
         self._publish = publish
         self._work: set[asyncio.Task[None]] = set()
@@ -208,7 +207,7 @@ class ConsoleActions:
         except Exception:
             log.exception("a dashboard action failed after it was accepted")
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Cancel decisions still running (the run resumes at the next start)."""
         for task in list(self._work):
             task.cancel()

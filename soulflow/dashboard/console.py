@@ -12,14 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
+from soulflow.runtime.view import DaemonView
 from soulflow.tasks.chat import waiting_steps
-
-if TYPE_CHECKING:
-    from soulflow.runtime import Runtime
 
 RECENT_DLQ = 20
 RECENT_WORKFLOW = 30
@@ -37,7 +35,7 @@ def _short(value: Any, cap: int) -> str:
 class Console:
     """Reads the runtime's services; holds nothing of its own but the redactor's hook."""
 
-    runtime: Runtime
+    runtime: DaemonView
     redact: Callable[[Any], Any]
 
     def snapshot(self) -> dict[str, Any]:

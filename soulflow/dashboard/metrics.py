@@ -16,11 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from soulflow.runtime.view import DaemonView
 from soulflow.telemetry import Histogram
 
 if TYPE_CHECKING:
     from soulflow.dashboard.connections import ConnectionCounts
-    from soulflow.runtime import Runtime
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Labels = dict[str, str]
@@ -89,7 +89,7 @@ def open_descriptors() -> tuple[int, int]:
     return len(names), sockets
 
 
-def render_metrics(runtime: Runtime, *, sse_clients: int,
+def render_metrics(runtime: DaemonView, *, sse_clients: int,
                    connections: ConnectionCounts | None = None) -> str:
     """The whole scrape."""
     out = MetricsWriter()

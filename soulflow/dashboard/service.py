@@ -25,7 +25,7 @@ import resource
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -46,9 +46,7 @@ from soulflow.dashboard.guard import (
 from soulflow.dashboard.listener import IN_FLIGHT, listen
 from soulflow.dashboard.metrics import CONTENT_TYPE, render_metrics
 from soulflow.events.hub import EventHub
-
-if TYPE_CHECKING:
-    from soulflow.runtime import Runtime
+from soulflow.runtime.view import DaemonView
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +87,7 @@ class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
                  state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
                  ready: Callable[[], bool], allowed_hosts: Iterable[str] = (),
-                 routes: Iterable[web.RouteDef] = (), runtime: Runtime | None = None,
+                 routes: Iterable[web.RouteDef] = (), runtime: DaemonView | None = None,
                  limits: ConnectionLimits | None = None) -> None:
         self.host = host
         self.policy = RequestPolicy.build(host, allowed_hosts)
@@ -102,7 +100,8 @@ class DashboardService:
         self._sections_failing = False  # the console's sections failed to read last time
         self._ready = ready
         self._routes = list(routes)  # other services' endpoints (cron), under the same guard
-        # the operator's console (state sections, actions, /metrics) needs the whole daemon
+        # the operator's console (state sections, actions, /metrics) reads the daemon through
+        # its DaemonView (soulflow/runtime/view.py)
         self._runtime = runtime
         self._console = Console(runtime, runtime.redactor.redact_obj) \
             if runtime is not None else None
@@ -412,7 +411,7 @@ class DashboardService:
 
     async def stop(self) -> None:
         if self._actions is not None:
-            await self._actions.close()
+            await self._actions.stop()
         if self._listener is not None:
             self._listener.close()  # no new connections; the runner closes the open ones
         if self._runner is not None:

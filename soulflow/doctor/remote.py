@@ -46,7 +46,7 @@ async def _ping(config: OpenAICompatibleConfig, key_setting: str, url_setting: s
     except ProviderError as exc:
         return _provider_failure(name, exc, config, key_setting, url_setting, model_setting)
     finally:
-        await provider.aclose()
+        await provider.close()
     elapsed_ms = (time.monotonic() - started) * 1000
     return ok(name, f"{config.model} answered in {elapsed_ms:.0f} ms")
 

@@ -107,7 +107,7 @@ class QuietTurnRunner:
         self.outcomes[turn.session_key] = outcome
         return outcome
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Cancel background turns (the next boot cancels their runs: `cancel_interrupted`)."""
         await cancel_and_wait(self._tasks.values())
 

@@ -1,7 +1,9 @@
-"""Wiring of the heartbeat, `system_event` cron jobs and the ops service into a Runtime.
+"""Wiring of the heartbeat, `system_event` cron jobs and the ops service into a daemon.
 
-Kept out of runtime/daemon.py (which only calls `build`, `cancel_interrupted`, `start`, `close`,
-`state` and `fire_event`) so the daemon's boot file stays about boot order.
+Kept out of runtime/daemon.py (which builds `BackgroundServices(BackgroundParts(...))` and
+calls `cancel_interrupted`, `start`, `stop`, `state` and `fire_event`) so the daemon's boot
+file stays about boot order. The services are given the parts of the daemon they use
+(`BackgroundParts`), never the runtime.
 
 On the Redis backend (several nodes): the heartbeat runs only on the node holding its notice
 chat (the chat's partition lease, like all of that chat's work), from the last tick any node
@@ -14,14 +16,25 @@ once across the nodes. Each node's watchdog watches the runs of the chats it hol
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.memory import MemoryStore
+from soulflow.backends.base import Backend, SessionStore
+from soulflow.channels.health import HealthBoard
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.config import Settings
 from soulflow.contracts import Announcement, ChatRef
+from soulflow.conversation.replies import BusReplies
+from soulflow.conversation.runs import ActiveRuns
 from soulflow.cron.jobs import Job
 from soulflow.cron.service import occurrence_stamp
+from soulflow.decision.service import DecisionService
 from soulflow.heartbeat.service import HeartbeatService
 from soulflow.heartbeat.targets import notice_target
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner
@@ -31,45 +44,67 @@ from soulflow.ops.single import SingleRunner
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 from soulflow.providers.base import Provider
 from soulflow.providers.failover import FailoverProvider
+from soulflow.providers.local_runtime import LocalModelRuntime
+from soulflow.providers.registry import ProviderRegistry
 from soulflow.supervisor import Supervisor
 
-if TYPE_CHECKING:
-    from soulflow.runtime import Runtime
-
-__all__ = ["BackgroundServices"]
+__all__ = ["BackgroundParts", "BackgroundServices"]
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_LOOP, OPS_LOOP = "heartbeat", "ops"
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundParts:
+    """The parts of a daemon the heartbeat, quiet turns and ops use."""
+
+    settings: Settings
+    backend: Backend  # leases, the heartbeat's state, notice claims, which chats are held
+    agent: AgentDomain  # quiet turns are agent runs; the watchdog reads its loop
+    model: Provider | None  # what the agent talks to (redacting); None without a provider
+    chain: Provider | None  # the failover chain under it, read for provider status
+    consolidates: bool  # the chats' memory is consolidated (not with the embedded model)
+    memory: MemoryStore
+    decisions: DecisionService
+    sessions: SessionStore
+    max_context_tokens: int  # the chats' prompt budget, which quiet turns share
+    redact: Callable[[str], str]
+    channels: ChannelRegistry
+    health: HealthBoard
+    supervisor: Supervisor  # runs "heartbeat" and "ops"; read and restarted by the watchdog
+    runs: ActiveRuns  # the chats' active runs: stopped by the watchdog, counted
+    replies: BusReplies  # what the heartbeat, system events and notices tell a chat
+    queues: Callable[[], dict[str, int]]  # work waiting in the bus and the conversation
+    providers: ProviderRegistry
+    local_model: LocalModelRuntime | None
+
 
 class BackgroundServices:
-    """The quiet-turn runner, the heartbeat and ops of one Runtime."""
+    """The quiet-turn runner, the heartbeat and ops of one daemon."""
 
-    def __init__(self, runtime: Runtime, *, model: Provider | None,
-                 chain: Provider | None) -> None:
-        """`model`: what the agent talks to (redacting); `chain`: the failover chain under it,
-        read for provider status. Both None without a configured provider."""
-        settings = runtime.settings
+    def __init__(self, parts: BackgroundParts) -> None:
+        settings = parts.settings
         setting = settings.__getitem__
-        self._runtime = runtime
-        self._provider = chain
-        channels = runtime.channels.names()
-        backend = runtime.backend
+        self._parts = parts
+        channels = parts.channels.names()
+        backend = parts.backend
+        model = parts.model
         self.single = SingleRunner(backend.leases if backend.shared else None, backend.node_id,
                                    ttl_s=float(setting("REDIS_LEASE_TTL_S")))
-        context = ContextBuilder(settings.workspace, runtime.memory, runtime.decisions,
-                                 runtime.sessions,
+        context = ContextBuilder(settings.workspace, parts.memory, parts.decisions,
+                                 parts.sessions,
                                  history_messages=int(setting("HEARTBEAT_HISTORY_MESSAGES")),
-                                 max_context_tokens=runtime.context.max_context_tokens)
+                                 max_context_tokens=parts.max_context_tokens)
         self.consolidator: Consolidator | None = None
         threshold = int(setting("HEARTBEAT_CONSOLIDATE_AFTER"))
-        if model is not None and threshold and runtime.consolidator is not None:
+        if model is not None and threshold and parts.consolidates:
             keep = max(1, min(int(setting("HEARTBEAT_HISTORY_MESSAGES")), threshold - 1))
             self.consolidator = Consolidator(
-                runtime.sessions, runtime.memory, lambda: model,
+                parts.sessions, parts.memory, lambda: model,
                 ConsolidationPolicy(threshold_messages=threshold, keep_last=keep))
-        self.quiet = QuietTurnRunner(runtime.agent, context, self._publish,
-                                     consolidator=self.consolidator,
-                                     redact=runtime.redactor.redact)
+        self.quiet = QuietTurnRunner(parts.agent, context, self._publish,
+                                     consolidator=self.consolidator, redact=parts.redact)
         self.heartbeat = HeartbeatService(
             settings.workspace, backend.heartbeat, self.quiet,
             notice_target(setting, channels, explicit=setting("HEARTBEAT_CHAT"),
@@ -80,48 +115,50 @@ class BackgroundServices:
         watch_log = WatchLog()
         self.ops = OpsRuntimeService(
             policy,
-            OpsProbes(loops=runtime.supervisor.status, queues=self._queues,
+            OpsProbes(loops=parts.supervisor.status, queues=self._queues,
                       providers=self._providers, extra={"heartbeat": self.heartbeat.status}),
-            health=runtime.health,
-            runs=RunWatch(lambda: runtime.agent.loop, stuck_after_s=policy.run_stuck_after_s,
-                          stop_chat=runtime.conversation.runs.stop, abort_run=self.quiet.abort,
+            health=parts.health,
+            runs=RunWatch(lambda: parts.agent.loop, stuck_after_s=policy.run_stuck_after_s,
+                          stop_chat=parts.runs.stop, abort_run=self.quiet.abort,
                           log_=watch_log, owns=backend.owns),
-            channels=ChannelWatch(runtime.health, runtime.channels.names,
+            channels=ChannelWatch(parts.health, parts.channels.names,
                                   stall_after_s=policy.channel_stall_after_s,
                                   restart=self._restart_channel, log_=watch_log),
             notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
                                 interval_s=policy.notice_interval_s,
                                 claim=backend.notice_claims),
-            watch_log=watch_log, decisions=runtime.decisions, is_leader=self.single.is_leader)
+            watch_log=watch_log, decisions=parts.decisions, is_leader=self.single.is_leader)
 
-    # -- lifecycle (called by Runtime) -----------------------------------------------------
+    # -- lifecycle (called by the runtime) -------------------------------------------------
 
     def cancel_interrupted(self) -> None:
         """Before unfinished runs resume: quiet turns a stop cut off are cancelled (with shared
         run journals, those of the chats this node holds: quiet turns run on their chat's
         holder, so no other node drives them)."""
-        backend = self._runtime.backend
+        backend = self._parts.backend
         cancelled = self.quiet.cancel_interrupted(backend.owns if self.single.shared else None)
         if cancelled:
             log.info("cancelled %d heartbeat/system-event run(s) interrupted by the last stop",
                      cancelled)
 
-    def start(self, supervisor: Supervisor) -> None:
+    def start(self) -> None:
         """Loops `heartbeat` (in a cluster, only on the node holding its chat: `runs_heartbeat`)
         and `ops`."""
+        supervisor = self._parts.supervisor
         self.single.start()
         if self.heartbeat.enabled:
-            supervisor.spawn("heartbeat", self.single.gated("heartbeat", self.heartbeat.run,
-                                                            holds=self.runs_heartbeat))
-        supervisor.spawn("ops", self.ops.run)
+            supervisor.spawn(HEARTBEAT_LOOP, self.single.gated(
+                "heartbeat", self.heartbeat.run, holds=self.runs_heartbeat))
+        supervisor.spawn(OPS_LOOP, self.ops.run)
 
     def runs_heartbeat(self) -> bool:
         """This node holds the heartbeat's chat (always, without a cluster)."""
-        return self._runtime.backend.owns(self.heartbeat.target.key)
+        return self._parts.backend.owns(self.heartbeat.target.key)
 
-    async def close(self) -> None:
-        await self.single.stop()  # after the Supervisor stopped the loops: hand over at once
-        await self.quiet.close()
+    async def stop(self) -> None:
+        await self._parts.supervisor.cancel([HEARTBEAT_LOOP, OPS_LOOP])
+        await self.single.stop()  # after its loops stopped: hand over at once
+        await self.quiet.stop()
         if self.consolidator is not None:
             await self.consolidator.stop()
 
@@ -141,29 +178,28 @@ class BackgroundServices:
     # -- probes and actions ------------------------------------------------------------------
 
     def _publish(self, chat: ChatRef, text: str, announces: Announcement | None) -> None:
-        self._runtime.conversation.publish_to_chat(chat, text, announces)
+        self._parts.replies.publish_to_chat(chat, text, announces)
 
     def _notify(self, text: str) -> None:
         self._publish(self.notice_chat, text, None)
 
     def _restart_channel(self, name: str, reason: str) -> bool:
-        adapter = self._runtime.channels.get(name)
+        adapter = self._parts.channels.get(name)
         if adapter is None:
             return False
-        return self._runtime.supervisor.restart(f"channel:{name}", reason,
-                                                cleanup=adapter.stop)
+        return self._parts.supervisor.restart(f"channel:{name}", reason, cleanup=adapter.stop)
 
     def _queues(self) -> dict[str, int]:
-        runtime = self._runtime
-        return {**runtime.queue_depths(), "active_runs": runtime.conversation.runs.count()}
+        return {**self._parts.queues(), "active_runs": self._parts.runs.count()}
 
     def _providers(self) -> dict[str, Any]:
-        runtime = self._runtime
-        rows = self._provider.status() if isinstance(self._provider, FailoverProvider) else []
-        local = runtime.local_model.status() if runtime.local_model is not None else None
+        parts = self._parts
+        chain, providers = parts.chain, parts.providers
+        rows = chain.status() if isinstance(chain, FailoverProvider) else []
+        local = parts.local_model.status() if parts.local_model is not None else None
         down = [row["name"] for row in rows if row.get("down")]
         if local is not None and local.get("state") in ("failed", "unhealthy"):
-            down.append(f"{runtime.providers.default_name or 'phi4_local'} (embedded model "
+            down.append(f"{providers.default_name or 'phi4_local'} (embedded model "
                         f"{local.get('state')})")
-        return {"default": runtime.providers.default_name,
-                "configured": runtime.providers.names(), "failover": rows, "down": down}
+        return {"default": providers.default_name,
+                "configured": providers.names(), "failover": rows, "down": down}

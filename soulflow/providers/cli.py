@@ -129,7 +129,7 @@ class HeadlessCliProvider:
             raise self._error("timeout", f"no answer within {self.timeout_s:g}s") from None
         return self._result(run, tools)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Kill runs still in flight (daemon shutdown); later calls fail fast."""
         self._closed = True
         await asyncio.gather(*(self._kill_group(proc) for proc in list(self._running)))

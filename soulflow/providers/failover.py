@@ -61,7 +61,7 @@ class FailoverProvider:
         clock: Callable[[], float] = time.monotonic,
         owns_providers: bool = False,
     ) -> None:
-        """`owns_providers`: close them in `aclose` (off when a registry owns and closes them)."""
+        """`owns_providers`: close them in `close` (off when a registry owns and closes them)."""
         if not providers:
             raise ValueError("FailoverProvider needs at least one provider")
         self.providers = list(providers)
@@ -112,13 +112,13 @@ class FailoverProvider:
             })
         return rows
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Close the wrapped providers only when this owns them (see __init__)."""
         if not self._owns:
             return
         for provider in self.providers:
             try:
-                await provider.aclose()
+                await provider.close()
             except Exception:
                 log.warning("closing provider %r failed", provider.name, exc_info=True)
 

@@ -116,7 +116,7 @@ class OpenAICompatibleProvider:
         return await (work if abort is None else race_abort(work, abort, lambda: self._error(
             "aborted", "the request was aborted while in flight")))
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Close the HTTP client and its pooled connections; later calls fail fast."""
         self._closed = True
         await self._client.aclose()

@@ -83,11 +83,11 @@ class ProviderRegistry:
             return measured[0]
         return FailoverProvider(measured, cooldown_s=cooldown_s)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Close every provider; one failing to close must not leak the others' connections."""
         for name, provider in self._providers.items():
             try:
-                await provider.aclose()
+                await provider.close()
             except Exception:
                 log.warning("closing provider %r failed", name, exc_info=True)
 

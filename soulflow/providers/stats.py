@@ -112,5 +112,5 @@ class MeasuredProvider:
         """Anything else (a CLI provider's settings, `status()`) is the wrapped provider's."""
         return getattr(self.inner, name)
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    async def close(self) -> None:
+        await self.inner.close()

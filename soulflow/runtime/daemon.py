@@ -1,16 +1,21 @@
-"""`Runtime`: the services of one daemon in boot order (built by `wiring`), started, stopped
-in reverse; `create_runtime()` takes the workspace lock first.
+"""`Runtime`: the services of one daemon in boot order (built by `wiring`), each started with
+its stop registered on one exit stack, so they stop in reverse by construction;
+`create_runtime()` takes the workspace lock first.
 
-Boot: take the workspace lock → ensure default files → the backend (files or Redis, from
-SOULFLOW_BACKEND; not connected yet), which builds every store → MessageBus → DecisionService
-→ EventHub → providers → AgentDomain → channels → cron → task services → Conversation (given
-the task services and the chat commands) → dashboard. Start: the backend first (a Redis that
-cannot be used stops the boot with one sentence), the trust-zones migration of the workspace
-(once; `zone_migration`), the outbox, unfinished inbound work (the claim loop's first round),
-channel readers (each hands what it reads to the conversation), the claim loop, the backend's
-own loops (the file journals' syncer), the dashboard. Stop (SIGINT/SIGTERM): the reverse,
-letting answers and sends in flight finish within SHUTDOWN_GRACE_S, then flushing and closing
-every store.
+Build: the backend (files or Redis, from SOULFLOW_BACKEND; not connected yet), which builds
+every store → MessageBus → DecisionService → EventHub → providers → channels → replies → cron
+→ AgentDomain → task services → Conversation (given the task services and the chat commands)
+→ heartbeat and ops → dashboard (built around the runtime by soulflow.app). Each service is
+given the parts it uses, never the runtime.
+
+Start (`_boot`): the backend first (a Redis that cannot be used stops the boot with one
+sentence), the trust-zones migration of the workspace (once; `zone_migration`), the embedded
+model, the outbox, unfinished inbound work (the claim loop's first round), the task engine,
+the heartbeat and ops, the inputs and housekeeping loops (channel readers, each handing what it
+reads to the conversation; the claim loop; the backend's own loops, such as the file
+journals' syncer; cron), the dashboard. Stop (SIGINT/SIGTERM): the stack unwinds, letting
+answers and sends in flight finish within SHUTDOWN_GRACE_S, then flushing and closing every
+store. A start that fails (the dashboard's port in use) unwinds what had started.
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
+import soulflow.runtime.wiring as wiring
 from soulflow import __version__
 from soulflow.agent.approvals import ApproverPolicy
 from soulflow.agent.context import ContextBuilder
@@ -41,13 +49,14 @@ from soulflow.channels.reader import run_channel
 from soulflow.config import Settings
 from soulflow.contracts import ApprovalRef, ChatRef
 from soulflow.conversation.access import AdminPolicy
+from soulflow.conversation.replies import BusReplies
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
-from soulflow.ops.wiring import BackgroundServices
+from soulflow.ops.wiring import BackgroundParts, BackgroundServices
 from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
-from soulflow.runtime import status, wiring
+from soulflow.runtime.status import DaemonStatus, queue_depths
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.runtime.zone_migration import migrate_workspace
 from soulflow.scaffold import ensure_workspace
@@ -56,26 +65,30 @@ from soulflow.security.zones import zone_for
 from soulflow.storage.atomic import write_json_atomic
 from soulflow.storage.beneath import Beneath
 from soulflow.storage.lock import WorkspaceLock
-from soulflow.supervisor import Supervisor
-from soulflow.tasks.wiring import TaskServices
+from soulflow.supervisor import LoopFactory, Supervisor
+from soulflow.tasks.wiring import TaskParts, TaskServices
 from soulflow.telemetry import RUN_BUCKETS_S, Histogram
 
 log = logging.getLogger(__name__)
 
 DAEMON_INFO_FILE = "daemon.json"
+LOCAL_MODEL_LOOP = "local-model"
 
 
 class Runtime:
     """Every service of one daemon, wired together; owns their lifecycle."""
 
-    def __init__(self, settings: Settings, lock: WorkspaceLock) -> None:
+    def __init__(self, settings: Settings, lock: WorkspaceLock,
+                 front_end: FrontEndFactory | None = None) -> None:
         self.settings = settings
-        self._lock = lock
         runtime_dir = settings.runtime_dir
+        # what started, each with its stop; the workspace lock (taken by create_runtime) is
+        # released last
+        self._stack = AsyncExitStack()
+        self._stack.callback(lock.release)
         # one redactor for every sink: logs, sessions, journals, events, model requests; it
         # knows the environment's and .env's credentials and learns every secret a tool opens
         self.redactor = Redactor.for_settings(settings)
-        self._uninstall_log_redaction: Callable[[], None] = lambda: None  # set by start()
         self.admins = AdminPolicy.from_settings(settings)
         self.hub = EventHub(redact=self.redactor.redact_obj)
         # messages per channel (totals, per-minute chart) and run durations, for the
@@ -110,7 +123,26 @@ class Runtime:
         self.sandbox = CodeSandbox(settings)  # exec, python_repl, /repl; probed on first use
         self.tools = wiring.tool_registry(settings, self.redactor, self.sandbox,
                                           self.context.skills)
-        self.tool_bridge = ToolBridge(self)
+        self.channels, self.local = wiring.channel_registry(settings, runtime_dir,
+                                                            self.hub.publish, self.backend)
+        self.bus.bind_senders(self.channels.get)
+        self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
+        self.bus.dispatcher.outcome_listeners.append(self.traffic.send_outcome)
+        # each channel's health: its reader (run_channel) records reads, the dispatcher sends
+        self.health = HealthBoard(redact=self.redactor.redact)
+        self.bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
+        self.read_policy = wiring.read_policy(settings)
+        # every text the daemon writes to a chat, split for its platform and stored in order:
+        # the conversation's replies, and the tools', tasks', heartbeat's and notices' texts
+        self.replies = BusReplies(self.channels, self.bus, self._publish_event)
+        self.cron = CronService(self.backend.cron, self._fire_cron,
+                                may_fire=wiring.cron_fires_here(self.backend))
+        # the agent's loop runs its tools through the bridge, and a tool's `spawn` starts a
+        # sub-run on that loop: the bridge asks for it when a tool calls (built just below)
+        self.tool_bridge = ToolBridge(
+            workspace=settings.workspace, vault=self.vault, channels=self.channels,
+            replies=self.replies, redact=self.redactor.redact, is_admin=self.admins.is_admin,
+            cron=self.cron, main_loop=lambda: parts.loop)
         parts = wiring.agent_parts(
             settings, self.providers, redactor=self.redactor, sessions=self.sessions,
             memory=self.memory, tools=self.tools, context=self.context,
@@ -122,39 +154,48 @@ class Runtime:
                                  on_turn_finished=self._after_turn,
                                  approvers=ApproverPolicy(self.admins.is_admin),
                                  redact=self.redactor.redact)
-        self.channels, self.local = wiring.channel_registry(settings, runtime_dir,
-                                                            self.hub.publish, self.backend)
-        self.bus.bind_senders(self.channels.get)
-        self.bus.dispatcher.sent_listeners.append(self._remember_approval_message)
-        self.bus.dispatcher.outcome_listeners.append(self.traffic.send_outcome)
-        # each channel's health: its reader (run_channel) records reads, the dispatcher sends
-        self.health = HealthBoard(redact=self.redactor.redact)
-        self.bus.dispatcher.outcome_listeners.append(self.health.send_outcome)
-        self.read_policy = wiring.read_policy(settings)
-        self.cron = CronService(self.backend.cron, self._fire_cron,
-                                may_fire=wiring.cron_fires_here(self.backend))
+        self.supervisor = Supervisor()
         # task graphs (docs/tasks.md): store, workflow events, engine, the task tool; built
         # before the conversation, which they answer for: task answers and reactions in
         # chats, /stop cancelling a chat's tasks, /task
-        self.task_services = TaskServices(self)
+        self.task_services = TaskServices(TaskParts(
+            settings=settings, backend=self.backend, agent=self.agent, runs=self.runs,
+            model=self.model, system_prompt=self.context.system_prompt, tools=self.tools,
+            tool_context=self.tool_bridge.context, channels=self.channels,
+            replies=self.replies, bus=self.bus, redactor=self.redactor, hub=self.hub,
+            supervisor=self.supervisor))
         self.tasks, self.workflow = self.task_services.store, self.task_services.workflow
         self.task_engine = self.task_services.engine  # the dashboard's cancel goes through it
         # from a message taken in to its turn complete: built with everything that answers
         self.conversation = wiring.conversation(
             settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
-            on_event=self._publish_event, tasks=self.task_services,
+            on_event=self._publish_event, tasks=self.task_services, replies=self.replies,
             commands={**wiring.chat_commands(vault=self.vault, admins=self.admins,
                                              sandbox=self.sandbox, cron=self.cron),
                       "task": self.task_services.chat.command})
-        self.supervisor = Supervisor()
         # heartbeat, system_event cron jobs, ops (watchdog, health reading, notices)
-        self.background = BackgroundServices(self, model=self.model, chain=self._chain)
-        # the HTTP front end (the dashboard) is built around the runtime by soulflow.app, so
-        # the runtime never imports the layer above it; started last, stopped first
-        self.dashboard: FrontEnd | None = None
+        self.background = BackgroundServices(BackgroundParts(
+            settings=settings, backend=self.backend, agent=self.agent, model=self.model,
+            chain=self._chain, consolidates=self.consolidator is not None, memory=self.memory,
+            decisions=self.decisions, sessions=self.sessions,
+            max_context_tokens=self.context.max_context_tokens, redact=self.redactor.redact,
+            channels=self.channels, health=self.health, supervisor=self.supervisor,
+            runs=self.conversation.runs, replies=self.replies,
+            queues=partial(queue_depths, self.bus, self.conversation),
+            providers=self.providers, local_model=self.local_model))
+        self._status = DaemonStatus(
+            workspace=settings.workspace, backend=self.backend, supervisor=self.supervisor,
+            health=self.health, vault=self.vault, bus=self.bus, conversation=self.conversation,
+            channels=self.channels, sessions=self.sessions, hub=self.hub,
+            providers=self.providers, local_model=self.local_model, cron=self.cron,
+            tasks=self.task_services, sandbox=self.sandbox, background=self.background)
         self.started_at = 0.0
         self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False
+        # the HTTP front end (the dashboard), last: it is built around the runtime (by the
+        # factory soulflow.app passes), so the runtime never imports the layer above it;
+        # started last, stopped first
+        self.dashboard: FrontEnd | None = front_end(self) if front_end is not None else None
 
     def _publish_event(self, kind: str, data: dict[str, Any]) -> None:
         """The live-event sink of the bus and the channels: counted, then published."""
@@ -194,77 +235,128 @@ class Runtime:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start every service in boot order (`_boot`). A start that fails unwinds what had
+        started, in reverse, releases the workspace lock and raises its error."""
+        try:
+            await self._boot(self._stack)
+        except BaseException:
+            try:
+                await self._stack.aclose()
+            except Exception:  # the start's own error is the one to report
+                log.exception("stopping what had started after a failed start failed")
+            raise
+
+    async def _boot(self, stack: AsyncExitStack) -> None:
+        """The boot order (ARCHITECTURE.md, "Boot order"). Each step registers its stop on
+        `stack` before it starts (every stop is safe after a failed or missing start), so a
+        failed start unwinds exactly what began, and shutdown is this method read from the
+        bottom up."""
+        settings = self.settings
+        grace = float(settings["SHUTDOWN_GRACE_S"])  # for answers and sends in flight
         self.started_at = time.time()
-        self._uninstall_log_redaction = install_log_redaction(self.redactor)
+        stack.callback(install_log_redaction(self.redactor))  # returns its uninstall
+        # written last (it carries the dashboard's URL), removed once every store is closed
+        stack.callback((settings.runtime_dir / DAEMON_INFO_FILE).unlink, missing_ok=True)
+        stack.callback(self.sandbox.quotas.close)  # the chat folders' usage index
+        # every store flushed and closed (files), or the partitions handed back (Redis)
+        stack.push_async_callback(self.backend.stop)
         await self.backend.start()  # before anything reads state
+        # no supervised loop outlives the stores: each service stops its own, this is a net
+        stack.push_async_callback(self.supervisor.stop)
         # once per workspace, before any service: shared notes and facts out of global
         # memory, attachments into their chats' folders (soulflow/runtime/zone_migration.py)
         await asyncio.to_thread(migrate_workspace, self.memory.beneath, self.sessions)
         self.backend.on_partitions_changed(self._partitions_changed)
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
         if self.local_model is not None:  # first: resumed work needs the model
-            try:
-                await self.local_model.start()
-            except LocalModelError as exc:
-                log.error("the embedded model did not start; retrying in the background: %s",
-                          exc)
-            self.supervisor.spawn("local-model", self.local_model.run_supervisor)
+            stack.push_async_callback(self._stop_local_model)
+            await self._start_local_model()
+        stack.push_async_callback(self.providers.close)
+        # the adapters stop after the bus that sends through them; each is connected by its
+        # reader (run_channel, below)
+        stack.push_async_callback(self._stop_channels)
         if self.agent.loop is not None:
             orphans = cancel_orphaned_subruns(self.agent.loop, self.backend.owns)
             if orphans:
                 log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
+        stack.push_async_callback(self.bus.stop, grace)
         await self.bus.start()  # the outbox this node must send, and the counts
+        if self.consolidator is not None:
+            stack.push_async_callback(self.consolidator.stop)
+        stack.callback(self._channels_stopped)
+        stack.push_async_callback(self.conversation.stop, grace)
         await self.conversation.resume_pending()  # the claim loop's first round
         self.background.cancel_interrupted()  # before resume_runs would answer them late
         await self.conversation.resume_runs()
+        stack.push_async_callback(self.task_services.stop)  # nodes resume at the next start
         await self.task_services.start()  # after the agent: task nodes are agent runs
-        for adapter in self.channels:  # connect and read (backoff, health, restarts)
-            self.supervisor.spawn(f"channel:{adapter.name}", lambda a=adapter: run_channel(
-                a, self.conversation.ingest, self.health, self.read_policy))
-        self.supervisor.spawn("inbound:claim", self.conversation.claim_loop)
-        if self.backend.shared:  # chats come to this node while it runs
-            self.supervisor.spawn("agent:takeover", self._takeover_loop)
-        self.supervisor.spawn("bus:stats", self.bus.stats_loop)
-        for name, loop in self.backend.loops().items():  # the file journals' syncer
-            self.supervisor.spawn(name, loop)
-        self.supervisor.spawn("cron", self.cron.run)
-        self.background.start(self.supervisor)  # loops `heartbeat` and `ops`
+        stack.push_async_callback(self.background.stop)
+        self.background.start()  # loops `heartbeat` and `ops`
+        self._spawn_loops(stack, self._input_loops())
         if self.dashboard is not None:
+            stack.push_async_callback(self.dashboard.stop)
             await self.dashboard.start()
         self._write_daemon_info()
         self.ready = True
-        log.info("SoulFlow %s ready in %s (provider: %s)", __version__, self.settings.workspace,
+        log.info("SoulFlow %s ready in %s (provider: %s)", __version__, settings.workspace,
                  self.providers.default_name or "none configured")
 
     async def stop(self) -> None:
+        """Unwind what started, in reverse (`_boot` read from the bottom up); then release
+        the workspace lock. Safe without a start, after a failed one, and twice."""
         self.ready = False
-        grace = float(self.settings["SHUTDOWN_GRACE_S"])
-        if self.dashboard is not None:
-            await self.dashboard.stop()
-        await self.supervisor.stop()
-        await self.background.close()
-        await self.task_services.stop()  # before the agent; nodes resume at the next start
-        await self.conversation.stop(grace)
+        try:
+            await self._stack.aclose()
+        finally:
+            log.info("SoulFlow stopped")
+
+    def _input_loops(self) -> dict[str, LoopFactory]:
+        """The loops that take work in and keep the books, by name: one reader per channel
+        (connect and read, with backoff, health and restarts), the claim loop, the takeover of
+        chats moved to this node (Redis), the bus's counts, the backend's own loops (the file
+        journals' syncer), cron."""
+        loops: dict[str, LoopFactory] = {
+            f"channel:{adapter.name}": partial(run_channel, adapter, self.conversation.ingest,
+                                               self.health, self.read_policy)
+            for adapter in self.channels}
+        loops["inbound:claim"] = self.conversation.claim_loop
+        if self.backend.shared:  # chats come to this node while it runs
+            loops["agent:takeover"] = self._takeover_loop
+        loops["bus:stats"] = self.bus.stats_loop
+        loops.update(self.backend.loops())
+        loops["cron"] = self.cron.run
+        return loops
+
+    def _spawn_loops(self, stack: AsyncExitStack, loops: dict[str, LoopFactory]) -> None:
+        """Run `loops` on the supervisor; on the way back they are cancelled together."""
+        stack.push_async_callback(self.supervisor.cancel, list(loops))
+        for name, factory in loops.items():
+            self.supervisor.spawn(name, factory)
+
+    async def _start_local_model(self) -> None:
+        assert self.local_model is not None
+        try:
+            await self.local_model.start()
+        except LocalModelError as exc:
+            log.error("the embedded model did not start; retrying in the background: %s", exc)
+        self.supervisor.spawn(LOCAL_MODEL_LOOP, self.local_model.run_supervisor)
+
+    async def _stop_local_model(self) -> None:
+        """Its watcher first, or it would start the model again."""
+        assert self.local_model is not None
+        await self.supervisor.cancel([LOCAL_MODEL_LOOP])
+        await self.local_model.stop()
+
+    def _channels_stopped(self) -> None:
         for adapter in self.channels:
             self.health.stopped(adapter.name)
-        if self.consolidator is not None:
-            await self.consolidator.stop()
-        await self.bus.stop(grace)
+
+    async def _stop_channels(self) -> None:
         for adapter in self.channels:
             try:
                 await adapter.stop()
             except Exception:
                 log.exception("channel %s did not stop cleanly", adapter.name)
-        await self.providers.aclose()
-        if self.local_model is not None:
-            await self.local_model.stop()
-        # every store flushed and closed (files), or the partitions handed back (Redis)
-        await self.backend.close()
-        self.sandbox.quotas.close()  # the chat folders' usage index
-        (self.settings.runtime_dir / DAEMON_INFO_FILE).unlink(missing_ok=True)
-        self._lock.release()
-        self._uninstall_log_redaction()
-        log.info("SoulFlow stopped")
 
     def _partitions_changed(self) -> None:
         """Chats moved to or from this node (Redis): send the replies it now holds. Their
@@ -318,16 +410,16 @@ class Runtime:
 
     def problems(self) -> list[str]:
         """What is wrong right now; `state()["ok"]` is true only when ready with none."""
-        return status.problems(self)
+        return self._status.problems()
 
     def queue_depths(self) -> dict[str, int]:
         """Work waiting in the bus and the conversation (the dashboard's and the ops
         reading's)."""
-        return status.queue_depths(self)
+        return self._status.queue_depths()
 
     def state(self) -> dict[str, Any]:
         """The dashboard's view of the daemon (`/api/state`)."""
-        return status.state(self)
+        return self._status.state(ready=self.ready, started_at=self.started_at)
 
 
 class FrontEnd(Protocol):
@@ -342,13 +434,18 @@ class FrontEnd(Protocol):
     async def stop(self) -> None: ...
 
 
-def create_runtime(settings: Settings) -> Runtime:
-    """Lock the workspace, make sure its default files exist, and build every service."""
+FrontEndFactory = Callable[[Runtime], FrontEnd]
+"""Builds the HTTP front end around the runtime, at the end of its construction."""
+
+
+def create_runtime(settings: Settings, front_end: FrontEndFactory | None = None) -> Runtime:
+    """Lock the workspace, make sure its default files exist, and build every service (and
+    the front end, when a factory for it is given)."""
     lock = WorkspaceLock(settings.runtime_dir / "daemon.lock")
     lock.acquire()
     try:
         ensure_workspace(settings.workspace)
-        return Runtime(settings, lock)
+        return Runtime(settings, lock, front_end)
     except BaseException:
         lock.release()
         raise

@@ -43,6 +43,7 @@ from soulflow.conversation.capability_commands import (
 from soulflow.conversation.chat_tasks import ChatTasks
 from soulflow.conversation.commands import CommandHandler
 from soulflow.conversation.feedback import FeedbackPolicy
+from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.secret_command import make_secret_command
 from soulflow.conversation.turns import Conversation
 from soulflow.cron import CronService, Job, PayloadKind
@@ -148,7 +149,7 @@ def chat_commands(*, vault: SecretVault, admins: AdminPolicy, sandbox: CodeSandb
 
 def conversation(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
                  agent: AgentDomain, *, vault: SecretVault, admins: AdminPolicy,
-                 on_event: EventSink, tasks: ChatTasks,
+                 on_event: EventSink, tasks: ChatTasks, replies: BusReplies,
                  commands: Mapping[str, CommandHandler]) -> Conversation:
     grouping = settings.flag("CHANNEL_GROUPING_ENABLED")
     return Conversation(
@@ -167,7 +168,7 @@ def conversation(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
             read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]),
         # a claim waits for new work well under the Redis socket timeout (half a lease TTL,
         # at least 1 s), or a quiet wait would end in a timeout error instead of "nothing"
-        claim_wait_s=min(1.0, float(settings["REDIS_LEASE_TTL_S"]) / 4))
+        claim_wait_s=min(1.0, float(settings["REDIS_LEASE_TTL_S"]) / 4), replies=replies)
 
 
 @dataclass(slots=True)

@@ -40,8 +40,8 @@ class RedactingProvider:
         clean = self._redactor.redact_strings(messages)
         return await self._inner.chat(clean, tools, on_stream=on_stream, abort=abort)
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    async def close(self) -> None:
+        await self._inner.close()
 
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self._inner, attribute)

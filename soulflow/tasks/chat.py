@@ -339,7 +339,7 @@ class TaskChat:
         except Exception:
             log.exception("cancelling task %s on /stop failed", task_id)
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Let cancels started by /stop finish (they only record states)."""
         if self._cancels:
             await asyncio.gather(*list(self._cancels), return_exceptions=True)

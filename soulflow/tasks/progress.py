@@ -87,7 +87,7 @@ class TaskProgress:
         if task_id in self._status and platform_ids:
             self._status[task_id] = platform_ids[0]
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Cancel delayed flushes (their updates are superseded by the next start's)."""
         await cancel_and_wait(self._flushers.values())
         self._flushers.clear()

@@ -1,12 +1,13 @@
-"""Wiring of task graphs into a Runtime: store, workflow events, engine, executors, chat, tool.
+"""Wiring of task graphs into a daemon: store, workflow events, engine, executors, chat, tool.
 
-Kept out of runtime/daemon.py (which calls `TaskServices(runtime)`, `start`, `stop` and
-`state`) so the daemon's boot file stays about boot order. The engine starts after the agent
-(its nodes are agent runs) and stops before it; stopping leaves running nodes `running` in the
-checkpoint, and the next start resumes them (docs/tasks.md, "Checkpoints and restarts").
-The services are built before the conversation, which is given them as its `ChatTasks`
-(soulflow/conversation/chat_tasks.py: task replies and reactions in chats, /stop cancelling a
-chat's tasks) and `/task` among its commands.
+Kept out of runtime/daemon.py (which builds `TaskServices(TaskParts(...))` and calls `start`,
+`stop` and `state`) so the daemon's boot file stays about boot order. The services are given
+the parts of the daemon they use (`TaskParts`), never the runtime. The engine starts after the
+agent (its nodes are agent runs) and stops before it; stopping leaves running nodes `running`
+in the checkpoint, and the next start resumes them (docs/tasks.md, "Checkpoints and
+restarts"). The services are built before the conversation, which is given them as its
+`ChatTasks` (soulflow/conversation/chat_tasks.py: task replies and reactions in chats, /stop
+cancelling a chat's tasks) and `/task` among its commands.
 
 The stores are the backend's (the task store, its plans under review, the workflow events and
 the task prompts' messages: files under runtime/, or Redis, where a task is written only under
@@ -18,14 +19,26 @@ resume here, those of chats that leave stop here (docs/scaling.md, "Tasks").
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from soulflow.agent.approvals import Decider, parse_reaction
+from soulflow.agent.domain import AgentDomain
+from soulflow.agent.run.loop import ContextFactory, SystemPrompt
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
+from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.backends.base import Backend, RunJournal
+from soulflow.bus.bus import MessageBus
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
-from soulflow.contracts import Announcement, ChatRef, TaskStatusRef, TaskStepRef
+from soulflow.channels.registry import ChannelRegistry
+from soulflow.config import Settings
+from soulflow.contracts import Announcement, ChatRef, Provider, TaskStatusRef, TaskStepRef
+from soulflow.conversation.replies import BusReplies
+from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService
+from soulflow.security.redact import Redactor
+from soulflow.supervisor import Supervisor
 from soulflow.tasks.chat import TaskChat
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.engine import TaskEngine
@@ -34,24 +47,43 @@ from soulflow.tasks.planner import Planner
 from soulflow.tasks.progress import TaskProgress
 from soulflow.tasks.tool import TaskTool
 
-if TYPE_CHECKING:
-    from soulflow.runtime import Runtime
-
-__all__ = ["TaskServices", "is_task_run"]
+__all__ = ["TaskParts", "TaskServices", "is_task_run"]
 
 log = logging.getLogger(__name__)
+
+OWNERSHIP_LOOP = "tasks:ownership"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskParts:
+    """The parts of a daemon the task services use."""
+
+    settings: Settings
+    backend: Backend  # the task stores; which chats this node holds
+    agent: AgentDomain  # the approvals' rule; is a chat's run waiting for an answer
+    runs: RunJournal | None  # the agent's journal and model: None without a provider
+    model: Provider | None
+    system_prompt: SystemPrompt
+    tools: ToolRegistry  # the task tool joins it
+    tool_context: ContextFactory  # the daemon's own (runtime/tool_bridge.py)
+    channels: ChannelRegistry  # progress messages are edited through the chat's adapter
+    replies: BusReplies  # what tasks tell a chat
+    bus: MessageBus  # its sent messages: task prompts remembered for reactions
+    redactor: Redactor
+    hub: EventHub  # live workflow events
+    supervisor: Supervisor  # runs "tasks:ownership" on a shared backend
 
 
 class TaskServices:
     """Everything tasks need in one daemon (see the module docstring)."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        settings = runtime.settings
-        self._runtime = runtime
-        backend = runtime.backend
+    def __init__(self, parts: TaskParts) -> None:
+        settings = parts.settings
+        self._parts = parts
+        backend = parts.backend
         self.store = backend.tasks
         self.workflow = WorkflowEventService(backend.workflow, workspace=settings.workspace,
-                                             redactor=runtime.redactor, hub=runtime.hub)
+                                             redactor=parts.redactor, hub=parts.hub)
         self.proposals = backend.proposals  # plans under review, one per chat
         # platform message ids of task prompts, so a reaction decides them
         self.prompts = backend.task_prompts
@@ -59,30 +91,30 @@ class TaskServices:
             log.error("task store: %s", problem)
         self.workflow.bind_task_store(self.store)
         agent: AgentParts | None = None
-        model = runtime.model
-        if runtime.runs is not None and model is not None:
-            agent = AgentParts(runtime.runs, lambda: model, runtime.context.system_prompt,
-                               runtime.tool_bridge.context, int(settings["AGENT_MAX_TURNS"]))
-        self.executors = DaemonExecutors(runtime.tools, self._tool_context, agent,
-                                         redactor=runtime.redactor)
-        self.progress = TaskProgress(self._publish, editor=runtime.channels.get,
+        model = parts.model
+        if parts.runs is not None and model is not None:
+            agent = AgentParts(parts.runs, lambda: model, parts.system_prompt,
+                               parts.tool_context, int(settings["AGENT_MAX_TURNS"]))
+        self.executors = DaemonExecutors(parts.tools, self._tool_context, agent,
+                                         redactor=parts.redactor)
+        self.progress = TaskProgress(self._publish, editor=parts.channels.get,
                                      interval_s=float(settings["TASK_PROGRESS_INTERVAL_S"]))
         self.engine = TaskEngine(self.store, self.executors.executors(),
                                  tool_names=self.executors.tool_names(), emit=self._emit,
                                  max_parallel=int(settings["TASK_MAX_PARALLEL"]),
-                                 owns=runtime.backend.owns)
-        self.approvers = runtime.agent.approvers  # tasks follow the run approvals' rule
+                                 owns=backend.owns)
+        self.approvers = parts.agent.approvers  # tasks follow the run approvals' rule
         self.chat = TaskChat(self.engine, self.executors, self._planner, self.proposals,
                              self.approvers, agent_waiting=self._agent_waiting)
-        runtime.tools.register(TaskTool(lambda: self.chat, self._publish_text))
-        runtime.bus.dispatcher.sent_listeners.append(self._remember_prompt)
+        parts.tools.register(TaskTool(lambda: self.chat, self._publish_text))
+        parts.bus.dispatcher.sent_listeners.append(self._remember_prompt)
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> list[str]:
         """After the backend started (Redis: this node holds its first partitions)."""
-        runtime = self._runtime
-        backend = runtime.backend
+        parts = self._parts
+        backend = parts.backend
         # a chat with a task running here is work in hand: a node joining the cluster must
         # not interrupt a task mid-step (it moves when its loop has finished or waits)
         backend.hold_chats(self.engine.running_chats)
@@ -90,8 +122,8 @@ class TaskServices:
         if backend.shared:
             # a lost partition must stop its tasks here well within the third of a TTL
             # between this node's lease deadline and the lease's expiry in Redis
-            interval = float(runtime.settings["REDIS_LEASE_TTL_S"]) / 8
-            runtime.supervisor.spawn("tasks:ownership", lambda: self.engine.watch(interval))
+            interval = float(parts.settings["REDIS_LEASE_TTL_S"]) / 8
+            parts.supervisor.spawn(OWNERSHIP_LOOP, lambda: self.engine.watch(interval))
         resumed = await self.engine.start()
         if resumed:
             log.info("resumed %d task(s) from their checkpoints: %s", len(resumed),
@@ -99,9 +131,12 @@ class TaskServices:
         return resumed
 
     async def stop(self) -> None:
+        """The ownership loop, then the engine (its nodes stay `running` in the checkpoint,
+        resumed at the next start), then what was still telling the chats."""
+        await self._parts.supervisor.cancel([OWNERSHIP_LOOP])
         await self.engine.stop()
-        await self.chat.close()
-        await self.progress.close()
+        await self.chat.stop()
+        await self.progress.stop()
 
     def state(self) -> dict[str, Any]:
         """For /api/state; `unfinished` is None while the store does not answer (Redis away:
@@ -116,18 +151,18 @@ class TaskServices:
     # -- pieces --------------------------------------------------------------------------
 
     def _planner(self) -> Planner | None:
-        model = self._runtime.model
+        model = self._parts.model
         if model is None:
             return None
         names = self.executors.tool_names()
-        descriptions = {n: getattr(self._runtime.tools.get(n), "description", "")
+        descriptions = {n: getattr(self._parts.tools.get(n), "description", "")
                         for n in names}
         return Planner(model, names, descriptions)
 
     def _tool_context(self, chat: ChatRef, approved: bool) -> ToolContext:
         """A tool node's context: the daemon's own, for the task's chat."""
         state = RunState(run_id=f"task:{chat.task_id}:{chat.node_id}", chat=chat)
-        return self._runtime.tool_bridge.context(state, approved)
+        return self._parts.tool_context(state, approved)
 
     async def _emit(self, event: TaskEvent) -> None:
         record = await self.workflow.append(WorkflowEvent.from_task_event(event))
@@ -138,15 +173,14 @@ class TaskServices:
         await self.progress.on_event(event)
 
     def _publish(self, chat: ChatRef, text: str, announces: Announcement | None) -> None:
-        self._runtime.conversation.publish_to_chat(chat, self._runtime.redactor.redact(text),
-                                                   announces)
+        self._parts.replies.publish_to_chat(chat, self._parts.redactor.redact(text), announces)
 
     def _publish_text(self, chat: ChatRef, text: str) -> None:
         self._publish(chat, text, None)
 
     def _agent_waiting(self, chat_key: str, decider: Decider) -> bool:
         """A chat run waits for an approval or for an answer: a bare "yes" is for it."""
-        return self._runtime.agent.open_run(chat_key, by=decider) is not None
+        return self._parts.agent.open_run(chat_key, by=decider) is not None
 
     def _remember_prompt(self, message: OutboundMessage, result: SendResult) -> None:
         announced = message.announces

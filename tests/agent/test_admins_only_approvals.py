@@ -55,7 +55,7 @@ class PlantingModel:
             id="c1", name="write_file",
             arguments={"path": TARGET, "content": messages[-1]["content"]})])
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 
@@ -86,7 +86,7 @@ async def pipe(tmp_path: Path) -> AsyncIterator[Pipeline]:
         await asyncio.gather(claiming, return_exceptions=True)
         await conversation.stop(5)
         await bus.stop(5)
-        await bus.backend.close()
+        await bus.backend.stop()
 
 
 async def test_the_requester_cannot_approve_her_own_write_an_admin_can(

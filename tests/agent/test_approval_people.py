@@ -79,7 +79,7 @@ class RiskyModel:
         return ProviderResult(content="", tool_calls=[
             ToolCall(id="c1", name="record", arguments={"value": messages[-1]["content"]})])
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 
@@ -190,7 +190,7 @@ async def _pipeline(tmp_path: Path, tool: Recorder, counter: list[int]
         await asyncio.gather(claiming, return_exceptions=True)
         await conversation.stop(5)
         await bus.stop(5)
-        await bus.backend.close()
+        await bus.backend.stop()
 
 
 @pytest.fixture

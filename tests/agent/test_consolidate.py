@@ -294,7 +294,7 @@ class FakeProvider:
             raise answer
         return ProviderResult(content=answer)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 

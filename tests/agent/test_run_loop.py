@@ -34,7 +34,7 @@ class ScriptedModel:
             raise turn
         return turn
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 

@@ -188,7 +188,7 @@ class Answers:
             return ProviderResult(content=self.summary)
         return ProviderResult(content=f"echo: {messages[-1]['content']}")
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 

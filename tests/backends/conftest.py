@@ -72,7 +72,7 @@ class Harness:
     async def close(self, backend: Backend) -> None:
         if backend in self.opened:
             self.opened.remove(backend)
-            await backend.close()
+            await backend.stop()
 
     async def reopen(self, backend: Backend) -> Backend:
         """Close (a clean stop) and open again over the same state: a restart."""

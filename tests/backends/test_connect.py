@@ -54,7 +54,7 @@ async def test_open_backend_builds_what_the_settings_name(tmp_path: Path,
                                                           redis_server: RedisServer) -> None:
     file_backend = await open_backend(BackendConfig(), tmp_path)
     assert isinstance(file_backend, FileBackend)
-    await file_backend.close()
+    await file_backend.stop()
     config = BackendConfig(kind=BackendKind.REDIS, redis_url=redis_server.url, node_id="n1",
                            key_prefix="open-test:", partitions=2)
     redis_backend = await open_backend(config, tmp_path)
@@ -62,7 +62,7 @@ async def test_open_backend_builds_what_the_settings_name(tmp_path: Path,
         assert isinstance(redis_backend, RedisBackend)
         assert redis_backend.partitions.held() == [0, 1]
     finally:
-        await redis_backend.close()
+        await redis_backend.stop()
 
 
 def test_shown_url_hides_only_the_password() -> None:

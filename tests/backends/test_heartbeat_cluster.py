@@ -72,7 +72,7 @@ class Node:
             await asyncio.gather(self.task, return_exceptions=True)
         await self.single.stop()
         await self.stack.close()
-        await self.backend.close()
+        await self.backend.stop()
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ async def node(url: str, prefix: str, node_id: str, tmp_path: Path, counter: lis
             await asyncio.gather(claiming, return_exceptions=True)
         await conversation.stop(5)
         await bus.stop(5)
-        await bus.backend.close()
+        await bus.backend.stop()
         state.close()
 
 

@@ -48,7 +48,7 @@ async def test_nothing_is_lost_across_a_redis_restart(durable_redis: RedisServer
         for message in messages:
             assert await node.inbound.is_seen(message.key)
     finally:
-        await node.close()
+        await node.stop()
 
 
 async def test_a_leader_steps_down_while_redis_is_away_and_leads_again(

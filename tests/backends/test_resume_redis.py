@@ -107,7 +107,7 @@ async def node_b(redis_server: RedisServer, prefix: str,
     node = NodeB(backend, AgentDomain(context, sessions, loop, RedisApprovalMap(state)),
                  model, tool, state)
     yield node
-    await backend.close()
+    await backend.stop()
     state.close()
 
 

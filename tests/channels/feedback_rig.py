@@ -36,7 +36,7 @@ class InstantModel:
                    on_stream: Any = None, abort: asyncio.Event | None = None) -> ProviderResult:
         return ProviderResult(content="ok")
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 
@@ -80,7 +80,7 @@ async def manager_rig(tmp_path: Path, adapter: ChannelAdapter, *, fold_max: int 
         await asyncio.gather(reader, claiming, return_exceptions=True)
         await conversation.stop(2.0)
         await bus.stop(2.0)
-        await bus.backend.close()
+        await bus.backend.stop()
 
 
 async def answer_through_cooldown(tmp_path: Path, adapter: ChannelAdapter,

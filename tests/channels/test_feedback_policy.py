@@ -73,7 +73,7 @@ async def test_read_acks_are_rate_limited_per_chat_and_skipped_for_a_backlog() -
     await settle(feedback)
     assert adapter.reactions == [("a", "1"), ("b", "1"), ("a", "4")]
     assert feedback.stats.skipped_interval == 1 and feedback.stats.skipped_backlog == 1
-    await feedback.close()
+    await feedback.stop()
 
 
 async def test_a_rate_limit_cools_down_the_chat_then_the_adapter() -> None:
@@ -92,7 +92,7 @@ async def test_a_rate_limit_cools_down_the_chat_then_the_adapter() -> None:
     await settle(feedback)
     assert [r[0] for r in adapter.reactions] == ["a", "b", "c"]
     assert feedback.stats.rate_limited == 2 and feedback.stats.skipped_cooldown == 2
-    await feedback.close()
+    await feedback.stop()
 
 
 async def test_calls_beyond_the_budget_are_skipped_not_queued() -> None:
@@ -106,7 +106,7 @@ async def test_calls_beyond_the_budget_are_skipped_not_queued() -> None:
     adapter.gate.set()
     await settle(feedback)
     assert feedback.acknowledge(adapter, "chat9", "1")
-    await feedback.close()
+    await feedback.stop()
 
 
 async def test_one_typing_indicator_serves_every_turn_of_a_chat() -> None:
@@ -124,7 +124,7 @@ async def test_one_typing_indicator_serves_every_turn_of_a_chat() -> None:
     await settle(feedback)
     on = [chat for chat, state in adapter.typing if state]
     assert on == ["a", "b", "a"]
-    await feedback.close()
+    await feedback.stop()
 
 
 async def test_leaving_never_waits_for_a_hung_platform_and_close_stops_everything() -> None:
@@ -135,7 +135,7 @@ async def test_leaving_never_waits_for_a_hung_platform_and_close_stops_everythin
         async with feedback.typing_while(adapter, "a"):
             pass
     assert feedback.in_flight >= 1
-    await feedback.close()
+    await feedback.stop()
     assert feedback.in_flight == 0
     async with feedback.typing_while(adapter, "a"):  # closed: a no-op
         pass

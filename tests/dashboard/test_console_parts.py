@@ -89,7 +89,7 @@ async def test_provider_stats_measure_real_calls_and_errors() -> None:
         abort.set()
         with pytest.raises(ProviderError) as aborted:
             await chain.chat([{"role": "user", "content": "stop"}], abort=abort)
-        await registry.aclose()
+        await registry.close()
     [stats] = registry.stats.all()
     record = stats.to_dict()
     assert record["name"] == "local" and record["calls"] == 2  # an abort is not a call outcome

@@ -97,7 +97,7 @@ async def _make_rig(tmp_path: Path, token: str = "") -> AsyncIterator[Rig]:
             await asyncio.gather(reader, return_exceptions=True)
             await service.stop()
             await bus.stop(1)
-            await bus.backend.close()
+            await bus.backend.stop()
     for response in responses:  # whatever was asked, no permissive CORS header anywhere
         assert not [h for h in response.headers if h.lower().startswith("access-control-")]
 

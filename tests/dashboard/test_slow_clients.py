@@ -81,7 +81,7 @@ async def running(tmp_path: Path, limits: ConnectionLimits) -> AsyncIterator[Rig
         finally:
             await service.stop()
             await bus.stop(1)
-            await bus.backend.close()
+            await bus.backend.stop()
 
 
 async def until_closed(reader: asyncio.StreamReader) -> bytes:

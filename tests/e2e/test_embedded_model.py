@@ -100,7 +100,7 @@ async def test_the_gguf_answers_through_the_openai_provider(local_python: str,
               f"{streamed_at[0] - stream_started:.2f}s, {rate:.1f} tokens/s, RSS after "
               f"{runtime.status()['rss_mb']} MB")
     finally:
-        await provider.aclose()
+        await provider.close()
         await runtime.stop()
     assert gone(status["pid"])
 
@@ -128,7 +128,7 @@ async def test_a_busy_server_still_passes_health_checks(local_python: str,
         with pytest.raises(Exception, match="aborted"):
             await long_answer
     finally:
-        await provider.aclose()
+        await provider.close()
         await runtime.stop()
 
 

@@ -39,8 +39,8 @@ class Stack:
     async def close(self) -> None:
         if self.consolidator is not None:
             await self.consolidator.stop()
-        await self.runner.close()
-        await self.provider.aclose()
+        await self.runner.stop()
+        await self.provider.close()
         self.sessions.close()
         if self.agent.loop is not None:
             self.agent.loop.store.close()

@@ -110,7 +110,7 @@ class LoggingModel:
         logging.getLogger("soulflow.providers.test").warning("model called")
         return ProviderResult(content="done")
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 

@@ -54,7 +54,7 @@ async def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     rig.script(mode="echo")
     yield rig
     for provider in rig.made:
-        await provider.aclose()
+        await provider.close()
 
 
 async def expect_error(call: Awaitable[Any]) -> ProviderError:
@@ -251,12 +251,12 @@ async def test_timeout_kills_the_process_group(rig: CliRig) -> None:
     await assert_gone(rig.record["pid"], rig.record["child_pid"])
 
 
-async def test_aclose_kills_runs_in_flight(rig: CliRig) -> None:
+async def test_close_kills_runs_in_flight(rig: CliRig) -> None:
     rig.script(mode="hang", text="x")
     provider, stream = rig.provider(), FirstChunk()
     task = asyncio.create_task(provider.chat(MESSAGES, on_stream=stream))
     await asyncio.wait_for(stream.seen.wait(), 10)
-    await provider.aclose()
+    await provider.close()
     await assert_gone(rig.record["pid"])
     await expect_error(task)  # the CLI died under it
     assert (await expect_error(provider.chat(MESSAGES))).kind == "not_configured"

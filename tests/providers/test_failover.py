@@ -51,7 +51,7 @@ class Stub:
             raise outcome
         return ProviderResult(content=outcome, provider=self.name)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         self.closed = True
 
 
@@ -88,8 +88,8 @@ async def test_http_500_fails_over_to_the_next_provider(fake: FakeOpenAI) -> Non
     try:
         result = await chain.chat(MESSAGES)
     finally:
-        await primary.aclose()
-        await backup.aclose()
+        await primary.close()
+        await backup.close()
     assert (result.content, result.provider) == ("echo: hi there", "backup")
     assert len(fake.requests) == 2
     first, second = chain.status()
@@ -198,8 +198,8 @@ async def test_streaming_http_provider_through_failover(fake: FakeOpenAI) -> Non
     try:
         result = await FailoverProvider([primary, backup]).chat(MESSAGES, on_stream=chunks.append)
     finally:
-        await primary.aclose()
-        await backup.aclose()
+        await primary.close()
+        await backup.close()
     assert result.provider == "backup"
     assert "".join(chunks) == result.content == "streamed reply here"
 
@@ -211,9 +211,9 @@ async def test_name_and_ownership() -> None:
     a, b = Stub("a"), Stub("b")
     chain = FailoverProvider([a, b])
     assert chain.name == "failover(a,b)"
-    await chain.aclose()
+    await chain.close()
     assert not a.closed  # the registry owns them
-    await FailoverProvider([a, b], owns_providers=True).aclose()
+    await FailoverProvider([a, b], owns_providers=True).close()
     assert a.closed and b.closed
     with pytest.raises(ValueError):
         FailoverProvider([])

@@ -215,7 +215,7 @@ async def test_start_chat_status_stop(tmp_path: Path, runtimes: list[LocalModelR
     try:
         result = await provider.chat([{"role": "user", "content": "hi"}])
     finally:
-        await provider.aclose()
+        await provider.close()
     assert result.content == f"fake[{status['pid']}]: hi" and result.model == "fake-alias"
     assert await runtime.check_health() is None
     log_text = (tmp_path / "runtime" / "local-model" / "server.log").read_text()

@@ -9,7 +9,6 @@ even when the call is approved.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -93,8 +92,9 @@ async def test_a_quiet_turn_has_a_folder_of_its_own(ws: Path, registry: ToolRegi
 def test_the_daemons_tool_context_keeps_the_runs_zone(tmp_path: Path) -> None:
     """The runtime builds each call's context from the run's chat: a quiet turn's session and
     origin must survive, or its tools would work in the person's folder."""
-    runtime: Any = SimpleNamespace(settings=SimpleNamespace(workspace=tmp_path), vault=None)
-    bridge = ToolBridge(runtime)
+    unused: Any = None  # the context uses the workspace and the vault only
+    bridge = ToolBridge(workspace=tmp_path, vault=None, channels=unused, replies=unused,
+                        redact=unused, is_admin=unused, cron=unused, main_loop=unused)
     quiet = ChatRef("telegram", "A", origin=QUIET_TURN_ORIGIN, session_key="heartbeat")
     context = bridge.context(RunState("run_1", chat=quiet), False)
     assert zone_for(context.chat).name == "quiet-heartbeat"

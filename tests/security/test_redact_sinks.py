@@ -114,7 +114,7 @@ async def test_model_requests_are_redacted(redactor: Redactor) -> None:
             seen.append((messages, tools))
             return "ok"
 
-        async def aclose(self) -> None:
+        async def close(self) -> None:
             return None
 
     guarded = RedactingProvider(Inner(), redactor)

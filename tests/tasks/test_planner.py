@@ -48,7 +48,7 @@ async def planner(fake: FakeOpenAI) -> AsyncIterator[Planner]:
     provider = OpenAICompatibleProvider(OpenAICompatibleConfig(
         name="fake", base_url=fake.base_url, model="m1", max_retries=0))
     yield Planner(provider, TOOLS, TOOLS)
-    await provider.aclose()
+    await provider.close()
 
 
 async def test_bad_plan_is_retried_with_its_errors_then_the_good_one_is_used(

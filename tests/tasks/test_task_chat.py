@@ -116,8 +116,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
                         ApproverPolicy(lambda provider, user: user == ADMIN))
         yield Rig(chat, engine, store, fake, workspace)
         await engine.stop()
-        await chat.close()
-        await provider.aclose()
+        await chat.stop()
+        await provider.close()
 
 
 WRITE = {"id": "w", "kind": "tool", "tool": "write_file",
@@ -250,7 +250,7 @@ async def test_the_plan_says_which_steps_only_an_admin_can_approve(rig: Rig) -> 
 async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:
     task_id = await gated_task(rig)
     assert rig.chat.stop_chat("telegram:c1") == 1
-    await rig.chat.close()  # the cancels it started
+    await rig.chat.stop()  # the cancels it started
     assert require(rig.store, task_id).status is TaskStatus.CANCELLED
 
 
@@ -284,7 +284,7 @@ async def test_progress_is_rate_limited_prompts_and_results_are_not() -> None:
                                       {"status": "completed"}))
     assert sent[-1][0] == "✅ Task t-00000001 (Three reads) is done.\n\nall read"
     assert len(sent) == 4
-    await progress.close()
+    await progress.stop()
 
 
 async def _until(predicate: Any) -> None:

@@ -66,7 +66,7 @@ async def run_steps(adapter: ChannelAdapter, provider: str, chat_id: str,
             while not any(want in text for text in edited()):
                 await asyncio.sleep(0.02)
         seen.append(next(text for text in edited() if want in text))
-    await progress.close()
+    await progress.stop()
     await asyncio.gather(*outbox.sends)
     return seen
 
@@ -111,7 +111,7 @@ async def test_telegram_status_message_is_edited_in_place(tmp_path: Path) -> Non
             while progress._flushers:
                 await asyncio.sleep(0.02)
         assert len(fake.sent_messages) == 1
-        await progress.close()
+        await progress.stop()
     finally:
         await adapter.stop()
         await fake.stop()
@@ -157,7 +157,7 @@ async def steps_under_limits(adapter: ChannelAdapter, provider: str, chat_id: st
         await until(lambda want=want: any(want in text for text in attempted()), TIMEOUT)
     last = f"{STEPS}/{STEPS} steps done"
     await until(lambda: any(last in text for text in shown()), 3 * TIMEOUT)
-    await progress.close()
+    await progress.stop()
     await asyncio.gather(*outbox.sends)
 
 

@@ -42,7 +42,7 @@ class FakeModel:
             await asyncio.Event().wait()
         return self.results.pop(0)
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 

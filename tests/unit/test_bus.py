@@ -307,7 +307,7 @@ async def test_bus_replay_puts_dead_letters_back(tmp_path: Path) -> None:
     assert await bus.replay_dlq() == 1 and await bus.dlq.count() == 0
     assert (await bus.refresh_stats()).outbox_pending == 2
     await bus.stop(1)
-    await bus.backend.close()
+    await bus.backend.stop()
 
 
 class FlakyOutbox(FileOutbox):

@@ -78,7 +78,7 @@ class EchoModel:
             return ProviderResult(content="still working", tool_calls=list(self.calls))
         return ProviderResult(content=self.reply or f"echo: {messages[-1]['content']}")
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         return None
 
 
@@ -119,7 +119,7 @@ class Rig:
     async def restart_bus(self) -> MessageBus:
         await self.stop_claiming()
         await self.bus.stop(0.1)
-        await self.bus.backend.close()
+        await self.bus.backend.stop()
         self.bus = self._new_bus()
         await self.bus.start()
         return self.bus
@@ -127,7 +127,7 @@ class Rig:
     async def close(self) -> None:
         await self.stop_claiming()
         await self.bus.stop(0.1)
-        await self.bus.backend.close()
+        await self.bus.backend.stop()
 
 
 @pytest.fixture

@@ -79,7 +79,7 @@ class FileBackend:
         self._on_run_finished = on_run_finished
         self._clock = clock
         # the open files of the stores built so far: fsynced by the loop, compacted when they
-        # have grown, closed by close()
+        # have grown, closed by stop()
         self._flushed: list[Flushed] = []
         self._compacted: list[Compacted] = []
         self._closed: list[Closed] = []
@@ -224,7 +224,7 @@ class FileBackend:
             if journal.needs_compaction:
                 journal.compact()
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         """Compact and flush the journals, then close every store built."""
         self.compact_if_needed()
         self.sync()

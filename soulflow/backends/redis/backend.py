@@ -3,7 +3,7 @@
 The bus's stores use the asynchronous client; the stores the agent and the services call
 synchronously (sessions, run journals, approval prompts, cron, tasks, decisions, the vault's
 entries, the heartbeat's state) share one synchronous client (`sync_client.py`), made on the
-first use of one of them and closed last by `close()`.
+first use of one of them and closed last by `stop()`.
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ class RedisBackend:
     def notice_claims(self) -> RedisNoticeClaims:
         return RedisNoticeClaims(self.state, self.node_id)
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         self._stopping.set()
         if self._task is not None:
             await self._task

@@ -160,7 +160,7 @@ class DiscordChannel(ChannelAdapter):
                 await rest.close()
             except Exception as exc:
                 log.debug("closing the Discord REST client failed: %s", exc)
-        await self._feedback.close()
+        await self._feedback.stop()
         self._started = False
 
     async def _login(self) -> fmt.EventClient:

@@ -49,7 +49,7 @@ class DiscordFeedbackClient:
             raise
         self._http = http
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         http, self._http = self._http, None
         if http is not None:
             await http.close()
