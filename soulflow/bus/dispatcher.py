@@ -7,6 +7,11 @@ dispatcher queues `pending()`, the entries this node must send; `record_sending(
 entry means its chat moved to another node, which sends it. A failing store (Redis lost) is
 retried with a backoff, the entry staying first in its chat's line.
 
+A chat this node has just taken over may have replies the dead node stored and never sent;
+they are older than anything this node answers there. So from the moment the partitions
+change until `pending()` has been read and queued, no chat sends: a reply written here in the
+meantime waits behind the ones found, instead of overtaking them.
+
 A send is tried inline a few times; if it still fails, the entry stays at the head of its chat's
 queue with a backoff deadline (exponential with jitter, never earlier than the platform's
 `retry_after`), so the next reply of that chat cannot overtake it. Permanent errors and
@@ -79,6 +84,10 @@ class OutboundDispatcher:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._last_sent: dict[str, float] = {}
         self._requeue: asyncio.Task[None] | None = None
+        self._rescan = False  # the partitions changed again while `pending()` was read
+        self._scanned = asyncio.Event()  # clear: a partitions change is not queued yet
+        self._scanned.set()
+        self._sending: set[str] = set()  # chats whose head entry is being sent now
         self._stopping = asyncio.Event()
         self._running = False
         self._store_backoff = store_backoff
@@ -101,24 +110,34 @@ class OutboundDispatcher:
 
     def requeue_pending(self) -> None:
         """This node's partitions changed: queue the entries it now holds (the new holder of a
-        dead node's chats sends their queued replies, in order), in the "outbox:requeue" task."""
-        if not self._running or (self._requeue is not None and not self._requeue.done()):
+        dead node's chats sends their queued replies, in order), in the "outbox:requeue" task.
+        Sends wait until that is done; a change during a read of `pending()` reads it again."""
+        if not self._running:
+            return
+        self._scanned.clear()
+        if self._requeue is not None and not self._requeue.done():
+            self._rescan = True
             return
         self._requeue = asyncio.create_task(self._requeue_pending(), name="outbox:requeue")
 
     async def _requeue_pending(self) -> None:
         delay = self._store_backoff[0]
-        while self._running and not self._stopping.is_set():
-            try:
-                entries = await self.outbox.pending()
-            except Exception as exc:
-                self.store_health.failed("reading the outbox", exc)
-                await self._sleep(delay)
-                delay = min(delay * 2, self._store_backoff[1])
-                continue
-            self.store_health.ok()
-            self._enqueue_pending(entries)
-            return
+        try:
+            while self._running and not self._stopping.is_set():
+                self._rescan = False
+                try:
+                    entries = await self.outbox.pending()
+                except Exception as exc:
+                    self.store_health.failed("reading the outbox", exc)
+                    await self._sleep(delay)
+                    delay = min(delay * 2, self._store_backoff[1])
+                    continue
+                self.store_health.ok()
+                self._enqueue_pending(entries)
+                if not self._rescan:
+                    return
+        finally:
+            self._scanned.set()
 
     def publish(self, message: OutboundMessage) -> asyncio.Future[bool]:
         """Hand a message to the writer, which stores it in the outbox, then queues it for
@@ -130,7 +149,7 @@ class OutboundDispatcher:
         """Queue entries read from `pending()` that are not queued yet. They are older than
         whatever this node queued for their chat since (the writer queues a message the
         moment it is stored, and `pending()` lists in store order): they go ahead of those,
-        behind only the entry a worker is sending now."""
+        behind only an entry a worker is sending now."""
         fresh: dict[str, list[str]] = {}
         for entry in entries:
             message = entry.message
@@ -139,7 +158,7 @@ class OutboundDispatcher:
                 fresh.setdefault(message.chat_key, []).append(message.message_id)
         for key, ids in fresh.items():
             queue = self._queues.setdefault(key, deque())
-            at = 1 if key in self._workers and queue else 0
+            at = 1 if key in self._sending and queue else 0
             for offset, message_id in enumerate(ids):
                 queue.insert(at + offset, message_id)
             self._start_worker(key)
@@ -184,15 +203,24 @@ class OutboundDispatcher:
         try:
             while queue and not self._stopping.is_set():
                 try:
-                    entry = await self.outbox.get(queue[0])
+                    head = queue[0]
+                    entry = await self.outbox.get(head)
                     if entry is None:  # already sent or dead (e.g. replayed twice)
-                        self._queued_ids.discard(queue.popleft())
+                        self._forget(queue, head)
                         continue
                     await self._sleep(self._wait_before(key, entry))
+                    if not self._scanned.is_set():
+                        await self._scanned.wait()  # older entries may go ahead of this one
                     if self._stopping.is_set():
                         break
-                    async with self._slots:
-                        finished = await self._attempt(entry)
+                    if queue[0] != head:
+                        continue
+                    self._sending.add(key)
+                    try:
+                        async with self._slots:
+                            finished = await self._attempt(entry)
+                    finally:
+                        self._sending.discard(key)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # the store failed: the entry stays first in line
@@ -203,7 +231,7 @@ class OutboundDispatcher:
                 delay = self._store_backoff[0]
                 self.store_health.ok()
                 if finished:
-                    self._queued_ids.discard(queue.popleft())
+                    self._forget(queue, head)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -212,6 +240,11 @@ class OutboundDispatcher:
             self._workers.pop(key, None)
             if not queue:
                 self._queues.pop(key, None)
+
+    def _forget(self, queue: deque[str], message_id: str) -> None:
+        if message_id in queue:  # the head, unless a scan put older entries before it
+            queue.remove(message_id)
+        self._queued_ids.discard(message_id)
 
     def _wait_before(self, key: str, entry: OutboxEntry) -> float:
         now = self._clock()
@@ -311,6 +344,7 @@ class OutboundDispatcher:
         down for the whole grace period)."""
         await self._writer.stop(timeout)
         self._stopping.set()
+        self._scanned.set()  # a worker waiting for a read of `pending()` stops instead
         self._running = False
         workers = list(self._workers.values())
         if workers:

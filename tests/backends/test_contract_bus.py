@@ -170,6 +170,50 @@ async def test_a_dead_nodes_queued_replies_are_sent_by_the_new_holder_of_their_c
     await bus_b.stop(1)
 
 
+async def test_a_reply_the_new_holder_writes_waits_for_the_dead_nodes_older_ones(
+        redis_harness: Harness) -> None:
+    """The order race of a failover: node B takes over node A's chat, answers a newer message
+    there and stores that reply while it is still reading the outbox for the replies A left
+    behind. B's reply must not be sent before A's older one (here the read is held open until
+    B's reply is stored; before the fix B sent it at once)."""
+    a = await redis_harness.open("node-a", lease_ttl_s=1.0, partitions=2)
+    b = await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=2)
+    sender = Recorder()
+    bus_b = await started_bus(b, sender)
+    b.on_partitions_changed(bus_b.dispatcher.requeue_pending)
+
+    async def one_partition_each() -> bool:
+        return all(len(node.status()["partitions"]["held"]) == 1 for node in (a, b))
+
+    await eventually(one_partition_each, what="the two nodes sharing the partitions")
+    chat = next(f"c{i}" for i in range(64) if a.owns(f"telegram:c{i}"))
+    bus_a = MessageBus(a)  # A stores a reply and dies before sending it
+    assert await bus_a.publish_outbound(outbound(chat, "older, from A"))
+    await bus_a.stop(1)
+
+    reading, gate = asyncio.Event(), asyncio.Event()
+    read_pending = b.outbox.pending
+
+    async def held_read() -> list:
+        reading.set()
+        await gate.wait()
+        return await read_pending()
+
+    b.outbox.pending = held_read  # type: ignore[method-assign]
+    await redis_harness.close(a)  # hands its partitions back: B takes the chat
+    await asyncio.wait_for(reading.wait(), 15)  # B is reading the outbox now
+    assert b.owns(f"telegram:{chat}")
+    assert await bus_b.publish_outbound(outbound(chat, "newer, from B"))  # stored, queued
+    gate.set()
+
+    async def both_sent() -> bool:
+        return len(sender.sent[chat]) == 2
+
+    await eventually(both_sent, what="both replies of the chat sent")
+    assert sender.sent[chat] == ["older, from A", "newer, from B"]
+    await bus_b.stop(1)
+
+
 async def test_backend_status_and_ownership(harness: Harness) -> None:
     backend = await harness.open("node-a")
     status = backend.status()

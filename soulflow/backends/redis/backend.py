@@ -165,7 +165,7 @@ class RedisBackend:
         self.keys = Keys(prefix, partitions)
         self.leases = RedisLeases(client, self.keys)
         self.partitions = PartitionLeases(client, self.keys, self.leases, node_id,
-                                          ttl_s=lease_ttl_s)
+                                          ttl_s=lease_ttl_s, on_taken=self._held_changed)
         self.inbound = RedisInbound(client, self.keys, self.partitions, seen_ttl_s=seen_ttl_s,
                                     clock=clock)
         self.outbox = RedisOutbox(client, self.keys, self.partitions, answered_ttl_s=seen_ttl_s)
@@ -216,16 +216,21 @@ class RedisBackend:
                 log.exception("partition leases: rebalance failed; retrying")
             else:
                 self.reachability.ok()
-            held = frozenset(self.partitions.worked())
-            if held != self._held:
-                log.info("partitions held by %s: %s", self.node_id,
-                         self.partitions.worked() or "none")
-                self._held = held
-                for callback in list(self._changed):
-                    try:
-                        callback()
-                    except Exception:
-                        log.exception("a partitions-changed listener failed")
+            self._held_changed()
+
+    def _held_changed(self) -> None:
+        """Tell the listeners if the set of partitions this node may act on changed: after
+        each round, and at once when a partition is taken (see PartitionLeases)."""
+        held = frozenset(self.partitions.worked())
+        if held == self._held:
+            return
+        log.info("partitions held by %s: %s", self.node_id, self.partitions.worked() or "none")
+        self._held = held
+        for callback in list(self._changed):
+            try:
+                callback()
+            except Exception:
+                log.exception("a partitions-changed listener failed")
 
     def hold_chats(self, running: Callable[[], Iterable[str]]) -> None:
         """The partitions of the chats in `running()` (work this node drives now: agent runs,

@@ -33,12 +33,18 @@ log = logging.getLogger(__name__)
 
 class PartitionLeases:
     def __init__(self, client: AsyncStoreRedis, keys: Keys, leases: RedisLeases, node_id: str, *,
-                 ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 ttl_s: float, clock: Callable[[], float] = time.monotonic,
+                 on_taken: Callable[[], None] = lambda: None) -> None:
+        """`on_taken` is called the moment a shared partition is acquired, before the round
+        goes on: whoever must act before this node works on a chat it takes over (the
+        dispatcher holds sends until the dead node's queued replies are read) hears of it
+        before any other task can see the partition held."""
         self._keys = keys
         self._leases = leases
         self.node_id = node_id
         self.ttl_s = ttl_s
         self._clock = clock
+        self._on_taken = on_taken
         self._beat = client.register_script(scripts.NODES_BEAT)
         self._held: dict[int, Lease] = {}
         self._fresh: set[Part] = set()  # acquired, unfinished entries not yet reclaimed
@@ -122,6 +128,7 @@ class PartitionLeases:
             if lease is not None:
                 self._held[part] = lease
                 self._fresh.add(part)
+                self._on_taken()
         for part in sorted(self._held, reverse=True):
             if len(self._held) <= share:
                 break
