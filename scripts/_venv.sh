@@ -22,6 +22,30 @@ if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -m)" = "x86_64" ] && grep -qw avx2 /pr
 fi
 spec="$ROOT"
 if [ -n "${1:-}" ]; then spec="$ROOT[$1]"; fi
+# pip's own wheel cache is keyed by the source archive, not by CMAKE_ARGS: a wheel once built
+# with -march=native would be reused on every later install and die with SIGILL. So the
+# embedded model's wheel is built once per set of flags into a folder of our own and installed
+# from there before SoulFlow (which then finds the requirement already met).
+if [[ ",${1:-}," == *",local,"* ]]; then
+    LLAMA_SPEC="$("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
+import re, sys, tomllib
+extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["local"]
+print(next(re.sub(r"\[.*?\]", "", dep) for dep in extras if dep.startswith("llama-cpp-python")))
+PY
+)"
+    llama_key="$(printf '%s|%s|%s' "$LLAMA_SPEC" "${CMAKE_ARGS:-}" "$("$VENV/bin/python" -V)" | sha256sum | cut -c1-16)"
+    LLAMA_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/soulflow/llama-wheels/$llama_key"
+    if [ "$(cat "$VENV/.llama-build" 2>/dev/null)" != "$llama_key" ]; then
+        if ! ls "$LLAMA_WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+            echo "building llama-cpp-python once for these flags (${CMAKE_ARGS:-default}); takes minutes" >&2
+            "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+                --no-cache-dir --no-binary llama-cpp-python -w "$LLAMA_WHEELS" "$LLAMA_SPEC"
+        fi
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
+            --no-deps "$LLAMA_WHEELS"/llama_cpp_python-*.whl
+        echo "$llama_key" > "$VENV/.llama-build"
+    fi
+fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec"
 # The diagram_render tool's Mermaid renderer (beautiful-mermaid, pinned in package-lock.json).
 if command -v npm >/dev/null 2>&1; then
