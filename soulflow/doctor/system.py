@@ -78,7 +78,7 @@ def _bind_error(host: str, port: int) -> OSError | None:
 
 async def _our_daemon(ctx: DoctorContext, port: int) -> str | None:
     """A sentence when the port is held by this workspace's daemon and /healthz answers."""
-    from soulflow.client import reachable_url
+    from soulflow.cli.client import reachable_url
     from soulflow.runtime import read_daemon_info
 
     assert ctx.settings is not None

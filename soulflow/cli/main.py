@@ -79,14 +79,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from soulflow.chat_client import run_chat
+    from soulflow.cli.chat import run_chat
 
     settings = _settings(args)
     return asyncio.run(run_chat(settings, chat_id=args.chat_id, timeout=args.timeout))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from soulflow.client import DaemonClient
+    from soulflow.cli.client import DaemonClient
 
     settings = _settings(args)
     state = DaemonClient.connect(settings).get("/api/state")
@@ -194,25 +194,25 @@ def _print_background(state: dict[str, Any]) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from soulflow.doctor_cli import run_doctor_command
+    from soulflow.cli.doctor import run_doctor_command
 
     return run_doctor_command(_workspace_from(args), args)
 
 
 def cmd_secret(args: argparse.Namespace) -> int:
-    from soulflow.secret_cli import run_secret_command
+    from soulflow.cli.secret import run_secret_command
 
     return run_secret_command(_settings(args), args)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from soulflow.dlq_cli import run_dlq_command
+    from soulflow.cli.dlq import run_dlq_command
 
     return run_dlq_command(_settings(args), args)
 
 
 def cmd_cron(args: argparse.Namespace) -> int:
-    from soulflow.cron_cli import CronCommandError, run_cron_command
+    from soulflow.cli.cron import CronCommandError, run_cron_command
 
     try:
         return run_cron_command(_settings(args), args)
@@ -280,11 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")
     dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
 
-    from soulflow.doctor_cli import add_doctor_parser
+    from soulflow.cli.doctor import add_doctor_parser
 
     add_doctor_parser(sub, common).set_defaults(func=cmd_doctor)
 
-    from soulflow.cron_cli import add_cron_parser
+    from soulflow.cli.cron import add_cron_parser
 
     add_cron_parser(sub, common).set_defaults(func=cmd_cron)
 
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
-    from soulflow.client import DaemonNotRunning
+    from soulflow.cli.client import DaemonNotRunning
     from soulflow.dashboard.service import DashboardError
     from soulflow.security.errors import SecurityError
     from soulflow.storage.lock import WorkspaceLocked

@@ -26,7 +26,7 @@ from soulflow.settings_catalog import parse_duration_s
 
 if TYPE_CHECKING:  # the parser is built on every `soulflow` call: import the rest on use
     from soulflow.backends.base import CronStore
-    from soulflow.client import DaemonClient
+    from soulflow.cli.client import DaemonClient
 
 __all__ = ["CronCommandError", "add_cron_parser", "run_cron_command"]
 
@@ -104,7 +104,7 @@ def _online(client: DaemonClient, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_cron_command(settings: Settings, args: argparse.Namespace) -> int:
-    from soulflow.client import DaemonClient
+    from soulflow.cli.client import DaemonClient
 
     client = DaemonClient.locate(settings)
     result, shared = (_online(client, args), False) if client is not None else \

@@ -1,0 +1,7 @@
+"""The `soulflow` command line: one module per command, `main` parses and dispatches.
+
+`main.py` builds the parser and runs a command (`init`, `run`, `status` inline); `chat.py`,
+`doctor.py`, `dlq.py`, `cron.py` and `secret.py` are the commands with more to them, and
+`client.py` is how they reach a running daemon over its HTTP API. The command modules never
+import `main`, so the package has no import cycle.
+"""
