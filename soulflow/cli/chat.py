@@ -63,7 +63,7 @@ class EmbeddedTransport:
     """Runs the daemon in this process and talks to its local channel directly."""
 
     def __init__(self, settings: Settings, chat_id: str) -> None:
-        from soulflow.app import create_app
+        from soulflow.cli.wiring import create_app
 
         self._runtime = create_app(settings)
         self._chat_id = chat_id

@@ -66,7 +66,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from soulflow.app import create_app
+    from soulflow.cli.wiring import create_app
     from soulflow.runtime.open_files import raise_open_files_limit
 
     settings = _settings(args)

@@ -21,8 +21,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 | 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
 |   | `tasks.{wiring,chat,executors,progress,tool}` |
 | 7 runtime | `runtime` (builds and starts everything) |
-| 8 entry points | `app` (runtime + dashboard), `cli` (the command line), `doctor`, |
-|   | `dashboard`, `__main__` |
+| 8 entry points | `cli` (the command line; `cli.wiring`: a runtime with its dashboard), |
+|   | `doctor`, `dashboard`, `__main__` |
 
 Imports under `if TYPE_CHECKING:` are annotations only (no import-time edge) and are not
 counted; imports inside functions are. The same table is in docs/development.md.
@@ -67,7 +67,7 @@ LAYERS: dict[str, float] = {
     "soulflow.ops": 6.1,  # watches the heartbeat and the other services
     "soulflow.runtime": 7,
     # entry points: programs around a runtime, free to use each other
-    **dict.fromkeys(["soulflow.__main__", "soulflow.app", "soulflow.cli", "soulflow.doctor",
+    **dict.fromkeys(["soulflow.__main__", "soulflow.cli", "soulflow.doctor",
                      "soulflow.dashboard"], 8),
 }
 
