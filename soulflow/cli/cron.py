@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from soulflow.config import Settings
-from soulflow.settings_catalog import parse_duration_s
+from soulflow.config.catalog import parse_duration_s
 
 if TYPE_CHECKING:  # the parser is built on every `soulflow` call: import the rest on use
     from soulflow.backends.base import CronStore
