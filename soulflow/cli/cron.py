@@ -37,7 +37,7 @@ class CronCommandError(Exception):
 
 def configured_channels(settings: Settings) -> list[str]:
     """The channels a daemon on these settings runs: local, plus each platform with a token."""
-    from soulflow.channels.factory import PLATFORMS
+    from soulflow.channels.wiring import PLATFORMS
 
     return ["local", *(p for p in PLATFORMS if settings[f"{p.upper()}_BOT_TOKEN"])]
 

@@ -54,8 +54,8 @@ from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
 from soulflow.ops.wiring import BackgroundParts, BackgroundServices
-from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
+from soulflow.providers.wiring import build_providers, embedded_model
 from soulflow.runtime.status import DaemonStatus, queue_depths
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.runtime.zone_migration import migrate_workspace
