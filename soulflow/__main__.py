@@ -1,5 +1,5 @@
 import sys
 
-from soulflow.cli import main
+from soulflow.cli.main import main
 
 sys.exit(main())

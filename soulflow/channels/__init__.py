@@ -1,7 +1,7 @@
 """The platform edge: reading and sending, nothing about who answers.
 
 * `base` - the `ChannelAdapter` contract and its `ChannelLimits`; `registry` - the adapters
-  by name; `factory` - the platform adapters the settings enable.
+  by name; `wiring` - the platform adapters the settings enable.
 * `telegram/`, `slack/`, `discord/`, `local/` - one package per platform: its adapter,
   formats, HTTP, files and feedback calls; only there is a platform SDK imported.
 * `reader` - one channel's read loop (connect with backoff, leadership on a shared account,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.channels.factory import PLATFORMS
+from soulflow.channels.wiring import PLATFORMS
 from soulflow.config import Settings, id_list
 
 ALLOW_ALL = "*"

@@ -16,8 +16,8 @@ import aiohttp
 
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
 from soulflow.providers.base import ProviderError
-from soulflow.providers.factory import endpoint_configs
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
+from soulflow.providers.wiring import endpoint_configs
 
 PING = [{"role": "user", "content": "Reply with the single word OK."}]
 SKEW_WARN_S = 10.0

@@ -13,10 +13,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from soulflow.config.catalog import SETTINGS
 from soulflow.doctor import files, platforms, remote, system
 from soulflow.doctor.model import Check, CheckResult, DoctorContext, Status, fail
 from soulflow.security.redact import Redactor, secret_env_values
-from soulflow.settings_catalog import SETTINGS
 
 CHECKS: tuple[Check, ...] = (
     Check("workspace", files.check_workspace),

@@ -1,7 +1,7 @@
 """Checks of the machine: the code sandbox, the dashboard port, the embedded model, CLI tools.
 
 Each reuses the daemon's own code for the question (the sandbox's `BwrapDetector`, the local
-model's `probe_python`, the provider factory's idea of what is wanted), so the doctor cannot
+model's `probe_python`, the provider wiring's idea of what is wanted), so the doctor cannot
 say yes where the daemon would say no.
 """
 
@@ -20,8 +20,8 @@ from soulflow.agent.tools.bwrap import BwrapDetector
 from soulflow.agent.tools.pids_cgroup import PidsCgroups, ProcessCap
 from soulflow.config import id_list
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
-from soulflow.providers.factory import CLI_PROVIDERS, local_model_config, wants_embedded_model
 from soulflow.providers.local_runtime import INSTALL_HINT, LocalModelRuntime, probe_python
+from soulflow.providers.wiring import CLI_PROVIDERS, local_model_config, wants_embedded_model
 
 CLI_INSTALL = {"chatgpt": "npm install -g @openai/codex",
                "claude_code": "npm install -g @anthropic-ai/claude-code"}
@@ -78,7 +78,7 @@ def _bind_error(host: str, port: int) -> OSError | None:
 
 async def _our_daemon(ctx: DoctorContext, port: int) -> str | None:
     """A sentence when the port is held by this workspace's daemon and /healthz answers."""
-    from soulflow.client import reachable_url
+    from soulflow.cli.client import reachable_url
     from soulflow.runtime import read_daemon_info
 
     assert ctx.settings is not None

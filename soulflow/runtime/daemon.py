@@ -5,8 +5,8 @@ its stop registered on one exit stack, so they stop in reverse by construction;
 Build: the backend (files or Redis, from SOULFLOW_BACKEND; not connected yet), which builds
 every store → MessageBus → DecisionService → EventHub → providers → channels → replies → cron
 → AgentDomain → task services → Conversation (given the task services and the chat commands)
-→ heartbeat and ops → dashboard (built around the runtime by soulflow.app). Each service is
-given the parts it uses, never the runtime.
+→ heartbeat and ops → dashboard (built around the runtime by soulflow.cli.wiring). Each
+service is given the parts it uses, never the runtime.
 
 Start (`_boot`): the backend first (a Redis that cannot be used stops the boot with one
 sentence), the trust-zones migration of the workspace (once; `zone_migration`), the embedded
@@ -54,8 +54,8 @@ from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message
 from soulflow.decision.service import DecisionService
 from soulflow.events.hub import EventHub
 from soulflow.ops.wiring import BackgroundParts, BackgroundServices
-from soulflow.providers.factory import build_providers, embedded_model
 from soulflow.providers.local_runtime import LocalModelError
+from soulflow.providers.wiring import build_providers, embedded_model
 from soulflow.runtime.status import DaemonStatus, queue_depths
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.runtime.zone_migration import migrate_workspace
@@ -193,7 +193,7 @@ class Runtime:
         self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False
         # the HTTP front end (the dashboard), last: it is built around the runtime (by the
-        # factory soulflow.app passes), so the runtime never imports the layer above it;
+        # factory soulflow.cli.wiring passes), so the runtime never imports the layer above it;
         # started last, stopped first
         self.dashboard: FrontEnd | None = front_end(self) if front_end is not None else None
 

@@ -1,9 +1,9 @@
 """What the dashboard reads of a running daemon, and the services its actions go through.
 
-The dashboard sits above the runtime (it is built around one by soulflow.app), so it may know
-the daemon; it is typed against this `DaemonView` rather than `Runtime` itself, so what it
-reaches is listed in one place and cannot be rebound from there (read-only properties).
-`Runtime` satisfies the protocol as it is.
+The dashboard sits above the runtime (it is built around one by soulflow.cli.wiring), so it
+may know the daemon; it is typed against this `DaemonView` rather than `Runtime` itself, so
+what it reaches is listed in one place and cannot be rebound from there (read-only
+properties). `Runtime` satisfies the protocol as it is.
 """
 
 from __future__ import annotations

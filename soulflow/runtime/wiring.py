@@ -28,10 +28,10 @@ from soulflow.backends.base import Backend, RunJournal, SessionStore
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.retry import RetryPolicy
-from soulflow.channels.factory import build_platform_channels
 from soulflow.channels.local.adapter import LocalChannel
 from soulflow.channels.reader import ReadPolicy
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.channels.wiring import build_platform_channels
 from soulflow.config import ConfigError, Settings, id_list
 from soulflow.contracts import EventSink, Provider
 from soulflow.conversation.access import AdminPolicy, access_policy
@@ -48,9 +48,9 @@ from soulflow.conversation.secret_command import make_secret_command
 from soulflow.conversation.turns import Conversation
 from soulflow.cron import CronService, Job, PayloadKind
 from soulflow.errors import StoreError
-from soulflow.providers.factory import failover_order
 from soulflow.providers.local_runtime import LocalModelRuntime
 from soulflow.providers.registry import ProviderRegistry
+from soulflow.providers.wiring import failover_order
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.protected import open_vault
 from soulflow.security.redact import Redactor

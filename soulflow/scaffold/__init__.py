@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from soulflow.config import env_example
+from soulflow.config.catalog import env_example
 from soulflow.storage.atomic import create_exclusive, write_text_atomic
 
 DEFAULT_FILES = ("templates/AGENTS.md", "templates/USER.md", "memory/MEMORY.md",

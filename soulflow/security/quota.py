@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from soulflow.config.catalog import SETTINGS
 from soulflow.security.zones import ChatZone
-from soulflow.settings_catalog import SETTINGS
 from soulflow.storage.atomic import read_json
 from soulflow.storage.background import BackgroundJsonFile
 from soulflow.storage.beneath import Beneath

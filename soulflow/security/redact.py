@@ -68,7 +68,7 @@ def secret_setting_values(settings: Any, *, min_length: int = ENV_MIN_LENGTH) ->
     marks ``secret`` (the process environment and `.env` merged), plus every `.env` entry
     whose name looks secret (``GITHUB_TOKEN`` kept there for a skill is a credential too).
     """
-    from soulflow.settings_catalog import SETTINGS
+    from soulflow.config.catalog import SETTINGS
 
     values = [str(settings.values.get(s.name) or "") for s in SETTINGS if s.secret]
     values += secret_env_values(_dotenv(Path(settings.workspace)), min_length=min_length)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.client import reachable_url
+from soulflow.cli.client import reachable_url
 from soulflow.config import ConfigError, id_list, load_settings
 from soulflow.dashboard.guard import HostName, Refused, RequestPolicy, same_origin
 

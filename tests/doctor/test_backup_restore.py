@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.cli import main
+from soulflow.cli.main import main
 from soulflow.config import load_settings
 from soulflow.doctor import Status, diagnose
 from tests.doctor.conftest import BASE_ENV, line

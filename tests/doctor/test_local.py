@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.cli import main
+from soulflow.cli.main import main
 from soulflow.doctor import DoctorContext, Status, diagnose
 from soulflow.doctor.remote import check_clock
 from soulflow.security.crypto import KEY_SIZE

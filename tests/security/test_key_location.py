@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.cli.secret import run_secret_command
 from soulflow.config import load_settings
-from soulflow.secret_cli import run_secret_command
 from soulflow.security.errors import MissingKeyError
 from soulflow.security.protected import key_file_path, protected_paths
 from tests.vaults import workspace_vault

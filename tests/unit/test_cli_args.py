@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.cli import main
+from soulflow.cli.main import main
 
 
 @pytest.mark.parametrize("argv", [["--workspace", "{ws}", "status"],

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.config import SETTINGS, ConfigError, env_example, load_settings
+from soulflow.config import ConfigError, load_settings
+from soulflow.config.catalog import SETTINGS, env_example
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_env_example_documents_every_setting() -> None:
 
 
 def test_docs_config_md_is_current() -> None:
-    from soulflow.config import config_reference_markdown
+    from soulflow.config.catalog import config_reference_markdown
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "config.md"
     assert docs.read_text(encoding="utf-8") == config_reference_markdown(), (

@@ -9,7 +9,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 |---|---|
 | 0 contracts | `contracts` (shared records, protocols), `errors` (the exception root); both |
 |   | import nothing of soulflow; the version |
-| 1 foundation | `storage`, `settings_*`, `supervisor`, `telemetry` < `config` < `scaffold` |
+| 1 foundation | `storage`, `config.examples`, `supervisor`, `telemetry` < `config.catalog` |
+|   | < `config` (loading) < `scaffold` |
 | 1.5 models | what the stores keep and the pure rules on it: `security.{errors,syntax,...}`, |
 |   | `cron.{schedule,jobs}`, `decision.rules`, `tasks.{model,review}`, `agent.run.{events,...}` |
 | 1.8 store port | `backends` (every store protocol, the file and Redis stores, the backend) |
@@ -21,7 +22,7 @@ other. The most specific prefix in LAYERS decides a module's layer.
 | 6 services | `heartbeat` < `ops`, and the task graph's wiring to the agent: |
 |   | `tasks.{wiring,chat,executors,progress,tool}` |
 | 7 runtime | `runtime` (builds and starts everything) |
-| 8 entry points | `app` (runtime + dashboard), `cli`, `client`, `chat_client`, `*_cli`, |
+| 8 entry points | `cli` (the command line; `cli.wiring`: a runtime with its dashboard), |
 |   | `doctor`, `dashboard`, `__main__` |
 
 Imports under `if TYPE_CHECKING:` are annotations only (no import-time edge) and are not
@@ -39,10 +40,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "soulflow"
 LAYERS: dict[str, float] = {
     # the package holds __version__; errors is the exception root
     **dict.fromkeys(["soulflow", "soulflow.contracts", "soulflow.errors"], 0),
-    **dict.fromkeys(["soulflow.storage", "soulflow.settings_examples",
+    **dict.fromkeys(["soulflow.storage", "soulflow.config.examples",
                      "soulflow.supervisor", "soulflow.telemetry"], 1),
-    "soulflow.settings_catalog": 1.05,  # its reference shows the examples
-    "soulflow.config": 1.1,  # reads the settings catalog
+    "soulflow.config.catalog": 1.05,  # its reference shows the examples
+    "soulflow.config": 1.1,  # loads the settings the catalog declares
     "soulflow.scaffold": 1.2,  # writes the workspace's default files from the config
     # models: what the stores keep and the pure rules they apply to it (no I/O, no service)
     **dict.fromkeys([
@@ -67,9 +68,7 @@ LAYERS: dict[str, float] = {
     "soulflow.ops": 6.1,  # watches the heartbeat and the other services
     "soulflow.runtime": 7,
     # entry points: programs around a runtime, free to use each other
-    **dict.fromkeys(["soulflow.__main__", "soulflow.app", "soulflow.cli", "soulflow.client",
-                     "soulflow.chat_client", "soulflow.cron_cli", "soulflow.dlq_cli",
-                     "soulflow.secret_cli", "soulflow.doctor", "soulflow.doctor_cli",
+    **dict.fromkeys(["soulflow.__main__", "soulflow.cli", "soulflow.doctor",
                      "soulflow.dashboard"], 8),
 }
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from soulflow.settings_catalog import SETTINGS, config_reference_markdown
-from soulflow.settings_examples import EXAMPLES
+from soulflow.config.catalog import SETTINGS, config_reference_markdown
+from soulflow.config.examples import EXAMPLES
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.name for s in SETTINGS])
 def test_every_setting_has_a_parsable_default_and_example(setting: object) -> None:
     name, parse, default = setting.name, setting.parse, setting.default  # type: ignore[attr-defined]
-    assert name in EXAMPLES, f"add an example for {name} to soulflow/settings_examples.py"
+    assert name in EXAMPLES, f"add an example for {name} to soulflow/config/examples.py"
     parse(EXAMPLES[name])
     if default:
         parse(default)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from soulflow.cli import _print_disk
+from soulflow.cli.status import _print_disk
 from soulflow.security.quota import QuotaLimits, UsageIndex, ZoneQuotas
 from soulflow.storage.tree_usage import Usage
 

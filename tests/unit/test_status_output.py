@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from soulflow.cli import _print_backend, _print_channels
+from soulflow.cli.status import _print_backend, _print_channels
 
 
 def test_status_shows_failing_channels_and_the_quarantine(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from soulflow.config import ConfigError, load_settings
-from soulflow.providers import factory
-from soulflow.providers.factory import build_providers, embedded_model, wants_embedded_model
+from soulflow.providers import wiring
+from soulflow.providers.wiring import build_providers, embedded_model, wants_embedded_model
 
 
 @pytest.mark.parametrize(("env", "wanted"), [
@@ -27,7 +27,7 @@ def test_when_the_embedded_model_is_wanted(tmp_path: Path, env: dict[str, str],
 
 
 def test_the_embedded_model_is_phi4_local(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(factory, "local_model_available", lambda python: None)
+    monkeypatch.setattr(wiring, "local_model_available", lambda python: None)
     settings = load_settings(tmp_path, {"LOCAL_MODEL_PYTHON": "/venv/bin/python",
                                         "LOCAL_MODEL_THREADS": "3"})
     local = embedded_model(settings)
@@ -39,7 +39,7 @@ def test_the_embedded_model_is_phi4_local(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_missing_install_means_no_provider_unless_asked_for(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(factory, "local_model_available", lambda python: "llama_cpp is missing")
+    monkeypatch.setattr(wiring, "local_model_available", lambda python: "llama_cpp is missing")
     assert embedded_model(load_settings(tmp_path, {})) is None
     with pytest.raises(ConfigError, match="llama_cpp is missing"):
         embedded_model(load_settings(tmp_path, {"LOCAL_MODEL": "on"}))

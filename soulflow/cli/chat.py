@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from soulflow.client import DaemonClient, DaemonNotRunning
+from soulflow.cli.client import DaemonClient, DaemonNotRunning
 from soulflow.config import Settings
 
 
@@ -63,7 +63,7 @@ class EmbeddedTransport:
     """Runs the daemon in this process and talks to its local channel directly."""
 
     def __init__(self, settings: Settings, chat_id: str) -> None:
-        from soulflow.app import create_app
+        from soulflow.cli.wiring import create_app
 
         self._runtime = create_app(settings)
         self._chat_id = chat_id
@@ -125,9 +125,11 @@ async def run_chat(settings: Settings, *, chat_id: str, timeout: float) -> int:
             stack.push_async_callback(http.close)  # its HTTP client
             transport = http
         else:
-            from soulflow.cli import setup_logging
+            from soulflow.logs import configure_logging
 
-            setup_logging("warning")
+            # the daemon runs in this process: only its warnings, in the format --log-format
+            # chose (None keeps it); straight from logs, since main.py imports this module
+            configure_logging("warning", None)
             embedded = EmbeddedTransport(settings, chat_id)
             stack.push_async_callback(embedded.stop)  # the daemon it runs
             await embedded.start()

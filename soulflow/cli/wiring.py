@@ -1,9 +1,9 @@
 """The daemon as the programs run it: a runtime with its dashboard.
 
 The dashboard depends on the runtime (its state, hub, bus, local channel, cron admin), never
-the other way round, so the entry points build it here, around a runtime that knows it only
-as a `FrontEnd`. `soulflow run` and the embedded `soulflow chat` use `create_app`; tests and
-benches that want no HTTP server use `create_runtime`.
+the other way round, so the commands that run a daemon build it here, around a runtime that
+knows it only as a `FrontEnd`. `soulflow run` and the embedded `soulflow chat` use
+`create_app`; tests and benches that want no HTTP server use `create_runtime`.
 """
 
 from __future__ import annotations

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from soulflow import __version__
 from soulflow.config import ConfigError, Settings, load_settings
@@ -66,7 +63,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from soulflow.app import create_app
+    from soulflow.cli.wiring import create_app
     from soulflow.runtime.open_files import raise_open_files_limit
 
     settings = _settings(args)
@@ -79,140 +76,38 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from soulflow.chat_client import run_chat
+    from soulflow.cli.chat import run_chat
 
     settings = _settings(args)
     return asyncio.run(run_chat(settings, chat_id=args.chat_id, timeout=args.timeout))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from soulflow.client import DaemonClient
+    from soulflow.cli.status import run_status_command
 
-    settings = _settings(args)
-    state = DaemonClient.connect(settings).get("/api/state")
-    if args.json:
-        print(json.dumps(state, indent=2, ensure_ascii=False))
-        return 0
-    queues, counters = state["queues"], state["counters"]
-    print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
-    print(f"  workspace  {state['workspace']}")
-    print(f"  provider   {state['provider'] or 'none configured'}")
-    _print_backend(state.get("backend") or {})
-    if state.get("sandbox"):
-        sandbox = state["sandbox"]
-        print(f"  sandbox    {sandbox['mode']} ({sandbox['detail']})")
-        if sandbox.get("process_cap"):
-            print(f"             {sandbox['process_cap']}")
-    _print_disk(state.get("disk") or {})
-    if state.get("local_model"):
-        local = state["local_model"]
-        print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "
-              f"{local['rss_mb']} MB, restarts={local['restarts']})")
-    _print_channels(state)
-    _print_background(state)
-    print("  queues     " + ", ".join(f"{k}={v}" for k, v in queues.items()))
-    print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
-    print(f"  sessions   {len(state['sessions'])}")
-    return 0
-
-
-def _print_backend(backend: dict[str, Any]) -> None:
-    """Where the bus's state lives; with Redis: this node, its partitions, and whether Redis
-    answers (a node that lost it takes no new work)."""
-    if backend.get("kind") != "redis":
-        return
-    partitions = backend.get("partitions") or {}
-    line = (f"  backend    redis {backend.get('url', '')}, node {backend.get('node_id')}, "
-            f"partitions {len(partitions.get('held', []))}/{partitions.get('total', '?')}")
-    if not backend.get("connected", True):
-        since = backend.get("since")
-        when = time.strftime("%H:%M:%S", time.localtime(since)) if since else "?"
-        line += f"; UNREACHABLE since {when}: {str(backend.get('last_error', ''))[:100]}"
-    print(line)
-
-
-def _print_disk(disk: dict[str, Any], largest: int = 5) -> None:
-    """What the chat folders hold (as last measured, after each write or exec call), their
-    quotas, and the largest folders."""
-    if not disk:
-        return
-    quota = disk.get("quota") or {}
-    print(f"  disk       {disk.get('chats', 0)} chat folder(s) hold "
-          f"{_size(disk.get('bytes', 0))} in {disk.get('files', 0)} files and folders; "
-          f"quota per chat {_size(quota.get('chat_bytes', 0))} / "
-          f"{quota.get('chat_files', '?')}, per exec call "
-          f"{_size(quota.get('exec_bytes', 0))} / {quota.get('exec_files', '?')}")
-    for row in (disk.get("largest") or [])[:largest]:
-        print(f"    {row['zone']:<30} {_size(row['bytes']):>10} {row['files']:>7} files")
-
-
-def _size(size: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
-
-
-def _print_channels(state: dict[str, Any]) -> None:
-    """Each channel's health, and the inbound messages set aside as poison (latest three)."""
-    print("  channels")
-    for channel in state["channels"]:
-        line = f"    {channel['name']:<10} {channel.get('status', '?')}"
-        if channel.get("role") == "leader":  # a shared account (redis): this node reads it
-            line += f", reading as leader (lease token {channel.get('lease_token')})"
-        elif channel.get("role") == "standby":
-            line += ", another node reads the account (this one sends)"
-        if channel.get("consecutive_failures"):
-            line += f", {channel['consecutive_failures']} failed read(s) in a row"
-        if channel.get("send_failures"):
-            line += f", {channel['send_failures']} failed send(s) in a row"
-        if channel.get("restarts"):
-            line += f", restarted {channel['restarts']}x"
-        if channel.get("last_error"):
-            line += f"; last error: {channel['last_error'][:120]}"
-        print(line)
-    count = state["queues"].get("inbound_dlq", 0)
-    if count:
-        print(f"  quarantined {count} inbound message(s); see `soulflow dlq list --inbound`")
-        for entry in (state.get("inbound_dlq") or [])[-3:]:
-            print(f"    {entry['provider']}:{entry['chat_id']} at {entry['stage']}: "
-                  f"{entry['error'][:100]}")
-
-
-def _print_background(state: dict[str, Any]) -> None:
-    """The heartbeat's schedule and last result; what ops finds broken and last did."""
-    heartbeat = state.get("heartbeat") or {}
-    if heartbeat.get("enabled"):
-        last = heartbeat.get("last_outcome") or heartbeat.get("last_status") or "not yet"
-        print(f"  heartbeat  every {heartbeat['interval_s']:g}s to {heartbeat['target']}, "
-              f"last: {last} ({heartbeat.get('model_calls', 0)} model call(s) since start)")
-    ops = state.get("ops") or {}
-    for problem in ops.get("problems") or []:
-        print(f"  problem    {problem['message'][:150]}")
-    for action in (ops.get("actions") or [])[-3:]:
-        print(f"  watchdog   {action['kind']} {action['target']}: {action['reason'][:120]}")
+    return run_status_command(_settings(args), args)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from soulflow.doctor_cli import run_doctor_command
+    from soulflow.cli.doctor import run_doctor_command
 
     return run_doctor_command(_workspace_from(args), args)
 
 
 def cmd_secret(args: argparse.Namespace) -> int:
-    from soulflow.secret_cli import run_secret_command
+    from soulflow.cli.secret import run_secret_command
 
     return run_secret_command(_settings(args), args)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from soulflow.dlq_cli import run_dlq_command
+    from soulflow.cli.dlq import run_dlq_command
 
     return run_dlq_command(_settings(args), args)
 
 
 def cmd_cron(args: argparse.Namespace) -> int:
-    from soulflow.cron_cli import CronCommandError, run_cron_command
+    from soulflow.cli.cron import CronCommandError, run_cron_command
 
     try:
         return run_cron_command(_settings(args), args)
@@ -280,11 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_replay.add_argument("ids", nargs="*", help="message ids (default: all)")
     dlq_sub.add_parser("purge", parents=[common], help="delete every dead letter")
 
-    from soulflow.doctor_cli import add_doctor_parser
+    from soulflow.cli.doctor import add_doctor_parser
 
     add_doctor_parser(sub, common).set_defaults(func=cmd_doctor)
 
-    from soulflow.cron_cli import add_cron_parser
+    from soulflow.cli.cron import add_cron_parser
 
     add_cron_parser(sub, common).set_defaults(func=cmd_cron)
 
@@ -310,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
-    from soulflow.client import DaemonNotRunning
+    from soulflow.cli.client import DaemonNotRunning
     from soulflow.dashboard.service import DashboardError
     from soulflow.security.errors import SecurityError
     from soulflow.storage.lock import WorkspaceLocked

@@ -1,6 +1,6 @@
 """An example value for every setting, shown in the example column of `docs/config.md`.
 
-Kept apart from `settings_catalog.py` (one line per name here, one declaration there) so the
+Kept apart from `catalog.py` (one line per name here, one declaration there) so the
 catalog stays readable; `tests/unit/test_settings_examples.py` checks that every setting has
 an example and that its own parser accepts it, so an example can never show a form the
 daemon refuses. Credentials are shaped like the real thing and obviously fake.

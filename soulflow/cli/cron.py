@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from soulflow.config import Settings
-from soulflow.settings_catalog import parse_duration_s
+from soulflow.config.catalog import parse_duration_s
 
 if TYPE_CHECKING:  # the parser is built on every `soulflow` call: import the rest on use
     from soulflow.backends.base import CronStore
-    from soulflow.client import DaemonClient
+    from soulflow.cli.client import DaemonClient
 
 __all__ = ["CronCommandError", "add_cron_parser", "run_cron_command"]
 
@@ -37,7 +37,7 @@ class CronCommandError(Exception):
 
 def configured_channels(settings: Settings) -> list[str]:
     """The channels a daemon on these settings runs: local, plus each platform with a token."""
-    from soulflow.channels.factory import PLATFORMS
+    from soulflow.channels.wiring import PLATFORMS
 
     return ["local", *(p for p in PLATFORMS if settings[f"{p.upper()}_BOT_TOKEN"])]
 
@@ -104,7 +104,7 @@ def _online(client: DaemonClient, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_cron_command(settings: Settings, args: argparse.Namespace) -> int:
-    from soulflow.client import DaemonClient
+    from soulflow.cli.client import DaemonClient
 
     client = DaemonClient.locate(settings)
     result, shared = (_online(client, args), False) if client is not None else \

@@ -1,9 +1,13 @@
 """Settings from the environment and `<workspace>/.env`, validated once at boot.
 
-Every setting is declared once in `SETTINGS` (name, parser, default, help); the same table
-validates values, writes `.env.example` and feeds `docs/config.md`, so they cannot drift
-apart. The process environment wins over `.env`, which is read only when it is the
-operator's own (`soulflow.storage.env_file`).
+Every setting is declared once in `SETTINGS` (`catalog.py`: name, parser, default, help;
+`examples.py`: an example of each); the same table validates values, writes `.env.example`
+and feeds `docs/config.md`, so they cannot drift apart. The process environment wins over
+`.env`, which is read only when it is the operator's own (`soulflow.storage.env_file`).
+
+This module is where the settings are loaded, so `soulflow.config` is what the daemon
+imports (`Settings`, `load_settings`, `ConfigError`); the catalog's own names are imported
+from `soulflow.config.catalog`.
 """
 
 from __future__ import annotations
@@ -19,13 +23,7 @@ from urllib.parse import urlparse
 
 from dotenv import dotenv_values
 
-from soulflow.settings_catalog import (  # noqa: F401 - re-exported for callers and tests
-    SETTINGS,
-    Setting,
-    config_reference_markdown,
-    env_example,
-    parse_url,
-)
+from soulflow.config.catalog import SETTINGS, parse_url
 from soulflow.storage.env_file import UnsafeEnvFile, read_env_text
 
 

@@ -465,12 +465,12 @@ def config_reference_markdown() -> str:
         "naming the variable and the expected form. `soulflow init` writes `.env.example` with",
         "every setting below.",
         "",
-        "This file is generated from `soulflow/settings_catalog.py` (examples: "
-        "`soulflow/settings_examples.py`):",
-        "`python -c 'from soulflow.config import config_reference_markdown as m; "
+        "This file is generated from `soulflow/config/catalog.py` (examples: "
+        "`soulflow/config/examples.py`):",
+        "`python -c 'from soulflow.config.catalog import config_reference_markdown as m; "
         "print(m(), end=\"\")' > docs/config.md`.",
     ]
-    from soulflow.settings_examples import EXAMPLES
+    from soulflow.config.examples import EXAMPLES
 
     group = None
     for setting in SETTINGS:

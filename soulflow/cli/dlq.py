@@ -14,7 +14,7 @@ from typing import Any
 
 from soulflow.backends.wiring import BackendConfig, open_backend
 from soulflow.bus.bus import MessageBus
-from soulflow.client import DaemonClient
+from soulflow.cli.client import DaemonClient
 from soulflow.config import Settings
 from soulflow.storage.lock import WorkspaceLock
 
