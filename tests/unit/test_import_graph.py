@@ -7,8 +7,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 
 | layer | modules |
 |---|---|
-| 0 contracts | `contracts` (shared records, protocols), `errors` (the exception root); both |
-|   | import nothing of soulflow; the version |
+| 0 contracts | `errors` (the exception root) < `contracts` (shared records, protocols, and |
+|   | the errors they raise); they import nothing else of soulflow; the version |
 | 1 foundation | `storage`, `config.examples`, `supervisor`, `telemetry` < `config.catalog` |
 |   | < `config` (loading) < `scaffold` |
 | 1.5 models | what the stores keep and the pure rules on it: `security.{errors,syntax,...}`, |
@@ -38,8 +38,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "soulflow"
 
 LAYERS: dict[str, float] = {
-    # the package holds __version__; errors is the exception root
-    **dict.fromkeys(["soulflow", "soulflow.contracts", "soulflow.errors"], 0),
+    # the package holds __version__; errors is the exception root, which the contracts'
+    # errors (ProviderError, SendError) hang on
+    **dict.fromkeys(["soulflow", "soulflow.errors"], 0),
+    "soulflow.contracts": 0.1,
     **dict.fromkeys(["soulflow.storage", "soulflow.config.examples",
                      "soulflow.supervisor", "soulflow.telemetry"], 1),
     "soulflow.config.catalog": 1.05,  # its reference shows the examples
