@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from soulflow.agent.errors import AgentError
 from soulflow.contracts import ApprovalNeed, ChatRef, OutboundMessage
 from soulflow.security.vault import SecretVault
 
@@ -41,7 +42,7 @@ Params = dict[str, Any]
 ServiceFn = Callable[..., Awaitable[Any]]
 
 
-class ToolError(Exception):
+class ToolError(AgentError):
     """A clear, user-facing failure: its message is shown to the model as-is (no traceback)."""
 
 
