@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     from soulflow.cli.client import DaemonNotRunning
-    from soulflow.dashboard.service import DashboardError
+    from soulflow.dashboard.errors import DashboardError
     from soulflow.security.errors import SecurityError
     from soulflow.storage.lock import WorkspaceLocked
 
