@@ -1,6 +1,7 @@
 """Shared records and protocols: the vocabulary every layer may import.
 
-This module sits at the bottom of the import graph and imports nothing of soulflow, so a store
+This module sits at the bottom of the import graph and imports nothing of soulflow but the
+exception root (`soulflow.errors`, which imports nothing), so a store
 (`cron`, `security`), the agent, the bus and the channels can all speak of the same message,
 chat, model turn and status without importing each other (tests/unit/test_import_graph.py
 holds the layer table). `soulflow.bus.messages` and `soulflow.providers.base` re-export the
@@ -16,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from soulflow.errors import SoulFlowError
 
 __all__ = [
     "Announcement",
@@ -520,7 +523,7 @@ class SendResult:
     platform_message_ids: list[str] = field(default_factory=list)
 
 
-class SendError(Exception):
+class SendError(SoulFlowError):
     """A channel could not deliver a message.
 
     `permanent` errors (invalid auth, unknown chat, rejected content) go straight to the DLQ;
@@ -671,7 +674,7 @@ class ProviderResult:
     model: str = ""
 
 
-class ProviderError(Exception):
+class ProviderError(SoulFlowError):
     """A provider failed. `kind` is a short normalised category shown to users and in logs.
 
     kinds: `not_configured`, `auth`, `rate_limited`, `server`, `timeout`, `network`,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from soulflow.agent.errors import AgentError
 from soulflow.contracts import ToolCall
 
 ERROR_SNIPPET_CHARS = 160
@@ -56,7 +57,7 @@ class TextToolCalls:
 _Calls = list[tuple[str, dict[str, Any]]]
 
 
-class _Malformed(Exception):
+class _Malformed(AgentError):
     """A block that was meant as a tool call but cannot be one; the message is for the model."""
 
 

@@ -16,10 +16,11 @@ come from sharing one workload between nodes:
   the one question the rest of the daemon asks about them.
 
 A Redis store raises `soulflow.errors.StoreUnavailable` when Redis does not answer, never a
-redis exception. The records the stores keep are the domain's (`contracts`, and the models
-of layer 1.5 in docs/development.md: run events and state, cron jobs, tasks, decisions,
-sealed secrets); this module names them for annotations only. `tests/backends/` runs one
-contract suite against both backends.
+redis exception; a write that lost a race with another node raises a `StoreConflict`. The
+records the stores keep are the domain's (`contracts`, and the models of layer 1.5 in
+docs/development.md: run events and state, cron jobs, tasks, decisions, sealed secrets); this
+module names them for annotations only. `tests/backends/` runs one contract suite against
+both backends.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from soulflow.contracts import (
     OutboundMessage,
     OutboxEntry,
 )
+from soulflow.errors import SoulFlowError
 
 if TYPE_CHECKING:  # the models the stores keep (layer 1.5, below this module)
     from soulflow.agent.run.events import Event
@@ -54,6 +56,13 @@ if TYPE_CHECKING:  # the models the stores keep (layer 1.5, below this module)
 class BackendKind(StrEnum):
     FILE = "file"
     REDIS = "redis"
+
+
+class StoreConflict(SoulFlowError):
+    """A write was refused because another node changed what it guards since this node read
+    it: a run its chat's new holder took over (`RunMoved`), vault entries another node wrote
+    (`EntriesChanged`). Not a `StoreError`: the store answered, and the caller must not treat
+    it as the store being away (give the turn back, or report the backend unavailable)."""
 
 
 class BackendUnavailable(ConfigError):
@@ -241,7 +250,7 @@ class SessionStore(Protocol):
     def close(self) -> None: ...
 
 
-class RunMoved(RuntimeError):
+class RunMoved(StoreConflict):
     """A write to a run was refused: the run's chat is now another node's, which resumed it
     (see `RunJournal.claim`). The run goes on there; this node drops it without a reply, as
     with a fenced inbound completion (docs/scaling.md)."""
@@ -420,7 +429,7 @@ class DecisionStore(Protocol):
         """Replace the entries by `merge_canonical(...)` of them; how many went."""
 
 
-class EntriesChanged(RuntimeError):
+class EntriesChanged(StoreConflict):
     """`SecretEntries.replace` found the entries changed since they were read (another node
     wrote one)."""
 

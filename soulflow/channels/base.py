@@ -22,6 +22,7 @@ from soulflow.bus.messages import (
     SendResult,
 )
 from soulflow.channels.leadership import AccountLeadership, Election
+from soulflow.errors import SoulFlowError
 
 if TYPE_CHECKING:
     from soulflow.backends.base import CursorStore
@@ -36,6 +37,13 @@ _COMMAND = re.compile(r"^\s*/([\w가-힣]+)(?:@\S+)?(?:\s+(.*))?$", re.DOTALL)
 
 
 T = TypeVar("T")
+
+
+class ChannelError(SoulFlowError):
+    """The base of the platform edge's own errors: a channel that cannot start (each
+    platform's `...StartError`), a read loop to be restarted (`reader.ChannelRestart`), a
+    local chat id that names no chat of this node. A message a platform would not take is a
+    `SendError` (`soulflow.contracts`): the bus, below the channels, catches that one."""
 
 
 async def drain(queue: asyncio.Queue[T], wait_s: float) -> list[T]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from soulflow.bus.messages import InboundMessage
-from soulflow.channels.base import ChannelAdapter
+from soulflow.channels.base import ChannelAdapter, ChannelError
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.leadership import AccountLeadership
 
@@ -36,7 +36,7 @@ T = TypeVar("T")
 Ingest = Callable[[ChannelAdapter, list[InboundMessage]], Awaitable[object]]
 
 
-class ChannelRestart(RuntimeError):
+class ChannelRestart(ChannelError):
     """The channel is stalled or keeps failing; its supervisor restarts it."""
 
 
@@ -136,7 +136,7 @@ async def _lead(adapter: ChannelAdapter, ingest: Ingest, health: HealthBoard,
         await _stop_reading_quietly(adapter)
 
 
-class _TermOver(Exception):
+class _TermOver(ChannelError):
     """The term ended while waiting on the platform."""
 
 

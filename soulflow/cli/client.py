@@ -8,6 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from soulflow.cli.errors import UserError
 from soulflow.config import Settings
 
 
@@ -23,7 +24,7 @@ def reachable_url(url: str) -> str:
     return url
 
 
-class DaemonNotRunning(Exception):
+class DaemonNotRunning(UserError):
     """No daemon holds the workspace, or its API cannot be reached."""
 
 

@@ -21,6 +21,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from soulflow.cli.errors import UserError
 from soulflow.config import Settings
 from soulflow.config.catalog import parse_duration_s
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # the parser is built on every `soulflow` call: import the re
 __all__ = ["CronCommandError", "add_cron_parser", "run_cron_command"]
 
 
-class CronCommandError(Exception):
+class CronCommandError(UserError):
     """A request the daemon or the store refused; printed as one sentence."""
 
 

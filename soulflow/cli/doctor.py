@@ -30,7 +30,7 @@ def add_doctor_parser(sub: argparse._SubParsersAction,  # type: ignore[type-arg]
 
 
 def run_doctor_command(workspace: Path, args: argparse.Namespace) -> int:
-    from soulflow.doctor import diagnose
+    from soulflow.doctor.runner import diagnose
 
     report = asyncio.run(diagnose(workspace, os.environ, timeout_s=max(0.5, args.timeout),
                                   deep=args.deep))

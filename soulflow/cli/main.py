@@ -14,14 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from soulflow import __version__
+from soulflow.cli.errors import UserError
 from soulflow.config import ConfigError, Settings, load_settings
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
-
-
-class UserError(Exception):
-    """A problem the user can fix; printed as one sentence."""
 
 
 def _workspace_from(args: argparse.Namespace) -> Path:
@@ -107,12 +104,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def cmd_cron(args: argparse.Namespace) -> int:
-    from soulflow.cli.cron import CronCommandError, run_cron_command
+    from soulflow.cli.cron import run_cron_command
 
-    try:
-        return run_cron_command(_settings(args), args)
-    except CronCommandError as exc:
-        raise UserError(str(exc)) from None
+    return run_cron_command(_settings(args), args)
 
 
 # -- parser -------------------------------------------------------------------------------
@@ -205,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
-    from soulflow.cli.client import DaemonNotRunning
-    from soulflow.dashboard.service import DashboardError
+    from soulflow.dashboard.errors import DashboardError
     from soulflow.security.errors import SecurityError
     from soulflow.storage.lock import WorkspaceLocked
 
@@ -214,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging("warning", args.log_format)
     try:
         return func(args)
-    except (UserError, ConfigError, WorkspaceLocked, DashboardError, DaemonNotRunning,
-            SecurityError) as exc:
+    except (UserError, ConfigError, WorkspaceLocked, DashboardError, SecurityError) as exc:
         print(f"soulflow: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:

@@ -24,11 +24,14 @@ from urllib.parse import urlparse
 from dotenv import dotenv_values
 
 from soulflow.config.catalog import SETTINGS, parse_url
+from soulflow.errors import SoulFlowError
 from soulflow.storage.env_file import UnsafeEnvFile, read_env_text
 
 
-class ConfigError(Exception):
-    """A setting has a value we cannot use; the message names it and the expected form."""
+class ConfigError(SoulFlowError):
+    """A setting has a value we cannot use; the message names it and the expected form.
+    The base of the configuration's errors (the backend that cannot be reached at boot, a
+    zone migration that cannot run); `soulflow` prints one as a sentence and exits 1."""
 
 
 _BY_NAME = {s.name: s for s in SETTINGS}

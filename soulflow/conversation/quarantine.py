@@ -20,6 +20,7 @@ from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import POISON_KIND
 from soulflow.contracts import InboundDeadLetter, IntakeStage
+from soulflow.errors import SoulFlowError
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,9 @@ APOLOGY = ("I could not take in your message safely, so I set it aside without a
            "perhaps worded differently.")
 
 
-class IntakeError(Exception):
-    """Taking in one message failed at `stage`."""
+class IntakeError(SoulFlowError):
+    """Taking in one message failed at `stage`. The conversation's one exception, so its
+    base: everything else that goes wrong in a turn is its layers' own."""
 
     def __init__(self, stage: IntakeStage, error: str) -> None:
         super().__init__(f"{stage}: {error}")

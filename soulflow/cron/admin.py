@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.contracts import ChatRef
-from soulflow.cron.jobs import Job, PayloadKind
+from soulflow.cron.jobs import CronError, Job, PayloadKind
 from soulflow.cron.schedule import Schedule, to_iso
 from soulflow.cron.service import CronService
 
@@ -23,8 +23,9 @@ __all__ = ["ACTIONS", "CronRequestError", "ToolCronHandle", "apply_action", "job
 ACTIONS = ("add", "rm", "run", "enable", "disable")
 
 
-class CronRequestError(ValueError):
-    """A request the operator can fix (unknown job, bad schedule, unknown channel)."""
+class CronRequestError(CronError, ValueError):
+    """A request the operator can fix (unknown job, bad schedule, unknown channel). Also a
+    `ValueError`: the cron tool catches the chat a job names (`job_chat`) that way."""
 
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)

@@ -25,8 +25,15 @@ from typing import Any
 
 from soulflow.contracts import ChatRef, CronRunStatus
 from soulflow.cron.schedule import Schedule, from_iso
+from soulflow.errors import SoulFlowError
 
-__all__ = ["STATE_FIELDS", "Job", "JobState", "PayloadKind", "new_job_id"]
+__all__ = ["STATE_FIELDS", "CronError", "Job", "JobState", "PayloadKind", "new_job_id"]
+
+
+class CronError(SoulFlowError):
+    """The base of the scheduler's own errors (an operator's request it cannot do:
+    `admin.CronRequestError`). A schedule or a job that does not parse is a `ValueError`, as
+    the parsers of the standard library raise."""
 
 
 def new_job_id() -> str:

@@ -24,6 +24,7 @@ from aiohttp import web
 from soulflow.agent.approvals import LOCAL_PROVIDER, Decider
 from soulflow.agent.run import events as ev
 from soulflow.contracts import ChatRef
+from soulflow.dashboard.errors import DashboardError
 from soulflow.runtime.view import DaemonView
 from soulflow.tasks.chat import waiting_steps
 from soulflow.tasks.commands import idle_canceller
@@ -36,7 +37,7 @@ DECISIONS = {"approve": "approve", "deny": "deny"}
 WAITING = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
 
 
-class ActionError(Exception):
+class ActionError(DashboardError):
     """An action that cannot be done as asked: HTTP `status` and a sentence for the page."""
 
     def __init__(self, status: int, message: str) -> None:

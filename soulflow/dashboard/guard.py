@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from soulflow.dashboard.errors import DashboardError
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: `none`: the user typed the URL or opened a bookmark; `same-origin`: the dashboard's page
@@ -35,7 +37,7 @@ ALLOWED_FETCH_SITES = frozenset({"same-origin", "none"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class Refused(Exception):
+class Refused(DashboardError):
     """A request the API will not serve: `status` and a one-sentence reason for the caller."""
 
     def __init__(self, status: int, reason: str) -> None:

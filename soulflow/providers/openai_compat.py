@@ -175,7 +175,7 @@ class OpenAICompatibleProvider:
         try:
             yield
         except ParseError as exc:
-            raise self._error(exc.kind, str(exc)) from None
+            raise self._error(exc.kind, exc.args[0]) from None
         except httpx.TimeoutException as exc:
             if not _is_real_timeout(exc):
                 raise self._error("network", f"connection to {self._host} failed: "

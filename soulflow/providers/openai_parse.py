@@ -10,18 +10,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from soulflow.contracts import ProviderError
 from soulflow.providers.base import ProviderResult, ToolCall, Usage
 
 SNIPPET_CHARS = 200
 
 
-class ParseError(Exception):
-    """Raised by the pure parsers below, which do not know the provider's name; the provider
-    turns it into a ProviderError of `kind`."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+class ParseError(ProviderError):
+    """Raised by the pure parsers below, which do not know the provider's name: a
+    `ProviderError` of `kind` without a provider, which the provider raises again as its own
+    (with its name, its key scrubbed from the message)."""
 
 
 @dataclass(slots=True)

@@ -7,8 +7,10 @@ No message ever contains a secret value; names and paths only.
 
 from __future__ import annotations
 
+from soulflow.errors import SoulFlowError
 
-class SecurityError(Exception):
+
+class SecurityError(SoulFlowError):
     """Base class: catch this to handle any failure of the security layer."""
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soulflow.config.catalog import SETTINGS
+from soulflow.security.errors import SecurityError
 from soulflow.security.zones import ChatZone
 from soulflow.storage.atomic import read_json
 from soulflow.storage.background import BackgroundJsonFile
@@ -61,7 +62,7 @@ NOTHING = Usage()
 _INDEX_VERSION = 1
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(SecurityError):
     """A write or a call that would go (or went) over a quota; ``str()`` is the reason, one
     sentence a model or a person can act on."""
 

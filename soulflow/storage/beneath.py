@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from soulflow.storage.atomic import write_all
+from soulflow.storage.errors import StorageError
 
 __all__ = ["Beneath", "DirEntry", "RefusedPath", "openat2_available", "relative_parts"]
 
@@ -49,7 +50,7 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC | _O_NOFOLLOW
 
 
-class RefusedPath(OSError):
+class RefusedPath(StorageError, OSError):
     """A workspace path the daemon will not open: a link, not a regular file, or not
     beneath the root. ``str()`` is one sentence naming the path."""
 

@@ -30,13 +30,14 @@ import stat
 from pathlib import Path
 
 from soulflow.storage.beneath import Beneath, RefusedPath
+from soulflow.storage.errors import StorageError
 
 __all__ = ["ENV_FILE_NAME", "UnsafeEnvFile", "read_env_text"]
 
 ENV_FILE_NAME = ".env"
 
 
-class UnsafeEnvFile(Exception):
+class UnsafeEnvFile(StorageError):
     """``.env`` exists but is not safe to read; ``problem`` and ``fix`` are the two halves of
     the one sentence ``str()`` gives."""
 

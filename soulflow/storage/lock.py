@@ -10,8 +10,10 @@ import fcntl
 import os
 from pathlib import Path
 
+from soulflow.storage.errors import StorageError
 
-class WorkspaceLocked(Exception):
+
+class WorkspaceLocked(StorageError):
     """Another live process holds the workspace."""
 
     def __init__(self, path: Path, holder: str) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from soulflow.tasks.model import NodeKind, NodeStatus, TaskGraph, TaskNode, TaskState
+from soulflow.tasks.model import NodeKind, NodeStatus, TaskError, TaskGraph, TaskNode, TaskState
 
 
-class GraphValidationError(ValueError):
+class GraphValidationError(TaskError):
     """The graph cannot run; `problems` lists every reason, each one line."""
 
     def __init__(self, problems: list[str]) -> None:

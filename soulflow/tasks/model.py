@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from soulflow.errors import SoulFlowError
+
 
 class NodeKind(StrEnum):
     """What a node does: an agent run (own goal and tool allow-list), one tool call, or a gate."""
@@ -384,7 +386,13 @@ class TaskState:
 _TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-class TaskDecisionError(ValueError):
+class TaskError(SoulFlowError):
+    """The base of the task graphs' errors: a decision that does not apply, a graph that
+    cannot run (`graph.GraphValidationError`), a plan the model could not make
+    (`planner.PlanError`)."""
+
+
+class TaskDecisionError(TaskError):
     """A decision that does not apply (unknown task or node, nothing waiting, wrong choice)."""
 
 

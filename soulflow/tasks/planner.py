@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 from soulflow.contracts import Provider
 from soulflow.tasks.graph import GraphValidationError, validate_graph
-from soulflow.tasks.model import NodeKind, TaskGraph
+from soulflow.tasks.model import NodeKind, TaskError, TaskGraph
 
 MAX_SCHEMA_PROBLEMS = 8
 
@@ -87,7 +87,7 @@ spends money or changes things outside the workspace. No cycles.
 Available tools: """
 
 
-class PlanError(Exception):
+class PlanError(TaskError):
     """The model did not produce a valid plan after the retry; `problems` has both attempts'."""
 
     def __init__(self, problems: list[str]) -> None:

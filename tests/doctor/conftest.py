@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.doctor import DoctorReport, Status
+from soulflow.doctor.model import Status
+from soulflow.doctor.runner import DoctorReport
 
 # No embedded model probe and no fixed dashboard port: each test turns on what it checks.
 BASE_ENV = {"LOCAL_MODEL": "off", "DASHBOARD_PORT": "0"}

@@ -12,7 +12,8 @@ import pytest
 
 from soulflow.cli.main import main
 from soulflow.config import load_settings
-from soulflow.doctor import Status, diagnose
+from soulflow.doctor.model import Status
+from soulflow.doctor.runner import diagnose
 from tests.doctor.conftest import BASE_ENV, line
 from tests.vaults import workspace_vault
 

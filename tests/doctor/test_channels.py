@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soulflow.doctor import Status, diagnose
+from soulflow.doctor.model import Status
+from soulflow.doctor.runner import diagnose
 from tests.doctor.conftest import BASE_ENV, closed_port_url, line
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.slack_api import APP_TOKEN, BOT_TOKEN, FakeSlack

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from soulflow.cli.main import main
-from soulflow.doctor import DoctorContext, Status, diagnose
+from soulflow.doctor.model import DoctorContext, Status
 from soulflow.doctor.remote import check_clock
+from soulflow.doctor.runner import diagnose
 from soulflow.security.crypto import KEY_SIZE
 from tests.doctor.conftest import BASE_ENV, line
 from tests.fakes.slack_api import BOT_TOKEN, FakeSlack

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.doctor import Status, diagnose
+from soulflow.doctor.model import Status
+from soulflow.doctor.runner import diagnose
 from soulflow.providers.local_runtime import INSTALL_HINT, local_model_available
 from tests.doctor.conftest import BASE_ENV, line
 

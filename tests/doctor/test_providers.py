@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from soulflow.doctor import Status, diagnose
+from soulflow.doctor.model import Status
+from soulflow.doctor.runner import diagnose
 from tests.doctor.conftest import BASE_ENV, closed_port_url, line
 from tests.fakes.openai_api import FakeOpenAI
 from tests.running import running_fixture

@@ -1,4 +1,4 @@
-"""The package surface: the default registry, services, and the base-module re-export."""
+"""The package surface: the default registry and the services."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from soulflow.agent.tools import WebFetchTool, build_default_registry
 from soulflow.agent.tools.base import ToolError, ToolServices
-from soulflow.agent.tools.registry import ToolRegistry
 
 
 def test_missing_service_is_a_clear_tool_error() -> None:
@@ -21,12 +20,6 @@ def test_missing_service_is_a_clear_tool_error() -> None:
     assert ToolServices(send_message=send).require("send_message") is send
     with pytest.raises(ValueError):
         ToolServices().require("teleport")
-
-
-def test_registry_importable_from_base() -> None:
-    from soulflow.agent.tools import base
-
-    assert base.ToolRegistry is ToolRegistry
 
 
 def test_build_default_registry() -> None:

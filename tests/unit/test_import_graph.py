@@ -1,5 +1,6 @@
-"""The import graph follows the design: dependencies point down the layer table, and only the
-platform packages (`soulflow/channels/<platform>/`) import a platform SDK.
+"""The import graph follows the design: dependencies point down the layer table, no modules
+import each other (not even inside one package), and only the platform packages
+(`soulflow/channels/<platform>/`) import a platform SDK.
 
 Layers, lowest first. A module may import its own package and any layer below its own (a
 decimal orders two packages inside one layer); the entry points of layer 8 may also import each
@@ -7,8 +8,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 
 | layer | modules |
 |---|---|
-| 0 contracts | `contracts` (shared records, protocols), `errors` (the exception root); both |
-|   | import nothing of soulflow; the version |
+| 0 contracts | `errors` (the exception root) < `contracts` (shared records, protocols, and |
+|   | the errors they raise); they import nothing else of soulflow; the version |
 | 1 foundation | `storage`, `config.examples`, `supervisor`, `telemetry` < `config.catalog` |
 |   | < `config` (loading) < `scaffold` |
 | 1.5 models | what the stores keep and the pure rules on it: `security.{errors,syntax,...}`, |
@@ -25,21 +26,28 @@ other. The most specific prefix in LAYERS decides a module's layer.
 | 8 entry points | `cli` (the command line; `cli.wiring`: a runtime with its dashboard), |
 |   | `doctor`, `dashboard`, `__main__` |
 
-Imports under `if TYPE_CHECKING:` are annotations only (no import-time edge) and are not
-counted; imports inside functions are. The same table is in docs/development.md.
+Imports under `if TYPE_CHECKING:` are annotations only (no import-time edge): they are not
+counted for the table or for cycles, but one may not point up the table either (an upward
+annotation is a dependency the table cannot see). Imports inside functions count. A cycle is
+any loop of import-time edges among soulflow modules, `from pkg import mod` counting as an
+edge to the submodule `mod`. The same table is in docs/development.md.
 """
 
 from __future__ import annotations
 
 import ast
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "soulflow"
 
 LAYERS: dict[str, float] = {
-    # the package holds __version__; errors is the exception root
-    **dict.fromkeys(["soulflow", "soulflow.contracts", "soulflow.errors"], 0),
+    # the package holds __version__; errors is the exception root, which the contracts'
+    # errors (ProviderError, SendError) hang on
+    **dict.fromkeys(["soulflow", "soulflow.errors"], 0),
+    "soulflow.contracts": 0.1,
     **dict.fromkeys(["soulflow.storage", "soulflow.config.examples",
                      "soulflow.supervisor", "soulflow.telemetry"], 1),
     "soulflow.config.catalog": 1.05,  # its reference shows the examples
@@ -86,6 +94,7 @@ class Edge:
     source: str
     target: str
     line: int
+    annotation: bool = False  # under `if TYPE_CHECKING:`: no edge when the code runs
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -120,24 +129,28 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
 
 def imports_of(path: Path, root: Path = PACKAGE) -> list[Edge]:
     """Every module `path` imports, `from a import b` counted as both `a` and `a.b` (b may be a
-    submodule, whose layer is the one that matters)."""
+    submodule, whose layer is the one that matters); imports under `if TYPE_CHECKING:` are
+    marked `annotation`."""
     source = module_name(path, root)
     tree = ast.parse(path.read_text("utf-8"), filename=str(path))
     annotations_only = _type_checking_lines(tree)
     package = source if path.name == "__init__.py" else source.rpartition(".")[0]
     edges: list[Edge] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in annotations_only:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
+        annotation = node.lineno in annotations_only
         if isinstance(node, ast.Import):
-            edges.extend(Edge(source, alias.name, node.lineno) for alias in node.names)
+            edges.extend(Edge(source, alias.name, node.lineno, annotation)
+                         for alias in node.names)
             continue
         base = node.module or ""
         if node.level:
             anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
             base = ".".join([*anchor, base] if base else anchor)
-        edges.append(Edge(source, base, node.lineno))
-        edges.extend(Edge(source, f"{base}.{alias.name}", node.lineno) for alias in node.names
+        edges.append(Edge(source, base, node.lineno, annotation))
+        edges.extend(Edge(source, f"{base}.{alias.name}", node.lineno, annotation)
+                     for alias in node.names
                      if not base.startswith("soulflow") or _is_module(root, base, alias.name))
     return edges
 
@@ -156,10 +169,14 @@ def _within(module: str, homes: tuple[str, ...]) -> bool:
     return any(module == home or module.startswith(home + ".") for home in homes)
 
 
+def _is_soulflow(module: str) -> bool:
+    return module == "soulflow" or module.startswith("soulflow.")
+
+
 def layer_violations(edges: list[Edge]) -> list[str]:
     wrong = []
     for edge in edges:
-        if edge.target != "soulflow" and not edge.target.startswith("soulflow."):
+        if edge.annotation or not _is_soulflow(edge.target):
             continue
         source, target = layer_of(edge.source), layer_of(edge.target)
         same_package = edge.source.split(".")[:2] == edge.target.split(".")[:2]
@@ -170,9 +187,105 @@ def layer_violations(edges: list[Edge]) -> list[str]:
     return sorted(set(wrong))
 
 
+def type_checking_violations(edges: list[Edge]) -> list[str]:
+    """Imports under `if TYPE_CHECKING:` that point to a higher layer than the importer's: a
+    dependency on what sits above, hidden from the layer check (the same layer is fine)."""
+    wrong = []
+    for edge in edges:
+        if not edge.annotation or not _is_soulflow(edge.target):
+            continue
+        source, target = layer_of(edge.source), layer_of(edge.target)
+        if target > source:
+            wrong.append(f"{edge.source}:{edge.line} (layer {source}) imports {edge.target} "
+                         f"(layer {target}) under TYPE_CHECKING")
+    return sorted(set(wrong))
+
+
+def import_cycles(edges: list[Edge], modules: Iterable[str]) -> list[str]:
+    """Each loop of import-time edges among `modules` (annotations do not count), shown as
+    one path around it with the line of each import."""
+    nodes = set(modules)
+    lines: dict[tuple[str, str], int] = {}
+    for edge in edges:
+        if not edge.annotation and edge.target in nodes and edge.target != edge.source:
+            lines.setdefault((edge.source, edge.target), edge.line)
+    graph: dict[str, set[str]] = {node: set() for node in nodes}
+    for source, target in lines:
+        graph[source].add(target)
+    wrong = []
+    for component in _strongly_connected(graph):
+        if len(component) < 2:
+            continue
+        path = _loop_through(min(component), graph, component)
+        hops = " -> ".join(f"{a}:{lines[a, b]}" for a, b in zip(path, [*path[1:], path[0]],
+                                                                  strict=True))
+        wrong.append(f"{hops} -> {path[0]} (cycle of {', '.join(sorted(component))})")
+    return sorted(wrong)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's algorithm, iterative (no recursion limit on a long chain of imports)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            step = next(targets, None)
+            if step is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    found.append(frozenset(component))
+            elif step not in index:
+                index[step] = low[step] = len(index)
+                stack.append(step)
+                on_stack.add(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step in on_stack:
+                low[node] = min(low[node], index[step])
+    return found
+
+
+def _loop_through(start: str, graph: dict[str, set[str]], within: frozenset[str]) -> list[str]:
+    """A shortest path from `start` back to itself inside one strongly connected component."""
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for target in sorted(graph[node] & within):
+            if target == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return path[::-1]
+            if target not in came_from:
+                came_from[target] = node
+                queue.append(target)
+    raise AssertionError(f"{start} is on no loop of {sorted(within)}")
+
+
 def sdk_violations(edges: list[Edge]) -> list[str]:
     wrong = []
     for edge in edges:
+        if edge.annotation:
+            continue
         sdk = edge.target.split(".")[0]
         if sdk in PLATFORM_SDKS and not _within(edge.source, (SDK_HOMES[sdk],)):
             wrong.append(f"{edge.source}:{edge.line} imports {edge.target}")
@@ -190,6 +303,19 @@ def test_every_module_has_a_layer() -> None:
 def test_imports_point_down_the_layers() -> None:
     wrong = layer_violations(all_edges())
     assert not wrong, "imports against the layer table:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    modules = [module_name(path) for path in PACKAGE.rglob("*.py")]
+    wrong = import_cycles(all_edges(), modules)
+    assert not wrong, ("modules that import each other (move what both need to where it "
+                       "belongs, below both):\n" + "\n".join(wrong))
+
+
+def test_no_upward_imports_under_type_checking() -> None:
+    wrong = type_checking_violations(all_edges())
+    assert not wrong, ("annotations that depend on a higher layer (take a protocol or a "
+                       "record from below instead):\n" + "\n".join(wrong))
 
 
 def test_platform_sdks_only_in_their_platform_package() -> None:
@@ -216,6 +342,34 @@ def test_the_checker_finds_wrong_way_imports(tmp_path: Path) -> None:
     edges = all_edges(root)
     assert _places(layer_violations(edges)) == ["soulflow.agent.loop:4", "soulflow.cron.service:1"]
     assert _places(sdk_violations(edges)) == ["soulflow.agent.loop:1", "soulflow.agent.web:2"]
+    assert _places(type_checking_violations(edges)) == ["soulflow.cron.store:3"]
+
+
+def test_the_checker_finds_cycles(tmp_path: Path) -> None:
+    """A loop inside one package is found, through a function's import and a package
+    __init__ that imports its module; a loop closed only by an annotation is not."""
+    root = tmp_path / "soulflow"
+    files = {
+        "tasks/__init__.py": "from soulflow.tasks.engine import Engine\n",
+        "tasks/engine.py": "from soulflow.tasks import model\n",
+        "tasks/model.py": "def f():\n    from soulflow.tasks.engine import Engine\n",
+        "agent/a.py": "from typing import TYPE_CHECKING\nfrom soulflow.agent import b\n"
+                      "if TYPE_CHECKING:\n    from soulflow.agent.c import C\n",
+        "agent/b.py": "from soulflow.agent.a import A\n",
+        "agent/c.py": "from soulflow.agent.a import A\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "agent/__init__.py").write_text("")
+    modules = [module_name(path, root) for path in root.rglob("*.py")]
+    edges = all_edges(root)
+    assert import_cycles(edges, modules) == [
+        "soulflow.agent.a:2 -> soulflow.agent.b:1 -> soulflow.agent.a "
+        "(cycle of soulflow.agent.a, soulflow.agent.b)",
+        "soulflow.tasks:1 -> soulflow.tasks.engine:1 -> soulflow.tasks "
+        "(cycle of soulflow.tasks, soulflow.tasks.engine, soulflow.tasks.model)",
+    ]
 
 
 def _places(violations: list[str]) -> list[str]:

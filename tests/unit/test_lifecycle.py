@@ -14,7 +14,7 @@ import pytest
 
 from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.config import Settings, load_settings
-from soulflow.dashboard.service import DashboardError
+from soulflow.dashboard.errors import DashboardError
 from soulflow.runtime import DAEMON_INFO_FILE, Runtime, create_runtime
 from soulflow.storage.lock import WorkspaceLock
 from soulflow.supervisor import Supervisor

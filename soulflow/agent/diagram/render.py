@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from soulflow.agent.errors import AgentError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 RENDERER_SCRIPT = PACKAGE_DIR / "renderer.mjs"
 RENDERER_PACKAGE = "beautiful-mermaid"
@@ -41,7 +43,7 @@ _STATUS_TIMEOUT_S = 5.0
 NODE_MISSING = "Node.js is not installed; diagram_render needs it: apt-get install nodejs"
 
 
-class DiagramError(Exception):
+class DiagramError(AgentError):
     """A diagram could not be rendered; the message is one sentence fit to show the user."""
 
 

@@ -14,13 +14,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from soulflow.agent.errors import AgentError
 from soulflow.contracts import ApprovalNeed, ChatRef, OutboundMessage
 from soulflow.security.vault import SecretVault
-
-if TYPE_CHECKING:  # pragma: no cover - re-exported lazily below, see __getattr__
-    from soulflow.agent.tools.registry import ToolRegistry
 
 __all__ = [
     "ApprovalNeed",
@@ -28,7 +26,6 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
-    "ToolRegistry",
     "ToolResult",
     "ToolServices",
 ]
@@ -41,7 +38,7 @@ Params = dict[str, Any]
 ServiceFn = Callable[..., Awaitable[Any]]
 
 
-class ToolError(Exception):
+class ToolError(AgentError):
     """A clear, user-facing failure: its message is shown to the model as-is (no traceback)."""
 
 
@@ -162,12 +159,3 @@ class Tool(abc.ABC):
                 "parameters": self.parameters,
             },
         }
-
-
-def __getattr__(name: str) -> Any:
-    """``from soulflow.agent.tools.base import ToolRegistry`` works without an import cycle."""
-    if name == "ToolRegistry":
-        from soulflow.agent.tools.registry import ToolRegistry
-
-        return ToolRegistry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

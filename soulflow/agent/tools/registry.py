@@ -30,6 +30,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from soulflow.agent.errors import AgentError
 from soulflow.agent.tools.base import (
     ApprovalNeed,
     Params,
@@ -57,7 +58,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI accepts as a functi
 DynamicHandler = Callable[[Params, ToolContext], Awaitable[Any] | Any]
 
 
-class _Aborted(Exception):
+class _Aborted(AgentError):
     """The user set the context's abort event while the tool was running."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from soulflow.agent.errors import AgentError
 from soulflow.agent.tools.bwrap import (
     DEFAULT_TMP_BYTES,
     LIMITS_LAUNCHER,
@@ -61,7 +62,7 @@ _CGROUP_SPARE_PIDS = 4  # bwrap itself, its pid-namespace init and the launcher
 _GONE_POLL_S = 0.01
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(AgentError):
     """`CodeSandbox.run` was called where bubblewrap does not work (check `status` first)."""
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from soulflow.agent.errors import AgentError
 from soulflow.security.protected import RUNTIME_DIR, DevIno, protected_paths
 from soulflow.security.zones import CHATS_DIR
 
@@ -53,7 +54,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _VANISHED = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
 
-class MaskScanRefused(Exception):
+class MaskScanRefused(AgentError):
     """The operator zone could not be checked whole; ``str()`` says why, for the model."""
 
 

@@ -39,17 +39,14 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import soulflow.agent.run.events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place
 from soulflow.agent.run.timing import FinishedListener, report_finished
-from soulflow.backends.base import RunMoved
+from soulflow.backends.base import Lease, RunMoved
 from soulflow.backends.redis.keys import AgentKeys
 from soulflow.backends.redis.sync_client import StateRedis
-
-if TYPE_CHECKING:
-    from soulflow.backends.redis.backend import RedisBackend
 
 FINISHED_TTL_S = 7 * 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
@@ -119,7 +116,14 @@ def no_fence(chat_key: str) -> int | None:
     return None
 
 
-def partition_fence(backend: RedisBackend) -> Fence:
+class ChatLeases(Protocol):
+    """What `partition_fence` reads from a `RedisBackend` (declared here, so this module
+    need not import the backend that imports it)."""
+
+    def chat_lease(self, chat_key: str) -> Lease | None: ...
+
+
+def partition_fence(backend: ChatLeases) -> Fence:
     """The fencing token of the partition lease under which this node holds a chat, while the
     lease is safe to act on (`PartitionLeases.lease`), else None."""
     def token(chat_key: str) -> int | None:

@@ -40,7 +40,13 @@ import discord.gateway
 import discord.http
 
 from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
-from soulflow.channels.base import AttachmentFolder, ChannelAdapter, ChannelLimits, drain
+from soulflow.channels.base import (
+    AttachmentFolder,
+    ChannelAdapter,
+    ChannelError,
+    ChannelLimits,
+    drain,
+)
 from soulflow.channels.discord import format as fmt
 from soulflow.channels.discord.feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
@@ -57,7 +63,7 @@ _MAX_BACKOFF_S = 120.0
 _STABLE_S = 60.0
 
 
-class DiscordStartError(RuntimeError):
+class DiscordStartError(ChannelError):
     """The adapter could not connect; the message says what the operator should fix."""
 
 

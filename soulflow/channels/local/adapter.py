@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult, new_id
-from soulflow.channels.base import ChannelAdapter, ChannelLimits
+from soulflow.channels.base import ChannelAdapter, ChannelError, ChannelLimits
 from soulflow.storage.jsonl import JsonlFile
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,16 @@ _RECENT = 1000
 _PERMANENT_OS_ERRORS = (PermissionError, IsADirectoryError, NotADirectoryError)
 
 
-class InvalidChatId(ValueError):
+class InvalidChatId(ChannelError, ValueError):
+    """A local chat id that is not one (also a `ValueError`, like `ForeignLocalChat`: the
+    transcript writer catches a chat id it cannot use that way)."""
+
     def __init__(self, chat_id: str) -> None:
         super().__init__(f"chat id {chat_id[:80]!r} is invalid: use 1-64 letters, digits, "
                          "'.', '_' or '-'")
 
 
-class ForeignLocalChat(ValueError):
+class ForeignLocalChat(ChannelError, ValueError):
     """A reply for another node's local chat: only that node can show it."""
 
     def __init__(self, chat_id: str, node_id: str) -> None:

@@ -24,6 +24,7 @@ from soulflow.channels.base import (
     BEST_EFFORT_CONNECTIONS,
     AttachmentFolder,
     ChannelAdapter,
+    ChannelError,
     ChannelLimits,
 )
 from soulflow.channels.files import safe_filename
@@ -57,7 +58,7 @@ DEFAULT_API_URL = "https://slack.com/api/"
 _REPLY_TIMEOUT_S = 30.0  # slack_sdk's own default
 
 
-class SlackStartError(RuntimeError):
+class SlackStartError(ChannelError):
     """The Slack channel cannot start; the message is one sentence saying what to fix."""
 
 

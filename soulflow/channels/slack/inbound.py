@@ -25,7 +25,7 @@ from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
 from soulflow.bus.messages import InboundMessage
-from soulflow.channels.base import drain
+from soulflow.channels.base import ChannelError, drain
 from soulflow.channels.poison import poison_message
 from soulflow.channels.slack.format import (
     SlackEventParser,
@@ -47,7 +47,7 @@ _APP_TOKEN_REJECTED = frozenset({"invalid_auth", "not_authed", "not_allowed_toke
                                  "account_inactive", "token_revoked", "token_expired"})
 
 
-class SocketStartError(RuntimeError):
+class SocketStartError(ChannelError):
     """Socket Mode could not be opened; the message says what to fix."""
 
 

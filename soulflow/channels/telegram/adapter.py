@@ -27,6 +27,7 @@ from soulflow.channels.base import (
     BEST_EFFORT_CONNECTIONS,
     AttachmentFolder,
     ChannelAdapter,
+    ChannelError,
     ChannelLimits,
 )
 from soulflow.channels.files import safe_filename
@@ -59,7 +60,7 @@ _BATCH_LIMIT = 100  # getUpdates maximum; a full batch means more backlog is wai
 _POLL_READ_MARGIN_S = 10.0  # the HTTP read timeout must outlast the server-side long poll
 _MAX_CAPTION = 1024
 _REMEMBERED_SENT = 2048
-class _Stopped(Exception):
+class _Stopped(ChannelError):
     """The adapter was stopped while waiting."""
 
 

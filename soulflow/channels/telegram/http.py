@@ -39,6 +39,7 @@ from telegram.request import BaseRequest, RequestData
 from telegram.warnings import PTBDeprecationWarning
 
 from soulflow.bus.messages import SendError
+from soulflow.channels.base import ChannelError
 
 
 class AiohttpRequest(BaseRequest):
@@ -133,7 +134,7 @@ TOKEN_REJECTED = ("Telegram rejected TELEGRAM_BOT_TOKEN ({reason}); create a tok
                   "@BotFather (/newbot or /token) and set TELEGRAM_BOT_TOKEN to it.")
 
 
-class TelegramStartError(Exception):
+class TelegramStartError(ChannelError):
     """The channel cannot start: the token is wrong or the Bot API is unreachable."""
 
 
