@@ -96,7 +96,7 @@ async def test_the_file_stores_read_old_records_and_write_their_bytes_back(
     for message in pending:
         await quarantine.record(message, IntakeStage.PROCESS, "boom")
     quarantined = await backend.inbound_dlq.entries()
-    await backend.close()
+    await backend.stop()
 
     for name, where in STORED.items():
         assert (runtime / where).read_bytes() == (OLD / name).read_bytes(), name
