@@ -51,6 +51,20 @@ if TYPE_CHECKING:  # the models the stores keep (layer 1.5, below this module)
     from soulflow.tasks.review import Proposal
 
 
+#: How long an inbound message id is remembered after it was taken in (`InboundStore.accept`,
+#: `mark_seen`), on both backends. The longest redelivery a platform makes is Telegram's: an
+#: update stays in `getUpdates` until it is confirmed, for up to 24 hours. Slack's Socket Mode
+#: and Events API retry within minutes, Discord replays a resumed gateway session's missed
+#: events within its resume window (minutes), and the history reads behind Slack's and
+#: Discord's cursors can only return what was taken in while the cursor was still being
+#: stored, i.e. just before a crash (the file store keeps those a full window of running time
+#: after the restart, however long the daemon was down: `storage/keyset.py`). Twice the
+#: longest redelivery leaves a day for clock steps and for a platform retrying late. Not a
+#: setting: shorter would let Telegram's redelivery through, and longer only costs space
+#: (the file backend's SQLite, Redis's memory: ~100 bytes an id, 350 MB at 20 msg/s).
+SEEN_WINDOW_S = 48 * 3600
+
+
 class BackendKind(StrEnum):
     FILE = "file"
     REDIS = "redis"
