@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -234,6 +235,7 @@ class LocalModelRuntime:
             problem = await self.check_health()
             if self._stopping:
                 return
+            await asyncio.to_thread(self._trim_log)
             if problem is None:
                 failures = 0
                 self._state = "ready" if self._state == "unhealthy" else self._state
@@ -255,6 +257,21 @@ class LocalModelRuntime:
                 failures = 0
             except LocalModelError as exc:
                 log.error("local model server restart failed: %s", exc)
+
+    def _trim_log(self) -> None:
+        """Keep the server's log under LOG_ROTATE_BYTES while it runs (it logs every request):
+        copy it to `<log>.1` and empty it in place. The server writes through an O_APPEND
+        descriptor, so its next line lands at the new end, where a rename would leave it
+        writing to the old file; a line written between the copy and the cut is lost."""
+        try:
+            if self.log_path.stat().st_size <= LOG_ROTATE_BYTES:
+                return
+            shutil.copyfile(self.log_path, self.log_path.with_name(self.log_path.name + ".1"))
+            os.truncate(self.log_path, 0)
+        except OSError as exc:
+            log.warning("could not rotate %s: %s", self.log_path, exc)
+            return
+        self._log_offset = 0
 
     async def check_health(self) -> str | None:
         """None if the server runs and answers HTTP on `/` (any status), else what is wrong.
