@@ -19,7 +19,7 @@ from soulflow.backends.file.inbound import InboundJournal, seen_path
 from soulflow.backends.redis.inbound import RedisInbound
 from soulflow.backends.redis.outbox import RedisOutbox
 from soulflow.contracts import InboundMessage
-from soulflow.storage.keyset import ExpiringKeys
+from soulflow.storage.keyset import EXPIRE_BATCH, ExpiringKeys
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,6 +118,20 @@ def test_expiry_holds_the_previous_runs_last_window_for_one_window_after_a_start
     now[0] += 2.0  # a full window of running time later they go; the new one stays
     assert keys.expire() == 1 and "late" not in keys and "new" in keys
     keys.close()
+
+
+def test_one_expiry_drains_a_backlog_of_many_batches_up_to_its_cap(tmp_path: Path) -> None:
+    """The previous run's ids all fall due when their hold ends: one expiry (once a minute)
+    must take many batches, not one, or a busy daemon's database only grows."""
+    now = [1000.0]
+    journal = InboundJournal(tmp_path / "inbound.jsonl", seen_ttl_s=100, clock=lambda: now[0])
+    backlog = 2 * EXPIRE_BATCH + 10
+    journal.mark_seen([f"telegram:c1:old{i}" for i in range(backlog)])
+    journal.compact()
+    now[0] = 5000.0
+    assert journal.expire_seen(batches=2) == 2 * EXPIRE_BATCH  # the cap per call holds
+    assert journal.expire_seen() == 10 and journal.seen_count == 0
+    journal.close()
 
 
 def test_an_unreadable_database_is_moved_aside_and_rebuilt_from_the_journal(
