@@ -71,15 +71,16 @@ class JsonlFile:
             self._fd = fd
         return self._fd
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Append one record with a single write call."""
-        self.append_many([record])
+    def append(self, record: dict[str, Any]) -> int:
+        """Append one record with a single write call; returns the bytes written."""
+        return self.append_many([record])
 
-    def append_many(self, records: Iterable[dict[str, Any]]) -> None:
-        """Append several records in one write (still whole lines, never a partial record)."""
+    def append_many(self, records: Iterable[dict[str, Any]]) -> int:
+        """Append several records in one write (still whole lines, never a partial record);
+        returns the bytes written."""
         data = b"".join(encode_record(r) for r in records)
         if not data:
-            return
+            return 0
         with self._lock:
             fd = self._descriptor()
             write_all(fd, data)
@@ -87,6 +88,7 @@ class JsonlFile:
                 os.fsync(fd)
             else:
                 self._dirty = True
+        return len(data)
 
     def sync(self) -> None:
         """Flush appended records to disk (called periodically, from a worker thread).

@@ -67,8 +67,7 @@ class FileWorkflowLog:
         if event_id in self._seen:
             return False
         self._remember(event_id)  # before any await: a concurrent duplicate is dropped
-        self.journal.append(record)
-        self._size += len(str(record))  # about the line's length: only the cap needs it
+        self._size += self.journal.append(record)
         if self._size >= self.rotate_bytes:
             self.journal.rotate(self.rotated.path)
             self._size = 0
