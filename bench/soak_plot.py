@@ -29,6 +29,16 @@ def load(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     return rows, summary
 
 
+def restart_minutes(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> list[float]:
+    """When the daemon was restarted: the summary's schedule (`kill@3`), which also shows a
+    restart before the first report; without a summary (a run cut short), the first report
+    of each new life."""
+    if summary and summary.get("restarts") is not None:
+        return [float(item.partition("@")[2]) for item in summary["restarts"]]
+    return [b["minute"] for a, b in zip(rows, rows[1:], strict=False)
+            if b.get("life") != a.get("life")]
+
+
 def plot(rows: list[dict[str, Any]], summary: dict[str, Any] | None, out: Path,
          title: str) -> None:
     import matplotlib
@@ -41,8 +51,7 @@ def plot(rows: list[dict[str, Any]], summary: dict[str, Any] | None, out: Path,
     panels = (("RSS (MiB)", ("rss_mib",)), ("open fds / connections", ("fds", "connections")),
               ("asyncio tasks", ("tasks",)), ("CPU per message (ms)", ("cpu_ms_per_msg",)))
     figure, axes = plt.subplots(len(panels), 1, figsize=(10, 10), sharex=True)
-    restarts = [b["minute"] for a, b in zip(rows, rows[1:], strict=False)
-                if b.get("life") != a.get("life")]
+    restarts = restart_minutes(rows, summary)
     window = (summary or {}).get("steady") or {}
     for axis, (label, keys) in zip(axes, panels, strict=True):
         for key in keys:
