@@ -22,7 +22,7 @@ from soulflow.channels.local import adapter as local_adapter
 from soulflow.channels.slack import inbound as slack_inbound
 from soulflow.channels.telegram import adapter as telegram_adapter
 from soulflow.events.hub import EventHub
-from soulflow.providers import local_runtime
+from soulflow.providers import local_log
 from soulflow.storage import keyset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ EXPECTED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         (f"the last {default(EventHub, 'history')} events", ("EventHub(history",)),
         ("one hour of per-minute counts", ("RING_MINUTES",)),
     ],
-    "local model server log": [(f"{local_runtime.LOG_ROTATE_BYTES // 10**6} MB, then",
+    "local model server log": [(f"{local_log.LOG_ROTATE_BYTES // 10**6} MB, then",
                                 ("LOG_ROTATE_BYTES",))],
 }
 
@@ -111,7 +111,7 @@ def test_the_constants_are_whole_units_as_the_table_says_them() -> None:
     assert base.SEEN_WINDOW_S % HOURS == 0 and redis_runs.FINISHED_TTL_S % HOURS == 0
     assert redis_events.SEEN_TTL_S % DAYS == 0 and redis_tasks.DETAIL_TTL_S % DAYS == 0
     assert workflow.ROTATE_BYTES % 2**20 == 0 and runs.ARCHIVE_MAX_BYTES % 2**30 == 0
-    assert local_runtime.LOG_ROTATE_BYTES % 10**6 == 0
+    assert local_log.LOG_ROTATE_BYTES % 10**6 == 0
     assert default(slack_inbound.RecentKeys, "limit") == discord_adapter._RECENT_KEYS
     assert traffic.RING_MINUTES == 60
 
