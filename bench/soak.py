@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import signal
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -51,12 +50,17 @@ from bench._burst_probe import (  # noqa: E402
     wait_until,
 )
 from bench._common import fake_model_process  # noqa: E402
+from bench._soak_tally import (  # noqa: E402
+    PREFIX,
+    JournalStatuses,
+    LocalChats,
+    steady_window,
+    tree_mib,
+)
 from tests.e2e.harness import Daemon  # noqa: E402
 
 PLATFORMS = ("telegram", "slack", "discord")
 FAULTS = ("500", "drop", "429")
-PREFIX = "soak"
-NUMBER = re.compile(rf"\b{PREFIX} (\d+)\b")
 
 
 @dataclass
@@ -86,55 +90,6 @@ def parse_restarts(text: str, duration_s: float) -> list[Restart]:
             raise ValueError(f"restart {item!r}: say kill or term")
         restarts.append(Restart(float(minute), how))
     return sorted(restarts, key=lambda r: r.minute)
-
-
-@dataclass
-class LocalChats:
-    """The local chat's side: post over `/api/chat`, count replies in the transcripts
-    (`runtime/local/<chat>.jsonl`, read incrementally)."""
-
-    workspace: Path
-    chats: int
-    posted: set[int] = field(default_factory=set)
-    counts: dict[int, int] = field(default_factory=dict)
-    _offsets: dict[str, int] = field(default_factory=dict)
-    _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=10))
-
-    def post(self, url: str, index: int, number: int) -> bool:
-        try:
-            response = self._http.post(url + "/api/chat", json={
-                "chat_id": f"soak-{index % self.chats}", "text": f"{PREFIX} {number}"})
-        except httpx.HTTPError:
-            return False  # the daemon is restarting: a person would write again later
-        if response.status_code != 202:
-            return False
-        self.posted.add(number)
-        return True
-
-    def tally(self, full: bool = False) -> dict[str, Any]:
-        for path in (self.workspace / "runtime" / "local").glob("soak-*.jsonl"):
-            offset = self._offsets.get(path.name, 0)
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                data = handle.read()
-            end = data.rfind(b"\n") + 1
-            self._offsets[path.name] = offset + end
-            for line in data[:end].splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if record.get("role") == "assistant":
-                    for n in {int(m) for m in NUMBER.findall(str(record.get("content", "")))}:
-                        self.counts[n] = self.counts.get(n, 0) + 1
-        missing = sorted(n for n in self.posted if n not in self.counts)
-        duplicates = sorted(n for n in self.posted if self.counts.get(n, 0) > 1)
-        return {"posted": len(self.posted), "answered": len(self.posted) - len(missing),
-                "duplicates": duplicates[:50], "duplicate_count": len(duplicates),
-                "missing": missing if full else missing[:50], "missing_count": len(missing)}
-
-    def close(self) -> None:
-        self._http.close()
 
 
 class Soak:
@@ -263,7 +218,7 @@ class Soak:
             self._last = (cpu_s, self.injected)
         dlq = dead_letters(self.daemon.workspace)
         row.update(dlq_out=dlq["outbound"], dlq_in=dlq["inbound"],
-                   runtime_mib=round(_tree_mib(self.daemon.workspace / "runtime"), 2))
+                   runtime_mib=round(tree_mib(self.daemon.workspace / "runtime"), 2))
         self.reports.append(row)
         self.out.write(json.dumps(row) + "\n")
         self.out.flush()
@@ -347,75 +302,6 @@ COLUMNS = (("minute", 6), ("life", 4), ("injected", 8), ("answered", 8), ("dupli
            ("unanswered", 10), ("faults", 6), ("rss_mib", 7), ("fds", 4), ("connections", 11),
            ("tasks", 5), ("cpu_ms_per_msg", 14), ("dlq_out", 7), ("dlq_in", 6),
            ("runtime_mib", 11))
-
-
-def steady_window(reports: list[dict[str, Any]], from_minute: float) -> dict[str, Any] | None:
-    """The daemon life running at `from_minute`, from there to its last report: where a leak
-    shows (earlier, caches are still filling; another life starts from scratch)."""
-    sampled = [r for r in reports if r.get("rss_mib") is not None]
-    start = next((r for r in sampled if r["minute"] >= from_minute), None)
-    if start is None:
-        return None
-    rows = [r for r in sampled if r["life"] == start["life"] and r["minute"] >= start["minute"]]
-
-    def span(key: str) -> list[Any]:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        return [values[0], values[-1], min(values), max(values)] if values else []
-
-    return {"life": start["life"], "from_minute": rows[0]["minute"],
-            "to_minute": rows[-1]["minute"], "rss_mib": span("rss_mib"),
-            "rss_growth_mib": round(rows[-1]["rss_mib"] - rows[0]["rss_mib"], 2),
-            "fds": span("fds"), "connections": span("connections"), "tasks": span("tasks"),
-            "cpu_ms_per_msg_first": rows[0].get("cpu_ms_per_msg"),
-            "cpu_ms_per_msg_last": rows[-1].get("cpu_ms_per_msg")}
-
-
-@dataclass
-class JournalStatuses:
-    """How the daemon's inbound journal says each numbered message ended (read on, across
-    compactions, which rewrite the file)."""
-
-    path: Path
-    status: dict[int, str] = field(default_factory=dict)
-    _numbers: dict[str, int] = field(default_factory=dict)
-    _offset: int = 0
-    _inode: int = 0
-
-    def refresh(self) -> None:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return
-        if stat.st_ino != self._inode or stat.st_size < self._offset:
-            self._inode, self._offset = stat.st_ino, 0
-        with self.path.open("rb") as handle:
-            handle.seek(self._offset)
-            data = handle.read()
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for raw in data[:end].splitlines():
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if record.get("op") == "in" and isinstance(record.get("msg"), dict):
-                msg = record["msg"]
-                if found := NUMBER.search(str(msg.get("text", ""))):
-                    key = f"{msg.get('provider')}:{msg.get('chat_id')}:{msg.get('message_id')}"
-                    self._numbers[key] = int(found.group(1))
-            elif record.get("op") == "done" and record.get("key") in self._numbers:
-                self.status[self._numbers.pop(record["key"])] = str(record.get("status"))
-
-
-def _tree_mib(path: Path) -> float:
-    total = 0
-    for item in path.rglob("*"):
-        try:
-            if item.is_file():
-                total += item.stat().st_size
-        except OSError:
-            continue
-    return total / 2**20
 
 
 @contextmanager
