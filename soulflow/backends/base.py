@@ -66,7 +66,7 @@ SEEN_WINDOW_S = 48 * 3600
 
 #: The most entries each dead-letter queue lists (both backends). The entry that fills one
 #: moves the whole queue aside under a dated name (a file `outbound-<UTC stamp>.jsonl` beside
-#: it, or the Redis key `<key>:<stamp>`), logged, kept whole, and the queue starts empty:
+#: it, or the Redis key `<key>:<stamp>-<hex>`), logged, kept whole, and the queue starts empty:
 #: the queue's reads (`entries()`, `replay`, boot's count) stay bounded, and nothing is ever
 #: dropped. Quarantined messages are small (content and raw excerpt capped, ~4 KB at most);
 #: undelivered replies are kept whole for replay, and arrive by the thousand only when a

@@ -2,7 +2,7 @@
 
 The DLQs are lists of json records, the same fields as the files in `runtime/dlq/`; the push
 that fills one to its cap (`OUTBOUND_DLQ_MAX`, `INBOUND_DLQ_MAX`) renames the list to
-`<key>:<UTC stamp>` (kept, logged) and the next starts a new one. Cursors are
+`<key>:<UTC stamp>-<hex>` (kept, logged) and the next starts a new one. Cursors are
 one hash per channel (account); an update can be fenced by the account's leader lease, so a
 reader that was deposed (it lost Redis, another node took over) cannot move the cursor back.
 """
