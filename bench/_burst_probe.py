@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class FakeHostProcess:
         if not limits:
             command.append("--no-limits")
         self.platform = platform
+        self._lock = threading.Lock()  # one command at a time on the pipe (the soak's threads)
         self.proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -41,9 +43,10 @@ class FakeHostProcess:
 
     def call(self, cmd: str, **params: Any) -> Any:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"cmd": cmd, **params}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        with self._lock:
+            self.proc.stdin.write(json.dumps({"cmd": cmd, **params}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the {self.platform} fake exited (code {self.proc.poll()})")
         reply = json.loads(line)

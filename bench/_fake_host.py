@@ -6,7 +6,8 @@ is ``READY {"env": {...}}`` (what the daemon needs to reach the fake); then each
 ``{"cmd": ..., ...}`` gets one stdout line ``{"ok": true, "result": ...}`` or
 ``{"ok": false, "error": ...}``. Commands: ``ready``, ``burst``, ``post``, ``fault``,
 ``stats``, ``delivered`` (which burst messages the bot's replies in their chat answer, as the
-platform received them). EOF on stdin stops the fake.
+platform received them), ``tally`` (for the soak: of the numbered messages posted, how many a
+reply echoes once, more than once, or not yet). EOF on stdin stops the fake.
 
     python -m bench._fake_host --platform telegram --chats 20 [--no-limits]
 """
@@ -182,6 +183,28 @@ def delivered(host: Host, prefix: str, start: int, messages: int) -> JSON:
     return {"delivered": messages - len(missing), "missing": missing[:20]}
 
 
+#: numbers of the soak's messages posted here (`post` with a `number`)
+POSTED: set[int] = set()
+
+
+def tally(host: Host, prefix: str, full: bool = False) -> JSON:
+    """How often the platform received a reply echoing each numbered message posted here:
+    `answered` (at least once), `duplicates` (more than once), `missing` (not yet: lost only
+    once the daemon has settled). The echoing fake model repeats what it answers, and a
+    folded turn repeats every message it answers, so each message's number appears once."""
+    pattern = re.compile(rf"\b{re.escape(prefix)} (\d+)\b")
+    counts: dict[int, int] = {}
+    for chat in range(len(host.chats)):
+        for text in host.replies_in(chat):
+            for number in {int(n) for n in pattern.findall(text)}:
+                counts[number] = counts.get(number, 0) + 1
+    missing = sorted(n for n in POSTED if n not in counts)
+    return {"posted": len(POSTED), "answered": sum(1 for n in POSTED if n in counts),
+            "duplicates": sorted(n for n in POSTED if counts.get(n, 0) > 1)[:50],
+            "duplicate_count": sum(1 for n in POSTED if counts.get(n, 0) > 1),
+            "missing": missing if full else missing[:50], "missing_count": len(missing)}
+
+
 async def handle(host: Host, request: JSON) -> Any:
     """Run one command on the fake's loop."""
     cmd = request.get("cmd")
@@ -194,7 +217,11 @@ async def handle(host: Host, request: JSON) -> Any:
         return int(request["messages"])
     if cmd == "post":
         host.post(int(request["index"]), str(request["text"]))
+        if (number := request.get("number")) is not None:
+            POSTED.add(int(number))
         return True
+    if cmd == "tally":
+        return tally(host, str(request.get("prefix", "soak")), bool(request.get("full")))
     if cmd == "fault":
         host.fault(str(request["kind"]))
         return True

@@ -11,7 +11,7 @@ platform's pacing floor, daemon CPU per inbound message, peak RSS, fds and socke
 
     python bench/platform_burst.py [--platform telegram|slack|discord|all] [--runs 5]
                                    [--messages 2000] [--chats 20]
-    python bench/platform_burst.py --soak [--duration 1800] [--rate 5]
+    python bench/platform_burst.py --soak [--duration 1800] [--rate 5]   (= bench/soak.py)
 """
 
 from __future__ import annotations
@@ -241,10 +241,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     platforms = PLATFORMS if args.platform == "all" else (args.platform,)
+    if args.soak:  # bench/soak.py is the soak now; this spelling stays for old command lines
+        from bench.soak import main as soak_main
+        return soak_main(["--duration", str(args.duration), "--rate", str(args.rate),
+                          "--platform", args.platform, "--seed", str(args.seed),
+                          "--report-every", str(args.report_every), "--log-level",
+                          args.log_level, *(f"--env={item}" for item in args.env),
+                          *(["--no-limits"] if args.no_limits else [])])
     with fake_model_process() as model_url:
-        if args.soak:
-            from bench._soak import soak
-            return soak(platforms, model_url, args)
         results: list[RunResult] = []
         for platform in platforms:
             for run in range(1, args.runs + 1):

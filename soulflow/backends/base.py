@@ -53,6 +53,30 @@ if TYPE_CHECKING:  # the models the stores keep (layer 1.5, below this module)
     from soulflow.tasks.review import Proposal
 
 
+#: How long an inbound message id is remembered after it was taken in (`InboundStore.accept`,
+#: `mark_seen`), on both backends. The longest redelivery a platform makes is Telegram's: an
+#: update stays in `getUpdates` until it is confirmed, for up to 24 hours. Slack's Socket Mode
+#: and Events API retry within minutes, Discord replays a resumed gateway session's missed
+#: events within its resume window (minutes), and the history reads behind Slack's and
+#: Discord's cursors can only return what was taken in while the cursor was still being
+#: stored, i.e. just before a crash (the file store keeps those a full window of running time
+#: after the restart, however long the daemon was down: `storage/keyset.py`). Twice the
+#: longest redelivery leaves a day for clock steps and for a platform retrying late. Not a
+#: setting: shorter would let Telegram's redelivery through, and longer only costs space
+#: (the file backend's SQLite, Redis's memory: ~100 bytes an id, 350 MB at 20 msg/s).
+SEEN_WINDOW_S = 48 * 3600
+
+#: The most entries each dead-letter queue lists (both backends). The entry that fills one
+#: moves the whole queue aside under a dated name (a file `outbound-<UTC stamp>.jsonl` beside
+#: it, or the Redis key `<key>:<stamp>-<hex>`), logged, kept whole, and the queue starts empty:
+#: the queue's reads (`entries()`, `replay`, boot's count) stay bounded, and nothing is ever
+#: dropped. Quarantined messages are small (content and raw excerpt capped, ~4 KB at most);
+#: undelivered replies are kept whole for replay, and arrive by the thousand only when a
+#: platform refuses everything for a long while.
+INBOUND_DLQ_MAX = 10_000
+OUTBOUND_DLQ_MAX = 100_000
+
+
 class BackendKind(StrEnum):
     FILE = "file"
     REDIS = "redis"

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -22,9 +21,10 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from soulflow.errors import SoulFlowError
+from soulflow.providers.local_log import ServerLog
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,6 @@ INSTALL_HINT = "pip install 'soulflow[local]'"
 ALWAYS_PASSED_ENV = ("PATH", "HOME", "USER", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
                      "SYSTEMROOT", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "VIRTUAL_ENV", "LC_*",
                      "GGML_*", "OMP_*", "CUDA_*", "HIP_*")
-LOG_ROTATE_BYTES = 5_000_000
 # Half the cores: llama.cpp's spinning threads collapse when other jobs compete for every core.
 DEFAULT_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
 STABLE_AFTER_S = 60.0  # a server dying sooner after its launch is crash-looping
@@ -180,7 +179,7 @@ def build_server_command(config: LocalModelConfig, *, port: int,
 
 class LocalModelRuntime:
     """Starts, watches and stops the local model server (the design's Phi4RuntimeManager);
-    its output goes to `<runtime_dir>/local-model/server.log`."""
+    its output goes to `<runtime_dir>/local-model/server.log` (`local_log.ServerLog`)."""
 
     def __init__(self, config: LocalModelConfig, runtime_dir: Path, *,
                  environ: Mapping[str, str] | None = None) -> None:
@@ -193,13 +192,14 @@ class LocalModelRuntime:
         self.root_url = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
         self.base_url = self.root_url + "/v1"  # for OpenAICompatibleConfig.base_url
         self.model = config.model_alias  # the model name to send: the server's alias
-        self.log_path = runtime_dir / "local-model" / "server.log"
+        self.log = ServerLog(runtime_dir / "local-model" / "server.log")
+        self.log_path = self.log.path
         self._environ = environ
         self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._model_path = config.model_path
         self._state, self._last_error, self._stopping = "stopped", "", False
-        self._launched_at, self._restarts, self._log_offset = 0.0, 0, 0
+        self._launched_at, self._restarts = 0.0, 0
         self._ready_in_s: float | None = None
 
     async def start(self) -> None:
@@ -238,6 +238,7 @@ class LocalModelRuntime:
             problem = await self.check_health()
             if self._stopping:
                 return
+            await asyncio.to_thread(self.log.trim)  # it logs every request
             if problem is None:
                 failures = 0
                 self._state = "ready" if self._state == "unhealthy" else self._state
@@ -310,21 +311,9 @@ class LocalModelRuntime:
         self._model_path = path
         return build_server_command(cfg, port=self.port, model_path=path)
 
-    def _open_log(self, command: list[str]) -> IO[bytes]:
-        """The log, rotated when big, marked where this launch's output starts."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            if self.log_path.stat().st_size > LOG_ROTATE_BYTES:
-                self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
-        handle = open(self.log_path, "ab")  # noqa: SIM115 - closed by _spawn
-        handle.write(f"===== {time.strftime('%F %T')} starting: {shlex.join(command)}\n".encode())
-        handle.flush()
-        self._log_offset = handle.tell()
-        return handle
-
     async def _spawn(self, command: list[str]) -> None:
         """Run the server under the watchdog in a new session, i.e. its own process group."""
-        with self._open_log(command) as handle:
+        with self.log.open_for_launch(command) as handle:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", _WATCHDOG, *command, stdin=asyncio.subprocess.PIPE,
                 stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
@@ -345,7 +334,7 @@ class LocalModelRuntime:
         else:
             failure = f"exited with code {proc.returncode} before it answered"
         raise LocalModelError(f"the local model server {failure}; last lines of "
-                              f"{self.log_path}:\n{self._log_tail()}")
+                              f"{self.log_path}:\n{self.log.tail()}")
 
     async def _kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -362,13 +351,6 @@ class LocalModelRuntime:
                 _signal_group(proc.pid, signal.SIGKILL)
                 await proc.wait()
         _signal_group(proc.pid, signal.SIGKILL)  # whatever is left in the group
-
-    def _log_tail(self) -> str:
-        try:
-            text = self.log_path.read_bytes()[self._log_offset:].decode("utf-8", "replace")
-        except OSError as exc:
-            return f"(log unreadable: {exc})"
-        return _last_lines(text, 20) or "(the server wrote nothing)"
 
 
 async def _http_status(host: str, port: int, path: str, timeout: float) -> int | None:

@@ -1,10 +1,15 @@
-"""Append-only JSONL journals.
+"""Append-only JSONL journals, and their rotation.
 
 Each record is one `os.write` of one line on an `O_APPEND` descriptor, so concurrent appenders
 (tasks, threads, even processes) never interleave bytes, and a `kill -9` leaves at most one torn
 line at the end. That torn line is skipped and cut off on load instead of failing the boot.
 Durability against power loss is a policy: `always` fsyncs every record, `interval` leaves it
 to a periodic `sync()` (a process crash loses nothing either way: the kernel holds the bytes).
+
+A file that would grow with every message is capped by rotation: `rotate(target)` renames the
+whole file to `target` (one atomic rename, made durable) and the next append starts a new one,
+so each file keeps the rules above and a reader of the tail reads the newest file first
+(`tail_of`). What is rotated out is kept, never cut: the owner decides how many to keep.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from soulflow.storage.atomic import write_all, write_bytes_atomic
+from soulflow.storage.atomic import fsync_dir, write_all, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +71,16 @@ class JsonlFile:
             self._fd = fd
         return self._fd
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Append one record with a single write call."""
-        self.append_many([record])
+    def append(self, record: dict[str, Any]) -> int:
+        """Append one record with a single write call; returns the bytes written."""
+        return self.append_many([record])
 
-    def append_many(self, records: Iterable[dict[str, Any]]) -> None:
-        """Append several records in one write (still whole lines, never a partial record)."""
+    def append_many(self, records: Iterable[dict[str, Any]]) -> int:
+        """Append several records in one write (still whole lines, never a partial record);
+        returns the bytes written."""
         data = b"".join(encode_record(r) for r in records)
         if not data:
-            return
+            return 0
         with self._lock:
             fd = self._descriptor()
             write_all(fd, data)
@@ -81,6 +88,7 @@ class JsonlFile:
                 os.fsync(fd)
             else:
                 self._dirty = True
+        return len(data)
 
     def sync(self) -> None:
         """Flush appended records to disk (called periodically, from a worker thread).
@@ -117,6 +125,24 @@ class JsonlFile:
             write_bytes_atomic(self.path, data)
             self._dirty = False
             self._repaired = True
+
+    def rotate(self, target: Path) -> bool:
+        """Rename the file to `target` (replacing it), flushed first; the next append starts a
+        new file. False if there was nothing to rotate."""
+        with self._lock:
+            if self._fd is not None:
+                if self._dirty and self.fsync_policy != "never":
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+                self._dirty = False
+            try:
+                os.replace(self.path, target)
+            except FileNotFoundError:
+                return False
+            fsync_dir(self.path.parent)
+            self._repaired = True  # the new file starts empty
+            return True
 
     # -- reading -------------------------------------------------------------------------
 
@@ -235,19 +261,54 @@ class JsonlFile:
             return 0
 
 
+def tail_of(files: Sequence[JsonlFile], count: int) -> list[dict[str, Any]]:
+    """The last `count` records over `files` (oldest file first, e.g. a rotated file and the
+    current one), reading each from its end and only as far back as needed."""
+    records: list[dict[str, Any]] = []
+    for file in reversed(files):
+        if len(records) >= count:
+            break
+        records[:0] = file.tail(count - len(records))
+    return records
+
+
+def dated_name(path: Path) -> Path:
+    """A free `<stem>-<UTC date and time>[-n]<suffix>` beside `path`, for a rotated file."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    target = path.with_name(f"{path.stem}-{stamp}{path.suffix}")
+    counter = 1
+    while target.exists():
+        target = path.with_name(f"{path.stem}-{stamp}-{counter}{path.suffix}")
+        counter += 1
+    return target
+
+
 class RecordLog(Generic[R]):
     """An append-only JSONL log of typed records with a live count (the two dead-letter
-    queues): `parse` turns a line back into a record (TypeError/ValueError: skipped)."""
+    queues): `parse` turns a line back into a record (TypeError/ValueError: skipped).
+
+    With `max_entries`, the log holds at most that many: the append that fills it renames the
+    file to a dated one beside it (`outbound-20261126-171500.jsonl`) and logs where, and the
+    next append starts a new file. Nothing is dropped; the dated files are the operator's to
+    read (they are plain JSONL) and delete."""
 
     def __init__(self, path: Path, parse: Callable[[dict[str, Any]], R], *,
-                 fsync: str = "always") -> None:
+                 fsync: str = "always", max_entries: int | None = None) -> None:
         self._file = JsonlFile(path, fsync=fsync)
         self._parse = parse
+        self._max_entries = max_entries
         self._count = len(self.entries())
 
     def _append(self, record: dict[str, Any]) -> None:
         self._file.append(record)
         self._count += 1
+        if self._max_entries is not None and self._count >= self._max_entries:
+            target = dated_name(self._file.path)
+            if self._file.rotate(target):
+                log.warning("%s reached its cap of %d entries: moved them to %s (kept, not "
+                            "listed any more); new entries start a new file", self._file.path,
+                            self._max_entries, target)
+            self._count = 0
 
     def _parse_all(self, records: Iterable[dict[str, Any]]) -> list[R]:
         parsed = []

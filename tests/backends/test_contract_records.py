@@ -72,3 +72,41 @@ async def test_cursors_persist_per_channel(harness: Harness) -> None:
     backend = await harness.reopen(backend)
     assert await backend.cursors.load("telegram") == {"offset": 42, "primed": True}
     assert await backend.cursors.load("slack") == {"ts": {"C1": "1700000000.000100"}}
+
+
+def _cap(store: object, entries: int) -> None:
+    """Lower a dead-letter queue's cap for the test (file: its `RecordLog`; redis: itself)."""
+    target = getattr(store, "log", store)
+    target._max_entries = entries  # type: ignore[attr-defined]
+
+
+async def _moved_aside(store: object) -> list[int]:
+    """How many entries each queue moved aside at its cap holds (dated files / keys)."""
+    log = getattr(store, "log", None)
+    if log is not None:  # files: <name>-<stamp>.jsonl beside the queue
+        path = log._file.path
+        return [len(p.read_text().splitlines())
+                for p in sorted(path.parent.glob(f"{path.stem}-*{path.suffix}"))]
+    client, key = store._client, store._key  # type: ignore[attr-defined]
+    return [int(await client.llen(k)) for k in sorted(await client.keys(f"{key}:*"))]
+
+
+async def test_a_full_dead_letter_queue_moves_aside_whole_and_starts_again(
+        harness: Harness) -> None:
+    """Reads of a DLQ stay bounded: at its cap the queue is moved aside under a dated name,
+    kept whole (never dropped), and new letters start an empty one."""
+    backend = await harness.open()
+    _cap(backend.dlq, 3)
+    _cap(backend.inbound_dlq, 2)
+    letters = [await backend.dlq.add(outbound("a", f"r{n}"), retry_count=1, error="x")
+               for n in range(4)]
+    for n in range(3):
+        await backend.inbound_dlq.add(provider="telegram", chat_id="c1", message_id=str(n),
+                                      sender_id="u1", stage=IntakeStage.SEAL, error="boom")
+    assert [e.message_id for e in await backend.dlq.entries()] == [letters[3].message_id]
+    assert await backend.dlq.count() == 1 and await backend.inbound_dlq.count() == 1
+    assert [e.message_id for e in await backend.inbound_dlq.entries()] == ["2"]
+    assert await _moved_aside(backend.dlq) == [3]
+    assert await _moved_aside(backend.inbound_dlq) == [2]
+    backend = await harness.reopen(backend)
+    assert await backend.dlq.count() == 1 and await backend.inbound_dlq.count() == 1

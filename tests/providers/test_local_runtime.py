@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from soulflow.providers import local_log
 from soulflow.providers.local_runtime import (
     GGUF_NAME,
     INSTALL_HINT,
@@ -339,3 +340,21 @@ def test_a_sigkilled_daemon_leaves_no_server_behind(tmp_path: Path) -> None:
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait(10)
+
+
+def test_a_growing_server_log_is_rotated_while_the_server_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server logs every request: its log is copied to `server.log.1` and emptied in
+    place past LOG_ROTATE_BYTES, and the server's O_APPEND descriptor writes on at its start
+    (no hole of zeros where the old text was)."""
+    monkeypatch.setattr(local_log, "LOG_ROTATE_BYTES", 100)
+    runtime = LocalModelRuntime(fake_config(), tmp_path)
+    runtime.log_path.parent.mkdir(parents=True)
+    with open(runtime.log_path, "ab", buffering=0) as server:  # as the server's stdout is
+        server.write(b"old line\n" * 20)
+        runtime.log.trim()
+        server.write(b"new line\n")
+    assert runtime.log_path.read_bytes() == b"new line\n"
+    assert (tmp_path / "local-model" / "server.log.1").read_bytes() == b"old line\n" * 20
+    runtime.log.trim()  # under the cap: left alone
+    assert runtime.log_path.read_bytes() == b"new line\n"

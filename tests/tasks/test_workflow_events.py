@@ -61,3 +61,21 @@ async def test_duplicates_are_dropped_even_after_a_restart(tmp_path: Path) -> No
 def test_unknown_phase_is_refused() -> None:
     with pytest.raises(ValueError, match="phase must be one of"):
         WorkflowEvent("finished", "x")
+
+
+async def test_the_journal_rotates_at_its_cap_and_recent_reads_across_the_two_files(
+        tmp_path: Path) -> None:
+    directory = tmp_path / "runtime" / "events"
+    log = FileWorkflowLog(directory, rotate_bytes=2_000)
+    for n in range(60):
+        assert await log.record({"event_id": f"e{n}", "phase": "progress", "summary": "x" * 40})
+    files = sorted(p.name for p in directory.glob("*.jsonl"))
+    assert files == ["events.1.jsonl", "events.jsonl"]
+    assert all(p.stat().st_size < 2_000 + 200 for p in directory.glob("*.jsonl"))
+    newest = [r["event_id"] for r in log.recent(20)]
+    assert newest == [f"e{n}" for n in range(40, 60)]  # spans both files, in order
+    await log.close()
+    again = FileWorkflowLog(directory, rotate_bytes=2_000)
+    assert again.seen("e0") and again.seen("e59")  # the dedupe index outlives rotations
+    assert not await again.record({"event_id": "e59", "phase": "done", "summary": "x"})
+    await again.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from soulflow.agent.run.timing import FinishedListener
-from soulflow.backends.base import BackendKind, BackendUnavailable, LoopFactory
+from soulflow.backends.base import SEEN_WINDOW_S, BackendKind, BackendUnavailable, LoopFactory
 from soulflow.backends.file.approvals import FileApprovalMap
 from soulflow.backends.file.cron import FileCronStore
 from soulflow.backends.file.cursors import FileCursors
@@ -64,7 +64,7 @@ class FileBackend:
     notice_claims = None  # nobody else to tell a problem
 
     def __init__(self, runtime_dir: Path, *, node_id: str, fsync: str = "interval",
-                 sync_interval_s: float = 1.0, seen_ttl_s: float = 7 * 24 * 3600,
+                 sync_interval_s: float = 1.0, seen_ttl_s: float = SEEN_WINDOW_S,
                  redact: Callable[[str], str] | None = None,
                  redact_strings: Callable[[Any], Any] | None = None,
                  on_run_finished: FinishedListener | None = None,

@@ -4,7 +4,9 @@ taken in, redacted), one record per line with the fields of `contracts.DeadLette
 `contracts.InboundDeadLetter`.
 
 `DeadLetterQueue` and `InboundDeadLetters` are the files; `FileDeadLetters` and
-`FileInboundDeadLetters` give them the asynchronous shape of the store port (`base.py`). The
+`FileInboundDeadLetters` give them the asynchronous shape of the store port (`base.py`). Each
+holds at most `OUTBOUND_DLQ_MAX` / `INBOUND_DLQ_MAX` entries; the one that fills it moves the
+file aside under a dated name (`RecordLog`). The
 inbound file is written with `fsync="always"`: a channel's cursor passes a quarantined message
 only after its record is on disk, so a crash replays it and it is recorded again, never lost.
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from soulflow.backends.base import INBOUND_DLQ_MAX, OUTBOUND_DLQ_MAX
 from soulflow.contracts import DeadLetter, InboundDeadLetter, IntakeStage, OutboundMessage
 from soulflow.security.dead_letters import build_inbound_letter
 from soulflow.storage.jsonl import RecordLog
@@ -27,9 +30,10 @@ class DeadLetterQueue(RecordLog[DeadLetter]):
     """Append on failure; list, remove (after replay) and purge for the operator."""
 
     def __init__(self, path: Path, *, fsync: str = "always",
+                 max_entries: int = OUTBOUND_DLQ_MAX,
                  clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        super().__init__(path, DeadLetter.from_dict, fsync=fsync)
+        super().__init__(path, DeadLetter.from_dict, fsync=fsync, max_entries=max_entries)
 
     def add(self, message: OutboundMessage, *, retry_count: int, error: str) -> DeadLetter:
         letter = DeadLetter(self._clock(), message, retry_count, error[:2000])
@@ -49,10 +53,12 @@ class InboundDeadLetters(RecordLog[InboundDeadLetter]):
     """Append-only record of quarantined inbound messages; list and purge for the operator."""
 
     def __init__(self, path: Path, *, redact: Callable[[str], str] | None = None,
+                 max_entries: int = INBOUND_DLQ_MAX,
                  clock: Callable[[], float] = time.time) -> None:
         self._redact = redact
         self._clock = clock
-        super().__init__(path, InboundDeadLetter.from_dict, fsync="always")
+        super().__init__(path, InboundDeadLetter.from_dict, fsync="always",
+                         max_entries=max_entries)
 
     def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
             stage: IntakeStage | str, error: str, content: str = "", raw: str = "",

@@ -26,6 +26,7 @@ from soulflow.storage.jsonl import JsonlFile
 # The old cap, 100,000, made the set a steady RSS climb (about 145 bytes a key, 14 MiB when
 # full, reached only after 100,000 replies: 5.5 hours at 5 msg/s) for no added safety.
 ANSWERED_KEPT = 10_000
+COMPACT_AFTER = 10_000  # records appended before the file is rewritten (more while many wait)
 
 
 class Outbox:
@@ -130,7 +131,7 @@ class Outbox:
 
     @property
     def needs_compaction(self) -> bool:
-        return self._records_since_compaction > max(10_000, 4 * len(self._pending))
+        return self._records_since_compaction > max(COMPACT_AFTER, 4 * len(self._pending))
 
     def compact(self) -> None:
         records: list[dict[str, Any]] = [{"op": "answered", "key": k} for k in self._answered]

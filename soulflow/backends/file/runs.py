@@ -4,12 +4,18 @@
 costs one append on an open file (a file per run cost more in file creation than the whole
 rest of a message). Unfinished runs are kept in memory and rebuilt from the journal at boot;
 compaction moves finished runs to `runtime/threads/archive/YYYY-MM-DD.jsonl`, where the
-thread of any past run can still be read.
+thread of a past run can still be read.
+
+The archive is for reading what a run did (debugging, a user's complaint), not state the daemon
+needs, and it grows with every message (about 1.5 KB a run). Compaction keeps the newest
+`ARCHIVE_DAYS` daily files, and of those at most `ARCHIVE_MAX_BYTES` (the newest day always
+stays); older days are deleted, logged. Copy `archive/` away first to keep more.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +26,34 @@ from soulflow.agent.run.reducer import RunState, apply_in_place, fold
 from soulflow.agent.run.timing import FinishedListener, report_finished
 from soulflow.storage.jsonl import JsonlFile
 
+log = logging.getLogger(__name__)
+
 COMPACT_AFTER = 50_000  # journal records appended before a runtime compaction
 RECENT_FINISHED = 100  # finished runs whose events stay in memory
+ARCHIVE_DAYS = 7  # daily archive files kept (the Redis backend keeps finished runs 24 h)
+ARCHIVE_MAX_BYTES = 1024 * 2**20  # and at most this much of them
+
+
+def prune_archive(directory: Path, *, days: int = ARCHIVE_DAYS,
+                  max_bytes: int = ARCHIVE_MAX_BYTES) -> list[Path]:
+    """Delete the daily archive files past the newest `days`, or past `max_bytes` counted
+    from the newest (which always stays); returns what was deleted."""
+    files = sorted(directory.glob("????-??-??.jsonl"), reverse=True)  # newest day first
+    kept_bytes, doomed = 0, []
+    for index, path in enumerate(files):
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            continue
+        kept_bytes += size
+        if index > 0 and (index >= days or kept_bytes > max_bytes):
+            doomed.append(path)
+    for path in doomed:
+        path.unlink(missing_ok=True)
+    if doomed:
+        log.info("run archive: deleted %d day(s) past the newest %d or %d MiB (%s..%s)",
+                 len(doomed), days, max_bytes // 2**20, doomed[-1].stem, doomed[0].stem)
+    return doomed
 
 
 def _record(run_id: str, event: ev.Event) -> dict[str, Any]:
@@ -133,6 +165,7 @@ class FileRunJournal:
                                 f"{dt.date.today().isoformat()}.jsonl")
             archive.append_many(finished)
             archive.close()
+            prune_archive(self.directory / "archive")
         self._journal.rewrite(self._disk_record(run_id, event)
                               for run_id, events in self._events.items() for event in events)
         self._appended = 0

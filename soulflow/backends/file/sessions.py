@@ -19,6 +19,7 @@ from soulflow.backends.base import METADATA_TYPE, SessionInfo
 from soulflow.storage.jsonl import JsonlFile
 
 TAIL_CACHE = 64  # messages per open session kept in memory: the agent reads the tail each turn
+MAX_OPEN = 256  # sessions kept open (file and tail); the least recently used is closed
 
 
 def session_filename(key: str) -> str:
@@ -29,7 +30,7 @@ def session_filename(key: str) -> str:
 class FileSessionStore:
     """`SessionStore` in files: append-only message history, one JSONL file per session key."""
 
-    def __init__(self, directory: Path, *, fsync: str = "interval", max_open: int = 256,
+    def __init__(self, directory: Path, *, fsync: str = "interval", max_open: int = MAX_OPEN,
                  redact: Callable[[str], str] | None = None) -> None:
         self.directory = directory
         self._redact = redact

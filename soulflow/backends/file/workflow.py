@@ -1,6 +1,12 @@
 """Workflow events on files: `runtime/events/events.jsonl`, one event per line, and
 `runtime/events/index.json`, the ids of the last `index_size` events for dedupe.
 
+The journal is capped: once it passes `rotate_bytes` (8 MiB, about 16,000 events) it is
+renamed to `events.1.jsonl`, replacing the previous one, so the two hold at most about twice
+that (the Redis backend keeps the newest 10,000 events). `recent()` reads the newest first
+and reaches into `events.1.jsonl` when the current file is short; the dedupe index is its own
+file and outlives a rotation.
+
 Appends go through the storage JSONL path (one write per line, torn lines repaired); the index
 is rebuilt from the journal's tail at boot, so a crash between the two writes cannot let a
 replay through.
@@ -14,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.storage.atomic import read_json, write_json_atomic
-from soulflow.storage.jsonl import JsonlFile
+from soulflow.storage.jsonl import JsonlFile, tail_of
 
 INDEX_VERSION = 1
 DEFAULT_INDEX_SIZE = 10_000  # event ids remembered for dedupe
+ROTATE_BYTES = 8 * 2**20  # events.jsonl is renamed to events.1.jsonl past this size
 
 
 class FileWorkflowLog:
@@ -25,9 +32,12 @@ class FileWorkflowLog:
     one directory."""
 
     def __init__(self, directory: Path, *, index_size: int = DEFAULT_INDEX_SIZE,
-                 fsync: str = "interval") -> None:
+                 fsync: str = "interval", rotate_bytes: int = ROTATE_BYTES) -> None:
         self.index_size = index_size
+        self.rotate_bytes = rotate_bytes
         self.journal = JsonlFile(directory / "events.jsonl", fsync=fsync)
+        self.rotated = JsonlFile(directory / "events.1.jsonl", fsync=fsync)
+        self._size = self.journal.size_bytes()
         self.index_path = directory / "index.json"
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._index_dirty = False
@@ -39,7 +49,7 @@ class FileWorkflowLog:
         ids = data.get("ids", []) if isinstance(data, dict) else []
         for event_id in ids:
             self._remember(str(event_id))
-        for record in self.journal.tail(self.index_size):
+        for record in self.recent(self.index_size):
             if isinstance(record.get("event_id"), str):
                 self._remember(record["event_id"])
 
@@ -57,13 +67,17 @@ class FileWorkflowLog:
         if event_id in self._seen:
             return False
         self._remember(event_id)  # before any await: a concurrent duplicate is dropped
-        self.journal.append(record)
+        self._size += self.journal.append(record)
+        if self._size >= self.rotate_bytes:
+            self.journal.rotate(self.rotated.path)
+            self._size = 0
         self._index_dirty = True
         await self._write_index()
         return True
 
     def recent(self, count: int) -> list[dict[str, Any]]:
-        return self.journal.tail(count)
+        """The newest `count` events, oldest first (from the end of the files)."""
+        return tail_of([self.rotated, self.journal], count)
 
     async def close(self) -> None:
         await self._write_index()

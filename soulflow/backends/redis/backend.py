@@ -23,7 +23,13 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from soulflow.agent.run.timing import FinishedListener
-from soulflow.backends.base import BackendKind, BackendUnavailable, Lease, LoopFactory
+from soulflow.backends.base import (
+    SEEN_WINDOW_S,
+    BackendKind,
+    BackendUnavailable,
+    Lease,
+    LoopFactory,
+)
 from soulflow.backends.redis.approvals import RedisApprovalMap
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.cron import RedisCronStore
@@ -146,7 +152,7 @@ class RedisBackend:
 
     def __init__(self, client: AsyncStoreRedis, *, node_id: str, prefix: str = "soulflow:",
                  partitions: int = 16, lease_ttl_s: float = 6.0,
-                 seen_ttl_s: float = 7 * 24 * 3600,
+                 seen_ttl_s: float = SEEN_WINDOW_S,
                  redact: Callable[[str], str] | None = None,
                  redact_strings: Callable[[Any], Any] | None = None,
                  on_run_finished: FinishedListener | None = None,

@@ -4,7 +4,8 @@
 events:workflow MAXLEN ~ <cap>`; so a step replayed on the node that took a chat over (the same
 `event_id`, docs/tasks.md) is recorded once, whichever node replays it, and a crash cannot
 separate the dedupe mark from the event. The stream keeps about the newest `max_events` (Redis
-trims whole blocks, hence "about"); the seen ids live `seen_ttl_s` (7 days, like inbound ids).
+trims whole blocks, hence "about"); the seen ids live `seen_ttl_s` (7 days; one per
+workflow event, i.e. per task step, not per message).
 Every node's dashboard reads the same stream, so it lists the events of tasks run anywhere.
 """
 

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from soulflow.backends.base import Completion
+from soulflow.backends.base import SEEN_WINDOW_S, Completion
 from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
@@ -36,7 +36,7 @@ class _Claimed:
 
 class RedisInbound:
     def __init__(self, client: AsyncStoreRedis, keys: Keys, partitions: PartitionLeases, *,
-                 seen_ttl_s: float = 7 * 24 * 3600,
+                 seen_ttl_s: float = SEEN_WINDOW_S,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._keys = keys

@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Iterable
 
+from soulflow.backends.base import SEEN_WINDOW_S
 from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys, Part, partition_of
@@ -53,7 +54,7 @@ PARTS_KNOWN = 4096  # message ids whose partition a node remembers (then it star
 
 class RedisOutbox:
     def __init__(self, client: AsyncStoreRedis, keys: Keys, partitions: PartitionLeases, *,
-                 answered_ttl_s: float = 7 * 24 * 3600) -> None:
+                 answered_ttl_s: float = SEEN_WINDOW_S) -> None:
         self._client = client
         self._keys = keys
         self._partitions = partitions

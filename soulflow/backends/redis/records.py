@@ -1,6 +1,8 @@
 """Dead letters (outbound and inbound) and channel cursors on Redis.
 
-The DLQs are lists of json records, the same fields as the files in `runtime/dlq/`. Cursors are
+The DLQs are lists of json records, the same fields as the files in `runtime/dlq/`; the push
+that fills one to its cap (`OUTBOUND_DLQ_MAX`, `INBOUND_DLQ_MAX`) renames the list to
+`<key>:<UTC stamp>-<hex>` (kept, logged) and the next starts a new one. Cursors are
 one hash per channel (account); an update can be fenced by the account's leader lease, so a
 reader that was deposed (it lost Redis, another node took over) cannot move the cursor back.
 """
@@ -8,30 +10,50 @@ reader that was deposed (it lost Redis, another node took over) cannot move the 
 from __future__ import annotations
 
 import json
+import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from soulflow.backends.base import Lease
+from soulflow.backends.base import INBOUND_DLQ_MAX, OUTBOUND_DLQ_MAX, Lease
 from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.contracts import DeadLetter, InboundDeadLetter, IntakeStage, OutboundMessage
 from soulflow.security.dead_letters import build_inbound_letter
 
+log = logging.getLogger(__name__)
+
+
+async def _push_capped(client: AsyncStoreRedis, key: str, record: str, cap: int,
+                       rotate: Any) -> None:
+    """RPUSH; the push that fills the list to `cap` moves it aside under a dated name."""
+    length = int(await client.rpush(key, record))
+    if length < cap:
+        return
+    target = f"{key}:{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+    if int(await rotate(keys=[key, target], args=[cap])):
+        log.warning("%s reached its cap of %d entries: renamed it to %s (kept, not listed any "
+                    "more); new entries start a new list", key, cap, target)
+
 
 class RedisDeadLetters:
     def __init__(self, client: AsyncStoreRedis, keys: Keys, *,
+                 max_entries: int = OUTBOUND_DLQ_MAX,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._key = keys.dlq_outbound
         self._clock = clock
+        self._max_entries = max_entries
         self._purge = client.register_script(scripts.LIST_PURGE)
+        self._rotate = client.register_script(scripts.LIST_ROTATE)
 
     async def add(self, message: OutboundMessage, *, retry_count: int,
                   error: str) -> DeadLetter:
         letter = DeadLetter(self._clock(), message, retry_count, error[:2000])
-        await self._client.rpush(self._key, json.dumps(letter.to_dict()))
+        await _push_capped(self._client, self._key, json.dumps(letter.to_dict()),
+                           self._max_entries, self._rotate)
         return letter
 
     async def _raw(self, start: int = 0) -> list[tuple[bytes, DeadLetter]]:
@@ -69,12 +91,15 @@ class RedisDeadLetters:
 class RedisInboundDeadLetters:
     def __init__(self, client: AsyncStoreRedis, keys: Keys, *,
                  redact: Callable[[str], str] | None = None,
+                 max_entries: int = INBOUND_DLQ_MAX,
                  clock: Callable[[], float] = time.time) -> None:
         self._client = client
         self._key = keys.dlq_inbound
         self._redact = redact
         self._clock = clock
+        self._max_entries = max_entries
         self._purge = client.register_script(scripts.LIST_PURGE)
+        self._rotate = client.register_script(scripts.LIST_ROTATE)
 
     async def add(self, *, provider: str, chat_id: str, message_id: str, sender_id: str,
                   stage: IntakeStage | str, error: str, content: str = "", raw: str = "",
@@ -83,7 +108,8 @@ class RedisInboundDeadLetters:
             at=self._clock(), redact=self._redact, provider=provider, chat_id=chat_id,
             message_id=message_id, sender_id=sender_id, stage=stage, error=error,
             content=content, raw=raw, key=key)
-        await self._client.rpush(self._key, json.dumps(letter.to_dict()))
+        await _push_capped(self._client, self._key, json.dumps(letter.to_dict()),
+                           self._max_entries, self._rotate)
         return letter
 
     @staticmethod

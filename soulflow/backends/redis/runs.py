@@ -5,8 +5,9 @@ redacted as the file journal is. Unfinished runs are indexed for `find()`: `runs
 order), `runs:meta` (status, chat, inbound key), `runs:inbound` (inbound key → run) and
 `runs:chat:<chat>` (a chat's runs). Every append is one Lua script that pushes the event and
 updates the indexes together; the event that finishes a run drops it from the indexes and
-gives its list a TTL (kept for a week, for the dashboard and debugging; the file backend
-archives finished runs instead).
+gives its list a TTL (kept 24 hours, for the dashboard and debugging; the file backend
+archives finished runs on disk instead). A day, not a week: Redis keeps them in RAM, about
+1.5 KB a run, so a week at 20 messages a second held some 18 GB.
 
 **One driver per run.** Chats are partitioned over the nodes (docs/scaling.md); a run is
 driven by the node that holds its chat's partition. Each write carries the fencing token of
@@ -48,7 +49,7 @@ from soulflow.backends.base import Lease, RunMoved
 from soulflow.backends.redis.keys import AgentKeys
 from soulflow.backends.redis.sync_client import StateRedis
 
-FINISHED_TTL_S = 7 * 24 * 3600  # how long a finished run's events stay readable
+FINISHED_TTL_S = 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
 
 # KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence, runs:chat:<chat>

@@ -95,6 +95,14 @@ redis.call('DEL', KEYS[1])
 return n
 """
 
+# KEYS: list, its dated name. ARGV: cap. Move a full list aside (a dead-letter queue at its cap).
+LIST_ROTATE = """
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[1]) then
+  return redis.call('RENAMENX', KEYS[1], KEYS[2])
+end
+return 0
+"""
+
 # KEYS: cursors hash, lease (or the hash again when unfenced).
 # ARGV: expected lease value ('' = unfenced), then field, value pairs.
 CURSORS_UPDATE = """

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 CHAT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 OPERATOR_ID = "operator"
 _RECENT = 1000
+_OPEN_TRANSCRIPTS = 64  # chats whose transcript (open file, last _RECENT entries) stays loaded
 _PERMANENT_OS_ERRORS = (PermissionError, IsADirectoryError, NotADirectoryError)
 
 
@@ -60,6 +61,7 @@ class _Transcript:
     next_seq: int
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     recent_ids: set[str] = field(default_factory=set)
+    waiters: int = 0  # long polls waiting on `changed`: the transcript stays loaded
 
     def remember(self, record: dict[str, Any]) -> None:
         if len(self.recent) == self.recent.maxlen:
@@ -102,9 +104,12 @@ class LocalChannel(ChannelAdapter):
     # -- transcripts ---------------------------------------------------------------------
 
     def _transcript(self, chat_id: str) -> _Transcript:
+        """The chat's transcript, loaded on first use; the least recently used idle ones are
+        closed past _OPEN_TRANSCRIPTS, so the chat ids a client invents cost no memory or
+        descriptor once it moves on (a closed one is read back from its file)."""
         if not CHAT_ID_PATTERN.match(chat_id):
             raise InvalidChatId(chat_id)
-        transcript = self._transcripts.get(chat_id)
+        transcript = self._transcripts.pop(chat_id, None)  # back in last: most recent
         if transcript is None:
             file = JsonlFile(self.directory / f"{chat_id}.jsonl")
             try:
@@ -115,7 +120,12 @@ class LocalChannel(ChannelAdapter):
             next_seq = int(recent[-1].get("seq", len(recent) - 1)) + 1 if recent else 0
             transcript = _Transcript(file, recent, next_seq,
                                      recent_ids={r.get("id") for r in recent})
-            self._transcripts[chat_id] = transcript
+        self._transcripts[chat_id] = transcript
+        while len(self._transcripts) > _OPEN_TRANSCRIPTS:
+            idle = next((cid for cid, t in self._transcripts.items() if not t.waiters), None)
+            if idle is None or idle == chat_id:
+                break
+            self._transcripts.pop(idle).file.close()
         return transcript
 
     async def _append(self, chat_id: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -141,12 +151,16 @@ class LocalChannel(ChannelAdapter):
     async def wait_messages(self, chat_id: str, after: int, timeout: float) -> list[dict[str, Any]]:
         """Long poll: return entries newer than `after`, waiting up to `timeout` for one."""
         transcript = self._transcript(chat_id)
-        async with transcript.changed:
-            try:
-                await asyncio.wait_for(
-                    transcript.changed.wait_for(lambda: transcript.next_seq - 1 > after), timeout)
-            except TimeoutError:
-                return []
+        transcript.waiters += 1
+        try:
+            async with transcript.changed:
+                try:
+                    await asyncio.wait_for(transcript.changed.wait_for(
+                        lambda: transcript.next_seq - 1 > after), timeout)
+                except TimeoutError:
+                    return []
+        finally:
+            transcript.waiters -= 1
         return self.messages(chat_id, after)
 
     # -- inbound -------------------------------------------------------------------------
