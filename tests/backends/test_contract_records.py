@@ -103,7 +103,8 @@ async def test_a_full_dead_letter_queue_moves_aside_whole_and_starts_again(
     for n in range(3):
         await backend.inbound_dlq.add(provider="telegram", chat_id="c1", message_id=str(n),
                                       sender_id="u1", stage=IntakeStage.SEAL, error="boom")
-    assert [e.message_id for e in await backend.dlq.entries()] == [letters[3].message_id]
+    assert [e.message.message_id for e in await backend.dlq.entries()] == [
+        letters[3].message.message_id]
     assert await backend.dlq.count() == 1 and await backend.inbound_dlq.count() == 1
     assert [e.message_id for e in await backend.inbound_dlq.entries()] == ["2"]
     assert await _moved_aside(backend.dlq) == [3]
