@@ -12,6 +12,7 @@ from pathlib import Path
 
 from soulflow.backends.base import Completion
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, partition_of
 from tests.backends.conftest import Harness
 from tests.backends.helpers import eventually, inbound, outbound
@@ -144,6 +145,45 @@ async def test_a_partition_with_work_in_hand_is_not_given_away(redis_harness: Ha
     await eventually(shared, what="the partitions shared 2/2")
     assert 3 in a.partitions.held()  # busy: kept while its message runs
     assert await a.inbound.complete(message.key, "answered") is Completion.DONE
+
+
+async def test_a_partition_is_not_given_away_while_a_read_of_it_waits(
+        redis_harness: Harness) -> None:
+    """Seen in the three-daemon flood: a node gave a partition away while its blocking read
+    of that partition's stream was waiting; Redis handed the next message to that read, the
+    node could no longer hand it out, and the new holder answered it only when its sweep
+    found it, after later messages of the chat. Now a surplus partition is first no longer
+    read, and released only once no read of it waits."""
+    slow_socket = AsyncStoreRedis.from_url(redis_harness.redis_url, socket_timeout=30)
+    a = RedisBackend(slow_socket, node_id="node-a", prefix=redis_harness.prefix, partitions=4,
+                     lease_ttl_s=1.0)
+    await a.start()
+    redis_harness.opened.append(a)
+    b = _redis(await redis_harness.open("node-b", lease_ttl_s=1.0, partitions=4))
+    chat = next(f"c{n}" for n in range(100)
+                if partition_of(f"telegram:c{n}", 4) == 3)  # the first a node gives away
+    read = asyncio.create_task(a.inbound.claim(wait_s=20))  # BLOCK, as the claim loop
+
+    async def waiting() -> bool:
+        clients = await b.client.execute_command("CLIENT", "LIST")
+        text = clients.decode() if isinstance(clients, bytes) else str(clients)
+        return "cmd=xreadgroup" in text
+
+    await eventually(waiting, what="node A's read waiting on its partitions")
+    await a.partitions.rebalance()  # B is live: A gives back its surplus
+    first, second = inbound(chat, 1), inbound(chat, 2)
+    await b.inbound.accept(first)
+    await b.inbound.accept(second)
+    handed = [m.key for m in await asyncio.wait_for(read, 30)]
+    assert handed == [first.key]  # the read that got it hands it out
+    assert 3 in a.partitions.held()  # work in hand: kept until it is done
+    assert await a.inbound.complete(first.key, "answered") is Completion.DONE
+
+    async def moved() -> bool:
+        return 3 in b.partitions.held()
+
+    await eventually(moved, what="partition 3 moving to node B once A's hands are empty")
+    assert [m.key for m in await b.inbound.claim()] == [second.key]
 
 
 async def test_an_entry_that_is_not_a_message_is_acknowledged_and_skipped(

@@ -179,6 +179,7 @@ class RedisBackend:
         self.busy_checks: list[Callable[[int], bool]] = []
         self.partitions.busy = lambda part: self.inbound.busy(part) or self.outbox.busy(
             part) or any(check(part) for check in self.busy_checks)
+        self.partitions.reading = self.inbound.reading
         self.dlq = RedisDeadLetters(client, self.keys, clock=clock)
         self.inbound_dlq = RedisInboundDeadLetters(client, self.keys, redact=redact, clock=clock)
         self.cursors = RedisCursors(client, self.keys)

@@ -51,11 +51,17 @@ class RedisInbound:
         # partitions whose last read failed: Redis may have handed this node entries whose
         # reply never arrived (a BLOCK that outlived the socket timeout, a cut connection)
         self._unsure: set[Part] = set()
+        self._reading: set[Part] = set()  # partitions whose stream a read waits on now
 
     def busy(self, part: int) -> bool:
         """Work of this partition in this node's hands (claimed, or read and queued)."""
         return bool(self._backlog.get(part)) or any(
             c.part == part for c in self._claimed.values())
+
+    def reading(self, part: Part) -> bool:
+        """A read of the partition's stream is under way: Redis may still hand it the next
+        message, so the partition is not released until it returns."""
+        return part in self._reading
 
     async def ensure_groups(self) -> None:
         """Create every shared partition's stream and consumer group, and this node's private
@@ -129,7 +135,7 @@ class RedisInbound:
             while backlog and len(out) < limit:
                 entry_id, message = backlog.popleft()
                 self._hand(part, entry_id, message, out)
-            if not backlog:
+            if not backlog and not self._partitions.leaving(part):
                 readable.append(part)
         for part in list(self._backlog):
             if not self._backlog[part] or self._partitions.lease(part) is None:
@@ -140,12 +146,15 @@ class RedisInbound:
         if readable and len(out) < limit:
             streams = {self._keys.stream(p): ">" for p in readable}
             block = int(wait_s * 1000) if wait_s > 0 and not out else None
+            self._reading.update(readable)
             try:
                 replies = await self._client.xreadgroup(GROUP, node, streams,
                                                         count=limit - len(out), block=block)
             except (StoreError, OSError, TimeoutError):
                 self._unsure.update(readable)
                 raise
+            finally:
+                self._reading.difference_update(readable)
             by_stream = {self._keys.stream(p): p for p in readable}
             for stream, entries in replies or []:
                 part = by_stream[_text(stream)]

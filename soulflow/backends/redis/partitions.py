@@ -49,6 +49,9 @@ class PartitionLeases:
         self._held: dict[int, Lease] = {}
         self._fresh: set[Part] = set()  # acquired, unfinished entries not yet reclaimed
         self.busy: Callable[[int], bool] = lambda part: False  # set by the inbound store
+        # a read of the partition's stream is waiting (set by the inbound store)
+        self.reading: Callable[[int], bool] = lambda part: False
+        self._leaving: set[int] = set()  # surplus, not read any more, released next round
         self.private = private_part(node_id)
         self._private: Lease | None = None
         self._private_taken = False  # taken over once (at start); after, acquired when free
@@ -129,12 +132,29 @@ class PartitionLeases:
                 self._held[part] = lease
                 self._fresh.add(part)
                 self._on_taken()
-        for part in sorted(self._held, reverse=True):
-            if len(self._held) <= share:
-                break
-            if not self.busy(part):
+        await self._give_back(len(self._held) - share)
+
+    async def _give_back(self, surplus: int) -> None:
+        """Give back `surplus` partitions without work in hand, in two rounds: first the
+        partition is marked leaving (this node stops reading its stream, though it still
+        holds it and hands out what a read already under way returns), then, at a later
+        round once no read of it is waiting, released. Released at once, a read waiting on
+        it would get the next message after another node had taken the partition and
+        read past it; that message would be answered late, after later ones."""
+        chosen = [part for part in sorted(self._held, reverse=True)
+                  if not self.busy(part)][:max(0, surplus)]
+        self._leaving &= set(chosen)  # no longer surplus, or work came in: read it again
+        for part in chosen:
+            if part in self._leaving and not self.reading(part):
+                self._leaving.discard(part)
                 await self._leases.release(self._held.pop(part))
                 self._fresh.discard(part)
+            else:
+                self._leaving.add(part)
+
+    def leaving(self, part: Part) -> bool:
+        """The partition is being given back: its stream is no longer read here."""
+        return part in self._leaving
 
     async def stop(self) -> None:
         """Hand every partition back at once (a clean stop is no failover). The rounds are
