@@ -29,7 +29,7 @@ from soulflow.backends.base import Backend  # noqa: E402
 from soulflow.backends.file.backend import FileBackend  # noqa: E402
 from soulflow.backends.redis.backend import RedisBackend  # noqa: E402
 from soulflow.backends.redis.clients import AsyncStoreRedis  # noqa: E402
-from soulflow.bus.messages import InboundMessage, OutboundMessage  # noqa: E402
+from soulflow.contracts import InboundMessage, OutboundMessage  # noqa: E402
 from tests.backends.redis_server import RedisServer  # noqa: E402
 
 PARTITIONS = 12

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import describe_ms, fake_model_process  # noqa: E402
 from soulflow.config import load_settings  # noqa: E402
-from soulflow.providers.base import ProviderResult  # noqa: E402
+from soulflow.contracts import ProviderResult  # noqa: E402
 from soulflow.runtime import create_runtime  # noqa: E402
 from tests.backends.redis_server import RedisServer  # noqa: E402
 

@@ -4,8 +4,8 @@ This module sits at the bottom of the import graph and imports nothing of soulfl
 exception root (`soulflow.errors`, which imports nothing), so a store
 (`cron`, `security`), the agent, the bus and the channels can all speak of the same message,
 chat, model turn and status without importing each other (tests/unit/test_import_graph.py
-holds the layer table). `soulflow.bus.messages` and `soulflow.providers.base` re-export the
-names that used to live there.
+holds the layer table). Every module imports these names from here; no other module
+re-exports them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
+from soulflow.contracts import ProviderError, ProviderResult, ToolCall
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.providers.registry import ProviderRegistry
 from tests.fakes.openai_api import FakeOpenAI

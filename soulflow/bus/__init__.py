@@ -1,13 +1,2 @@
-"""Durable message bus: inbound journal, outbox, dispatcher and dead-letter queue."""
-
-from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import (
-    Attachment,
-    InboundMessage,
-    OutboundMessage,
-    SendError,
-    SendResult,
-)
-
-__all__ = ["Attachment", "InboundMessage", "MessageBus", "OutboundMessage", "SendError",
-           "SendResult"]
+"""The outbound bus: the outbox writer, the dispatcher that sends per chat in order, retries
+with backoff, and the traffic pacing. `bus.MessageBus` ties them to the backend's stores."""

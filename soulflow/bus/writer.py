@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage
 
 log = logging.getLogger(__name__)
 

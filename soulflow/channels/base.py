@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from soulflow.bus.messages import (
+from soulflow.channels.leadership import AccountLeadership, Election
+from soulflow.contracts import (
     Attachment,
     InboundMessage,
     OutboundMessage,
     SendError,
     SendResult,
 )
-from soulflow.channels.leadership import AccountLeadership, Election
 from soulflow.errors import SoulFlowError
 
 if TYPE_CHECKING:

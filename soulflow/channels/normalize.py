@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 
 REPLACEMENT = "\ufffd"
 # C0 controls except \t (09) and \n (0a), DEL, C1 controls; \r is handled separately

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from soulflow.bus.messages import InboundMessage
-from soulflow.contracts import Poison
+from soulflow.contracts import InboundMessage, Poison
 from soulflow.security.dead_letters import RAW_CAP
 
 POISON_KIND = "poison"

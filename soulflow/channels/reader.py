@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter, ChannelError
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.leadership import AccountLeadership
+from soulflow.contracts import InboundMessage
 
 if TYPE_CHECKING:
     from soulflow.backends.base import Lease

@@ -14,9 +14,8 @@ from typing import Any
 from soulflow.agent.approvals import CLARIFY, Decider, parse_decision
 from soulflow.agent.domain import AgentDomain, AgentReply
 from soulflow.backends.base import RunMoved
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import ReplyStatus
+from soulflow.contracts import InboundMessage, ReplyStatus
 from soulflow.conversation.feedback import ChannelFeedback
 from soulflow.conversation.input_text import AgentInput, input_text
 from soulflow.conversation.replies import BusReplies

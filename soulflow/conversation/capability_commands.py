@@ -7,8 +7,8 @@ from soulflow.agent.diagram.render import DiagramError, render_mermaid
 from soulflow.agent.tools.bwrap import ENABLE_HINT
 from soulflow.agent.tools.python_sandbox import run_python
 from soulflow.agent.tools.sandbox import CodeSandbox
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 from soulflow.conversation.commands import CommandHandler
 from soulflow.cron.service import CronService
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 
 
 class ChatTasks(Protocol):

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 
 CommandHandler = Callable[[Command, InboundMessage], Awaitable[str]]
 

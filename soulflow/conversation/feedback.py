@@ -29,8 +29,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from soulflow.bus.messages import SendError
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS, ChannelAdapter
+from soulflow.contracts import SendError
 
 log = logging.getLogger(__name__)
 

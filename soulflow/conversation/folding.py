@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from soulflow.agent.approvals import parse_decision
 from soulflow.agent.domain import AgentDomain
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.contracts import InboundMessage
 
 log = logging.getLogger(__name__)
 

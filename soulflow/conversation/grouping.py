@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from soulflow.bus.messages import InboundMessage
+from soulflow.contracts import InboundMessage
 
 Batch = list[InboundMessage]
 

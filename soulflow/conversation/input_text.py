@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from soulflow.bus.messages import Attachment, InboundMessage
 from soulflow.channels.base import ChannelAdapter
+from soulflow.contracts import Attachment, InboundMessage
 from soulflow.conversation.attachments import chat_files, fetchable
 from soulflow.storage.beneath import Beneath
 

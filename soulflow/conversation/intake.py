@@ -14,10 +14,9 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from soulflow.backends.base import InboundStore
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import normalize_inbound
 from soulflow.channels.poison import POISON_KIND
-from soulflow.contracts import IntakeStage
+from soulflow.contracts import InboundMessage, IntakeStage
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.quarantine import IntakeError, Quarantine, safe_key, stage
 from soulflow.security.inbound import InboundSealer

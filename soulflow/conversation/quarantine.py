@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 from soulflow.backends.base import InboundDeadLetterStore
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import POISON_KIND
-from soulflow.contracts import InboundDeadLetter, IntakeStage
+from soulflow.contracts import InboundDeadLetter, InboundMessage, IntakeStage
 from soulflow.errors import SoulFlowError
 
 log = logging.getLogger(__name__)

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 from soulflow.agent.approvals import CLARIFY, parse_reaction
 from soulflow.agent.domain import AgentDomain
-from soulflow.bus.messages import InboundMessage
-from soulflow.bus.workers import Job
-from soulflow.contracts import Announcement, ChatRef, ReplyStatus
+from soulflow.contracts import Announcement, ChatRef, InboundMessage, ReplyStatus
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.answering import decider_of
 from soulflow.conversation.chat_tasks import ChatTasks
+from soulflow.conversation.serial import Job
 
 log = logging.getLogger(__name__)
 

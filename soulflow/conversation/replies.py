@@ -21,10 +21,17 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import InboundMessage, OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.splitting import split_reply
-from soulflow.contracts import Announcement, ChatRef, EventSink, ReplyOptions, ReplyStatus
+from soulflow.contracts import (
+    Announcement,
+    ChatRef,
+    EventSink,
+    InboundMessage,
+    OutboundMessage,
+    ReplyOptions,
+    ReplyStatus,
+)
 
 log = logging.getLogger(__name__)
 

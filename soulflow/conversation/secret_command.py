@@ -12,8 +12,8 @@ scope and may remove any.
 
 from __future__ import annotations
 
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 from soulflow.conversation.access import AdminPolicy
 from soulflow.conversation.commands import CommandHandler
 from soulflow.security.seal import INBOUND_PREFIX

@@ -28,11 +28,16 @@ from pathlib import Path
 from soulflow.agent.domain import AgentDomain
 from soulflow.backends.base import RunMoved
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import InboundMessage
-from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import Announcement, ChatRef, EventSink, IntakeStage, ReplyStatus
+from soulflow.contracts import (
+    Announcement,
+    ChatRef,
+    EventSink,
+    InboundMessage,
+    IntakeStage,
+    ReplyStatus,
+)
 from soulflow.conversation.access import AccessPolicy, refusal_text
 from soulflow.conversation.answering import AgentAnswers
 from soulflow.conversation.chat_tasks import ChatTasks
@@ -46,6 +51,7 @@ from soulflow.conversation.quarantine import APOLOGY, Quarantine
 from soulflow.conversation.reactions import Reactions
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
+from soulflow.conversation.serial import KeyedSerialExecutor
 from soulflow.errors import StoreUnavailable
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer

@@ -14,8 +14,8 @@ from email.utils import parsedate_to_datetime
 
 import aiohttp
 
+from soulflow.contracts import ProviderError
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
-from soulflow.providers.base import ProviderError
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.providers.wiring import endpoint_configs
 

@@ -29,7 +29,7 @@ from soulflow.backends.base import Backend, SessionStore
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.config import Settings
-from soulflow.contracts import Announcement, ChatRef
+from soulflow.contracts import Announcement, ChatRef, Provider
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.cron.jobs import Job
@@ -42,7 +42,6 @@ from soulflow.ops.notices import NoticeBoard
 from soulflow.ops.service import OpsPolicy, OpsProbes, OpsRuntimeService
 from soulflow.ops.single import SingleRunner
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
-from soulflow.providers.base import Provider
 from soulflow.providers.failover import FailoverProvider
 from soulflow.providers.local_runtime import LocalModelRuntime
 from soulflow.providers.registry import ProviderRegistry

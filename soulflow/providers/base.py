@@ -1,25 +1,17 @@
-"""The provider contract: one chat turn against a model, with streaming and abort.
+"""What every provider does the same way around one chat turn: refuse a turn it cannot start,
+and race the turn against the user's /stop.
 
 The records and the `Provider` protocol live in `soulflow.contracts`, so the agent and the
-task planner depend on the contract, not on this package; this module keeps the names where
-provider implementations know them.
+task planner depend on the contract, not on this package.
 """
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from soulflow.contracts import (
-    Provider,
-    ProviderError,
-    ProviderResult,
-    StreamCallback,
-    ToolCall,
-    Usage,
-)
+from soulflow.contracts import ProviderError
 
-__all__ = ["Provider", "ProviderError", "ProviderResult", "StreamCallback", "ToolCall", "Usage",
-           "race_abort", "refuse_unstartable_turn"]
+__all__ = ["race_abort", "refuse_unstartable_turn"]
 
 T = TypeVar("T")
 

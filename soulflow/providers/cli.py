@@ -31,13 +31,8 @@ from soulflow.agent.toolcall_text import (
     parse_text_tool_calls,
     render_tool_instructions,
 )
-from soulflow.providers.base import (
-    ProviderError,
-    ProviderResult,
-    StreamCallback,
-    race_abort,
-    refuse_unstartable_turn,
-)
+from soulflow.contracts import ProviderError, ProviderResult, StreamCallback
+from soulflow.providers.base import race_abort, refuse_unstartable_turn
 
 # `-` makes codex read the prompt from stdin; a read-only sandbox because chat users, not the
 # operator, write these prompts; no git check because the daemon's cwd need not be a repo.

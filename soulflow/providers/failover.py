@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow.contracts import Provider, ProviderError, ProviderResult, StreamCallback
 from soulflow.logs import log_context
-from soulflow.providers.base import Provider, ProviderError, ProviderResult, StreamCallback
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,8 @@ from typing import Any
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from soulflow.providers.base import (
-    ProviderError,
-    ProviderResult,
-    StreamCallback,
-    race_abort,
-    refuse_unstartable_turn,
-)
+from soulflow.contracts import ProviderError, ProviderResult, StreamCallback
+from soulflow.providers.base import race_abort, refuse_unstartable_turn
 from soulflow.providers.openai_parse import (
     ParseError,
     StreamAccumulator,

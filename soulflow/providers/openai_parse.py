@@ -10,8 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.contracts import ProviderError
-from soulflow.providers.base import ProviderResult, ToolCall, Usage
+from soulflow.contracts import ProviderError, ProviderResult, ToolCall, Usage
 
 SNIPPET_CHARS = 200
 

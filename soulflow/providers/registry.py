@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from soulflow.providers.base import Provider, ProviderError
+from soulflow.contracts import Provider, ProviderError
 from soulflow.providers.failover import FailoverProvider
 from soulflow.providers.stats import MeasuredProvider, ProviderStatsBook
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from soulflow.providers.base import Provider, ProviderError, ProviderResult, StreamCallback
+from soulflow.contracts import Provider, ProviderError, ProviderResult, StreamCallback
 from soulflow.telemetry import LATENCY_BUCKETS_S, Histogram, LatencyWindow
 
 

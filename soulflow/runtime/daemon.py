@@ -42,12 +42,11 @@ from soulflow.agent.tools import CodeSandbox
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.backends.wiring import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import OutboundMessage, SendResult
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.reader import run_channel
 from soulflow.config import Settings
-from soulflow.contracts import ApprovalRef, ChatRef
+from soulflow.contracts import ApprovalRef, ChatRef, OutboundMessage, SendResult
 from soulflow.conversation.access import AdminPolicy
 from soulflow.conversation.replies import BusReplies
 from soulflow.cron import CronService, Job, PayloadKind, cron_inbound_message

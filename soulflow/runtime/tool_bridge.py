@@ -18,9 +18,8 @@ from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext, ToolError, ToolServices
 from soulflow.agent.tools.messaging import UPLOAD_PROMPT
 from soulflow.agent.tools.spawn import run_subagent
-from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ChatRef
+from soulflow.contracts import ChatRef, OutboundMessage
 from soulflow.conversation.replies import BusReplies
 from soulflow.cron import CronService
 from soulflow.cron.admin import ToolCronHandle

@@ -40,8 +40,7 @@ from soulflow.agent.approvals import (
 )
 from soulflow.agent.tools.code_secrets import with_code_secret_reason
 from soulflow.backends.base import ProposalMap
-from soulflow.bus.messages import InboundMessage
-from soulflow.contracts import ApprovalNeed, ChatRef
+from soulflow.contracts import ApprovalNeed, ChatRef, InboundMessage
 from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors

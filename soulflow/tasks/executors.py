@@ -32,8 +32,7 @@ from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome, Syste
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.base import RunJournal
-from soulflow.contracts import ChatRef
-from soulflow.providers.base import Provider
+from soulflow.contracts import ChatRef, Provider
 from soulflow.security.redact import Redactor
 from soulflow.tasks.contracts import NodeCall, NodeExecutors
 from soulflow.tasks.model import NodeOutcome, OutcomeStatus, TaskState

@@ -30,10 +30,18 @@ from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.base import Backend, RunJournal
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.config import Settings
-from soulflow.contracts import Announcement, ChatRef, Provider, TaskStatusRef, TaskStepRef
+from soulflow.contracts import (
+    Announcement,
+    ChatRef,
+    InboundMessage,
+    OutboundMessage,
+    Provider,
+    SendResult,
+    TaskStatusRef,
+    TaskStepRef,
+)
 from soulflow.conversation.replies import BusReplies
 from soulflow.events.hub import EventHub
 from soulflow.events.workflow import WorkflowEvent, WorkflowEventService

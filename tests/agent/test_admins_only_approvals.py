@@ -31,9 +31,8 @@ from soulflow.backends.file.decisions import FileDecisionStore
 from soulflow.backends.file.runs import FileRunJournal
 from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.bus.bus import MessageBus
-from soulflow.contracts import ReplyStatus
+from soulflow.contracts import ProviderResult, ReplyStatus, ToolCall
 from soulflow.decision.service import DecisionService
-from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.storage.beneath import Beneath
 from tests.agent.test_approval_people import ALICE, BOB, CAROL, Pipeline, wire_chat
 

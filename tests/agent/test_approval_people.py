@@ -31,14 +31,19 @@ from soulflow.backends.file.decisions import FileDecisionStore
 from soulflow.backends.file.runs import FileRunJournal
 from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ApprovalRef
+from soulflow.contracts import (
+    ApprovalRef,
+    InboundMessage,
+    OutboundMessage,
+    ProviderResult,
+    SendResult,
+    ToolCall,
+)
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.turns import Conversation
 from soulflow.decision.service import DecisionService
-from soulflow.providers.base import ProviderResult, ToolCall
 from soulflow.storage.beneath import Beneath
 from tests.agent.recorder import Recorder
 

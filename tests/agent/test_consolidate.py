@@ -26,8 +26,8 @@ from soulflow.agent.context import ContextBuilder
 from soulflow.agent.memory import FACTS_HEADING, MemoryStore, merge_facts, trim_to_cap
 from soulflow.backends.file.decisions import FileDecisionStore
 from soulflow.backends.file.sessions import FileSessionStore, session_filename
+from soulflow.contracts import ProviderError, ProviderResult
 from soulflow.decision.service import DecisionService
-from soulflow.providers.base import ProviderError, ProviderResult
 from soulflow.security.zones import zone_named
 from soulflow.storage.beneath import Beneath
 

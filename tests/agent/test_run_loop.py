@@ -15,7 +15,7 @@ from soulflow.agent.run.reducer import apply, fold
 from soulflow.agent.tools.base import ChatRef, Tool, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file.runs import FileRunJournal
-from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
+from soulflow.contracts import ProviderError, ProviderResult, ToolCall
 from tests.agent.recorder import Recorder
 
 

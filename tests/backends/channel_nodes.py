@@ -16,10 +16,10 @@ from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.records import RedisCursors
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import ChannelHealth, HealthBoard, LinkState, Role
 from soulflow.channels.reader import ReadPolicy, run_channel
+from soulflow.contracts import InboundMessage
 
 POLICY = ReadPolicy(stall_after_s=30.0, restart_after=50, retry_delay_s=0.05,
                     connect_max_delay_s=1.0)

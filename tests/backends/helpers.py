@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from soulflow.bus.messages import InboundMessage, OutboundMessage
+from soulflow.contracts import InboundMessage, OutboundMessage
 
 
 def inbound(chat: str, n: int, *, provider: str = "telegram", text: str = "",

@@ -19,7 +19,7 @@ from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import Keys
 from soulflow.backends.redis.lease import RedisLeases
 from soulflow.backends.redis.records import RedisCursors
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage
 from tests.backends.channel_nodes import ReaderNode
 from tests.backends.helpers import eventually
 from tests.backends.proxy import CuttableProxy

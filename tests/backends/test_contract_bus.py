@@ -13,9 +13,8 @@ import pytest
 
 from soulflow.backends.base import Backend, Completion
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ReplyStatus
+from soulflow.contracts import InboundMessage, OutboundMessage, ReplyStatus, SendResult
 from soulflow.conversation.claiming import ClaimLoop
 from soulflow.conversation.replies import BusReplies
 from tests.backends.conftest import Harness

@@ -20,7 +20,7 @@ import pytest
 from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import partition_of
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage
 from tests.backends.node_daemons import node_daemons
 from tests.backends.redis_server import RedisServer
 from tests.e2e.harness import Daemon, daemon_factory, wait_for

@@ -20,10 +20,10 @@ from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.registry import ChannelRegistry
+from soulflow.contracts import ProviderResult
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.feedback import FeedbackPolicy
 from soulflow.conversation.turns import Conversation
-from soulflow.providers.base import ProviderResult
 from tests.agent.domain_rig import agent_domain
 
 

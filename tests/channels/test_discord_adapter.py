@@ -16,11 +16,10 @@ import discord.gateway
 import discord.http
 import pytest
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
 from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
-from soulflow.contracts import ReplyOptions
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, ReplyOptions, SendError
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.discord_api import AttachmentSpec, FakeDiscord

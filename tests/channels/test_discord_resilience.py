@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
 from soulflow.channels.discord.adapter import DiscordChannel
+from soulflow.contracts import OutboundMessage, SendError, SendResult
 from tests.channels.adapters import discord_adapter, unpaced_discord
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy

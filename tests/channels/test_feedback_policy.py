@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import ChannelAdapter
+from soulflow.contracts import InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.conversation.feedback import ChannelFeedback, FeedbackPolicy
 
 

@@ -13,12 +13,18 @@ from typing import Any
 
 import pytest
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.files import safe_filename
 from soulflow.channels.slack.adapter import SlackChannel, SlackStartError
 from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
-from soulflow.contracts import Delivery, ReplyOptions
+from soulflow.contracts import (
+    Attachment,
+    Delivery,
+    InboundMessage,
+    OutboundMessage,
+    ReplyOptions,
+    SendError,
+)
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.rate_limits import SLACK_LIMITS, Window

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.bus.messages import OutboundMessage, SendError, SendResult
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
 from soulflow.channels.slack.adapter import SlackChannel
+from soulflow.contracts import OutboundMessage, SendError, SendResult
 from tests.channels.adapters import slack_adapter
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.base import Command
 from soulflow.channels.files import safe_filename
 from soulflow.channels.poison import POISON_KIND
@@ -31,7 +30,7 @@ from soulflow.channels.telegram.format import (
     markdown_to_telegram_html,
     utf16_length,
 )
-from soulflow.contracts import ReplyOptions
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, ReplyOptions, SendError
 from soulflow.conversation.attachments import chat_files
 from soulflow.storage.beneath import Beneath
 from tests.fakes.telegram_api import DEFAULT_TOKEN, FakeTelegram

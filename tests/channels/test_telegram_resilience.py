@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.bus.messages import OutboundMessage, SendError
 from soulflow.channels.telegram.adapter import TelegramChannel
+from soulflow.contracts import OutboundMessage, SendError
 from tests.channels.adapters import telegram_adapter
 from tests.channels.churn import churn
 from tests.channels.tcp_proxy import DroppingProxy

@@ -9,9 +9,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from soulflow.bus.traffic import RING_MINUTES, TrafficCounters
+from soulflow.contracts import ProviderError
 from soulflow.dashboard.metrics import MetricsWriter
 from soulflow.events.hub import EventHub
-from soulflow.providers.base import ProviderError
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.providers.registry import ProviderRegistry
 from soulflow.telemetry import Histogram, LatencyWindow

@@ -19,8 +19,8 @@ import pytest
 
 from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.local.adapter import LocalChannel
+from soulflow.contracts import OutboundMessage
 from soulflow.dashboard.guard import STATIC_ASSETS, is_guarded
 from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub

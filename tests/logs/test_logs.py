@@ -16,8 +16,8 @@ from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file.runs import FileRunJournal
+from soulflow.contracts import ProviderResult
 from soulflow.logs import SoulflowHandler, configure_logging, log_context, resolve_format
-from soulflow.providers.base import ProviderResult
 from soulflow.security.redact import Redactor, install_log_redaction
 
 SECRET = "hunter2-very-secret-value"

@@ -14,10 +14,10 @@ from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file.runs import FileRunJournal
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import HealthBoard, LinkState
 from soulflow.channels.reader import ReadPolicy, run_channel
+from soulflow.contracts import InboundMessage, OutboundMessage, SendResult
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
 from soulflow.supervisor import Supervisor

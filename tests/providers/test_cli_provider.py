@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from soulflow.providers.base import ProviderError
+from soulflow.contracts import ProviderError
 from soulflow.providers.cli import DEFAULT_ARGV, CliProviderResult, HeadlessCliProvider
 
 FAKE_BIN = Path(__file__).resolve().parents[1] / "fakes" / "bin"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from soulflow.providers.base import ProviderError, ProviderResult, StreamCallback
+from soulflow.contracts import ProviderError, ProviderResult, StreamCallback
 from soulflow.providers.failover import FailoverProvider
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.providers.registry import ProviderRegistry

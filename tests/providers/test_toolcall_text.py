@@ -12,7 +12,7 @@ from soulflow.agent.toolcall_text import (
     parse_text_tool_calls,
     render_tool_instructions,
 )
-from soulflow.providers.base import ToolCall
+from soulflow.contracts import ToolCall
 
 KNOWN = {"get_weather", "search"}
 WEATHER = ToolCall("call_text_1", "get_weather", {"city": "Paris"})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from soulflow.bus.messages import Attachment, InboundMessage
+from soulflow.contracts import Attachment, InboundMessage
 from soulflow.security.inbound import InboundSealer
 from tests.security.samples import OPENAI_KEY
 from tests.vaults import file_vault

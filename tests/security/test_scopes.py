@@ -14,8 +14,8 @@ from soulflow.agent.tools import build_default_registry
 from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.web import WebFetchTool
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 from soulflow.conversation.access import AdminPolicy
 from soulflow.conversation.secret_command import make_secret_command
 from soulflow.security.inbound import InboundSealer

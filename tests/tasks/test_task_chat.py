@@ -22,9 +22,8 @@ from soulflow.agent.tools.files import ReadFileTool, WriteFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.backends.file.proposals import FileProposalMap
 from soulflow.backends.file.tasks import FileTaskStore
-from soulflow.bus.messages import InboundMessage, new_id
 from soulflow.channels.base import Command
-from soulflow.contracts import Announcement, TaskStepRef
+from soulflow.contracts import Announcement, InboundMessage, TaskStepRef, new_id
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
 from soulflow.tasks import (
     NodeKind,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from soulflow.backends.file.tasks import FileTaskStore
 from soulflow.backends.file.workflow import FileWorkflowLog
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 from soulflow.events.workflow import WorkflowEventService
 from soulflow.tasks import NodeKind, TaskEngine, TaskGraph, TaskNode, TaskStatus
 from soulflow.tasks.answers import require

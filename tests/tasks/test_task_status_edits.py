@@ -11,9 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from soulflow.bus.messages import OutboundMessage
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import Announcement, ChatRef, TaskStatusRef
+from soulflow.contracts import Announcement, ChatRef, OutboundMessage, TaskStatusRef
 from soulflow.tasks import NodeKind, NodeStatus, TaskGraph, TaskNode, TaskState
 from soulflow.tasks.contracts import TaskEvent
 from soulflow.tasks.progress import TaskProgress

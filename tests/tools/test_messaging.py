@@ -8,7 +8,7 @@ from typing import Any
 from soulflow.agent.tools.base import ChatRef, ToolContext, ToolServices
 from soulflow.agent.tools.messaging import UPLOAD_PROMPT, MessageTool, RequestFileTool
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage
 
 
 class Outbox:

@@ -20,8 +20,8 @@ from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.bwrap import Limits
 from soulflow.agent.tools.process import OutputPipe
 from soulflow.agent.tools.sandbox import CodeSandbox
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 from soulflow.conversation.capability_commands import make_repl_command
 from tests.tools.escape_corpus import NOT_ATTACKING, TECHNIQUES, Target, program
 from tests.tools.listener import Listener

@@ -15,8 +15,8 @@ from soulflow.agent.tools.base import ChatRef, ToolContext
 from soulflow.agent.tools.bwrap import BwrapDetector, SandboxMode
 from soulflow.agent.tools.python_sandbox import run_python
 from soulflow.agent.tools.sandbox import CodeSandbox
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import Command
+from soulflow.contracts import InboundMessage
 from soulflow.conversation.capability_commands import make_repl_command
 from tests.tools.sandbox_support import working_sandbox
 

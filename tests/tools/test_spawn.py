@@ -20,7 +20,7 @@ from soulflow.agent.tools.spawn import (
     run_subagent,
 )
 from soulflow.backends.file.runs import FileRunJournal
-from soulflow.providers.base import ProviderResult, ToolCall
+from soulflow.contracts import ProviderResult, ToolCall
 
 PARENT_CHAT = ChatRef("local", "c1", None, "u1", session_key="local:c1")
 

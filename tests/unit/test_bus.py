@@ -14,9 +14,8 @@ from soulflow.backends.file.inbound import InboundJournal
 from soulflow.backends.file.outbox import FileOutbox, Outbox
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.dispatcher import OutboundDispatcher
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.bus.retry import RetryPolicy
-from soulflow.contracts import OutboxEntry
+from soulflow.contracts import InboundMessage, OutboundMessage, OutboxEntry, SendError, SendResult
 
 
 def inbound(i: int, chat: str = "c1") -> InboundMessage:

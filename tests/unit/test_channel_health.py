@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import HealthBoard, LinkState
 from soulflow.channels.reader import ReadPolicy, run_channel
+from soulflow.contracts import InboundMessage, OutboundMessage, SendResult
 from soulflow.supervisor import Supervisor
 from tests.waiting import until
 

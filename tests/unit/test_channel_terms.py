@@ -11,11 +11,11 @@ import pytest
 
 from soulflow.backends.file.leases import MemoryLeases
 from soulflow.backends.leader import LeaderElection
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelAdapter
 from soulflow.channels.health import HealthBoard, LinkState, Role
 from soulflow.channels.leadership import AccountLeadership
 from soulflow.channels.reader import ChannelRestart, ReadPolicy, run_channel
+from soulflow.contracts import InboundMessage
 from tests.waiting import until
 
 ACCOUNT = "account:scripted"

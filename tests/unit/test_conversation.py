@@ -12,15 +12,22 @@ from soulflow.agent.tools.base import ChatRef
 from soulflow.backends.base import RunMoved
 from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendResult
 from soulflow.channels.base import ChannelAdapter, ChannelLimits
 from soulflow.channels.registry import ChannelRegistry
-from soulflow.contracts import ReplyStatus
+from soulflow.contracts import (
+    Attachment,
+    InboundMessage,
+    OutboundMessage,
+    ProviderError,
+    ProviderResult,
+    ReplyStatus,
+    SendResult,
+    ToolCall,
+)
 from soulflow.conversation.access import AccessPolicy
 from soulflow.conversation.attachments import ChatFiles
 from soulflow.conversation.turns import Conversation
 from soulflow.errors import StoreUnavailable
-from soulflow.providers.base import ProviderError, ProviderResult, ToolCall
 from tests.agent.domain_rig import agent_domain
 from tests.waiting import until
 

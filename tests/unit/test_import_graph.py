@@ -329,7 +329,7 @@ def test_the_checker_finds_wrong_way_imports(tmp_path: Path) -> None:
     annotation-only imports, own-package imports and downward ones are not."""
     root = tmp_path / "soulflow"
     files = {
-        "cron/service.py": "from soulflow.bus.messages import InboundMessage\n"
+        "cron/service.py": "from soulflow.bus.bus import MessageBus\n"
                            "from soulflow.contracts import ChatRef\nfrom . import store\n",
         "cron/store.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                          "    from soulflow.runtime import Runtime\n",

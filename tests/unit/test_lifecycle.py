@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from soulflow.bus.workers import KeyedSerialExecutor
 from soulflow.config import Settings, load_settings
+from soulflow.conversation.serial import KeyedSerialExecutor
 from soulflow.dashboard.errors import DashboardError
 from soulflow.runtime import DAEMON_INFO_FILE, Runtime, create_runtime
 from soulflow.storage.lock import WorkspaceLock

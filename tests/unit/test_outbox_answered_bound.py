@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from soulflow.backends.file.outbox import ANSWERED_KEPT, Outbox
-from soulflow.bus.messages import OutboundMessage
+from soulflow.contracts import OutboundMessage
 
 
 def reply(i: int) -> OutboundMessage:

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.backends.file.dead_letters import InboundDeadLetters
-from soulflow.bus.messages import Attachment, InboundMessage
 from soulflow.channels.base import Command
 from soulflow.channels.normalize import normalize_inbound, normalize_text, scrub_surrogates
 from soulflow.channels.poison import poison_message
+from soulflow.contracts import Attachment, InboundMessage
 from soulflow.conversation.quarantine import APOLOGY
 from soulflow.security.dead_letters import strict_redact
 from tests.unit.test_conversation import drained, msg, rig, settle  # noqa: F401 - rig: a fixture

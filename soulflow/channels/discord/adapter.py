@@ -39,7 +39,6 @@ import discord.abc
 import discord.gateway
 import discord.http
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import (
     AttachmentFolder,
     ChannelAdapter,
@@ -51,6 +50,7 @@ from soulflow.channels.discord import format as fmt
 from soulflow.channels.discord.feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import discord.http
 from discord.http import handle_message_parameters
 from discord.message import convert_emoji_reaction
 
-from soulflow.bus.messages import SendError
 from soulflow.channels.base import BEST_EFFORT_CONNECTIONS
 from soulflow.channels.discord import format as fmt
 from soulflow.channels.discord.http import RoutedHTTPClient
+from soulflow.contracts import SendError
 
 #: Longest rate-limit wait a feedback call sits out inside discord.py (ChannelFeedback's
 #: default call timeout); anything longer comes back as a cool-down.

@@ -17,9 +17,9 @@ import aiohttp
 import discord
 import discord.abc
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError
 from soulflow.channels.discord.http import route_client
 from soulflow.channels.files import safe_filename
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, SendError
 
 PROVIDER = "discord"
 # Only what a person writes: joins, pins, thread announcements etc. are not messages to answer.

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soulflow.bus.messages import InboundMessage, OutboundMessage, SendError, SendResult, new_id
 from soulflow.channels.base import ChannelAdapter, ChannelError, ChannelLimits
+from soulflow.contracts import InboundMessage, OutboundMessage, SendError, SendResult, new_id
 from soulflow.storage.jsonl import JsonlFile
 
 log = logging.getLogger(__name__)

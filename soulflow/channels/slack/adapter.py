@@ -19,7 +19,6 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import (
     BEST_EFFORT_CONNECTIONS,
     AttachmentFolder,
@@ -51,6 +50,7 @@ from soulflow.channels.slack.inbound import (
 )
 from soulflow.channels.splitting import split_text
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.slack.format import THREAD_CONTEXT_LINES, thread_context_lines
 from soulflow.channels.slack.inbound import NETWORK_ERRORS
+from soulflow.contracts import InboundMessage
 
 log = logging.getLogger(__name__)
 

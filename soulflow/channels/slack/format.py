@@ -18,7 +18,7 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from soulflow.bus.messages import Attachment, InboundMessage, SendError
+from soulflow.contracts import Attachment, InboundMessage, SendError
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.web.async_client import AsyncWebClient
 
-from soulflow.bus.messages import InboundMessage
 from soulflow.channels.base import ChannelError, drain
 from soulflow.channels.poison import poison_message
 from soulflow.channels.slack.format import (
@@ -36,6 +35,7 @@ from soulflow.channels.slack.format import (
     valid_ts,
 )
 from soulflow.channels.state import ChannelState
+from soulflow.contracts import InboundMessage
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ from telegram import Bot, ReactionTypeEmoji
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, TelegramError
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 from soulflow.channels.base import (
     BEST_EFFORT_CONNECTIONS,
     AttachmentFolder,
@@ -51,6 +50,7 @@ from soulflow.channels.telegram.http import (
     send_error,
     start_error,
 )
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
 
 log = logging.getLogger(__name__)
 

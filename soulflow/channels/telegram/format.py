@@ -27,7 +27,7 @@ from telegram import (
 )
 from telegram.constants import ChatType, MessageEntityType
 
-from soulflow.bus.messages import Attachment, InboundMessage, OutboundMessage
+from soulflow.contracts import Attachment, InboundMessage, OutboundMessage
 
 _FENCE = re.compile(r"^[ \t]*```([\w+#.-]*)[ \t]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)",
                     re.MULTILINE | re.DOTALL)

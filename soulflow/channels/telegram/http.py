@@ -38,8 +38,8 @@ from telegram.error import (
 from telegram.request import BaseRequest, RequestData
 from telegram.warnings import PTBDeprecationWarning
 
-from soulflow.bus.messages import SendError
 from soulflow.channels.base import ChannelError
+from soulflow.contracts import SendError
 
 
 class AiohttpRequest(BaseRequest):
