@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 
+from bench._journal_tail import JournalTail
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Journal statuses that mean "no answer was produced for this message".
 UNANSWERED = frozenset({"failed", "ignored", "refused", "quarantined"})
@@ -74,26 +76,11 @@ class JournalCount:
     path: Path
     received: set[str] = field(default_factory=set)
     done: dict[str, str] = field(default_factory=dict)
-    _offset: int = 0
-    _inode: int = 0
+    _tail: JournalTail | None = None
 
     def refresh(self) -> None:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return
-        if stat.st_ino != self._inode or stat.st_size < self._offset:
-            self._inode, self._offset = stat.st_ino, 0  # rewritten by compaction
-        with self.path.open("rb") as handle:
-            handle.seek(self._offset)
-            data = handle.read()
-        end = data.rfind(b"\n") + 1  # a line still being written is read next time
-        self._offset += end
-        for raw in data[:end].splitlines():
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
+        self._tail = self._tail or JournalTail(self.path)
+        for record in self._tail.new_records():
             if record.get("op") == "in" and isinstance(record.get("msg"), dict):
                 key = record["msg"].get("key") or _message_key(record["msg"])
                 self.received.add(key)

@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from bench._journal_tail import JournalTail
+
 PREFIX = "soak"
 NUMBER = re.compile(rf"\b{PREFIX} (\d+)\b")
 
@@ -74,26 +76,11 @@ class JournalStatuses:
     path: Path
     status: dict[int, str] = field(default_factory=dict)
     _numbers: dict[str, int] = field(default_factory=dict)
-    _offset: int = 0
-    _inode: int = 0
+    _tail: JournalTail | None = None
 
     def refresh(self) -> None:
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return
-        if stat.st_ino != self._inode or stat.st_size < self._offset:
-            self._inode, self._offset = stat.st_ino, 0
-        with self.path.open("rb") as handle:
-            handle.seek(self._offset)
-            data = handle.read()
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for raw in data[:end].splitlines():
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
+        self._tail = self._tail or JournalTail(self.path)
+        for record in self._tail.new_records():
             if record.get("op") == "in" and isinstance(record.get("msg"), dict):
                 msg = record["msg"]
                 if found := NUMBER.search(str(msg.get("text", ""))):

@@ -108,12 +108,16 @@ class JsonlFile:
 
     def close(self) -> None:
         with self._lock:
-            if self._fd is not None:
-                if self._dirty and self.fsync_policy != "never":
-                    os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = None
-                self._dirty = False
+            self._flush_and_close()
+
+    def _flush_and_close(self) -> None:
+        """Close the open descriptor, synced first if it has unsynced appends (lock held)."""
+        if self._fd is not None:
+            if self._dirty and self.fsync_policy != "never":
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+            self._dirty = False
 
     def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
         """Replace the whole file atomically (compaction)."""
@@ -130,12 +134,7 @@ class JsonlFile:
         """Rename the file to `target` (replacing it), flushed first; the next append starts a
         new file. False if there was nothing to rotate."""
         with self._lock:
-            if self._fd is not None:
-                if self._dirty and self.fsync_policy != "never":
-                    os.fsync(self._fd)
-                os.close(self._fd)
-                self._fd = None
-                self._dirty = False
+            self._flush_and_close()
             try:
                 os.replace(self.path, target)
             except FileNotFoundError:
