@@ -4,9 +4,12 @@ again and could otherwise send a later answer first (seen after a Redis restart 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from soulflow.backends.base import Completion
 from soulflow.backends.redis.backend import RedisBackend
 from tests.backends.conftest import Harness
-from tests.backends.helpers import outbound
+from tests.backends.helpers import inbound, outbound
 
 
 async def test_only_the_chats_holder_stores_an_answer(redis_harness: Harness) -> None:
@@ -33,3 +36,23 @@ async def test_an_answer_under_a_lease_replaced_in_redis_is_refused(
     await node.client.set(node.keys.lease(node.keys.partition_lease(0)), "node-b|999")
     assert not await node.outbox.put(outbound("c1", "answer", inbound_key="telegram:c1:1"))
     assert await node.outbox.count() == 0
+
+
+async def test_an_answer_refused_once_the_lease_lapsed_here_leaves_its_message_pending(
+        redis_harness: Harness) -> None:
+    """This node's own deadline for the lease passed (Redis was away a while) though Redis
+    still has the lease under its token: the answer is refused, so the message must not be
+    completed either, or nobody ever answers it. The chat's next holder runs it again."""
+    node = await redis_harness.open("node-a", partitions=1)
+    assert isinstance(node, RedisBackend)
+    assert await node.inbound.accept(inbound("c1", 1))
+    [message] = await node.inbound.claim()
+    lease = node.partitions._held[0]
+    node.partitions._held[0] = replace(lease, deadline=0.0)  # lapsed here, not in Redis
+    assert not await node.outbox.put(outbound("c1", "answer", inbound_key=message.key))
+    assert await node.inbound.complete(message.key, "answered") is Completion.FENCED
+    node.partitions._held[0] = lease
+    await redis_harness.close(node)  # hands the chat over
+    other = await redis_harness.open("node-b", partitions=1)
+    assert [m.key for m in await other.inbound.claim()] == [message.key]
+    assert not await other.outbox.has_answered(message.key)  # it answers it

@@ -6,7 +6,8 @@ for `pending()` and for finding the entry to acknowledge). Only the node holding
 lease reads its stream (`XREADGROUP … >`); when it acquires a partition it first takes over the
 entries a previous holder read and never acknowledged (`XAUTOCLAIM`, min idle 0: the expired lease
 already proves the old holder is gone). `complete` acknowledges and deletes the entry, fenced by
-the lease the message was claimed under.
+the lease the message was claimed under, in Redis and by this node's own deadline for it (as the
+answer's storing is, outbox.py: an answer refused must leave its message to the next holder).
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ class RedisInbound:
                 return Completion.UNKNOWN
             part_text, entry_id, _ = _text(raw).split("|", 2)
             claimed = _Claimed(_part(part_text), entry_id, "")
+        if claimed.lease_value and self._partitions.lease(claimed.part) is None:
+            # lapsed by this node's own deadline, if not yet in Redis: `RedisOutbox.put`
+            # refuses the answer from then on, so the message must stay for the next holder
+            return Completion.FENCED
         lease_key = (self._keys.lease(self._keys.partition_lease(claimed.part))
                      if claimed.lease_value else self._keys.inbound_pending)
         result = int(await self._complete(

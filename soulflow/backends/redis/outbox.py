@@ -67,6 +67,9 @@ class RedisOutbox:
         # message id → partition of the messages this node stored or read: a stored message
         # never changes, so neither does its chat; saves reading it again to send it
         self._parts: dict[str, Part] = {}
+        # message ids whose last `put` failed: Redis may have stored the message and died (or
+        # the connection broke) before answering; the next try then finds it stored
+        self._unsure: set[str] = set()
 
     def busy(self, part: int) -> bool:
         """A send of this partition is under way here (its partition must not move now)."""
@@ -84,11 +87,18 @@ class RedisOutbox:
         """Store a message. An answer to an inbound message is stored only under the chat's
         current partition lease, held by this node (checked in the same script): a node that
         lost the chat while its turn ran must not queue the answer, or the chat's new holder,
-        which runs that message again, could send a later answer first."""
+        which runs that message again, could send a later answer first.
+
+        A message stored by an earlier try whose answer was lost (Redis died, or the
+        connection broke, after running the script) counts as stored by this try: the caller
+        queues only what it stored, and nothing else would queue it while this node keeps
+        the chat."""
         k = self._keys
         part = self._part(message)
         answered = k.answered(message.inbound_key or "")
         fence_key, fence_value = k.outbox_sequence, ""
+        unsure = message.message_id in self._unsure
+        self._unsure.discard(message.message_id)
         if message.inbound_key:
             lease = self._partitions.lease(part)
             if lease is None:
@@ -96,11 +106,15 @@ class RedisOutbox:
                          "answers it", message.inbound_key)
                 return False
             fence_key, fence_value = k.lease(k.partition_lease(part)), lease.value
+        self._unsure.add(message.message_id)  # until Redis answers
         added = int(await self._put(
             keys=[k.outbox_messages, k.outbox_state, k.outbox_order(part), k.outbox_sequence,
                   answered, fence_key],
             args=[message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
                   "1" if message.inbound_key else "0", fence_value]))
+        self._unsure.discard(message.message_id)
+        if added == 0 and unsure:
+            return True  # stored by the try whose answer was lost
         if added < 0:
             log.info("not storing the answer to %s: its chat's partition is held under a newer "
                      "lease", message.inbound_key)
