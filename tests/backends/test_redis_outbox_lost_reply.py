@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis.outbox import RedisOutbox
 from soulflow.bus.dispatcher import OutboundDispatcher
 from soulflow.contracts import OutboundMessage, SendResult
 from soulflow.errors import StoreUnavailable
@@ -34,9 +35,10 @@ async def no_wait(delay: float) -> None:
     await asyncio.sleep(0)
 
 
-async def test_a_reply_whose_storing_answer_was_lost_is_sent(
-        redis_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = await redis_harness.open(partitions=1)
+async def outbox_losing_one_answer(harness: Harness, monkeypatch: pytest.MonkeyPatch
+                                   ) -> tuple[RedisBackend, RedisOutbox]:
+    """A Redis outbox whose next put is stored by Redis but whose answer never arrives."""
+    backend = await harness.open(partitions=1)
     assert isinstance(backend, RedisBackend)
     outbox = backend.outbox
     real = outbox._put
@@ -47,6 +49,12 @@ async def test_a_reply_whose_storing_answer_was_lost_is_sent(
         raise StoreUnavailable("Connection closed by server.")  # as the client maps it
 
     monkeypatch.setattr(outbox, "_put", answer_lost)
+    return backend, outbox
+
+
+async def test_a_reply_whose_storing_answer_was_lost_is_sent(
+        redis_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, outbox = await outbox_losing_one_answer(redis_harness, monkeypatch)
     sender = Sender()
     dispatcher = OutboundDispatcher(outbox, backend.dlq, lambda provider: sender,
                                     sleep=no_wait)
@@ -64,17 +72,7 @@ async def test_a_reply_whose_storing_answer_was_lost_is_sent(
 
 async def test_a_second_put_of_a_stored_reply_still_answers_already_pending(
         redis_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = await redis_harness.open(partitions=1)
-    assert isinstance(backend, RedisBackend)
-    outbox = backend.outbox
-    real = outbox._put
-
-    async def answer_lost(*args: Any, **kwargs: Any) -> Any:
-        await real(*args, **kwargs)
-        monkeypatch.undo()
-        raise StoreUnavailable("Connection closed by server.")
-
-    monkeypatch.setattr(outbox, "_put", answer_lost)
+    backend, outbox = await outbox_losing_one_answer(redis_harness, monkeypatch)
     reply = outbound("c1", "echo: m1")
     with pytest.raises(StoreUnavailable):
         await outbox.put(reply)
