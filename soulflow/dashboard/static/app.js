@@ -56,15 +56,13 @@ window.addEventListener("hashchange", () => { if (takeTokenFromAddress()) schedu
 
 function markReachable() {
   unreachableSince = null;
-  $("main").classList.remove("stale");
-  $("strip").classList.remove("stale");
+  for (const id of ["main", "strip", "summary"]) $(id).classList.remove("stale");
   $("stale").hidden = true;
 }
 
 function markUnreachable() {
   if (unreachableSince === null) unreachableSince = Date.now() / 1000;
-  $("main").classList.add("stale");
-  $("strip").classList.add("stale");
+  for (const id of ["main", "strip", "summary"]) $(id).classList.add("stale");
   const box = $("stale");
   const when = new Date(unreachableSince * 1000).toLocaleTimeString();
   const what = lastState ? "the cards below show what it said last, greyed out" : "nothing to show yet";

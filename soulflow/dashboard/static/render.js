@@ -97,10 +97,16 @@ export function patchChildren(container, wanted) {
     patchNode(old, fresh);
     return old;
   });
+  const focused = document.activeElement;
+  const lost = pool.some(old => !used.has(old) && old.contains(focused));
   for (const old of pool) if (!used.has(old)) old.remove();
   keep.forEach((node, index) => {
     if (container.childNodes[index] !== node) container.insertBefore(node, container.childNodes[index] || null);
   });
+  // the focused control went (its approval was decided): the focus goes to the section's
+  // heading, not to <body> (the keyboard would start again from the top), and not to the
+  // next button (a second Enter would decide an approval nobody looked at)
+  if (lost) container.closest("section")?.querySelector("h2")?.focus();
 }
 
 // A list's rows (from `item`), or a sentence saying what to do when it is empty.
