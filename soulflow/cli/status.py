@@ -21,7 +21,12 @@ def run_status_command(settings: Settings, args: argparse.Namespace) -> int:
     state = DaemonClient.connect(settings).get("/api/state")
     if args.json:
         print(json.dumps(state, indent=2, ensure_ascii=False))
-        return 0
+        return 0 if is_well(state) else 1
+    return print_status(state)
+
+
+def print_status(state: dict[str, Any]) -> int:
+    """The lines for one `/api/state`; the exit status (see `is_well`)."""
     queues, counters = state["queues"], state["counters"]
     print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
     print(f"  workspace  {state['workspace']}")
