@@ -142,7 +142,10 @@ class PortReservation:
             infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
             for family, kind, proto, _, address in dict.fromkeys(infos):
-                sock = socket.socket(family, kind, proto)
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError:  # a family this host lacks: skipped, as the listener does
+                    continue
                 reservation.sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
