@@ -122,3 +122,44 @@ def _decide(daemon: Daemon, key: str, decision: str) -> None:
         {"run_id": approval["run_id"], "approval_id": approval["approval_id"]}
     answer = daemon.api("POST", "/api/approvals/decide", json={**target, "decision": decision})
     assert answer.status_code == 200, answer.text
+
+
+PATCH_CASES = """
+const done = arguments[arguments.length - 1];
+import("/static/render.js").then(({ el, button, item, fill }) => {
+  const box = el("div", "list");
+  document.getElementById("sec-decisions").append(box);
+  const rows = keys => keys.map(k => item({ key: k, title: "row " + k,
+    actions: [button("Go", "go", () => {}, {}, "go")] }));
+  fill(box, rows(["a", "b", "c"]), "none");
+  const [a, b, c] = [...box.children];
+  const goB = b.querySelector("button");
+  fill(box, rows(["c", "a", "b"]), "none");          // reordered: the same three nodes
+  const reordered = box.children[0] === c && box.children[1] === a && box.children[2] === b;
+  fill(box, [item({ key: "b", title: "row b, renamed", actions: [
+    button("Stop", "stop", () => {}, {}, "stop")] })], "none");  // its button changed meaning
+  const kept = box.children.length === 1 && box.children[0] === b;
+  const renamed = b.querySelector(".title").textContent === "row b, renamed";
+  const stop = b.querySelector("button");
+  const newButton = stop !== goB && stop.textContent === "Stop";
+  fill(box, [], "Nothing here.");
+  const empty = box.textContent === "Nothing here.";
+  fill(box, rows(["<img src=x onerror=alert(1)>"]), "none");  // a key is an attribute value
+  const hostile = box.querySelectorAll("img").length === 0 &&
+    box.children[0].dataset.key === "<img src=x onerror=alert(1)>";
+  box.remove();
+  done({ reordered, kept, renamed, newButton, empty, hostile });
+});
+"""
+
+
+def test_patching_keeps_nodes_by_key_and_replaces_what_changed_meaning(browser,
+                                                                       make_daemon) -> None:
+    """The keyed update any card uses (render.js `fill`): rows move without being rebuilt, a
+    button whose meaning changed is a new node, an empty list says so, keys stay text."""
+    daemon = make_daemon().start()
+    open_console(browser, daemon)
+    result = browser.execute_async_script(PATCH_CASES)
+    assert result == {"reordered": True, "kept": True, "renamed": True, "newButton": True,
+                      "empty": True, "hostile": True}
+    assert console_errors(browser) == []
