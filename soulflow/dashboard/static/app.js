@@ -105,7 +105,7 @@ function purgeActions(key, label, doPurge) {
 }
 
 function rerender(rowKey, focusKey) {
-  if (lastState) render(lastState);
+  if (lastState) render(lastState, false);
   const row = document.querySelector(`#sec-dlq [data-key="${CSS.escape(rowKey)}"]`);
   row?.querySelector(`button[data-key="${focusKey}"]`)?.focus();
 }
@@ -205,6 +205,8 @@ function renderCron(s) {
 
 function renderDlq(s) {
   const dlq = s.dlq || { outbound: [], inbound: [] };
+  const present = new Set([...dlq.outbound.map(e => e.message_id), ...(dlq.inbound.length ? ["inbound-all"] : [])]);
+  for (const key of confirming) if (!present.has(key)) confirming.delete(key);  // replayed meanwhile
   fill($("dlq-out"), dlq.outbound.map(e => item({
     key: e.message_id,
     cls: "dead-letter",
@@ -263,11 +265,12 @@ function renderDecisions(s) {
 let lastTraffic = null;
 window.addEventListener("resize", () => { if (lastTraffic) drawChart($("chart"), lastTraffic); });
 
-function render(s) {
+// `fresh`: `s` was just read from the daemon (not a redraw of the last state after a local
+// change, such as a Purge waiting for its second press)
+function render(s, fresh = true) {
   lastState = s;
   lastTraffic = s.traffic;
-  tokenAccepted();
-  markReachable();
+  if (fresh) { tokenAccepted(); markReachable(); }
   const rows = attention(s);
   renderStrip($("strip"), rows);
   renderSummary(s); renderApprovals(s); renderChannels(s); renderRuns(s); renderCron(s);
