@@ -62,10 +62,12 @@ def marked_and_focused(driver: Any, mark: str) -> bool:
         mark))
 
 
-def test_focused_approve_keeps_its_node_and_keyboard_decides(browser, make_daemon,
-                                                             fake_llm) -> None:
+@pytest.mark.parametrize("width", [1280, 375])
+def test_focused_approve_keeps_its_node_and_keyboard_decides(browser, make_daemon, fake_llm,
+                                                             width: int) -> None:
     daemon = make_daemon().start()
     open_console(browser, daemon)
+    browser.set_window_size(width, 1000)
     first = ask_approval(daemon, fake_llm, "alpha")
     second = ask_approval(daemon, fake_llm, "beta")
     until(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#approvals .approval")) == 2,
