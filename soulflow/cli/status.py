@@ -2,6 +2,8 @@
 
 One line per part (provider, backend, sandbox, disk, local model, channels, heartbeat and
 ops, queues, counters), so a glance tells whether the daemon is well and what to look at.
+The exit status says it to a script: 0 when well, 1 when a channel is failing or the daemon
+reports a problem (`problems` in /api/state), so `soulflow status || alert` works.
 """
 
 from __future__ import annotations
@@ -19,11 +21,20 @@ def run_status_command(settings: Settings, args: argparse.Namespace) -> int:
     state = DaemonClient.connect(settings).get("/api/state")
     if args.json:
         print(json.dumps(state, indent=2, ensure_ascii=False))
-        return 0
+        return 0 if is_well(state) else 1
+    return print_status(state)
+
+
+def print_status(state: dict[str, Any]) -> int:
+    """The lines for one `/api/state`; the exit status (see `is_well`)."""
     queues, counters = state["queues"], state["counters"]
     print(f"SoulFlow {state['version']} running (pid {state['pid']}, up {state['uptime_s']}s)")
     print(f"  workspace  {state['workspace']}")
     print(f"  provider   {state['provider'] or 'none configured'}")
+    ops_problems = {p.get("message") for p in (state.get("ops") or {}).get("problems") or []}
+    for problem in state.get("problems") or []:
+        if problem not in ops_problems:  # those are printed with the background's lines
+            print(f"  PROBLEM    {clip(problem, 150)}")
     _print_backend(state.get("backend") or {})
     if state.get("sandbox"):
         sandbox = state["sandbox"]
@@ -40,7 +51,26 @@ def run_status_command(settings: Settings, args: argparse.Namespace) -> int:
     print("  queues     " + ", ".join(f"{k}={v}" for k, v in queues.items()))
     print("  counters   " + ", ".join(f"{k}={v}" for k, v in counters.items()))
     print(f"  sessions   {len(state['sessions'])}")
-    return 0
+    return 0 if is_well(state) else 1
+
+
+def is_well(state: dict[str, Any]) -> bool:
+    """No channel failing and no problem reported: what the exit status says."""
+    failing = [c for c in state.get("channels") or [] if c.get("status") == "failing"]
+    return not failing and not state.get("problems")
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` on one line within `limit` characters, cut at a word's end with "…" (a cut
+    mid-word reads like a different word)."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[:limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:  # a very long word (a URL) is cut where it must be
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _print_backend(backend: dict[str, Any]) -> None:
@@ -54,7 +84,7 @@ def _print_backend(backend: dict[str, Any]) -> None:
     if not backend.get("connected", True):
         since = backend.get("since")
         when = time.strftime("%H:%M:%S", time.localtime(since)) if since else "?"
-        line += f"; UNREACHABLE since {when}: {str(backend.get('last_error', ''))[:100]}"
+        line += f"; UNREACHABLE since {when}: {clip(backend.get('last_error', ''), 100)}"
     print(line)
 
 
@@ -96,14 +126,14 @@ def _print_channels(state: dict[str, Any]) -> None:
         if channel.get("restarts"):
             line += f", restarted {channel['restarts']}x"
         if channel.get("last_error"):
-            line += f"; last error: {channel['last_error'][:120]}"
+            line += f"; last error: {clip(channel['last_error'], 120)}"
         print(line)
     count = state["queues"].get("inbound_dlq", 0)
     if count:
         print(f"  quarantined {count} inbound message(s); see `soulflow dlq list --inbound`")
         for entry in (state.get("inbound_dlq") or [])[-3:]:
             print(f"    {entry['provider']}:{entry['chat_id']} at {entry['stage']}: "
-                  f"{entry['error'][:100]}")
+                  f"{clip(entry['error'], 100)}")
 
 
 def _print_background(state: dict[str, Any]) -> None:
@@ -115,6 +145,6 @@ def _print_background(state: dict[str, Any]) -> None:
               f"last: {last} ({heartbeat.get('model_calls', 0)} model call(s) since start)")
     ops = state.get("ops") or {}
     for problem in ops.get("problems") or []:
-        print(f"  problem    {problem['message'][:150]}")
+        print(f"  problem    {clip(problem['message'], 150)}")
     for action in (ops.get("actions") or [])[-3:]:
-        print(f"  watchdog   {action['kind']} {action['target']}: {action['reason'][:120]}")
+        print(f"  watchdog   {action['kind']} {action['target']}: {clip(action['reason'], 120)}")

@@ -198,7 +198,8 @@ class Conversation:
         self._on_event("inbound.received", {
             "provider": message.provider, "chat_id": message.chat_id,
             "message_id": message.message_id, "sender_id": message.sender_id,
-            "text": message.text[:500]})
+            # the name the approval card shows too: a person, not a numeric id
+            "sender_name": message.sender_name[:100], "text": message.text[:500]})
 
     def _refuse(self, message: InboundMessage) -> None:
         log.info("refused %s user %s (not on the allow-list)", message.provider,

@@ -21,6 +21,8 @@ connections as the process has descriptors. aiohttp has no hook for either, so:
 from __future__ import annotations
 
 import asyncio
+import socket
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from aiohttp import web
@@ -28,6 +30,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
 from soulflow.dashboard.connections import Connection, ConnectionGate, address_key
+from soulflow.dashboard.errors import DashboardError
 
 #: listen(2) backlog: connections the kernel holds before the daemon accepts them (they cost
 #: the daemon no descriptor until then)
@@ -116,3 +119,50 @@ async def listen(runner: web.AppRunner, host: str, port: int,
                                    keepalive_timeout=idle)
 
     return await loop.create_server(protocol, host, port, backlog=BACKLOG)
+
+
+@dataclass
+class PortReservation:
+    """The dashboard's address, bound (not listening) before the daemon creates anything.
+
+    `soulflow run` with its port taken must fail before it makes the workspace, its
+    runtime/ files or its lock: so the port is bound first, the way the listener will bind
+    it (every address `host` resolves to, SO_REUSEADDR), and held while the runtime is built.
+    `release()` frees it just before `listen` binds for real, in the same process a moment
+    later; a program that takes the port in that moment still gets the same error then."""
+
+    host: str
+    port: int
+    sockets: list[socket.socket] = field(default_factory=list)
+
+    @classmethod
+    def take(cls, host: str, port: int) -> PortReservation:
+        reservation = cls(host, port)
+        try:
+            infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError:  # a family this host lacks: skipped, as the listener does
+                    continue
+                reservation.sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+        except OSError as exc:
+            reservation.release()
+            raise cannot_listen(host, port, exc) from None
+        return reservation
+
+    def release(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        self.sockets.clear()
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> DashboardError:
+    return DashboardError(
+        f"cannot listen on {host}:{port} ({exc.strerror or exc}); set DASHBOARD_PORT to a "
+        "free port or stop the program using it")

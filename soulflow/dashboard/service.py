@@ -35,7 +35,6 @@ from soulflow.channels.local.adapter import InvalidChatId, LocalChannel
 from soulflow.dashboard.actions import ActionError, ConsoleActions, Operator
 from soulflow.dashboard.connections import ConnectionGate, ConnectionLimits
 from soulflow.dashboard.console import Console
-from soulflow.dashboard.errors import DashboardError
 from soulflow.dashboard.guard import (
     SAFE_METHODS,
     STATIC_ASSETS,
@@ -44,7 +43,7 @@ from soulflow.dashboard.guard import (
     decode_json_object,
     is_guarded,
 )
-from soulflow.dashboard.listener import IN_FLIGHT, listen
+from soulflow.dashboard.listener import IN_FLIGHT, PortReservation, cannot_listen, listen
 from soulflow.dashboard.metrics import CONTENT_TYPE, render_metrics
 from soulflow.events.hub import EventHub
 from soulflow.runtime.view import DaemonView
@@ -80,12 +79,26 @@ async def _hardening_headers(request: web.Request, response: web.StreamResponse)
     response.headers.setdefault("Referrer-Policy", "no-referrer")
 
 
+def _no_model_answers(state: dict[str, Any]) -> None:
+    """Every configured provider failed its last call: nothing can answer, so the daemon is
+    not `ok` and says why (one provider failing among others is the fallback's job)."""
+    providers = state.get("providers") or []
+    if not providers or any(p.get("healthy", True) for p in providers):
+        return
+    for provider in providers:
+        state.setdefault("problems", []).append(
+            f"model provider {provider['name']} failed its last call: "
+            f"{provider.get('last_error') or 'no answer'}")
+    state["ok"] = False
+
+
 class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
                  state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
                  ready: Callable[[], bool], allowed_hosts: Iterable[str] = (),
                  routes: Iterable[web.RouteDef] = (), runtime: DaemonView | None = None,
-                 limits: ConnectionLimits | None = None) -> None:
+                 limits: ConnectionLimits | None = None,
+                 reservation: PortReservation | None = None) -> None:
         self.host = host
         self.policy = RequestPolicy.build(host, allowed_hosts)
         self.port = port
@@ -108,6 +121,8 @@ class DashboardService:
         # slow or too many clients (see connections.py); fitted to the fd limit at start
         self.gate = ConnectionGate(limits or ConnectionLimits())
         self.bound_port: int | None = None
+        # the port, bound before the runtime created anything (listener.PortReservation)
+        self._reservation = reservation
 
     # -- app -----------------------------------------------------------------------------
 
@@ -229,6 +244,7 @@ class DashboardService:
                 self._sections_failing = True
             else:
                 self._sections_failing = False
+            _no_model_answers(state)
         return state
 
     async def _page(self, request: web.Request) -> web.Response:
@@ -379,14 +395,13 @@ class DashboardService:
         self._runner = web.AppRunner(self.build_app(), access_log=None,
                                      handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
+        self.release_reservation()
         try:
             self._listener = await listen(self._runner, self.host, self.port, self.gate)
         except OSError as exc:
             await self._runner.cleanup()
             self._runner = None
-            raise DashboardError(
-                f"cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); set "
-                "DASHBOARD_PORT to a free port or stop the program using it") from None
+            raise cannot_listen(self.host, self.port, exc) from None
         sockets = self._listener.sockets
         self.bound_port = int(sockets[0].getsockname()[1]) if sockets else self.port
         log.info("dashboard on http://%s:%s/", self.host, self.bound_port)
@@ -406,7 +421,13 @@ class DashboardService:
                  open_files)
         return limits
 
+    def release_reservation(self) -> None:
+        if self._reservation is not None:
+            self._reservation.release()
+            self._reservation = None
+
     async def stop(self) -> None:
+        self.release_reservation()  # a start that never came (the runtime failed first)
         if self._actions is not None:
             await self._actions.stop()
         if self._listener is not None:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
+from soulflow.providers.wiring import configured_provider_names
 from soulflow.security.crypto import KEY_SIZE
 from soulflow.security.protected import KEY_FILE_NAME, RUNTIME_DIR, SECURITY_DIR, key_file_path
 from soulflow.storage.env_file import ENV_FILE_NAME, UnsafeEnvFile, read_env_text
@@ -133,5 +134,7 @@ async def check_settings(ctx: DoctorContext) -> list[CheckResult]:
         fix = ("edit .env (or the environment) as the message says; docs/config.md lists "
                "every setting") if ctx.workspace.is_dir() else f"soulflow init {ctx.workspace}"
         return [fail(name, ctx.settings_error or "the settings do not parse", fix)]
-    provider = ctx.settings["PROVIDER"] or "first configured"
+    configured = configured_provider_names(ctx.settings)
+    provider = ctx.settings["PROVIDER"] or \
+        (f"first configured, {configured[0]}" if configured else "none configured")
     return [ok(name, f"valid (provider: {provider})")]

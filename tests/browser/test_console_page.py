@@ -51,8 +51,8 @@ def event_texts(driver: Any) -> list[str]:
 
 
 def click(driver: Any, selector: str, what: str) -> None:
-    """Find and click in one step: the page re-renders on every event, so a button found a
-    moment ago may have been replaced by its twin."""
+    """Find and click in one step: a button found a moment ago may be gone (its row decided
+    or its meaning changed, Pause to Resume) by the time it is clicked."""
     def press(d: Any) -> bool:
         d.find_element(By.CSS_SELECTOR, selector).click()
         return True

@@ -75,3 +75,19 @@ async def test_a_silent_server_times_out_without_hanging(workspace: Path) -> Non
     assert status is Status.FAIL and "Timed out" in message
     assert line(report, "clock")[0] in (Status.WARN, Status.FAIL)
     assert report.exit_code == 1
+
+
+async def test_no_provider_is_said_none_configured(workspace: Path) -> None:
+    report = await diagnose(workspace, dict(BASE_ENV), timeout_s=5)  # LOCAL_MODEL=off
+    status, message, fix = line(report, "providers")
+    assert status is Status.WARN and message.startswith("none configured")
+    assert "OPENROUTER_API_KEY" in fix
+    status, message, _ = line(report, "settings")
+    assert message == "valid (provider: none configured)"
+
+
+async def test_settings_name_the_first_configured_provider(workspace: Path,
+                                                          openai: FakeOpenAI) -> None:
+    openai.script_reply("OK")
+    report = await diagnose(workspace, env_for(openai.base_url), timeout_s=5)
+    assert line(report, "settings")[1] == "valid (provider: first configured, openrouter)"

@@ -1,16 +1,56 @@
 // Talking to the daemon: JSON requests and the live event stream (SSE read over fetch, so the
 // token can travel in a header, which EventSource cannot send).
+//
+// The token (when DASHBOARD_TOKEN is set) reaches the page as `/#token=...` (at load or added
+// to the address later: `hashchange`) or through the token form; it is kept for this tab only
+// (sessionStorage) and sent only as an `Authorization` header. The fragment is never sent to
+// the server, it is wiped from the address (and so from history) at once, and the server
+// answers with `Referrer-Policy: no-referrer`, so it is in no log and no Referer.
 "use strict";
 
-// The token (when DASHBOARD_TOKEN is set) is given once as /#token=..., kept for this tab only.
-const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
-if (hashToken) { sessionStorage.setItem("soulflow-token", hashToken); history.replaceState(null, "", "/"); }
-const token = sessionStorage.getItem("soulflow-token") || "";
-const authHeaders = token ? { Authorization: "Bearer " + token } : {};
+const STORE = "soulflow-token";
+let token = sessionStorage.getItem(STORE) || "";
+let tokenWaiters = [];
+
+// The daemon did not answer at all (stopped, restarting, network): not an HTTP error.
+export class Unreachable extends Error {}
+// 401: no token, or not the right one.
+export class NeedsToken extends Error {}
+
+export function hasToken() { return token !== ""; }
+
+export function setToken(value) {
+  token = (value || "").trim();
+  if (token) sessionStorage.setItem(STORE, token); else sessionStorage.removeItem(STORE);
+  const waiters = tokenWaiters; tokenWaiters = [];
+  waiters.forEach(wake => wake());
+}
+
+// Resolves when a token is given (form or address): a request refused with 401 waits here.
+export function tokenChanged() { return new Promise(resolve => tokenWaiters.push(resolve)); }
+
+// Take `#token=...` from the address, if there, and wipe it from the address bar.
+export function takeTokenFromAddress() {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given === null) return false;
+  history.replaceState(null, "", location.pathname + location.search);
+  setToken(given);
+  return true;
+}
+
+function headers(extra = {}) {
+  return token ? { Authorization: "Bearer " + token, ...extra } : { ...extra };
+}
 
 export async function api(path, options = {}) {
-  const response = await fetch(path, { ...options, headers: { ...authHeaders, ...(options.headers || {}) } });
+  let response;
+  try {
+    response = await fetch(path, { ...options, headers: headers(options.headers || {}), cache: "no-store" });
+  } catch (err) {  // a TypeError with a browser's words ("Failed to fetch"): say what it means
+    throw new Unreachable("the daemon does not answer (stopped, restarting, or the network is down)");
+  }
   const body = await response.json().catch(() => ({}));
+  if (response.status === 401) throw new NeedsToken(body.error || "a token is needed");
   if (!response.ok) throw new Error(body.error || ("HTTP " + response.status));
   return body;
 }
@@ -23,16 +63,18 @@ export function post(path, body) {
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
 // Follows /api/events for ever: reconnects after a drop (daemon restart included) and asks
-// for what it missed with Last-Event-ID. `handlers.status(text)` says live / reconnecting,
-// `handlers.hello(info)` is called on each (re)connection, `handlers.event(ev)` per event.
+// for what it missed with Last-Event-ID. `handlers.status(text)` says live / reconnecting /
+// token (refused: waits for a token before trying again), `handlers.hello(info)` is called on
+// each (re)connection, `handlers.event(ev)` per event.
 export async function followEvents(handlers) {
   let lastId = "";
   let delay = 500;
   for (;;) {
+    let refused = false;
     try {
-      const headers = { ...authHeaders };
-      if (lastId) headers["Last-Event-ID"] = lastId;
-      const response = await fetch("/api/events", { headers, cache: "no-store" });
+      const extra = lastId ? { "Last-Event-ID": lastId } : {};
+      const response = await fetch("/api/events", { headers: headers(extra), cache: "no-store" });
+      if (response.status === 401) refused = true;
       if (!response.ok || !response.body) throw new Error("HTTP " + response.status);
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
@@ -58,6 +100,12 @@ export async function followEvents(handlers) {
       }
     } catch (err) {
       // a dropped connection (TypeError: network error) is what a restart looks like
+    }
+    if (refused) {
+      handlers.status("token");
+      await tokenChanged();
+      delay = 500;
+      continue;
     }
     handlers.status("reconnecting");
     await sleep(delay);
