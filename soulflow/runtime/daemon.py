@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any, Protocol
 
 import soulflow.runtime.wiring as wiring
-from soulflow import __version__
+from soulflow import __version__, tracing
 from soulflow.agent.approvals import ApproverPolicy
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -254,6 +254,13 @@ class Runtime:
         grace = float(settings["SHUTDOWN_GRACE_S"])  # for answers and sends in flight
         self.started_at = time.time()
         stack.callback(install_log_redaction(self.redactor))  # returns its uninstall
+        # traces (OTEL_EXPORTER_OTLP_ENDPOINT set): first, so every task started below
+        # inherits the tracer; flushed and shut down last, after every span has ended
+        traces = tracing.start(os.environ, __version__)
+        if traces is not None:
+            stack.push_async_callback(traces.stop)
+            tracing.use(traces.tracer)
+            log.info("tracing to %s", tracing.endpoint_host(os.environ))
         # written last (it carries the dashboard's URL), removed once every store is closed
         stack.callback((settings.runtime_dir / DAEMON_INFO_FILE).unlink, missing_ok=True)
         stack.callback(self.sandbox.quotas.close)  # the chat folders' usage index
