@@ -419,7 +419,8 @@ class Conversation:
                 except RunMoved:  # taken over again by a newer holder of the chat
                     log.info("run %s moved to another node, which continues it", run_id)
                     return
-                self.publish_to_chat(chat, reply.content, reply.approval)
+                with tracing.within(reply.trace):  # delivered in the run's turn's trace
+                    self.publish_to_chat(chat, reply.content, reply.approval)
 
             self._executor.submit(chat.key, job)
             resumed += 1

@@ -45,7 +45,7 @@ from soulflow.bus.bus import MessageBus
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.reader import run_channel
-from soulflow.config import Settings
+from soulflow.config import Settings, read_env_file
 from soulflow.contracts import ApprovalRef, ChatRef, OutboundMessage, SendResult
 from soulflow.conversation.access import AdminPolicy
 from soulflow.conversation.replies import BusReplies
@@ -257,6 +257,7 @@ class Runtime:
         # traces (OTEL_EXPORTER_OTLP_ENDPOINT set): first, so every task started below
         # inherits the tracer; flushed and shut down last, after every span has ended
         traces = tracing.start(os.environ, __version__)
+        _warn_of_otel_in_env_file(settings)
         if traces is not None:
             stack.push_async_callback(traces.stop)
             tracing.use(traces.tracer)
@@ -442,6 +443,17 @@ class FrontEnd(Protocol):
 
 FrontEndFactory = Callable[[Runtime], FrontEnd]
 """Builds the HTTP front end around the runtime, at the end of its construction."""
+
+
+def _warn_of_otel_in_env_file(settings: Settings) -> None:
+    """OpenTelemetry reads its `OTEL_*` variables from the process environment only: say
+    so when `.env` holds some, instead of leaving the operator without traces, unexplained."""
+    ignored = sorted(name for name in read_env_file(settings.workspace)
+                     if name.startswith("OTEL_") and name not in os.environ)
+    if ignored:
+        log.warning("%s in .env %s not read: OpenTelemetry takes its settings from the "
+                    "process environment (docs/operations.md, \"Traces\")",
+                    ", ".join(ignored), "is" if len(ignored) == 1 else "are")
 
 
 def create_runtime(settings: Settings, front_end: FrontEndFactory | None = None) -> Runtime:

@@ -42,11 +42,12 @@ from soulflow.tracing.api import (
     span,
     traceparent,
     use,
+    within,
 )
 
 __all__ = ["OFF", "Attributes", "AttributeValue", "Kind", "Session", "Span", "SpanScope",
            "Tracer", "active", "configured", "endpoint_host", "span", "start", "traceparent",
-           "use"]
+           "use", "within"]
 
 log = logging.getLogger(__name__)
 

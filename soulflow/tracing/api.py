@@ -36,6 +36,8 @@ class Tracer(Protocol):
 
     def traceparent(self) -> str: ...
 
+    def within(self, parent: str) -> SpanScope: ...
+
 
 class SpanScope(Protocol):
     def __enter__(self) -> Span: ...
@@ -85,6 +87,16 @@ def traceparent() -> str:
     what a durable record stores so the trace goes on where it is picked up."""
     tracer = _ACTIVE.get()
     return "" if tracer is None else tracer.traceparent()
+
+
+def within(parent: str) -> SpanScope:
+    """Make a stored traceparent the current trace for the block, without a span of its
+    own: what the block stores (a reply to the outbox) joins that trace. For work done on a
+    run outside its turn (a decision from the dashboard or a reaction, a resumed run)."""
+    tracer = _ACTIVE.get()
+    if tracer is None or not parent:
+        return OFF
+    return tracer.within(parent)
 
 
 def active() -> bool:

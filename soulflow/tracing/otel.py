@@ -12,8 +12,10 @@ runtimes in one process (tests) do not share one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,7 +43,7 @@ _KINDS = {Kind.INTERNAL: SpanKind.INTERNAL, Kind.CLIENT: SpanKind.CLIENT,
           Kind.CONSUMER: SpanKind.CONSUMER, Kind.PRODUCER: SpanKind.PRODUCER}
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 #: the longest a flush at stop may hold the daemon's shutdown (a collector that is down)
-STOP_FLUSH_MS = 3000
+STOP_FLUSH_S = 3.0
 
 
 def parse_traceparent(value: str) -> SpanContext | None:
@@ -110,6 +112,18 @@ class OtelTracer:
                 span.fail(type(exc).__name__)
                 raise
 
+    @contextmanager
+    def within(self, parent: str) -> Iterator[Span]:
+        found = None if self.closed else parse_traceparent(parent)
+        if found is None:
+            yield OFF
+            return
+        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(found)))
+        try:
+            yield OFF
+        finally:
+            otel_context.detach(token)
+
     def traceparent(self) -> str:
         if self.closed:
             return ""
@@ -125,18 +139,33 @@ class TracingSession:
     tracer: OtelTracer
 
     async def stop(self) -> None:
-        """Send what is buffered (bounded: a collector that is down costs at most
-        STOP_FLUSH_MS), then shut the provider down; off the event loop, as the exporter
-        blocks."""
+        """Send what is buffered, then shut the provider down, waiting at most STOP_FLUSH_S:
+        the exporter blocks, and retries a collector that is down for longer than a
+        shutdown should take. So it runs in a thread of its own (a daemon thread: what it
+        has not sent when the process exits is dropped)."""
         self.tracer.closed = True
-        await asyncio.to_thread(self._shutdown)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
 
-    def _shutdown(self) -> None:
+        def settle() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def shut_down() -> None:
+            try:
+                self.provider.shutdown()
+            except Exception:  # tracing never stops a shutdown
+                log.warning("shutting the trace exporter down failed", exc_info=True)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                    loop.call_soon_threadsafe(settle)
+
+        threading.Thread(target=shut_down, name="otel-shutdown", daemon=True).start()
         try:
-            self.provider.force_flush(STOP_FLUSH_MS)
-            self.provider.shutdown()
-        except Exception:  # tracing never stops a shutdown
-            log.warning("flushing traces at stop failed", exc_info=True)
+            await asyncio.wait_for(done, STOP_FLUSH_S)
+        except TimeoutError:
+            log.warning("traces not all sent within %gs at stop (is the collector "
+                        "reachable?); the rest are dropped", STOP_FLUSH_S)
 
 
 def session_with(processors: Iterable[SpanProcessor], version: str,

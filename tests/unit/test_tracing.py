@@ -284,3 +284,22 @@ async def test_an_unsupported_protocol_leaves_tracing_off(caplog: pytest.LogCapt
     session = tracing.start({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, __version__)
     assert session is not None
     await session.stop()  # nothing buffered: returns at once, the collector never asked
+
+
+def test_within_makes_a_stored_trace_current_without_a_span_of_its_own(
+        exported: tuple[TracingSession, InMemorySpanExporter]) -> None:
+    """A reply published outside its turn (a decision from the dashboard, a resumed run)
+    is stored with the trace of the run's turn."""
+    _, exporter = exported
+    with tracing.span("soulflow.turn"):
+        turn = tracing.traceparent()
+    assert tracing.traceparent() == ""
+    with tracing.within(turn):
+        assert tracing.traceparent() == turn
+        with tracing.span("soulflow.deliver"):
+            pass
+    with tracing.within("not a traceparent"):
+        assert tracing.traceparent() == ""
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["soulflow.turn", "soulflow.deliver"]
+    assert _parent_id(spans[1]) == spans[0].context.span_id
