@@ -124,7 +124,12 @@ def test_a_collector_that_is_down_costs_the_chat_nothing(make_daemon,
     with CollectorThread() as gone:
         url = gone.url  # a loopback port nobody listens on any more
     daemon = make_daemon(OTEL_EXPORTER_OTLP_ENDPOINT=url, OTEL_EXPORTER_OTLP_TIMEOUT="1",
-                         **FAST_EXPORT).start()
+                         **FAST_EXPORT)
+    env_file = daemon.workspace / ".env"  # where OpenTelemetry never looks
+    env_file.write_text("OTEL_SERVICE_NAME=from-env-file\n")
+    env_file.chmod(0o600)
+    daemon.start()
     assert daemon.wait_reply(daemon.say("still there?"))["content"] == "echo: still there?"
     assert daemon.stop(signal.SIGTERM) == 0
     assert "tracing to http://127.0.0.1:" in daemon.log()
+    assert "OTEL_SERVICE_NAME in .env is not read" in daemon.log()

@@ -303,3 +303,17 @@ def test_within_makes_a_stored_trace_current_without_a_span_of_its_own(
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == ["soulflow.turn", "soulflow.deliver"]
     assert _parent_id(spans[1]) == spans[0].context.span_id
+
+
+def test_without_the_extra_the_daemon_says_so_once_and_runs_untraced() -> None:
+    """OTEL_EXPORTER_OTLP_ENDPOINT set where OpenTelemetry is not installed (its import made
+    to fail, as on an install without the extra)."""
+    code = ("import logging, sys\n"
+            "sys.modules['opentelemetry'] = None  # not installed\n"
+            "logging.basicConfig(level=logging.WARNING, stream=sys.stdout)\n"
+            "import soulflow.tracing as t\n"
+            "print(t.start({'OTEL_EXPORTER_OTLP_ENDPOINT': 'http://127.0.0.1:4318'}, 'x'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.splitlines()[-1] == "None"
+    assert "pip install 'soulflow[otel]'" in done.stdout
