@@ -81,6 +81,9 @@ class Runtime:
                  front_end: FrontEndFactory | None = None) -> None:
         self.settings = settings
         runtime_dir = settings.runtime_dir
+        # traces: the environment's OTLP exporter, made at start (soulflow/tracing), unless
+        # the program embedding the runtime sets a session first (tests: in-memory spans)
+        self.traces: tracing.Session | None = None
         # what started, each with its stop; the workspace lock (taken by create_runtime) is
         # released last
         self._stack = AsyncExitStack()
@@ -256,11 +259,11 @@ class Runtime:
         stack.callback(install_log_redaction(self.redactor))  # returns its uninstall
         # traces (OTEL_EXPORTER_OTLP_ENDPOINT set): first, so every task started below
         # inherits the tracer; flushed and shut down last, after every span has ended
-        traces = tracing.start(os.environ, __version__)
+        traces = self.traces or tracing.start(os.environ, __version__)
         _warn_of_otel_in_env_file(settings)
+        tracing.use(traces.tracer if traces is not None else None)  # not an earlier runtime's
         if traces is not None:
             stack.push_async_callback(traces.stop)
-            tracing.use(traces.tracer)
             log.info("tracing to %s", tracing.endpoint_host(os.environ))
         # written last (it carries the dashboard's URL), removed once every store is closed
         stack.callback((settings.runtime_dir / DAEMON_INFO_FILE).unlink, missing_ok=True)

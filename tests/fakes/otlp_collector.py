@@ -7,7 +7,8 @@ not one is refused with 400, as a collector does. What it received is kept as pl
 `ReceivedSpan` records (ids in hex, attributes as Python values, the resource's attributes),
 for tests to read the trees a daemon exported.
 
-`python -m tests.fakes.otlp_collector --port 0` serves it on its own and prints each span.
+`python -m tests.fakes.otlp_collector --port 0 [--verbose]` serves it on its own and prints
+what it received (`--verbose`: each span).
 """
 
 from __future__ import annotations
@@ -159,17 +160,21 @@ class CollectorThread:
             self._thread.join(30)
 
 
-async def _main(port: int) -> None:  # pragma: no cover - manual use
+async def _main(port: int, verbose: bool) -> None:  # pragma: no cover - manual use
     collector = FakeCollector()
     await collector.start(port=port)
     print(f"READY {collector.url}", flush=True)
     seen = 0
     while True:
-        await asyncio.sleep(0.5)
-        for span in collector.received()[seen:]:
-            print(span.trace_id, span.span_id, span.parent_span_id or "-", span.name,
-                  span.attributes, flush=True)
-        seen = len(collector.spans)
+        await asyncio.sleep(1.0)
+        spans = collector.received()
+        if verbose:
+            for span in spans[seen:]:
+                print(span.trace_id, span.span_id, span.parent_span_id or "-", span.name,
+                      span.attributes, flush=True)
+        elif len(spans) > seen:
+            print(f"{len(spans)} spans in {collector.requests} requests", flush=True)
+        seen = len(spans)
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use
@@ -177,7 +182,9 @@ if __name__ == "__main__":  # pragma: no cover - manual use
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=4318)
+    parser.add_argument("--verbose", action="store_true", help="print every span")
+    args = parser.parse_args()
     try:
-        asyncio.run(_main(parser.parse_args().port))
+        asyncio.run(_main(args.port, args.verbose))
     except KeyboardInterrupt:
         pass

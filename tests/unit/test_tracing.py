@@ -63,11 +63,12 @@ async def llm() -> AsyncIterator[FakeOpenAI]:
         await fake.stop()
 
 
-async def _runtime(tmp_path: Path, llm: FakeOpenAI) -> Runtime:
+async def _runtime(tmp_path: Path, llm: FakeOpenAI, session: TracingSession) -> Runtime:
     settings = load_settings(tmp_path, {
         "DASHBOARD_ENABLED": "false", "LOG_LEVEL": "warning", "PROVIDER": "phi4_local",
         "PHI4_BASE_URL": llm.base_url, "PHI4_MODEL": "fake-model-1", "LOCAL_MODEL": "off"})
     runtime = create_runtime(settings)
+    runtime.traces = session  # instead of the environment's exporter
     await runtime.start()
     return runtime
 
@@ -99,11 +100,11 @@ async def _turn(runtime: Runtime, exporter: InMemorySpanExporter, text: str) -> 
 async def test_a_turn_with_a_tool_call_is_one_trace_with_its_span_tree(
         tmp_path: Path, llm: FakeOpenAI,
         exported: tuple[TracingSession, InMemorySpanExporter]) -> None:
-    _, exporter = exported
+    session, exporter = exported
     (tmp_path / "notes.txt").write_text("hello", "utf-8")
     llm.script_tool_call("list_dir", {"path": "."})
     llm.script_reply("here are your files")
-    runtime = await _runtime(tmp_path, llm)
+    runtime = await _runtime(tmp_path, llm, session)
     try:
         spans = await _turn(runtime, exporter, "what is in the workspace?")
     finally:
@@ -141,11 +142,11 @@ async def test_no_message_text_secret_or_token_reaches_a_span(
         exported: tuple[TracingSession, InMemorySpanExporter]) -> None:
     """A user pastes a key; the model echoes a word of the message and calls a tool with it,
     and one it made up. Names, attributes, events and links carry none of it."""
-    _, exporter = exported
+    session, exporter = exported
     llm.script_tool_calls([("read_file", {"path": f"{MARKER}.txt"}, None),
                            (f"{MARKER}_tool", {"x": SECRET}, None)])
     llm.script_reply(f"I saw {MARKER}")
-    runtime = await _runtime(tmp_path, llm)
+    runtime = await _runtime(tmp_path, llm, session)
     try:
         spans = await _turn(runtime, exporter, f"my key is {SECRET}, remember {MARKER} please")
     finally:
