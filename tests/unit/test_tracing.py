@@ -318,3 +318,34 @@ def test_without_the_extra_the_daemon_says_so_once_and_runs_untraced() -> None:
                           timeout=60, check=True)
     assert done.stdout.splitlines()[-1] == "None"
     assert "pip install 'soulflow[otel]'" in done.stdout
+
+
+async def test_a_dead_letter_replayed_is_delivered_in_its_original_trace(
+        tmp_path: Path, exported: tuple[TracingSession, InMemorySpanExporter]) -> None:
+    """Refused for good, the reply goes to the DLQ (its round a failed span); put back by
+    the operator, it is delivered in the trace of the turn that wrote it, marked replayed."""
+    _, exporter = exported
+    sender, clock = FakeSender(script=[SendError("chat not found", permanent=True)]), FakeClock()
+    dispatcher = _dispatcher(tmp_path, sender, clock)
+    await dispatcher.start()
+    try:
+        with tracing.span("soulflow.turn"):
+            await dispatcher.publish(OutboundMessage("fake", "c1", "hi",
+                                                     trace=tracing.traceparent()))
+        await wait_until(lambda: dispatcher.dead_count == 1)
+        letters = await dispatcher.dlq.entries()
+        assert letters[0].message.trace  # the DLQ keeps the trace with the reply
+        await dispatcher.publish(letters[0].to_outbound())
+        await wait_until(lambda: sender.sent == ["hi"])
+        await wait_until(lambda: len(_by_name(exporter.get_finished_spans(),
+                                              "soulflow.deliver")) == 2)
+    finally:
+        await dispatcher.stop(1)
+    spans = exporter.get_finished_spans()
+    turn = _one(spans, "soulflow.turn")
+    dead, replayed = _by_name(spans, "soulflow.deliver")
+    assert (dead.attributes["soulflow.delivery.outcome"], dead.attributes["error.type"]) == (
+        "dead", "permanent")
+    assert replayed.attributes["soulflow.delivery.replayed"] is True
+    assert replayed.attributes["soulflow.delivery.outcome"] == "sent"
+    assert {_parent_id(dead), _parent_id(replayed)} == {turn.context.span_id}
