@@ -106,7 +106,10 @@ class MeasuredProvider:
             try:
                 result = await self._chat(messages, tools, on_stream, abort)
             except ProviderError as exc:
-                span.fail(exc.kind)
+                if exc.kind == "aborted":  # the user's /stop: not the model's failure
+                    span.cancel()
+                else:
+                    span.fail(exc.kind)
                 raise
             if result.model:
                 span.set("gen_ai.response.model", result.model[:200])

@@ -29,6 +29,10 @@ class Span(Protocol):
     def fail(self, error_type: str) -> None:
         """Status ERROR with `error.type` (a kind or class name, never a message)."""
 
+    def cancel(self) -> None:
+        """`soulflow.cancelled`: stopped by a person, no failure (nor is the exception that
+        leaves the block then)."""
+
 
 class Tracer(Protocol):
     def span(self, name: str, attributes: Attributes | None, parent: str,
@@ -60,6 +64,9 @@ class _Off:
         return None
 
     def fail(self, error_type: str) -> None:
+        return None
+
+    def cancel(self) -> None:
         return None
 
 

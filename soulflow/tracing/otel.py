@@ -67,17 +67,23 @@ def format_traceparent(span_context: SpanContext) -> str:
 class _SdkSpan:
     """`soulflow.tracing.Span` over an SDK span."""
 
-    __slots__ = ("_span",)
+    __slots__ = ("_span", "settled")
 
     def __init__(self, span: trace.Span) -> None:
         self._span = span
+        self.settled = False  # the call site said how it ended: an exception leaves it so
 
     def set(self, name: str, value: AttributeValue) -> None:
         self._span.set_attribute(name, value)
 
     def fail(self, error_type: str) -> None:
+        self.settled = True
         self._span.set_attribute("error.type", error_type)
         self._span.set_status(Status(StatusCode.ERROR))  # no description: it could quote
+
+    def cancel(self) -> None:
+        self.settled = True
+        self._span.set_attribute("soulflow.cancelled", True)
 
 
 class OtelTracer:
@@ -106,10 +112,11 @@ class OtelTracer:
             try:
                 yield span
             except asyncio.CancelledError:
-                sdk_span.set_attribute("soulflow.cancelled", True)
+                span.cancel()
                 raise
             except BaseException as exc:  # its class only: a message may quote anything
-                span.fail(type(exc).__name__)
+                if not span.settled:
+                    span.fail(type(exc).__name__)
                 raise
 
     @contextmanager

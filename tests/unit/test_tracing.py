@@ -66,7 +66,8 @@ async def llm() -> AsyncIterator[FakeOpenAI]:
 async def _runtime(tmp_path: Path, llm: FakeOpenAI, session: TracingSession) -> Runtime:
     settings = load_settings(tmp_path, {
         "DASHBOARD_ENABLED": "false", "LOG_LEVEL": "warning", "PROVIDER": "phi4_local",
-        "PHI4_BASE_URL": llm.base_url, "PHI4_MODEL": "fake-model-1", "LOCAL_MODEL": "off"})
+        "PHI4_BASE_URL": llm.base_url, "PHI4_MODEL": "fake-model-1", "LOCAL_MODEL": "off",
+        "PROVIDER_RETRY_BASE_MS": "10"})
     runtime = create_runtime(settings)
     runtime.traces = session  # instead of the environment's exporter
     await runtime.start()
@@ -349,3 +350,73 @@ async def test_a_dead_letter_replayed_is_delivered_in_its_original_trace(
     assert replayed.attributes["soulflow.delivery.replayed"] is True
     assert replayed.attributes["soulflow.delivery.outcome"] == "sent"
     assert {_parent_id(dead), _parent_id(replayed)} == {turn.context.span_id}
+
+
+async def test_a_stopped_run_and_a_flood_leave_every_trace_whole(
+        tmp_path: Path, llm: FakeOpenAI,
+        exported: tuple[TracingSession, InMemorySpanExporter]) -> None:
+    """/stop mid model call: the call's span says cancelled (not an error) and ends. Then 120
+    messages into 6 chats at once: messages folded into one turn are linked from it, so
+    every intake leads to exactly one turn, and every turn to its delivered reply."""
+    session, exporter = exported
+    runtime = await _runtime(tmp_path, llm, session)
+    assert runtime.local is not None
+    try:
+        llm.script_delay(30)
+        await runtime.local.submit("slow", "take your time")
+        async with asyncio.timeout(10):
+            await llm.wait_for_requests(1)
+        await runtime.local.submit("slow", "/stop")
+        async with asyncio.timeout(20):
+            while len([s for s in exporter.get_finished_spans()
+                       if s.name == "chat fake-model-1"]) < 1:
+                await asyncio.sleep(0.01)
+        stopped = _one(exporter.get_finished_spans(), "chat fake-model-1")
+        assert stopped.attributes["soulflow.cancelled"] is True
+        assert stopped.status.status_code.name == "UNSET"
+
+        llm.reset()
+        exporter.clear()
+        await asyncio.gather(*(runtime.local.submit(f"flood{i % 6}", f"message {i}")
+                               for i in range(120)))
+        async with asyncio.timeout(60):
+            while not _flood_answered(exporter.get_finished_spans(), 120):
+                await asyncio.sleep(0.05)
+    finally:
+        await runtime.stop()
+    spans = exporter.get_finished_spans()
+    assert len(_by_name(spans, "soulflow.intake")) == 120
+    reached: dict[int, int] = {}
+    for turn in _by_name(spans, "soulflow.turn"):
+        for context in [turn.parent, *(link.context for link in turn.links)]:
+            assert context is not None
+            reached[context.span_id] = reached.get(context.span_id, 0) + 1
+    assert {i.context.span_id: 1 for i in _by_name(spans, "soulflow.intake")} == reached
+
+
+def _flood_answered(spans: tuple[ReadableSpan, ...], messages: int) -> bool:
+    """Every message's intake reached by a turn (as parent or link), every turn's reply
+    delivered in its trace."""
+    turns = _by_name(spans, "soulflow.turn")
+    linked = sum(1 + len(turn.links) for turn in turns)
+    delivered = {s.context.trace_id for s in _by_name(spans, "soulflow.deliver")
+                 if s.attributes.get("soulflow.delivery.outcome") == "sent"}
+    return linked >= messages and {t.context.trace_id for t in turns} <= delivered
+
+
+async def test_a_failed_model_call_names_its_kind_not_its_message(
+        tmp_path: Path, llm: FakeOpenAI,
+        exported: tuple[TracingSession, InMemorySpanExporter]) -> None:
+    session, exporter = exported
+    llm.script_error(500, {"error": {"message": f"upstream said {MARKER}"}})
+    llm.fail_next(10, status=500)
+    runtime = await _runtime(tmp_path, llm, session)
+    try:
+        spans = await _turn(runtime, exporter, "hello?")
+    finally:
+        await runtime.stop()
+    model = _one(spans, "chat fake-model-1")
+    assert model.attributes["error.type"] == "server"
+    assert model.status.status_code.name == "ERROR" and not model.status.description
+    assert not model.events  # no exception event: its message could quote anything
+    assert MARKER not in json.dumps([json.loads(s.to_json()) for s in spans])
