@@ -256,7 +256,8 @@ def test_a_malformed_stored_traceparent_starts_a_new_trace(
 def test_off_costs_an_import_of_nothing() -> None:
     """Without an endpoint the daemon's modules never import OpenTelemetry, and a span is
     the shared no-op."""
-    code = ("import sys, soulflow.runtime, soulflow.tracing as t\n"
+    code = ("import sys, soulflow.runtime, soulflow.cli.main, soulflow.doctor.runner\n"
+            "import soulflow.tracing as t\n"
             "assert t.start({}, 'x') is None\n"
             "with t.span('a', {'k': 1}) as s: s.set('k', 2)\n"
             "assert t.traceparent() == '' and s is t.OFF\n"
