@@ -3,12 +3,14 @@
 #
 #   docker build -t soulflow .                          # without the embedded model
 #   docker build -t soulflow --build-arg EXTRAS=local . # with it (compiles llama.cpp, ~15 min)
+#   docker build -t soulflow --build-arg EXTRAS=otel .  # with OpenTelemetry traces
 #   docker volume create soulflow-data
 #   docker run -d --name soulflow -v soulflow-data:/workspace --env-file .env soulflow
 #   docker exec soulflow soulflow doctor
 FROM python:3.11-slim
 
-# "local" adds the embedded model (llama-cpp-python is compiled: needs a compiler and CMake)
+# "local" adds the embedded model (llama-cpp-python is compiled: needs a compiler and CMake);
+# "otel" the OpenTelemetry exporter (docs/operations.md, "Traces"); "local,otel" both
 ARG EXTRAS=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -288,6 +288,7 @@ class Delivery:
 
 _UNTRIED = Delivery()
 
+_TRACE_KEY = "traceparent"  # a message's trace (soulflow/tracing): the W3C header's name
 _TOOL_ORIGIN = "tool:message"  # `origin` of a message the agent's message tool sent
 
 
@@ -386,6 +387,7 @@ class InboundMessage:
     cron: CronOccurrence | None = None
     poison: Poison | None = None
     platform_data: dict[str, Any] = field(default_factory=dict)
+    trace: str = ""  # W3C traceparent of its intake: its turn continues that trace
 
     @property
     def key(self) -> str:
@@ -413,6 +415,8 @@ class InboundMessage:
             metadata["thread_context"] = list(self.thread_context)
         if self.cron is not None:
             metadata.update(self.cron.to_dict())
+        if self.trace:
+            metadata[_TRACE_KEY] = self.trace
         # a literal, not dataclasses.asdict: that deep-copies and was a hot spot
         return {"provider": self.provider, "chat_id": self.chat_id,
                 "message_id": self.message_id, "sender_id": self.sender_id, "text": self.text,
@@ -435,13 +439,16 @@ class InboundMessage:
             raise TypeError("metadata is not an object")
         poison, cron = Poison.from_dict(metadata), CronOccurrence.from_dict(metadata)
         context = metadata.get("thread_context")
-        typed = {*(Poison.KEYS if poison else ()), *(CronOccurrence.KEYS if cron else ())}
+        typed = {*(Poison.KEYS if poison else ()), *(CronOccurrence.KEYS if cron else ()),
+                 _TRACE_KEY}
         if isinstance(context, list):
             typed.add("thread_context")
+        trace = metadata.get(_TRACE_KEY)
         return cls(**data, poison=poison, cron=cron,
                    thread_context=(tuple(str(line) for line in context)
                                    if isinstance(context, list) else None),
-                   platform_data={k: v for k, v in metadata.items() if k not in typed})
+                   platform_data={k: v for k, v in metadata.items() if k not in typed},
+                   trace=trace if isinstance(trace, str) else "")
 
 
 @dataclass(slots=True)
@@ -465,6 +472,7 @@ class OutboundMessage:
     announces: Announcement | None = None
     from_chat: str = ""
     delivery: Delivery = _UNTRIED
+    trace: str = ""  # W3C traceparent of the turn that wrote it: its deliveries join that trace
 
     @property
     def chat_key(self) -> str:
@@ -496,11 +504,13 @@ def _outbound_metadata(message: OutboundMessage) -> dict[str, Any]:
         metadata.update(origin=_TOOL_ORIGIN, from_chat=message.from_chat)
     metadata.update(message.options.to_dict())
     metadata.update(message.delivery.to_dict())
+    if message.trace:
+        metadata[_TRACE_KEY] = message.trace
     return metadata
 
 
 _NO_PARTS: dict[str, Any] = {"options": _AS_TEXT, "announces": None, "from_chat": "",
-                             "delivery": _UNTRIED}
+                             "delivery": _UNTRIED, "trace": ""}
 
 
 def _outbound_parts(metadata: Any) -> dict[str, Any]:
@@ -511,8 +521,10 @@ def _outbound_parts(metadata: Any) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         raise TypeError("metadata is not an object")
     from_chat = metadata.get("from_chat") if metadata.get("origin") == _TOOL_ORIGIN else None
+    trace = metadata.get(_TRACE_KEY)
     return {"options": ReplyOptions.from_dict(metadata), "announces": _announcement(metadata),
-            "from_chat": str(from_chat or ""), "delivery": Delivery.from_dict(metadata)}
+            "from_chat": str(from_chat or ""), "delivery": Delivery.from_dict(metadata),
+            "trace": trace if isinstance(trace, str) else ""}
 
 
 @dataclass(slots=True)

@@ -50,6 +50,7 @@ class AgentReply:
     error: str | None = None
     run_id: str | None = None
     approval_id: str | None = None
+    trace: str = ""  # the trace of the run's turn (soulflow/tracing): its reply joins it
 
     @property
     def approval(self) -> ApprovalRef | None:
@@ -267,7 +268,8 @@ class AgentDomain:
         text = self._redact(outcome.text) if self._redact is not None else outcome.text
         reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, ReplyStatus.ANSWERED),
                            error=state.error if outcome.status == ev.FAILED else None,
-                           run_id=run_id, approval_id=outcome.approval_id)
+                           run_id=run_id, approval_id=outcome.approval_id,
+                           trace=state.traceparent)
         if outcome.status in ev.FINISHED and self.approvals is not None:
             self.approvals.forget_run(run_id)
         session_key = state.chat.session_key

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
+from soulflow import tracing
 from soulflow.backends.base import DeadLetterStore, OutboxStore
 from soulflow.bus.retry import RetryPolicy
 from soulflow.bus.writer import OutboxWriter, StoreHealth
@@ -255,10 +256,23 @@ class OutboundDispatcher:
 
     async def _attempt(self, entry: OutboxEntry) -> bool:
         """One round of inline tries. True when the entry is settled here (sent, dead, or no
-        longer this node's to send)."""
+        longer this node's to send). Traced, each round is a span in the trace of the turn
+        that wrote the reply (its stored traceparent), however late and wherever it runs."""
+        if not tracing.active():
+            return await self._round(entry, tracing.OFF)
+        message = entry.message
+        with tracing.span("soulflow.deliver", {
+                "soulflow.channel": message.provider, "soulflow.delivery.round":
+                entry.attempts + 1, "soulflow.delivery.replayed":
+                message.delivery.replayed_from_dlq_at is not None},
+                parent=message.trace, kind=tracing.Kind.PRODUCER) as span:
+            return await self._round(entry, span)
+
+    async def _round(self, entry: OutboxEntry, span: tracing.Span) -> bool:
         message = entry.message
         sender = self._resolve_sender(message.provider)
         if sender is None:
+            span.fail("no_channel")
             await self._bury(entry, f"no channel named {message.provider!r} is configured")
             return True
         error: SendError | None = None
@@ -269,6 +283,7 @@ class OutboundDispatcher:
             if not await self.outbox.record_sending(message.message_id):
                 log.info("not sending %s: its chat %s moved to another node (or it is gone)",
                          message.message_id, message.chat_key)
+                span.set("soulflow.delivery.outcome", "moved")
                 return True
             try:
                 result = await sender.send(message)
@@ -281,6 +296,8 @@ class OutboundDispatcher:
                               message.message_id)
                 error = SendError(f"{type(exc).__name__}: {exc}")
             else:
+                span.set("soulflow.delivery.tries", inline + 1)
+                span.set("soulflow.delivery.outcome", "sent")
                 self._tell_outcome(message.provider, None)
                 self._last_sent[message.chat_key] = self._clock()
                 await self.outbox.mark_sent(message.message_id, result.platform_message_ids)
@@ -293,6 +310,8 @@ class OutboundDispatcher:
                 return True
             self._tell_outcome(message.provider, str(error))
             if error.permanent:
+                span.fail("permanent")
+                span.set("soulflow.delivery.outcome", "dead")
                 await self._bury(entry, f"permanent error: {error}")
                 return True
             if error.retry_after is not None or inline == self.policy.inline_retries:
@@ -300,7 +319,10 @@ class OutboundDispatcher:
             await self._sleep(self.policy.inline_delay_s)
         assert error is not None
         rounds = entry.attempts + 1
+        span.fail("rate_limited" if error.retry_after is not None else "transient")
+        span.set("soulflow.delivery.tries", inline + 1)
         if rounds >= self.policy.max_attempts:
+            span.set("soulflow.delivery.outcome", "dead")
             await self._bury(entry, f"gave up after {rounds} rounds of retries: {error}",
                              rounds=rounds)
             return True
@@ -308,6 +330,7 @@ class OutboundDispatcher:
         await self.outbox.record_attempt(message.message_id, rounds, self._clock() + delay,
                                          str(error))
         entry.attempts, entry.next_at = rounds, self._clock() + delay
+        span.set("soulflow.delivery.outcome", "retry")
         log.warning("send of %s to %s failed (%s); retry %d in %.1fs", message.message_id,
                     message.chat_key, error, rounds, delay)
         # counted per reason in /metrics, shown on the dashboard's event stream

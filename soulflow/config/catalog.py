@@ -440,6 +440,36 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
+#: Standard OpenTelemetry variables the daemon honours (soulflow/tracing): read by the
+#: OpenTelemetry SDK from the process environment, as every OpenTelemetry program does; not
+#: parsed here, and not read from `.env` (the daemon warns when `.env` holds one).
+PASSTHROUGH: tuple[tuple[str, str, str], ...] = (
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318",
+     "Tracing is on when this (or the next) is set: the collector's OTLP base URL; spans go "
+     "to `<url>/v1/traces`. Needs the `otel` extra (`pip install 'soulflow[otel]'`)."),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/v1/traces",
+     "The full URL for traces only (wins over the above)."),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf",
+     "`http/protobuf` (the default) or `grpc` (needs opentelemetry-exporter-otlp-proto-grpc "
+     "installed); `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` for traces only."),
+    ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20abc",
+     "Headers sent with each export (`k=v,k2=v2`, values URL-encoded); also `..._TRACES_HEADERS`."),
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", "10",
+     "Seconds an export may take (also `OTEL_EXPORTER_OTLP_COMPRESSION=gzip`, "
+     "`..._CERTIFICATE`, `..._CLIENT_KEY`, `..._CLIENT_CERTIFICATE` and their `_TRACES_` forms)."),
+    ("OTEL_SERVICE_NAME", "soulflow-eu",
+     "The `service.name` of the spans (default `soulflow`)."),
+    ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod",
+     "More resource attributes (`k=v,k2=v2`); `service.version` is SoulFlow's version."),
+    ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio",
+     "Which turns are recorded (default every one); `OTEL_TRACES_SAMPLER_ARG=0.1` its ratio."),
+    ("OTEL_BSP_SCHEDULE_DELAY", "5000",
+     "Milliseconds between exports of the batch of finished spans (also `OTEL_BSP_MAX_QUEUE_SIZE`, "
+     "`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`)."),
+    ("OTEL_SDK_DISABLED", "true",
+     "`true` turns tracing off with the endpoint still set (so does `OTEL_TRACES_EXPORTER=none`)."),
+)
+
 
 def env_example() -> str:
     """The `.env.example` written by `soulflow init`: every setting, documented."""
@@ -485,4 +515,11 @@ def config_reference_markdown() -> str:
         secret = " Treated as a secret: never shown in errors." if setting.secret else ""
         lines.append(f"| `{setting.name}` | {default} | {example} | {expected} | "
                      f"{setting.help}{secret} |")
+    lines += ["", "## OpenTelemetry traces (process environment only)", "",
+              "The standard `OTEL_*` variables, read by the OpenTelemetry SDK from the process "
+              "environment (a systemd `Environment=` line, `docker run -e`, the shell), not from "
+              "`.env`; SoulFlow does not parse them. See docs/operations.md, \"Traces "
+              "(OpenTelemetry)\".", "",
+              "| name | example | meaning |", "|---|---|---|"]
+    lines += [f"| `{name}` | `{example}` | {meaning} |" for name, example, meaning in PASSTHROUGH]
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
+from soulflow import tracing
 from soulflow.backends.base import InboundStore
 from soulflow.channels.normalize import normalize_inbound
 from soulflow.channels.poison import POISON_KIND
@@ -107,8 +108,15 @@ class InboundScreen:
             return False
 
     async def _store(self, message: InboundMessage) -> Verdict:
-        if self._sealer is not None:  # never store a message whose secrets are not sealed
-            with stage(IntakeStage.SEAL):
-                self._sealer.seal(message)
-        with stage(IntakeStage.JOURNAL):
-            return Verdict.FRESH if await self._journal.accept(message) else Verdict.SKIP
+        """Seal and journal: the intake span, the root of the message's trace, whose
+        traceparent the journal keeps so its turn (here or on another node) continues it."""
+        with tracing.span("soulflow.intake", {"soulflow.channel": message.provider},
+                          kind=tracing.Kind.CONSUMER) as span:
+            if self._sealer is not None:  # never store a message whose secrets are not sealed
+                with stage(IntakeStage.SEAL):
+                    self._sealer.seal(message)
+            message.trace = message.trace or tracing.traceparent()
+            with stage(IntakeStage.JOURNAL):
+                verdict = Verdict.FRESH if await self._journal.accept(message) else Verdict.SKIP
+            span.set("soulflow.intake.verdict", verdict.value)
+            return verdict

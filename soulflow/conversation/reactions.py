@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from soulflow import tracing
 from soulflow.agent.approvals import CLARIFY, parse_reaction
 from soulflow.agent.domain import AgentDomain
 from soulflow.contracts import Announcement, ChatRef, InboundMessage, ReplyStatus
@@ -60,8 +61,9 @@ class Reactions:
             # a reaction by someone who may not decide is ignored: answering each one would
             # let anyone make the bot post at will (a reply "ok" is answered, once per message)
             if reply is not None and reply.status is not ReplyStatus.REFUSED:
-                self.publish(self.agent.chat_of_run(entry["run_id"]), reply.content,
-                             reply.approval)
+                with tracing.within(reply.trace):  # delivered in the run's turn's trace
+                    self.publish(self.agent.chat_of_run(entry["run_id"]), reply.content,
+                                 reply.approval)
 
         self.submit(message.chat_key, decide)
 

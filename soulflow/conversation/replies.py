@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
+from soulflow import tracing
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.registry import ChannelRegistry
 from soulflow.channels.splitting import split_reply
@@ -54,13 +55,14 @@ class BusReplies:
         adapter = self.registry.get(provider)
         parts = split_reply(content, adapter.limits) if adapter is not None else []
         stored: list[asyncio.Future[bool]] = []
+        trace = tracing.traceparent()  # the turn's: each part's delivery joins its trace
         for part in parts or [None]:
             stored.append(self.bus.publish_outbound(OutboundMessage(
                 provider=provider, chat_id=chat_id,
                 content=part.text if part is not None else content, reply_to=reply_to,
                 thread_id=chat.thread_id, inbound_key=inbound_key,
                 options=part.options if part is not None else ReplyOptions(),
-                announces=announces, from_chat=from_chat)))
+                announces=announces, from_chat=from_chat, trace=trace)))
         self.on_event("agent.reply", {"provider": provider, "chat_id": chat_id,
                                       "reply_to": reply_to, "text": content[:500]})
         return asyncio.gather(*stored)

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 
+from soulflow import tracing
 from soulflow.agent.domain import AgentDomain
 from soulflow.backends.base import RunMoved
 from soulflow.bus.bus import MessageBus
@@ -68,6 +69,17 @@ log = logging.getLogger(__name__)
 # that repeats (a store down, a full disk) costs a line a second, not a busy loop
 RELEASE_PAUSE_S = 1.0
 EMPTY_MESSAGE_REPLY = "I received an empty message; write something and I'll answer."
+
+
+def _turn_span(turn: Turn) -> tracing.SpanScope:
+    """The turn's span: a child of its first message's intake, linked to the others'."""
+    if not tracing.active():
+        return tracing.OFF
+    first = turn.batch[0]
+    return tracing.span("soulflow.turn", {
+        "soulflow.channel": first.provider, "soulflow.turn.messages": len(turn.batch),
+        "soulflow.turn.folded": turn.folded, "soulflow.turn.cron": first.cron is not None},
+        parent=first.trace, links=[m.trace for m in turn.batch[1:] if m.trace])
 
 
 class Conversation:
@@ -263,7 +275,9 @@ class Conversation:
             self._backlog.finished(chat_key)
             return
         try:
-            with log_context(chat=chat_key):  # every log line of this turn names its chat
+            # every log line of this turn names its chat; its span continues the trace of the
+            # first message's intake (journaled with it: also after a restart or a takeover)
+            with log_context(chat=chat_key), _turn_span(turn):
                 await self._answer(turn)
         except asyncio.CancelledError:
             raise
@@ -406,7 +420,8 @@ class Conversation:
                 except RunMoved:  # taken over again by a newer holder of the chat
                     log.info("run %s moved to another node, which continues it", run_id)
                     return
-                self.publish_to_chat(chat, reply.content, reply.approval)
+                with tracing.within(reply.trace):  # delivered in the run's turn's trace
+                    self.publish_to_chat(chat, reply.content, reply.approval)
 
             self._executor.submit(chat.key, job)
             resumed += 1

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from soulflow import tracing
 from soulflow.agent.approvals import LOCAL_PROVIDER, Decider
 from soulflow.agent.run import events as ev
 from soulflow.contracts import ChatRef
@@ -147,7 +148,8 @@ class ConsoleActions:
                                                approval_id=approval_id, abort=abort)
         if reply is None or reply.status == "refused":
             return
-        runtime.conversation.publish_to_chat(chat, reply.content, reply.approval)
+        with tracing.within(reply.trace):  # delivered in the run's turn's trace
+            runtime.conversation.publish_to_chat(chat, reply.content, reply.approval)
 
     # -- cancelling ----------------------------------------------------------------------
 

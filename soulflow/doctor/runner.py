@@ -32,6 +32,7 @@ CHECKS: tuple[Check, ...] = (
     Check("local model", system.check_local_model),
     Check("sandbox", system.check_sandbox),
     Check("dashboard port", system.check_dashboard_port),
+    Check("traces", system.check_traces),
     Check("clock", remote.check_clock, network=True),
 )
 # a deep local-model check starts the server: it may take its whole startup timeout

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from soulflow import tracing
 from soulflow.agent.tools.bwrap import BwrapDetector
 from soulflow.agent.tools.pids_cgroup import PidsCgroups, ProcessCap
 from soulflow.config import id_list
@@ -164,3 +165,25 @@ async def check_cli_providers(ctx: DoctorContext) -> list[CheckResult]:
         else:
             results.append(ok(name, f"{found} found"))
     return results
+
+
+async def check_traces(ctx: DoctorContext) -> list[CheckResult]:
+    """What the daemon's `tracing.start` would do with this environment: off, on (the
+    collector is not probed: an export with no spans proves little), or wanted and unable."""
+    name, env = "traces", ctx.environ
+    if not tracing.configured(env):
+        return [skip(name, "off (OTEL_EXPORTER_OTLP_ENDPOINT is not set)")]
+    where = tracing.endpoint_host(env)
+    try:
+        from soulflow.tracing.otel import exporter_from_environ
+    except ImportError:
+        return [warn(name, f"OTEL_EXPORTER_OTLP_ENDPOINT is set ({where}) but OpenTelemetry "
+                           "is not installed: the daemon runs untraced",
+                     "pip install 'soulflow[otel]'")]
+    try:
+        exporter = await asyncio.to_thread(exporter_from_environ, env)
+    except ValueError as exc:
+        return [warn(name, f"{exc}: the daemon runs untraced",
+                     "set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf")]
+    exporter.shutdown()
+    return [ok(name, f"on: each turn is exported to {where} (the collector is not probed)")]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soulflow import tracing
 from soulflow.contracts import Provider, ProviderError, ProviderResult, StreamCallback
 from soulflow.telemetry import LATENCY_BUCKETS_S, Histogram, LatencyWindow
 
@@ -88,6 +89,40 @@ class MeasuredProvider:
                    tools: list[dict[str, Any]] | None = None, *,
                    on_stream: StreamCallback | None = None,
                    abort: asyncio.Event | None = None) -> ProviderResult:
+        if tracing.active():
+            return await self._traced_chat(messages, tools, on_stream, abort)
+        return await self._chat(messages, tools, on_stream, abort)
+
+    async def _traced_chat(self, messages: list[dict[str, Any]],
+                           tools: list[dict[str, Any]] | None, on_stream: StreamCallback | None,
+                           abort: asyncio.Event | None) -> ProviderResult:
+        """The call in a GenAI client span: the provider and model names, the token counts
+        the provider parsed; never the prompt, the answer or an error's message."""
+        model = requested_model(self.inner)
+        with tracing.span(f"chat {model}" if model else "chat", {
+                "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.name,
+                "gen_ai.system": self.name, "gen_ai.request.model": model},
+                kind=tracing.Kind.CLIENT) as span:
+            try:
+                result = await self._chat(messages, tools, on_stream, abort)
+            except ProviderError as exc:
+                if exc.kind == "aborted":  # the user's /stop: not the model's failure
+                    span.cancel()
+                else:
+                    span.fail(exc.kind)
+                raise
+            if result.model:
+                span.set("gen_ai.response.model", result.model[:200])
+            span.set("gen_ai.usage.input_tokens", result.usage.prompt_tokens)
+            span.set("gen_ai.usage.output_tokens", result.usage.completion_tokens)
+            if result.finish_reason:
+                span.set("gen_ai.response.finish_reasons", [result.finish_reason[:40]])
+            span.set("soulflow.tool_calls", len(result.tool_calls))
+            return result
+
+    async def _chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    on_stream: StreamCallback | None,
+                    abort: asyncio.Event | None) -> ProviderResult:
         record = self._book.get(self.name)
         started = time.monotonic()
         record.in_flight += 1
@@ -114,3 +149,11 @@ class MeasuredProvider:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+def requested_model(provider: Provider) -> str:
+    """The model a provider asks for, as configured (an OpenAI-compatible endpoint's
+    `config.model`, the embedded model's alias); "" when it has none (a CLI)."""
+    config = getattr(provider, "config", None)
+    model = getattr(config, "model", None) or getattr(provider, "model", None)
+    return str(model)[:200] if isinstance(model, str) else ""

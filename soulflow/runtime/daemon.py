@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any, Protocol
 
 import soulflow.runtime.wiring as wiring
-from soulflow import __version__
+from soulflow import __version__, tracing
 from soulflow.agent.approvals import ApproverPolicy
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -45,7 +45,7 @@ from soulflow.bus.bus import MessageBus
 from soulflow.bus.traffic import TrafficCounters
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.reader import run_channel
-from soulflow.config import Settings
+from soulflow.config import Settings, read_env_file
 from soulflow.contracts import ApprovalRef, ChatRef, OutboundMessage, SendResult
 from soulflow.conversation.access import AdminPolicy
 from soulflow.conversation.replies import BusReplies
@@ -81,6 +81,9 @@ class Runtime:
                  front_end: FrontEndFactory | None = None) -> None:
         self.settings = settings
         runtime_dir = settings.runtime_dir
+        # traces: the environment's OTLP exporter, made at start (soulflow/tracing), unless
+        # the program embedding the runtime sets a session first (tests: in-memory spans)
+        self.traces: tracing.Session | None = None
         # what started, each with its stop; the workspace lock (taken by create_runtime) is
         # released last
         self._stack = AsyncExitStack()
@@ -254,6 +257,14 @@ class Runtime:
         grace = float(settings["SHUTDOWN_GRACE_S"])  # for answers and sends in flight
         self.started_at = time.time()
         stack.callback(install_log_redaction(self.redactor))  # returns its uninstall
+        # traces (OTEL_EXPORTER_OTLP_ENDPOINT set): first, so every task started below
+        # inherits the tracer; flushed and shut down last, after every span has ended
+        traces = self.traces or tracing.start(os.environ, __version__)
+        _warn_of_otel_in_env_file(settings)
+        tracing.use(traces.tracer if traces is not None else None)  # not an earlier runtime's
+        if traces is not None:
+            stack.push_async_callback(traces.stop)
+            log.info("tracing to %s", tracing.endpoint_host(os.environ))
         # written last (it carries the dashboard's URL), removed once every store is closed
         stack.callback((settings.runtime_dir / DAEMON_INFO_FILE).unlink, missing_ok=True)
         stack.callback(self.sandbox.quotas.close)  # the chat folders' usage index
@@ -435,6 +446,17 @@ class FrontEnd(Protocol):
 
 FrontEndFactory = Callable[[Runtime], FrontEnd]
 """Builds the HTTP front end around the runtime, at the end of its construction."""
+
+
+def _warn_of_otel_in_env_file(settings: Settings) -> None:
+    """OpenTelemetry reads its `OTEL_*` variables from the process environment only: say
+    so when `.env` holds some, instead of leaving the operator without traces, unexplained."""
+    ignored = sorted(name for name in read_env_file(settings.workspace)
+                     if name.startswith("OTEL_") and name not in os.environ)
+    if ignored:
+        log.warning("%s in .env %s not read: OpenTelemetry takes its settings from the "
+                    "process environment (docs/operations.md, \"Traces\")",
+                    ", ".join(ignored), "is" if len(ignored) == 1 else "are")
 
 
 def create_runtime(settings: Settings, front_end: FrontEndFactory | None = None) -> Runtime:

@@ -149,3 +149,15 @@ def test_command_prints_lines_and_exits_nonzero_on_fail(
     assert data["ok"] is False and data["counts"]["FAIL"] == 1
     failed = [c for c in data["checks"] if c["status"] == "FAIL"]
     assert failed[0]["name"] == "settings" and "AGENT_MAX_TURNS" in failed[0]["message"]
+
+
+async def test_traces_are_checked_as_the_daemon_would_start_them(workspace: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="needs the otel extra")
+    report = await diagnose(workspace, BASE_ENV)
+    assert line(report, "traces")[0] is Status.SKIP
+    endpoint = {**BASE_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://user:pw@127.0.0.1:4318"}
+    status, message, _ = line(await diagnose(workspace, endpoint), "traces")
+    assert status is Status.OK and "http://127.0.0.1:4318" in message and "pw" not in message
+    report = await diagnose(workspace, {**endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+    status, message, fix = line(report, "traces")
+    assert status is Status.WARN and "http/json" in message and "http/protobuf" in fix

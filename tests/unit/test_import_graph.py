@@ -10,8 +10,8 @@ other. The most specific prefix in LAYERS decides a module's layer.
 |---|---|
 | 0 contracts | `errors` (the exception root) < `contracts` (shared records, protocols, and |
 |   | the errors they raise); they import nothing else of soulflow; the version |
-| 1 foundation | `storage`, `config.examples`, `supervisor`, `telemetry` < `config.catalog` |
-|   | < `config` (loading) < `scaffold` |
+| 1 foundation | `storage`, `config.examples`, `supervisor`, `telemetry`, `tracing` < |
+|   | `config.catalog` < `config` (loading) < `scaffold` |
 | 1.5 models | what the stores keep and the pure rules on it: `security.{errors,syntax,...}`, |
 |   | `cron.{schedule,jobs}`, `decision.rules`, `tasks.{model,review}`, `agent.run.{events,...}` |
 | 1.8 store port | `backends` (every store protocol, the file and Redis stores, the backend) |
@@ -49,7 +49,7 @@ LAYERS: dict[str, float] = {
     **dict.fromkeys(["soulflow", "soulflow.errors"], 0),
     "soulflow.contracts": 0.1,
     **dict.fromkeys(["soulflow.storage", "soulflow.config.examples",
-                     "soulflow.supervisor", "soulflow.telemetry"], 1),
+                     "soulflow.supervisor", "soulflow.telemetry", "soulflow.tracing"], 1),
     "soulflow.config.catalog": 1.05,  # its reference shows the examples
     "soulflow.config": 1.1,  # loads the settings the catalog declares
     "soulflow.scaffold": 1.2,  # writes the workspace's default files from the config

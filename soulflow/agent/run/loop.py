@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow import tracing
 from soulflow.agent.approvals import admins_only_text
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
@@ -98,7 +99,8 @@ class AgentLoop:
         self.store.append(run_id, ev.Event(ev.RUN_STARTED, {
             "run_id": run_id, "chat": chat.to_dict(), "text": text, "history": history,
             "inbound_key": inbound_key, "parent_run": parent_run,
-            "max_turns": max_turns or self.max_turns}))
+            "max_turns": max_turns or self.max_turns,
+            **_trace_of_turn()}))
         return run_id
 
     def decide(self, run_id: str, approval_id: str, decision: str, by: str = "",
@@ -124,10 +126,12 @@ class AgentLoop:
         another node took over (it now holds the chat) raises `RunMoved` instead."""
         if not self.store.claim(run_id):
             raise RunMoved(f"run {run_id} is driven by the node that now holds its chat")
-        chat = self.store.state(run_id).chat
+        state = self.store.state(run_id)
+        chat = state.chat
         self.driving[run_id] = chat.key
         try:
-            with log_context(run_id=run_id, chat=chat.key if chat.provider else None):
+            with log_context(run_id=run_id, chat=chat.key if chat.provider else None), \
+                    _run_span(state):
                 return await self._drive(run_id, abort)
         finally:
             self.driving.pop(run_id, None)
@@ -278,3 +282,21 @@ def approval_text(approval: dict[str, Any], provider: str = "") -> str:
             f"{why}\n"
             "Reply approve / deny / defer / cancel (or 승인 / 거부 / 보류 / 취소), or react "
             f"{REACTION_HINTS.get(provider, DEFAULT_REACTION_HINT)}.")
+
+
+def _trace_of_turn() -> dict[str, str]:
+    """The run's first event keeps the trace of the turn that began it, so a run resumed
+    after a restart or by another node continues that trace ({} when tracing is off)."""
+    trace = tracing.traceparent()
+    return {"traceparent": trace} if trace else {}
+
+
+def _run_span(state: RunState) -> tracing.SpanScope:
+    """One span per drive of a run: under the turn's span when a turn drives it, else (a
+    resumed run) continuing the trace its first event recorded."""
+    if not tracing.active():
+        return tracing.OFF
+    return tracing.span("invoke_agent soulflow", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "soulflow",
+        "soulflow.run.resumed": bool(state.turns or state.approvals)},
+        parent="" if tracing.traceparent() else state.traceparent)

@@ -29,6 +29,7 @@ class RunState:
     final: str | None = None
     error: str | None = None
     parent_run: str | None = None
+    traceparent: str = ""  # the trace of the turn that began it (soulflow/tracing)
 
     @property
     def finished(self) -> bool:
@@ -83,6 +84,7 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
         new.conversation = list(data.get("history", [])) + [
             {"role": "user", "content": data.get("text", "")}]
         new.parent_run = data.get("parent_run")
+        new.traceparent = str(data.get("traceparent") or "")
     elif event.type == ev.MODEL_TURN:
         new.conversation.append(_assistant_message(data))
         new.pending_calls = [dict(c) for c in data.get("tool_calls") or []]

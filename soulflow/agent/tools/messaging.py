@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from soulflow import tracing
 from soulflow.agent.tools.base import ChatRef, Params, Tool, ToolContext
 from soulflow.contracts import OutboundMessage
 
@@ -90,7 +91,8 @@ class MessageTool(Tool):
         target = _target(params, ctx)
         message = OutboundMessage(
             provider=target.provider, chat_id=target.chat_id, content=params["text"],
-            thread_id=target.thread_id, from_chat=f"{ctx.chat.provider}:{ctx.chat.chat_id}")
+            thread_id=target.thread_id, from_chat=f"{ctx.chat.provider}:{ctx.chat.chat_id}",
+            trace=tracing.traceparent())  # its delivery joins the run's trace
         await send(message)
         where = "this chat" if _same_chat(target.provider, target.chat_id, ctx.chat) else \
             f"{target.provider}:{target.chat_id}"

@@ -30,6 +30,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from soulflow import tracing
 from soulflow.agent.errors import AgentError
 from soulflow.agent.tools.base import (
     ApprovalNeed,
@@ -155,7 +156,21 @@ class ToolRegistry:
     # ----------------------------------------------------------------- execution
 
     async def execute(self, name: str, params: Any, ctx: ToolContext) -> ToolResult:
-        """Run one tool call through every rule; never raises except on cancellation."""
+        """Run one tool call through every rule; never raises except on cancellation. Its
+        span is named by the tool only when it is registered: a name a model made up is
+        the model's text, and stays out of traces."""
+        if not tracing.active():
+            return await self._execute(name, params, ctx)
+        shown = name if name in self._tools else "unknown"
+        with tracing.span(f"execute_tool {shown}", {"gen_ai.operation.name": "execute_tool",
+                                                    "gen_ai.tool.name": shown}) as span:
+            result = await self._execute(name, params, ctx)
+            span.set("soulflow.tool.status", result.status)
+            if result.status == "error":
+                span.fail("tool_error")
+            return result
+
+    async def _execute(self, name: str, params: Any, ctx: ToolContext) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(self.names()) or "none"
