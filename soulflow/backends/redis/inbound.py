@@ -135,7 +135,12 @@ class RedisInbound:
         await self._sweep(node)
         out: list[InboundMessage] = []
         readable: list[Part] = []
+        # taken over during the awaits above: the next claim reclaims its old holder's
+        # entries first; reading its stream now would hand out newer messages before them
+        unclaimed = set(self._partitions.fresh())
         for part in self._partitions.worked():
+            if part in unclaimed:
+                continue
             backlog = self._backlog.get(part)
             while backlog and len(out) < limit:
                 entry_id, message = backlog.popleft()
