@@ -421,7 +421,7 @@ def test_a_message_sent_while_down_after_a_quiet_first_start_is_answered(
 
 
 @pytest.mark.parametrize("name", [
-    "slack",
+    "slack", "discord",
     pytest.param("telegram", marks=pytest.mark.xfail(
         strict=True, reason="known limit: the Bot API has no idempotency key and bots cannot "
                             "read chat history, so a reply the platform accepted in the instant "

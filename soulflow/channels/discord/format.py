@@ -7,6 +7,7 @@ channels get a cursor -- read in one place.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from collections.abc import Callable
@@ -232,11 +233,29 @@ def reply_target(reply_to: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+MAX_NONCE_LENGTH = 25  # Discord's limit on a message create's `nonce`
+
+
+def nonce_for(message_id: str) -> str:
+    """The `nonce` of every create of one outbox record: its id when Discord takes it as
+    is, else a digest of it (same id, same nonce, on every node and after every restart)."""
+    if len(message_id) <= MAX_NONCE_LENGTH and message_id.isascii():
+        return message_id
+    return "h" + hashlib.sha256(message_id.encode()).hexdigest()[:MAX_NONCE_LENGTH - 1]
+
+
 async def send_message(channel: discord.abc.Messageable, message: OutboundMessage,
                        reference: discord.MessageReference | None) -> discord.Message:
     """Send one outbox message: its text, or the file it became (`options.as_file`, with
-    its `filename` and `note`); failures come back as classified `SendError`s."""
-    options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
+    its `filename` and `note`); failures come back as classified `SendError`s.
+
+    Exactly once: the create carries the record's nonce with `enforce_nonce` (discord.py
+    sets that flag whenever a nonce is given), so when a send is repeated -- the daemon
+    was killed after Discord accepted it, or discord.py retried a 5xx or a timeout --
+    Discord answers with the message it created the first time and creates none (within
+    its window of a few minutes)."""
+    options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS,
+                               "nonce": nonce_for(message.message_id)}
     if reference is not None:
         options["reference"] = reference
     how = message.options
