@@ -351,6 +351,53 @@ async def test_send_errors_are_classified(make: Factory, fake: FakeSlack) -> Non
     assert not server.value.permanent and server.value.retry_after is None
 
 
+def _reads(fake: FakeSlack) -> int:
+    return len(fake.calls("conversations.history") + fake.calls("conversations.replies"))
+
+
+async def test_a_reply_that_may_have_been_posted_is_found_by_its_id(make: Factory,
+                                                                   fake: FakeSlack) -> None:
+    """Every post carries the outbox id as metadata. A send the outbox marks as possibly
+    done (killed mid-send) reads the channel (or the thread) first and, finding its id, posts
+    nothing; the same text under another id is a reply of its own and is posted. An ordinary
+    send reads nothing."""
+    adapter = await make()
+    first = OutboundMessage("slack", GENERAL, "same words")
+    sent = await adapter.send(first)
+    assert _reads(fake) == 0  # normal running: no extra call
+    assert fake.calls("chat.postMessage")[0].params["metadata"] == {
+        "event_type": "soulflow_reply", "event_payload": {"id": first.message_id}}
+    again = await adapter.send(replace(first, delivery=Delivery(maybe_sent=True)))
+    assert again.platform_message_ids == sent.platform_message_ids and len(fake.messages) == 1
+    (lookup,) = fake.calls("conversations.history")
+    assert lookup.params["include_all_metadata"] in (True, "true", "1")
+    other = OutboundMessage("slack", GENERAL, "same words", delivery=Delivery(maybe_sent=True))
+    await adapter.send(other)
+    assert [m.text for m in fake.messages] == ["same words", "same words"]
+    parent = fake.post_user_message(GENERAL, "question")
+    threaded = OutboundMessage("slack", GENERAL, "in the thread", thread_id=parent["ts"])
+    in_thread = await adapter.send(threaded)
+    found = await adapter.send(replace(threaded, delivery=Delivery(maybe_sent=True)))
+    assert found.platform_message_ids == in_thread.platform_message_ids
+    assert len(fake.messages) == 3 and len(fake.calls("conversations.replies")) == 1
+
+
+async def test_a_look_up_slack_refuses_now_is_tried_again_before_any_post(
+        make: Factory, fake: FakeSlack) -> None:
+    """A rate-limited look-up posts nothing and raises for a retry; the retry (the outbox
+    no longer marks it in flight) still looks first, then posts once."""
+    adapter = await make()
+    message = OutboundMessage("slack", GENERAL, "careful", delivery=Delivery(maybe_sent=True))
+    fake.fail_next("conversations.history", retry_after=2)
+    with pytest.raises(SendError) as limited:
+        await adapter.send(message)
+    assert limited.value.retry_after == 2.0 and not fake.messages
+    await adapter.send(replace(message, delivery=Delivery()))
+    assert len(fake.calls("conversations.history")) == 2 and len(fake.messages) == 1
+    await adapter.send(OutboundMessage("slack", GENERAL, "next"))
+    assert len(fake.calls("conversations.history")) == 2  # settled: no more look-ups
+
+
 async def test_rejected_text_falls_back_to_plain_parts(make: Factory, fake: FakeSlack) -> None:
     adapter = await make()
     fake.fail_next("chat.postMessage", "msg_too_long")

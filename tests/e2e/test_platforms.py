@@ -430,9 +430,10 @@ def test_a_message_sent_while_down_after_a_quiet_first_start_is_answered(
 def test_a_reply_accepted_just_before_a_kill_is_not_sent_again(
         name: str, tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
     """The platform accepts a reply but the daemon is killed before it hears so (the
-    response is lost with the process). The outbox marked the send as in flight, so after
-    the restart the adapter checks the chat before sending again (Slack: the bot's recent
-    posts; the local channel: reply ids it already shows)."""
+    response is lost with the process). After the restart the reply is sent once only:
+    Slack's adapter, seeing the outbox's in-flight mark, finds the reply's id in the
+    metadata of the channel's posts and sends nothing; Discord's create carries the same
+    nonce again with `enforce_nonce`, and Discord answers with the first message."""
     with own_daemon(name, tmp_path, fake_llm) as live:
         driver, daemon = live.driver, live.daemon
         attempts = driver.send_attempts()
