@@ -22,7 +22,7 @@ import pytest
 
 from soulflow.agent.approvals import parse_reaction
 from tests.e2e.harness import Daemon, base_env, wait_for
-from tests.e2e.platform_helpers import BotPost, Driver, Posted, make_driver
+from tests.e2e.platform_helpers import BotPost, DiscordDriver, Driver, Posted, make_driver
 from tests.fakes.openai_api import FakeOpenAIThread
 
 T = TypeVar("T")
@@ -418,6 +418,32 @@ def test_a_message_sent_while_down_after_a_quiet_first_start_is_answered(
         live.daemon.start()
         live.driver.wait_ready(live.daemon)
         live.echo(down, "posted while it was down", timeout=8)
+
+
+def test_discord_guild_messages_at_the_first_instant_follow_the_guild_rules(
+        tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
+    """Messages posted the moment the daemon's gateway session opens, before its guild
+    cache is complete: the mention is answered, the guild message without a mention is
+    not (it is no DM). The client becomes ready as soon as the guild READY announced
+    arrives, not after discord.py's quiet wait (bench/first_reply.py measures the time)."""
+    with make_driver("discord") as driver:
+        assert isinstance(driver, DiscordDriver)
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        daemon = Daemon(workspace, daemon_env(workspace, fake_llm, driver),
+                        tmp_path / "daemon.log")
+        try:
+            daemon.start()
+            wait_for(lambda: driver.runner.call(driver.runner.fake.gateway.has_live_session),
+                     30, what="a gateway session")
+            plain = driver.post("talking among ourselves", mention=False)
+            asked = driver.post("first question", mention=True)
+            live = Live(driver, daemon, fake_llm)
+            live.echo(asked, "first question")
+            live.settle()
+            assert "echo: talking among ourselves" not in live.texts(plain.chat)
+        finally:
+            daemon.close()
 
 
 @pytest.mark.parametrize("name", [

@@ -57,16 +57,18 @@ class ClientEvents:
 
 
 class EventClient(discord.Client):
-    """A discord.Client that forwards READY, messages and added reactions to callbacks."""
+    """A discord.Client that forwards READY, messages and added reactions to callbacks, and
+    becomes ready as soon as every guild READY announced has arrived (`ExpectedGuilds`)."""
 
     def __init__(self, events: ClientEvents, *, api_url: str, gateway_url: str | None = None,
                  fast_identify: bool = False, max_ratelimit_timeout: float | None = None,
-                 **options: Any) -> None:
-        super().__init__(intents=intents(), **options)
+                 guild_ready_timeout: float = 2.0, **options: Any) -> None:
+        super().__init__(intents=intents(), guild_ready_timeout=guild_ready_timeout, **options)
         route_client(self, api_url=api_url, gateway_url=gateway_url,
                      max_ratelimit_timeout=max_ratelimit_timeout)
         self._events = events
         self._fast_identify = fast_identify
+        self.expected_guilds = ExpectedGuilds(self._connection, guild_ready_timeout)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         # The 5 s pause before a re-IDENTIFY respects Discord's identify rate limit: production
@@ -82,6 +84,47 @@ class EventClient(discord.Client):
 
     async def on_raw_reaction_add(self, event: discord.RawReactionActionEvent) -> None:
         self._events.reaction(self, event)
+
+
+GUILDS_SETTLED_S = 0.01  # the wait for one more GUILD_CREATE once all announced have come
+
+
+class ExpectedGuilds:
+    """Ends discord.py's wait for guilds as soon as the last one READY announced arrives.
+
+    READY lists every guild of the bot as unavailable; each then arrives in a GUILD_CREATE.
+    discord.py does not count them: it fires `on_ready` once no GUILD_CREATE came for
+    `guild_ready_timeout` (2 s by default), so every start kept the first messages waiting
+    that long (the adapter reads once ready). This wraps the client's READY and GUILD_CREATE
+    parsers: READY records the guild ids it announces, each GUILD_CREATE ticks one off, and
+    when none is left the client's `guild_ready_timeout` drops to GUILDS_SETTLED_S, which
+    discord.py reads before waiting for the next one. A guild that never comes (Discord has
+    it unavailable) still ends the wait after the full `guild_ready_timeout`. Messages are
+    classified from the event's own guild id (`guild_id_of`), never from this cache.
+    """
+
+    def __init__(self, state: Any, guild_ready_timeout: float) -> None:
+        self._state = state
+        self._timeout = guild_ready_timeout
+        self.waiting: set[int] = set()
+        parsers = state.parsers
+        self._parse_ready, self._parse_guild_create = parsers["READY"], parsers["GUILD_CREATE"]
+        parsers["READY"], parsers["GUILD_CREATE"] = self._ready, self._guild_create
+
+    def _ready(self, data: Any) -> None:
+        guilds = data.get("guilds") if isinstance(data, dict) else None
+        self.waiting = {int(g["id"]) for g in guilds or []
+                        if isinstance(g, dict) and str(g.get("id", "")).isdigit()}
+        self._state.guild_ready_timeout = self._timeout if self.waiting else GUILDS_SETTLED_S
+        self._parse_ready(data)
+
+    def _guild_create(self, data: Any) -> None:
+        self._parse_guild_create(data)
+        guild_id = data.get("id") if isinstance(data, dict) else None
+        if self.waiting and str(guild_id).isdigit() and not data.get("unavailable"):
+            self.waiting.discard(int(str(guild_id)))
+            if not self.waiting:
+                self._state.guild_ready_timeout = GUILDS_SETTLED_S
 
 
 def explain_start_failure(error: BaseException) -> str:
@@ -127,6 +170,18 @@ def _attachment(item: discord.Attachment) -> Attachment:
                       mime_type=item.content_type, size=item.size)
 
 
+def guild_id_of(message: discord.Message) -> int | None:
+    """The guild a message was posted in; None for a DM. Read from the event itself, not
+    from the client's guild cache: a guild message that arrives before its guild is cached
+    (right after a start, or while Discord has the guild unavailable) gets a channel that
+    knows only the event's `guild_id`, and `message.guild` is None there. Taking that as a
+    DM would answer a guild message without a mention and load the DM's private zone."""
+    if message.guild is not None:
+        return message.guild.id
+    guild_id = getattr(message.channel, "guild_id", None)
+    return guild_id if isinstance(guild_id, int) else None
+
+
 def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessage | None:
     """The bus record for a user's message; None for the bot's own and for system messages.
 
@@ -135,7 +190,8 @@ def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessag
     """
     if message.author.id == bot_id or message.type not in _CONVERSATION_TYPES:
         return None
-    is_direct = message.guild is None
+    guild_id = guild_id_of(message)
+    is_direct = guild_id is None
     reference = message.reference
     return InboundMessage(
         provider=PROVIDER,
@@ -150,7 +206,7 @@ def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessag
         from_bot=message.author.bot,
         attachments=[_attachment(a) for a in message.attachments],
         platform_data={
-            "guild_id": str(message.guild.id) if message.guild else None,
+            "guild_id": str(guild_id) if guild_id is not None else None,
             "reply_to_message_id": (str(reference.message_id)
                                     if reference and reference.message_id else None),
             "created_at": message.created_at.isoformat(),
