@@ -78,8 +78,8 @@ class Live:
 
     def settle(self) -> None:
         """Every reply sent and recorded as sent. Killing the daemon between a platform
-        accepting a reply and the outbox recording it would resend it after the restart
-        (at-least-once delivery; see test_a_reply_accepted_just_before_a_kill_...)."""
+        accepting a reply and the outbox recording it resends it after the restart (shown
+        twice on Telegram; see test_a_reply_accepted_just_before_a_kill_...)."""
         self.wait(lambda: self.daemon.state()["queues"]["outbox_pending"] == 0,
                   "an empty outbox")
 
