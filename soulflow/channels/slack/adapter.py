@@ -284,10 +284,16 @@ class SlackChannel(ChannelAdapter):
             raise SendError("the Slack channel is not started")
         options = message.options
         thread_ts = message.thread_id or (message.reply_to if options.thread_reply else None)
-        if found := await self._resends.posted_before(message, thread_ts):
-            return SendResult(platform_message_ids=found)
+        ids = await self._resends.posted_before(message, thread_ts)  # exactly once
+        if not ids:
+            ids = await self._deliver(message, thread_ts)
+        if thread_ts and not self.socket_mode and message.chat_id == self.default_channel:
+            await self._follow(thread_ts)
+        return SendResult(platform_message_ids=ids)
+
+    async def _deliver(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
         try:
-            if options.as_file:
+            if message.options.as_file:
                 ids = await self._upload(message, thread_ts)
             else:
                 ids = await self._post_text(message, thread_ts)
@@ -300,9 +306,7 @@ class SlackChannel(ChannelAdapter):
             raise SendError(f"network error talking to Slack: {type(exc).__name__}: {exc}"
                             ) from None
         self._resends.settled(message.message_id)
-        if thread_ts and not self.socket_mode and message.chat_id == self.default_channel:
-            await self._follow(thread_ts)
-        return SendResult(platform_message_ids=ids)
+        return ids
 
     async def _follow(self, thread_ts: str) -> None:
         """Polling: read the replies of a thread the bot answered in. On a shared account the
