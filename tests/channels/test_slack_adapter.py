@@ -6,6 +6,7 @@ Tests wait on conditions (the fake's `wait_for`, or reading until a message show
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -380,6 +381,25 @@ async def test_a_reply_that_may_have_been_posted_is_found_by_its_id(make: Factor
     found = await adapter.send(replace(threaded, delivery=Delivery(maybe_sent=True)))
     assert found.platform_message_ids == in_thread.platform_message_ids
     assert len(fake.messages) == 3 and len(fake.calls("conversations.replies")) == 1
+
+
+async def test_no_send_before_the_bot_knows_its_own_id(make: Factory, fake: FakeSlack) -> None:
+    """After a restart the outbox resends at once, while auth.test may not have answered:
+    without the bot's own id no earlier post can be recognised, so the send waits (a
+    retryable error) instead of posting the reply a second time."""
+    earlier = OutboundMessage("slack", GENERAL, "sent before the kill")
+    first = await make()
+    await first.send(earlier)
+    adapter = await make(start=False)
+    fake.delay_next("auth.test", 0.5)
+    starting = asyncio.create_task(adapter.start())
+    await fake.wait_for(lambda: len(fake.calls("auth.test")) == 2, 5)
+    with pytest.raises(SendError, match="not started") as caught:
+        await adapter.send(replace(earlier, delivery=Delivery(maybe_sent=True)))
+    assert not caught.value.permanent
+    await starting
+    found = await adapter.send(replace(earlier, delivery=Delivery(maybe_sent=True)))
+    assert found.platform_message_ids == [fake.messages[0].ts] and len(fake.messages) == 1
 
 
 async def test_a_look_up_slack_refuses_now_is_tried_again_before_any_post(

@@ -280,7 +280,9 @@ class SlackChannel(ChannelAdapter):
     # -- outbound ------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> SendResult:
-        if self._web is None:  # not started yet (or stopped): the dispatcher tries again
+        if self._web is None or not self.bot_user_id:
+            # not started yet (or stopped), or auth.test has not answered: the bot's own id
+            # is what tells its earlier posts apart (`ResendGuard`), so the dispatcher waits
             raise SendError("the Slack channel is not started")
         options = message.options
         thread_ts = message.thread_id or (message.reply_to if options.thread_reply else None)

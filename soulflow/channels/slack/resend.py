@@ -87,6 +87,8 @@ class ResendGuard:
         limit, network) raises SendError to retry later, still looking first then."""
         if not self.must_look(message):
             return []
+        if not self._bot_user_id():  # whose posts to look for is not known yet
+            raise SendError("the Slack channel is not started")
         try:
             found = await self._tagged_posts(message, thread_ts)
         except SlackApiError as exc:
