@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 REPLY_EVENT = "soulflow_reply"
 # The look-up reads from the record's creation time minus this (the node's clock against
 # Slack's ts), at most LOOKUP_PAGES pages of LOOKUP_PAGE messages.
-LOOKUP_MARGIN_S = 60.0
+LOOKUP_MARGIN_S = 10.0
 LOOKUP_PAGE = 200
 LOOKUP_PAGES = 10
 UNSURE_KEPT = 1000  # ids whose last try may have reached Slack, remembered in this process
@@ -126,6 +126,6 @@ class ResendGuard:
             found += [str(m["ts"]) for m in reply.get("messages") or []
                       if is_tagged(m, message.message_id, bot)]
             cursor = (reply.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
+            if found or not cursor:  # found: no more calls (parts of one reply are adjacent)
                 break
         return sorted(set(found), key=float)
