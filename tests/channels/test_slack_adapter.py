@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from soulflow.channels.files import safe_filename
+from soulflow.channels.slack import resend
 from soulflow.channels.slack.adapter import SlackChannel, SlackStartError
 from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
@@ -381,6 +382,21 @@ async def test_a_reply_that_may_have_been_posted_is_found_by_its_id(make: Factor
     found = await adapter.send(replace(threaded, delivery=Delivery(maybe_sent=True)))
     assert found.platform_message_ids == in_thread.platform_message_ids
     assert len(fake.messages) == 3 and len(fake.calls("conversations.replies")) == 1
+
+
+async def test_the_look_up_pages_back_to_the_reply(make: Factory, fake: FakeSlack,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages posted after the reply push it off the first page: the look-up follows the
+    cursor until it finds it, and reads no further."""
+    monkeypatch.setattr(resend, "LOOKUP_PAGE", 2)
+    adapter = await make()
+    reply = OutboundMessage("slack", GENERAL, "buried")
+    sent = await adapter.send(reply)
+    for i in range(5):
+        fake.post_user_message(GENERAL, f"chatter {i}", HUMAN)
+    found = await adapter.send(replace(reply, delivery=Delivery(maybe_sent=True)))
+    assert found.platform_message_ids == sent.platform_message_ids and len(fake.messages) == 1
+    assert len(fake.calls("conversations.history")) == 3  # 2 + 2 + (chatter 0, buried)
 
 
 async def test_no_send_before_the_bot_knows_its_own_id(make: Factory, fake: FakeSlack) -> None:
