@@ -17,6 +17,7 @@ import discord.http
 import pytest
 
 from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
+from soulflow.channels.discord.format import nonce_for
 from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
 from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, ReplyOptions, SendError
@@ -175,6 +176,28 @@ async def test_direct_message(fake: FakeDiscord, adapter: DiscordChannel) -> Non
     message = await receive_one(adapter)
     assert message.chat_id == str(dm) and message.is_direct and message.is_mention
     assert message.platform_data["guild_id"] is None
+
+
+def test_each_outbox_record_has_one_nonce_discord_accepts() -> None:
+    """The nonce is the record's id when Discord takes it (at most 25 ASCII characters),
+    else a digest of it: the same for every try, different for different records."""
+    assert nonce_for("out_0123456789abcdef") == "out_0123456789abcdef"
+    long_id, odd_id = "x" * 40, "out_é"
+    for message_id in (long_id, odd_id):
+        nonce = nonce_for(message_id)
+        assert len(nonce) <= 25 and nonce.isascii() and nonce == nonce_for(message_id)
+    assert nonce_for(long_id) != nonce_for(long_id + "y")
+
+
+async def test_a_resent_record_returns_the_first_message(fake: FakeDiscord,
+                                                         adapter: DiscordChannel) -> None:
+    """The same outbox record sent twice (killed after Discord took it): one message."""
+    message = outbound(general(fake), "exactly once")
+    first = await adapter.send(message)
+    again = await adapter.send(message)
+    assert again.platform_message_ids == first.platform_message_ids
+    assert [m.content for m in fake.sent_messages] == ["exactly once"]
+    assert fake.sent_messages[0].payload["nonce"] == message.message_id
 
 
 async def test_ready_comes_with_the_last_announced_guild_not_after_a_quiet_wait(

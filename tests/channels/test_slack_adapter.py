@@ -374,6 +374,9 @@ async def test_a_reply_that_may_have_been_posted_is_found_by_its_id(make: Factor
     (lookup,) = fake.calls("conversations.history")
     assert lookup.params["include_all_metadata"] in (True, "true", "1")
     other = OutboundMessage("slack", GENERAL, "same words", delivery=Delivery(maybe_sent=True))
+    forged = fake.post_user_message(GENERAL, "same words", HUMAN)  # another author's tag
+    forged["metadata"] = {"event_type": "soulflow_reply",
+                          "event_payload": {"id": other.message_id}}
     await adapter.send(other)
     assert [m.text for m in fake.messages] == ["same words", "same words"]
     parent = fake.post_user_message(GENERAL, "question")
