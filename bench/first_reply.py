@@ -6,7 +6,9 @@ moment a user's message can reach the daemon (Telegram: its long poll has begun;
 Socket Mode connection is open; Discord: the gateway session is identified), posts one
 mention at once, and times it from the post to the platform receiving the reply ("first").
 Then it posts a second one in another chat (not paced behind the first) and times that too
-("steady"): the difference is what the start itself still costs the first message.
+("steady"): the difference is what the start itself still costs the first message. The last
+column counts the calls made only to check whether a reply was already sent, per reply
+(expected 0: Slack looks only for replies that may have been sent before a crash).
 
     python bench/first_reply.py [--platform telegram|slack|discord|all] [--runs 5]
 """
@@ -43,8 +45,14 @@ def _time_reply(host: FakeHostProcess, prefix: str, index: int, timeout: float) 
     return time.monotonic() - started
 
 
-def run_once(platform: str, model_url: str, timeout: float) -> tuple[float, float]:
-    """(first, steady) reply latency in seconds on a fresh daemon and fake."""
+#: calls that exist only to find out whether a reply was already sent (Slack's look-up;
+#: Discord's nonce rides on the create itself, Telegram has none)
+LOOKUP_CALLS = ("conversations.history", "conversations.replies")
+
+
+def run_once(platform: str, model_url: str, timeout: float) -> tuple[float, float, int]:
+    """(first, steady) reply latency in seconds on a fresh daemon and fake, and the look-up
+    calls the platform received meanwhile (Socket Mode reads no history otherwise)."""
     host = FakeHostProcess(platform, 2, limits=False)  # steady goes to the other chat
     tmp = tempfile.TemporaryDirectory(prefix=f"first-reply-{platform}-")
     workspace = Path(tmp.name) / "ws"
@@ -57,11 +65,12 @@ def run_once(platform: str, model_url: str, timeout: float) -> tuple[float, floa
             raise RuntimeError(f"the daemon never connected to the {platform} fake")
         first = _time_reply(host, "first", 0, timeout)
         steady = _time_reply(host, "steady", 1, timeout)  # not behind the first's pacing
+        calls = host.call("calls")
     finally:
         daemon.close()
         host.close()
         tmp.cleanup()
-    return first, steady
+    return first, steady, sum(calls.get(method, 0) for method in LOOKUP_CALLS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,14 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     platforms = PLATFORMS if args.platform == "all" else (args.platform,)
-    print(f"{'platform':<10} {'first median':>13} {'first max':>10} {'steady median':>14}")
+    print(f"{'platform':<10} {'first median':>13} {'first max':>10} {'steady median':>14} "
+          f"{'look-ups/reply':>15}")
     with fake_model_process() as model_url:
         for platform in platforms:
             runs = [run_once(platform, model_url, args.timeout) for _ in range(args.runs)]
             first, steady = [r[0] for r in runs], [r[1] for r in runs]
+            lookups = sum(r[2] for r in runs) / (2 * len(runs))
             print(f"{platform:<10} {statistics.median(first) * 1000:>10.0f} ms "
-                  f"{max(first) * 1000:>7.0f} ms {statistics.median(steady) * 1000:>11.0f} ms",
-                  flush=True)
+                  f"{max(first) * 1000:>7.0f} ms {statistics.median(steady) * 1000:>11.0f} ms "
+                  f"{lookups:>15.2f}", flush=True)
     return 0
 
 
