@@ -5,9 +5,10 @@ bench's own) would blur that, so each fake runs here, alone. Protocol: the first
 is ``READY {"env": {...}}`` (what the daemon needs to reach the fake); then each stdin line
 ``{"cmd": ..., ...}`` gets one stdout line ``{"ok": true, "result": ...}`` or
 ``{"ok": false, "error": ...}``. Commands: ``ready``, ``burst``, ``post``, ``fault``,
-``stats``, ``delivered`` (which burst messages the bot's replies in their chat answer, as the
-platform received them), ``tally`` (for the soak: of the numbered messages posted, how many a
-reply echoes once, more than once, or not yet). EOF on stdin stops the fake.
+``stats``, ``calls`` (API calls per method), ``delivered`` (which burst messages the bot's
+replies in their chat answer, as the platform received them), ``tally`` (for the soak: of
+the numbered messages posted, how many a reply echoes once, more than once, or not yet).
+EOF on stdin stops the fake.
 
     python -m bench._fake_host --platform telegram --chats 20 [--no-limits]
 """
@@ -227,6 +228,12 @@ async def handle(host: Host, request: JSON) -> Any:
         return True
     if cmd == "stats":
         return host.stats()
+    if cmd == "calls":  # API calls received so far, per method (Discord: per route name)
+        counts: dict[str, int] = {}
+        for request in host.fake.requests:
+            method = str(getattr(request, "name", None) or getattr(request, "method", ""))
+            counts[method] = counts.get(method, 0) + 1
+        return counts
     if cmd == "delivered":
         return delivered(host, str(request.get("prefix", "message")),
                          int(request.get("start", 0)), int(request["messages"]))

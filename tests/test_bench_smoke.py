@@ -33,3 +33,14 @@ def test_platform_burst_answers_a_tiny_burst(platform: str) -> None:
     assert last[header.index("delivered")] == "40/40"  # counted at the platform fake
     assert last[header.index("journal")] == "40/40"  # and the daemon agrees
     assert last[-1] == "done"
+
+
+def test_first_reply_bench_times_a_reply_on_every_platform() -> None:
+    """bench/first_reply.py: one run per platform, each first and steady mention answered
+    at the platform (it fails with the platform named if one is not)."""
+    result = subprocess.run(
+        [sys.executable, "bench/first_reply.py", "--runs", "1", "--timeout", "60"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split()[0] for line in result.stdout.strip().splitlines()[1:]]
+    assert rows == ["telegram", "slack", "discord"]

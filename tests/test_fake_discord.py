@@ -285,6 +285,29 @@ async def test_file_send_recorded_and_served(fake: FakeDiscord, bot: Bot) -> Non
     assert await sent.attachments[0].read() == b"%PDF-fake"
 
 
+async def test_enforced_nonce_returns_the_first_message_within_the_window(
+        fake: FakeDiscord, bot: Bot) -> None:
+    """Discord: with `enforce_nonce`, a create whose nonce the same author used in the same
+    channel within the past few minutes returns that message and creates none. discord.py
+    sends `enforce_nonce: true` with every nonce."""
+    now = [1000.0]
+    fake.nonces.clock = lambda: now[0]
+    channel = bot.get_channel(general(fake))
+    first = await channel.send("once", nonce="out_0123456789abcdef")
+    again = await channel.send("once", nonce="out_0123456789abcdef")
+    assert again.id == first.id and [m.id for m in fake.sent_messages] == [first.id]
+    assert fake.requests[-1].json["enforce_nonce"] is True and fake.nonces.hits == 1
+    other = await bot.get_channel(fake.channel_ids["bot-test"]).send("once",
+                                                                    nonce="out_0123456789abcdef")
+    assert other.id != first.id  # another channel: a message of its own
+    now[0] += fake.nonces.window_s + 1
+    late = await channel.send("once", nonce="out_0123456789abcdef")
+    assert late.id not in (first.id, other.id) and len(fake.sent_messages) == 3
+    with pytest.raises(discord.HTTPException) as refused:
+        await channel.send("x", nonce="n" * 26)
+    assert refused.value.status == 400 and len(fake.sent_messages) == 3
+
+
 async def test_rate_limit_429_is_retried_once(fake: FakeDiscord, bot: Bot) -> None:
     fake.fail_next("send_message", 429, retry_after=0.3)
     loop = asyncio.get_running_loop()

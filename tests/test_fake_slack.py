@@ -129,6 +129,10 @@ async def test_post_message_by_name_and_blocks(client: AsyncWebClient, fake: Fak
         ({"channel": GENERAL, "text": "x", "blocks": [{"no": "type"}]}, "invalid_blocks"),
         ({"channel": "CNOTMEMBR", "text": "x"}, "not_in_channel"),
         ({"channel": GENERAL, "text": "x" * 40_001}, "msg_too_long"),
+        ({"channel": GENERAL, "metadata": {"event_type": "x y", "event_payload": {}}},
+         "invalid_metadata_schema"),
+        ({"channel": GENERAL, "metadata": {"event_type": "ok"}}, "invalid_metadata_schema"),
+        ({"channel": GENERAL, "metadata": "{not json"}, "invalid_metadata_format"),
     ],
 )
 async def test_post_message_errors(
@@ -139,6 +143,27 @@ async def test_post_message_errors(
     with pytest.raises(SlackApiError) as caught:
         await client.chat_postMessage(**kwargs)
     assert caught.value.response["error"] == error
+
+
+async def test_message_metadata_is_stored_and_read_back_only_when_asked(
+        client: AsyncWebClient, fake: FakeSlack) -> None:
+    """chat.postMessage keeps `metadata`; conversations.history/replies return its payload
+    with `include_all_metadata=true` (the event_type alone otherwise)."""
+    tag = {"event_type": "soulflow_reply", "event_payload": {"id": "out_1"}}
+    parent = await client.chat_postMessage(channel=GENERAL, text="top", metadata=tag)
+    assert parent["message"]["metadata"] == tag
+    await client.chat_postMessage(channel=GENERAL, text="in thread", thread_ts=parent["ts"],
+                                  metadata={"event_type": "soulflow_reply",
+                                            "event_payload": {"id": "out_2"}})
+    full = await client.conversations_history(channel=GENERAL, include_all_metadata=True)
+    assert full["messages"][0]["metadata"] == tag
+    bare = await client.conversations_history(channel=GENERAL)
+    assert bare["messages"][0]["metadata"] == {"event_type": "soulflow_reply"}
+    thread = await client.conversations_replies(channel=GENERAL, ts=parent["ts"],
+                                                include_all_metadata=True)
+    assert [m["metadata"]["event_payload"]["id"] for m in thread["messages"]] == ["out_1",
+                                                                                  "out_2"]
+    assert len(fake.messages) == 2
 
 
 async def test_update_and_delete(client: AsyncWebClient, fake: FakeSlack) -> None:

@@ -17,6 +17,7 @@ import discord.http
 import pytest
 
 from soulflow.channels.discord.adapter import DiscordChannel, DiscordStartError
+from soulflow.channels.discord.format import nonce_for
 from soulflow.channels.splitting import split_reply
 from soulflow.channels.state import ChannelState
 from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, ReplyOptions, SendError
@@ -175,6 +176,93 @@ async def test_direct_message(fake: FakeDiscord, adapter: DiscordChannel) -> Non
     message = await receive_one(adapter)
     assert message.chat_id == str(dm) and message.is_direct and message.is_mention
     assert message.platform_data["guild_id"] is None
+
+
+def test_each_outbox_record_has_one_nonce_discord_accepts() -> None:
+    """The nonce is the record's id when Discord takes it (at most 25 ASCII characters),
+    else a digest of it: the same for every try, different for different records."""
+    assert nonce_for("out_0123456789abcdef") == "out_0123456789abcdef"
+    long_id, odd_id = "x" * 40, "out_é"
+    for message_id in (long_id, odd_id):
+        nonce = nonce_for(message_id)
+        assert len(nonce) <= 25 and nonce.isascii() and nonce == nonce_for(message_id)
+    assert nonce_for(long_id) != nonce_for(long_id + "y")
+
+
+async def test_a_resent_record_returns_the_first_message(fake: FakeDiscord,
+                                                         adapter: DiscordChannel) -> None:
+    """The same outbox record sent twice (killed after Discord took it): one message."""
+    message = outbound(general(fake), "exactly once")
+    first = await adapter.send(message)
+    again = await adapter.send(message)
+    assert again.platform_message_ids == first.platform_message_ids
+    assert [m.content for m in fake.sent_messages] == ["exactly once"]
+    assert fake.sent_messages[0].payload["nonce"] == message.message_id
+
+
+async def test_ready_comes_with_the_last_announced_guild_not_after_a_quiet_wait(
+        fake: FakeDiscord, start_adapter: StartAdapter) -> None:
+    """discord.py waits `guild_ready_timeout` after the last GUILD_CREATE before READY; the
+    adapter reads only once ready. The client counts the guilds READY announced instead, so
+    with a wait far longer than the start may take, the start still completes, and guild
+    messages posted the moment the session opened are read as guild messages: the mention
+    rules apply (a message without a mention is not a mention, not a DM)."""
+    starting = asyncio.create_task(start_adapter(guild_ready_timeout=600.0))
+    await fake.wait_for(lambda: fake.gateway.has_live_session(), TIMEOUT)
+    fake.push_message(general(fake), "chatting as it starts", alice(fake))
+    fake.push_message(general(fake), "are you there?", alice(fake), mentions_bot=True)
+    adapter = await asyncio.wait_for(starting, TIMEOUT)
+    plain, mention = await receive(adapter, 2)
+    assert not plain.is_direct and not plain.is_mention
+    assert not mention.is_direct and mention.is_mention
+    assert plain.platform_data["guild_id"] == str(fake.guild_id)
+
+
+async def test_a_guild_that_never_arrives_still_ends_the_wait(
+        fake: FakeDiscord, start_adapter: StartAdapter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """READY announces a guild Discord keeps unavailable (an outage): no GUILD_CREATE comes
+    for it, and the start ends after `guild_ready_timeout` as discord.py's own wait does."""
+    announce = fake.gateway._ready_payload
+
+    def with_an_unavailable_guild(session: Any) -> dict[str, Any]:
+        data = announce(session)
+        data["guilds"].append({"id": "4200000000000000001", "unavailable": True})
+        return data
+
+    monkeypatch.setattr(fake.gateway, "_ready_payload", with_an_unavailable_guild)
+    adapter = await start_adapter(guild_ready_timeout=0.3)
+    assert adapter._client is not None
+    assert adapter._client.expected_guilds.waiting == {4200000000000000001}
+    fake.push_message(general(fake), "still answered", alice(fake), mentions_bot=True)
+    message = await receive_one(adapter)
+    assert message.is_mention and not message.is_direct
+
+
+async def test_a_guild_message_from_an_uncached_guild_is_not_a_dm(
+        fake: FakeDiscord, adapter: DiscordChannel) -> None:
+    """A guild the client has not cached (not yet created, or unavailable): discord.py gives
+    the message no guild, only the event's guild_id. It is still a guild message."""
+    stranger_guild, channel_id = 4_100_000_000_000_001, 4_100_000_000_000_002
+
+    def payload(message_id: int, content: str, mentions: list[int]) -> dict[str, Any]:
+        user = {"id": str(alice(fake)), "username": "alice", "discriminator": "0",
+                "global_name": "Alice", "avatar": None, "bot": False}
+        return {"id": str(message_id), "channel_id": str(channel_id),
+                "guild_id": str(stranger_guild), "author": user, "content": content,
+                "timestamp": "2026-01-01T00:00:00+00:00", "edited_timestamp": None,
+                "tts": False, "mention_everyone": False, "mention_roles": [],
+                "mentions": [{"id": str(m), "username": "soulflow-bot", "discriminator": "0",
+                              "avatar": None, "bot": True} for m in mentions],
+                "attachments": [], "embeds": [], "pinned": False, "type": 0, "flags": 0,
+                "components": []}
+
+    fake.push_raw_dispatch("MESSAGE_CREATE", payload(4_100_000_000_000_010, "no ping", []))
+    fake.push_raw_dispatch("MESSAGE_CREATE", payload(
+        4_100_000_000_000_011, f"<@{fake.bot_user_id}> ping", [fake.bot_user_id]))
+    plain, mention = await receive(adapter, 2)
+    assert not plain.is_direct and not plain.is_mention
+    assert plain.platform_data["guild_id"] == str(stranger_guild)
+    assert not mention.is_direct and mention.is_mention and mention.text == "ping"
 
 
 async def test_other_bots_are_flagged(fake: FakeDiscord, adapter: DiscordChannel) -> None:

@@ -6,6 +6,7 @@ Tests wait on conditions (the fake's `wait_for`, or reading until a message show
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from soulflow.channels.files import safe_filename
+from soulflow.channels.slack import resend
 from soulflow.channels.slack.adapter import SlackChannel, SlackStartError
 from soulflow.channels.slack.format import markdown_to_mrkdwn, slack_to_plain
 from soulflow.channels.state import ChannelState
@@ -349,6 +351,90 @@ async def test_send_errors_are_classified(make: Factory, fake: FakeSlack) -> Non
     with pytest.raises(SendError) as server:
         await adapter.send(OutboundMessage("slack", GENERAL, "flaky"))
     assert not server.value.permanent and server.value.retry_after is None
+
+
+def _reads(fake: FakeSlack) -> int:
+    return len(fake.calls("conversations.history") + fake.calls("conversations.replies"))
+
+
+async def test_a_reply_that_may_have_been_posted_is_found_by_its_id(make: Factory,
+                                                                   fake: FakeSlack) -> None:
+    """Every post carries the outbox id as metadata. A send the outbox marks as possibly
+    done (killed mid-send) reads the channel (or the thread) first and, finding its id, posts
+    nothing; the same text under another id is a reply of its own and is posted. An ordinary
+    send reads nothing."""
+    adapter = await make()
+    first = OutboundMessage("slack", GENERAL, "same words")
+    sent = await adapter.send(first)
+    assert _reads(fake) == 0  # normal running: no extra call
+    assert fake.calls("chat.postMessage")[0].params["metadata"] == {
+        "event_type": "soulflow_reply", "event_payload": {"id": first.message_id}}
+    again = await adapter.send(replace(first, delivery=Delivery(maybe_sent=True)))
+    assert again.platform_message_ids == sent.platform_message_ids and len(fake.messages) == 1
+    (lookup,) = fake.calls("conversations.history")
+    assert lookup.params["include_all_metadata"] in (True, "true", "1")
+    other = OutboundMessage("slack", GENERAL, "same words", delivery=Delivery(maybe_sent=True))
+    forged = fake.post_user_message(GENERAL, "same words", HUMAN)  # another author's tag
+    forged["metadata"] = {"event_type": "soulflow_reply",
+                          "event_payload": {"id": other.message_id}}
+    await adapter.send(other)
+    assert [m.text for m in fake.messages] == ["same words", "same words"]
+    parent = fake.post_user_message(GENERAL, "question")
+    threaded = OutboundMessage("slack", GENERAL, "in the thread", thread_id=parent["ts"])
+    in_thread = await adapter.send(threaded)
+    found = await adapter.send(replace(threaded, delivery=Delivery(maybe_sent=True)))
+    assert found.platform_message_ids == in_thread.platform_message_ids
+    assert len(fake.messages) == 3 and len(fake.calls("conversations.replies")) == 1
+
+
+async def test_the_look_up_pages_back_to_the_reply(make: Factory, fake: FakeSlack,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages posted after the reply push it off the first page: the look-up follows the
+    cursor until it finds it, and reads no further."""
+    monkeypatch.setattr(resend, "LOOKUP_PAGE", 2)
+    adapter = await make()
+    reply = OutboundMessage("slack", GENERAL, "buried")
+    sent = await adapter.send(reply)
+    for i in range(5):
+        fake.post_user_message(GENERAL, f"chatter {i}", HUMAN)
+    found = await adapter.send(replace(reply, delivery=Delivery(maybe_sent=True)))
+    assert found.platform_message_ids == sent.platform_message_ids and len(fake.messages) == 1
+    assert len(fake.calls("conversations.history")) == 3  # 2 + 2 + (chatter 0, buried)
+
+
+async def test_no_send_before_the_bot_knows_its_own_id(make: Factory, fake: FakeSlack) -> None:
+    """After a restart the outbox resends at once, while auth.test may not have answered:
+    without the bot's own id no earlier post can be recognised, so the send waits (a
+    retryable error) instead of posting the reply a second time."""
+    earlier = OutboundMessage("slack", GENERAL, "sent before the kill")
+    first = await make()
+    await first.send(earlier)
+    adapter = await make(start=False)
+    fake.delay_next("auth.test", 0.5)
+    starting = asyncio.create_task(adapter.start())
+    await fake.wait_for(lambda: len(fake.calls("auth.test")) == 2, 5)
+    with pytest.raises(SendError, match="not started") as caught:
+        await adapter.send(replace(earlier, delivery=Delivery(maybe_sent=True)))
+    assert not caught.value.permanent
+    await starting
+    found = await adapter.send(replace(earlier, delivery=Delivery(maybe_sent=True)))
+    assert found.platform_message_ids == [fake.messages[0].ts] and len(fake.messages) == 1
+
+
+async def test_a_look_up_slack_refuses_now_is_tried_again_before_any_post(
+        make: Factory, fake: FakeSlack) -> None:
+    """A rate-limited look-up posts nothing and raises for a retry; the retry (the outbox
+    no longer marks it in flight) still looks first, then posts once."""
+    adapter = await make()
+    message = OutboundMessage("slack", GENERAL, "careful", delivery=Delivery(maybe_sent=True))
+    fake.fail_next("conversations.history", retry_after=2)
+    with pytest.raises(SendError) as limited:
+        await adapter.send(message)
+    assert limited.value.retry_after == 2.0 and not fake.messages
+    await adapter.send(replace(message, delivery=Delivery()))
+    assert len(fake.calls("conversations.history")) == 2 and len(fake.messages) == 1
+    await adapter.send(OutboundMessage("slack", GENERAL, "next"))
+    assert len(fake.calls("conversations.history")) == 2  # settled: no more look-ups
 
 
 async def test_rejected_text_falls_back_to_plain_parts(make: Factory, fake: FakeSlack) -> None:

@@ -89,3 +89,22 @@ async def test_dropped_connections_do_not_leak(fake: FakeSlack, proxy: DroppingP
     assert all(isinstance(r, SendResult | SendError) for r in results[:5]), results
     assert all(isinstance(r, SendError) for r in results[5:]), results
     await still_works(fake, channel, "drop")
+
+
+async def test_a_post_whose_connection_broke_is_looked_up_not_posted_twice(
+        fake: FakeSlack, proxy: DroppingProxy, channel: SlackChannel) -> None:
+    """Slack takes a reply, then the connection breaks before the answer arrives. The post
+    is not retried blindly (slack_sdk's connection-error retry is off for replies); the
+    outbox's next try looks for the reply's id first, finds it, and posts nothing."""
+    message = out("said once")
+    fake.delay_next("chat.postMessage", 0.5)
+    sending = asyncio.create_task(channel.send(message))
+    await fake.wait_for(lambda: len(fake.calls("chat.postMessage")) == 1, 5)
+    proxy.drop_all()
+    with pytest.raises(SendError, match="network error"):
+        await sending
+    await fake.wait_for(lambda: fake.bot_texts(GENERAL) == ["said once"], 5)  # Slack has it
+    again = await channel.send(message)
+    assert again.platform_message_ids == [fake.messages[0].ts]
+    assert fake.bot_texts(GENERAL) == ["said once"] and len(fake.calls("chat.postMessage")) == 1
+    assert len(fake.calls("conversations.history")) == 1

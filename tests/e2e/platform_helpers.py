@@ -527,6 +527,9 @@ class DiscordDriver(Driver):
     def send_attempts(self) -> int:
         return len([r for r in self.runner.requests if r.name == "send_message"])
 
+    def hold_next_send(self, seconds: float) -> None:
+        self.runner.delay_next("send_message", seconds)
+
     def malformed(self) -> None:
         chat = self.chat
         self.runner.push_raw_dispatch("TOTALLY_NEW_EVENT", {"what": "ever"})

@@ -76,6 +76,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from .discord_gateway import GatewayServer
+from .discord_nonces import DEFAULT_WINDOW_S, NonceMemory
 from .discord_objects import (
     DISCORD_ROUTE_LIMITS,
     JSON,
@@ -96,6 +97,7 @@ from .discord_objects import (
     attachment_payload,
     content_too_long_error,
     fault_matches,
+    form_body_error,
     iso_now,
     json_response,
     no_content,
@@ -108,6 +110,8 @@ from .rate_limits import TrafficCounters
 
 API_PREFIX = "/api/v10"
 RECORD_KEY = web.RequestKey("record", RecordedRequest)
+NONCE_HIT = web.RequestKey("nonce_hit", bool)  # a create answered with an earlier message
+HOLD_S = web.RequestKey("hold_s", float)  # delay_next on a create: seconds to hold it
 T = TypeVar("T")
 
 # (method, path template as in discord.py's Route, friendly name usable in fail_next)
@@ -149,8 +153,11 @@ class FakeDiscord(ServedInBlock):
                                             | Intent.GUILD_PRESENCES),
                  rate_limit: tuple[int, float] = (50, 1.0), echo_own_messages: bool = True,
                  route_limits: dict[str, tuple[int, float]] | None = None,
-                 enforce_limits: bool = True, **world_options: Any) -> None:
+                 enforce_limits: bool = True, nonce_window_s: float = DEFAULT_WINDOW_S,
+                 **world_options: Any) -> None:
         self.token = token
+        # message creates with `enforce_nonce` (discord_nonces.py): a resend returns the first
+        self.nonces = NonceMemory(nonce_window_s)
         self.world = World(**world_options)
         self.echo_own_messages = echo_own_messages
         self.gateway = GatewayServer(self.world, token, heartbeat_interval_ms=heartbeat_interval_ms,
@@ -319,7 +326,10 @@ class FakeDiscord(ServedInBlock):
         if request.headers.get("Authorization") != f"Bot {self.token}":
             raise DiscordError(401, "401: Unauthorized")
         if delay := self._take(self._delays, record.route, record.name, request):
-            await asyncio.sleep(delay.delay)
+            if record.name == "send_message":  # held after its body is read (the handler)
+                request[HOLD_S] = delay.delay
+            else:
+                await asyncio.sleep(delay.delay)
         key = f"{record.name}|{record.route}:{request.match_info.get('channel_id') or ''}"
         if record.name in BEST_EFFORT_ROUTES:
             self.counters.best_effort[record.name] += 1
@@ -333,7 +343,7 @@ class FakeDiscord(ServedInBlock):
             else:
                 response = await handler(request)
                 response.headers.update(self.buckets.headers(key, remaining, reset_after))
-                if record.name == "send_message":
+                if record.name == "send_message" and not request.get(NONCE_HIT):
                     self.counters.replies += 1
         if response.status == 429:
             self.counters.rate_limited[record.name] += 1
@@ -429,7 +439,19 @@ class FakeDiscord(ServedInBlock):
         channel = self._channel(request)
         payload, files = await read_message_body(request)
         request[RECORD_KEY].json = payload
+        # a held create is still made when the client has gone meanwhile (its body was read)
+        await asyncio.sleep(request.get(HOLD_S, 0.0))
         reply_to = self._validate_outgoing(channel, payload, files)
+        try:
+            nonce = NonceMemory.key_of(payload)
+        except ValueError as exc:
+            raise DiscordError(400, "Invalid Form Body",
+                               body=form_body_error("nonce", "BASE_TYPE_BAD_LENGTH", str(exc))
+                               ) from None
+        if nonce is not None and (
+                first := self.nonces.existing(channel.id, self.bot_user_id, nonce)):
+            request[NONCE_HIT] = True  # Discord answers with the first message, creates nothing
+            return json_response(first)
         attachments = [self._store_upload(channel.id, index, upload, payload)
                        for index, upload in enumerate(files)]
         message = self.world.build_message(
@@ -437,6 +459,8 @@ class FakeDiscord(ServedInBlock):
             reply_to=reply_to, extra=self._outgoing_extras(payload))
         self.sent_messages.append(SentMessage(channel.id, payload.get("content"), payload,
                                               message, files, reply_to))
+        if nonce is not None:
+            self.nonces.remember(channel.id, self.bot_user_id, nonce, message)
         if self.echo_own_messages:
             self.gateway.dispatch_message("MESSAGE_CREATE", message)
         return json_response(message)

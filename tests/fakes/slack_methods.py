@@ -6,6 +6,7 @@ raises :class:`SlackError` with the error code the real API documents for that c
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
@@ -59,9 +60,12 @@ class SlackMethods(SlackWorld):
             raise SlackError("no_text")
         thread_ts = params.text("thread_ts")
         parent = self._parent(channel, thread_ts)
+        metadata = _metadata(params)
         message = bot_message(text, self.clock.next(), thread_ts, parent, blocks)
         if attachments:
             message["attachments"] = attachments
+        if metadata is not None:
+            message["metadata"] = metadata
         if thread_ts and params.flag("reply_broadcast"):
             message["subtype"] = "thread_broadcast"
         self._append(channel, message)
@@ -144,8 +148,9 @@ class SlackMethods(SlackWorld):
 
     def _echo(self, channel: str, message: dict[str, Any]) -> None:
         """Slack sends the app its own messages too (adapters must filter by bot_id)."""
-        if self.echo_bot_events:
+        if self.echo_bot_events:  # the message event carries no metadata (its own events do)
             event = dict(message, channel=channel, event_ts=message["ts"])
+            event.pop("metadata", None)
             self.push_event(dict(event, channel_type=channel_type(channel)))
 
     # -- conversations -----------------------------------------------------------------
@@ -156,7 +161,8 @@ class SlackMethods(SlackWorld):
             if m.get("thread_ts") in (None, m["ts"]) or m.get("subtype") == "thread_broadcast"
         ]  # fmt: skip
         window = self._window(top_level, params)
-        return self._page(list(reversed(window)), params, newest_first=True, default_limit=100)
+        page = self._page(list(reversed(window)), params, newest_first=True, default_limit=100)
+        return _with_metadata(page, params)
 
     async def m_conversations_replies(self, params: Params) -> dict[str, Any]:
         channel = self._channel(params.text("channel"))
@@ -167,7 +173,7 @@ class SlackMethods(SlackWorld):
         parent, replies = thread[:1], self._window(thread[1:], params)
         page = self._page(replies, params, newest_first=False, default_limit=1000)
         page["messages"] = parent + page["messages"]
-        return page
+        return _with_metadata(page, params)
 
     def _window(self, messages: list[dict[str, Any]], params: Params) -> list[dict[str, Any]]:
         """Apply ``oldest``/``latest`` (exclusive unless ``inclusive``)."""
@@ -317,3 +323,38 @@ class SlackMethods(SlackWorld):
         if file is None or not file.uploaded:
             raise SlackError("file_not_found")
         return {"file": file.to_dict(self.url)}
+
+
+# -- message metadata (https://docs.slack.dev/messaging/message-metadata) -------------------
+MAX_METADATA_BYTES = 8_000  # event_payload; Slack answers metadata_too_large past its limit
+_EVENT_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def _metadata(params: Params) -> dict[str, Any] | None:
+    """chat.postMessage's `metadata`: an object with an alphanumeric `event_type` and an
+    `event_payload` object; anything else is refused as Slack refuses it."""
+    metadata = params.json("metadata", "invalid_metadata_format")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise SlackError("invalid_metadata_format")
+    event_type, payload = metadata.get("event_type"), metadata.get("event_payload")
+    if not (isinstance(event_type, str) and _EVENT_TYPE.match(event_type)
+            and isinstance(payload, dict)):
+        raise SlackError("invalid_metadata_schema")
+    if len(json.dumps(payload)) > MAX_METADATA_BYTES:
+        raise SlackError("metadata_too_large")
+    return {"event_type": event_type, "event_payload": payload}
+
+
+def _with_metadata(page: dict[str, Any], params: Params) -> dict[str, Any]:
+    """Reads return a message's metadata payload only with `include_all_metadata=true`
+    (without it a message shows at most its `event_type`)."""
+    if params.flag("include_all_metadata"):
+        return page
+    shown = []
+    for message in page["messages"]:
+        if isinstance(message.get("metadata"), dict):
+            message = dict(message, metadata={"event_type": message["metadata"]["event_type"]})
+        shown.append(message)
+    return dict(page, messages=shown)

@@ -7,6 +7,7 @@ channels get a cursor -- read in one place.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import aiohttp
 import discord
 import discord.abc
 
+from soulflow.channels.discord.guilds import ExpectedGuilds
 from soulflow.channels.discord.http import route_client
 from soulflow.channels.files import safe_filename
 from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, SendError
@@ -56,16 +58,18 @@ class ClientEvents:
 
 
 class EventClient(discord.Client):
-    """A discord.Client that forwards READY, messages and added reactions to callbacks."""
+    """A discord.Client that forwards READY, messages and added reactions to callbacks, and
+    becomes ready as soon as every guild READY announced has arrived (`ExpectedGuilds`)."""
 
     def __init__(self, events: ClientEvents, *, api_url: str, gateway_url: str | None = None,
                  fast_identify: bool = False, max_ratelimit_timeout: float | None = None,
-                 **options: Any) -> None:
-        super().__init__(intents=intents(), **options)
+                 guild_ready_timeout: float = 2.0, **options: Any) -> None:
+        super().__init__(intents=intents(), guild_ready_timeout=guild_ready_timeout, **options)
         route_client(self, api_url=api_url, gateway_url=gateway_url,
                      max_ratelimit_timeout=max_ratelimit_timeout)
         self._events = events
         self._fast_identify = fast_identify
+        self.expected_guilds = ExpectedGuilds(self._connection, guild_ready_timeout)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         # The 5 s pause before a re-IDENTIFY respects Discord's identify rate limit: production
@@ -126,6 +130,18 @@ def _attachment(item: discord.Attachment) -> Attachment:
                       mime_type=item.content_type, size=item.size)
 
 
+def guild_id_of(message: discord.Message) -> int | None:
+    """The guild a message was posted in; None for a DM. Read from the event itself, not
+    from the client's guild cache: a guild message that arrives before its guild is cached
+    (right after a start, or while Discord has the guild unavailable) gets a channel that
+    knows only the event's `guild_id`, and `message.guild` is None there. Taking that as a
+    DM would answer a guild message without a mention and load the DM's private zone."""
+    if message.guild is not None:
+        return message.guild.id
+    guild_id = getattr(message.channel, "guild_id", None)
+    return guild_id if isinstance(guild_id, int) else None
+
+
 def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessage | None:
     """The bus record for a user's message; None for the bot's own and for system messages.
 
@@ -134,7 +150,8 @@ def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessag
     """
     if message.author.id == bot_id or message.type not in _CONVERSATION_TYPES:
         return None
-    is_direct = message.guild is None
+    guild_id = guild_id_of(message)
+    is_direct = guild_id is None
     reference = message.reference
     return InboundMessage(
         provider=PROVIDER,
@@ -149,7 +166,7 @@ def inbound_from_message(message: discord.Message, bot_id: int) -> InboundMessag
         from_bot=message.author.bot,
         attachments=[_attachment(a) for a in message.attachments],
         platform_data={
-            "guild_id": str(message.guild.id) if message.guild else None,
+            "guild_id": str(guild_id) if guild_id is not None else None,
             "reply_to_message_id": (str(reference.message_id)
                                     if reference and reference.message_id else None),
             "created_at": message.created_at.isoformat(),
@@ -232,11 +249,29 @@ def reply_target(reply_to: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+MAX_NONCE_LENGTH = 25  # Discord's limit on a message create's `nonce`
+
+
+def nonce_for(message_id: str) -> str:
+    """The `nonce` of every create of one outbox record: its id when Discord takes it as
+    is, else a digest of it (same id, same nonce, on every node and after every restart)."""
+    if len(message_id) <= MAX_NONCE_LENGTH and message_id.isascii():
+        return message_id
+    return "h" + hashlib.sha256(message_id.encode()).hexdigest()[:MAX_NONCE_LENGTH - 1]
+
+
 async def send_message(channel: discord.abc.Messageable, message: OutboundMessage,
                        reference: discord.MessageReference | None) -> discord.Message:
     """Send one outbox message: its text, or the file it became (`options.as_file`, with
-    its `filename` and `note`); failures come back as classified `SendError`s."""
-    options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS}
+    its `filename` and `note`); failures come back as classified `SendError`s.
+
+    Exactly once: the create carries the record's nonce with `enforce_nonce` (discord.py
+    sets that flag whenever a nonce is given), so when a send is repeated -- the daemon
+    was killed after Discord accepted it, or discord.py retried a 5xx or a timeout --
+    Discord answers with the message it created the first time and creates none (within
+    its window of a few minutes)."""
+    options: dict[str, Any] = {"allowed_mentions": ALLOWED_MENTIONS,
+                               "nonce": nonce_for(message.message_id)}
     if reference is not None:
         options["reference"] = reference
     how = message.options

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from pathlib import PurePosixPath
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -48,6 +49,7 @@ from soulflow.channels.slack.inbound import (
     SocketStartError,
     envelope_event,
 )
+from soulflow.channels.slack.resend import ResendGuard, reply_metadata
 from soulflow.channels.splitting import split_text
 from soulflow.channels.state import ChannelState
 from soulflow.contracts import Attachment, InboundMessage, OutboundMessage, SendError, SendResult
@@ -101,6 +103,7 @@ class SlackChannel(ChannelAdapter):
         self._state = state
         self._session: aiohttp.ClientSession | None = None
         self._web: AsyncWebClient | None = None
+        self._post_web: AsyncWebClient | None = None
         self._feedback_session: aiohttp.ClientSession | None = None
         self._feedback_web: AsyncWebClient | None = None
         self._socket: SocketReceiver | None = None
@@ -109,6 +112,7 @@ class SlackChannel(ChannelAdapter):
         self._enricher = SlackEnricher(self._api)
         self._poller: HistoryPoller | None = None
         self._followed: dict[str, float] = {}  # threads answered here while another node polls
+        self._resends = ResendGuard(self._api, lambda: self.bot_user_id)  # exactly once
 
     @property
     def socket_mode(self) -> bool:
@@ -128,6 +132,11 @@ class SlackChannel(ChannelAdapter):
                                               response_class=LenientResponse)
         self._web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
                                    session=self._session)
+        # replies: no blind retry of a post whose connection broke (slack_sdk's default
+        # handler would post again what Slack may have taken); the dispatcher retries it,
+        # after looking for it (see `send`)
+        self._post_web = AsyncWebClient(token=self.bot_token, base_url=self.api_url,
+                                        session=self._session, retry_handlers=[])
         self._start_feedback_client()
         await self._open_then_read(self._check_account())
 
@@ -218,7 +227,7 @@ class SlackChannel(ChannelAdapter):
         feedback, self._feedback_session = self._feedback_session, None
         if feedback is not None:
             await feedback.close()
-        self._web = self._feedback_web = None
+        self._web = self._post_web = self._feedback_web = None
 
     def _api(self) -> AsyncWebClient:
         if self._web is None:
@@ -271,30 +280,35 @@ class SlackChannel(ChannelAdapter):
     # -- outbound ------------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> SendResult:
-        if self._web is None:  # not started yet (or stopped): the dispatcher tries again
+        if self._web is None or not self.bot_user_id:
+            # not started yet (or stopped), or auth.test has not answered: the bot's own id
+            # is what tells its earlier posts apart (`ResendGuard`), so the dispatcher waits
             raise SendError("the Slack channel is not started")
         options = message.options
         thread_ts = message.thread_id or (message.reply_to if options.thread_reply else None)
+        ids = await self._resends.posted_before(message, thread_ts)  # exactly once
+        if not ids:
+            ids = await self._deliver(message, thread_ts)
+        if thread_ts and not self.socket_mode and message.chat_id == self.default_channel:
+            await self._follow(thread_ts)
+        return SendResult(platform_message_ids=ids)
+
+    async def _deliver(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
         try:
-            if message.delivery.maybe_sent and (found := await self._already_posted(message,
-                                                                                    thread_ts)):
-                log.info("slack: %s was delivered before the last stop; not sending it again",
-                         message.message_id)
-                return SendResult(platform_message_ids=found)
-            if options.as_file:
+            if message.options.as_file:
                 ids = await self._upload(message, thread_ts)
             else:
-                ids = await self._post_text(message.chat_id, message.content, thread_ts)
+                ids = await self._post_text(message, thread_ts)
         except SlackApiError as exc:
             raise api_send_error(exc) from None
         except SlackClientError as exc:
             raise SendError(f"Slack client refused the request: {exc}", permanent=True) from None
-        except NETWORK_ERRORS as exc:
+        except NETWORK_ERRORS as exc:  # Slack may have taken it before the answer was lost
+            self._resends.unsure(message.message_id)
             raise SendError(f"network error talking to Slack: {type(exc).__name__}: {exc}"
                             ) from None
-        if thread_ts and not self.socket_mode and message.chat_id == self.default_channel:
-            await self._follow(thread_ts)
-        return SendResult(platform_message_ids=ids)
+        self._resends.settled(message.message_id)
+        return ids
 
     async def _follow(self, thread_ts: str) -> None:
         """Polling: read the replies of a thread the bot answered in. On a shared account the
@@ -316,23 +330,6 @@ class SlackChannel(ChannelAdapter):
             log.warning("slack: cannot share the thread %s to follow (%s: %s)", thread_ts,
                         type(exc).__name__, exc)
 
-    async def _already_posted(self, message: OutboundMessage, thread_ts: str | None
-                              ) -> list[str]:
-        """After a crash mid-send: the ts of our own post of this text since it was queued
-        (chat.postMessage has no idempotency key, so the bot's recent posts are compared)."""
-        expected = markdown_to_mrkdwn(message.content).strip()
-        oldest = f"{message.created_at - 1:.6f}"
-        api = self._api()
-        if thread_ts:
-            reply = await api.conversations_replies(channel=message.chat_id, ts=thread_ts,
-                                                    oldest=oldest, limit=100)
-        else:
-            reply = await api.conversations_history(channel=message.chat_id, oldest=oldest,
-                                                    limit=100)
-        return [str(m["ts"]) for m in reply.get("messages") or []
-                if isinstance(m, dict) and m.get("user") == self.bot_user_id
-                and str(m.get("text", "")).strip() == expected and m.get("ts")][:1]
-
     async def _upload(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
         if not message.content:
             raise SendError("cannot upload an empty file to Slack", permanent=True)
@@ -343,11 +340,12 @@ class SlackChannel(ChannelAdapter):
         files = reply.get("files") or [reply.get("file")]
         return [str(f["id"]) for f in files if isinstance(f, dict) and f.get("id")]
 
-    async def _post_text(self, chat_id: str, text: str, thread_ts: str | None) -> list[str]:
+    async def _post_text(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
+        chat_id, text, tag = message.chat_id, message.content, reply_metadata(message.message_id)
         if not text.strip():
             raise SendError("Slack does not accept an empty message", permanent=True)
         try:
-            return [await self._post(chat_id, markdown_to_mrkdwn(text), thread_ts)]
+            return [await self._post(chat_id, markdown_to_mrkdwn(text), thread_ts, tag)]
         except SlackApiError as exc:
             code = error_code(exc)
             if code not in CONTENT_ERRORS:
@@ -357,14 +355,16 @@ class SlackChannel(ChannelAdapter):
         # the reply was split for Slack's limits before it was stored (splitting.py); a part
         # Slack still calls too long goes as plain parts under the chunk size, a recovery
         parts = split_text(text, self.limits.chunk_size) if code == "msg_too_long" else [text]
-        return [await self._post(chat_id, escape(part), thread_ts, mrkdwn=False)
+        return [await self._post(chat_id, escape(part), thread_ts, tag, mrkdwn=False)
                 for part in parts]
 
-    async def _post(self, chat_id: str, text: str, thread_ts: str | None, *,
-                    mrkdwn: bool = True) -> str:
-        reply = await self._api().chat_postMessage(channel=chat_id, text=text,
+    async def _post(self, chat_id: str, text: str, thread_ts: str | None,
+                    metadata: dict[str, Any], *, mrkdwn: bool = True) -> str:
+        if self._post_web is None:
+            raise RuntimeError("the Slack channel is not started")
+        reply = await self._post_web.chat_postMessage(channel=chat_id, text=text,
                                                    thread_ts=thread_ts, unfurl_links=False,
-                                                   mrkdwn=mrkdwn)
+                                                   mrkdwn=mrkdwn, metadata=metadata)
         return str(reply["ts"])
 
     async def add_reaction(self, chat_id: str, message_id: str, emoji: str) -> None:
