@@ -59,15 +59,16 @@ class McpRig:
     def __post_init__(self) -> None:
         self.tools = ToolRegistry(redactor=self.redactor)
 
-    async def start(self, servers: dict[str, Any] | str, *,
-                    backoff: Backoff = FAST) -> McpService:
+    async def start(self, servers: dict[str, Any] | str, *, backoff: Backoff = FAST,
+                    probe_interval_s: float = 30.0) -> McpService:
         text = servers if isinstance(servers, str) else json.dumps({"mcpServers": servers})
         (self.workspace / "mcp.json").write_text(text)
         install_server(self.workspace)
         self.service = McpService(McpParts(
             workspace=self.workspace, runtime_dir=self.workspace / "runtime",
             sandbox=self.sandbox, vault=self.vault, tools=self.tools,
-            supervisor=self.supervisor, redactor=self.redactor), backoff=backoff)
+            supervisor=self.supervisor, redactor=self.redactor), backoff=backoff,
+            probe_interval_s=probe_interval_s)
         await self.service.start()
         return self.service
 

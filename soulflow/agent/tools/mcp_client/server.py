@@ -39,7 +39,7 @@ from soulflow.agent.tools.mcp_client.config import ServerConfig, Transport
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
-PING_INTERVAL_S = 30.0  # an HTTP endpoint that stops answering is noticed by a ping
+PROBE_INTERVAL_S = 30.0  # an HTTP endpoint that stops answering is noticed by a probe
 MAX_LISTED_TOOLS = 500
 _LIST_PAGES = 20
 
@@ -78,6 +78,7 @@ class ServerState:
     failures: int = 0  # in a row, since it last stayed up
     last_error: str = ""
     retry_at: float | None = None
+    probes: int = 0  # liveness checks answered (HTTP)
 
 
 class McpServer:
@@ -85,13 +86,15 @@ class McpServer:
 
     def __init__(self, config: ServerConfig, connect: Connect, *,
                  on_tools: Callable[[McpServer, list[RemoteTool]], None],
-                 backoff: Backoff = DEFAULT_BACKOFF, redact: Callable[[str], str] = str) -> None:
+                 backoff: Backoff = DEFAULT_BACKOFF, redact: Callable[[str], str] = str,
+                 probe_interval_s: float = PROBE_INTERVAL_S) -> None:
         self.config = config
         self.name = config.name
         self._connect = connect
         self._on_tools = on_tools
         self._backoff = backoff
         self._redact = redact
+        self._probe_interval_s = probe_interval_s
         self.state = ServerState()
         self._client: Client | None = None
         self._closed = asyncio.Event()
@@ -155,18 +158,20 @@ class McpServer:
                 if self.config.transport is Transport.STDIO else "the connection closed"
 
     async def _until_closed(self, client: Client, closed: asyncio.Event) -> None:
-        """Until the transport's read side ends; an HTTP endpoint is also pinged."""
+        """Until the transport's read side ends; an HTTP endpoint is also probed (a tools
+        listing every `PROBE_INTERVAL_S`), since a dead host closes nothing."""
         if self.config.transport is Transport.STDIO:
             await closed.wait()
             return
         while not closed.is_set():
             try:
-                await asyncio.wait_for(closed.wait(), PING_INTERVAL_S)
+                await asyncio.wait_for(closed.wait(), self._probe_interval_s)
             except TimeoutError:
-                try:
-                    await client.send_ping()
+                try:  # a listing: ping is gone from the 2026 protocol
+                    await asyncio.wait_for(client.list_tools(), self._probe_interval_s)
                 except Exception as exc:
-                    raise _Failed(f"did not answer a ping: {describe_error(exc)}") from exc
+                    raise _Failed(f"stopped answering: {describe_error(exc)}") from exc
+                self.state.probes += 1
 
     def _set(self, status: ServerStatus) -> None:
         if self.state.status is not status:

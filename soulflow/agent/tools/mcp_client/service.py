@@ -36,6 +36,7 @@ from soulflow.agent.tools.mcp_client.config import (
 from soulflow.agent.tools.mcp_client.secrets import resolve
 from soulflow.agent.tools.mcp_client.server import (
     DEFAULT_BACKOFF,
+    PROBE_INTERVAL_S,
     Backoff,
     McpServer,
     ServerStatus,
@@ -66,9 +67,11 @@ class McpParts:
 
 
 class McpService:
-    def __init__(self, parts: McpParts, *, backoff: Backoff = DEFAULT_BACKOFF) -> None:
+    def __init__(self, parts: McpParts, *, backoff: Backoff = DEFAULT_BACKOFF,
+                 probe_interval_s: float = PROBE_INTERVAL_S) -> None:
         self._parts = parts
         self._backoff = backoff
+        self._probe_interval_s = probe_interval_s
         self.servers: dict[str, McpServer] = {}
         self.config = McpConfig()
         self.config_error: str | None = None
@@ -84,7 +87,8 @@ class McpService:
             return
         for config in self.config.servers:
             server = McpServer(config, self._connector(config), on_tools=self._sync_tools,
-                               backoff=self._backoff, redact=self._redact)
+                               backoff=self._backoff, redact=self._redact,
+                               probe_interval_s=self._probe_interval_s)
             self.servers[config.name] = server
             self._parts.supervisor.spawn(LOOP_PREFIX + config.name, server.run)
         if self.config.servers:
