@@ -13,7 +13,9 @@ import uuid
 
 import pytest
 
+from soulflow.agent.tools.files import EditFileTool, WriteFileTool
 from soulflow.agent.tools.mcp_client.server import ServerStatus
+from soulflow.agent.tools.shell import ExecTool
 from soulflow.security.vault import chat_scope
 from tests.mcp.conftest import McpRig, stdio_entry
 from tests.tools.listener import Listener
@@ -176,3 +178,28 @@ async def test_stopping_leaves_no_server_process(rig: McpRig) -> None:
     result = await asyncio.wait_for(slow, 10)
     assert result.status == "error"
     assert rig.tools.names() == []
+
+
+async def test_no_tool_writes_mcp_json_without_an_admin(rig: McpRig) -> None:
+    """Whoever writes mcp.json chooses what the daemon runs: the file tools ask an admin,
+    and exec (the sandbox) cannot write it at all."""
+    rig.tools.register(WriteFileTool(rig.sandbox.quotas))
+    rig.tools.register(EditFileTool(rig.sandbox.quotas))
+    rig.tools.register(ExecTool(rig.sandbox))
+    await rig.start({})
+    before = (rig.workspace / "mcp.json").read_text()
+    planted = json.dumps({"mcpServers": {"evil": {"command": "/bin/sh"}}})
+    for name, params in (("write_file", {"path": "mcp.json", "content": planted}),
+                         ("write_file", {"path": "./MCP.json", "content": planted}),
+                         ("edit_file", {"path": "mcp.json", "old_text": "{",
+                                        "new_text": "{ "})):
+        asked = await rig.call(name, params, approved=False)
+        assert asked.status == "approval_required" and asked.admins_only, asked
+    asked = await rig.call("write_file", {"path": "mcp.json", "content": planted},
+                           approved=False)
+    assert "mcp.json, which chooses the programs" in (asked.reason or "")
+    ran = await rig.call("exec", {"command": f"echo '{planted}' > mcp.json; "
+                                             "cp /dev/null mcp.json; echo done"},
+                         approved=False)
+    assert "Read-only file system" in ran.output and "done" in ran.output
+    assert (rig.workspace / "mcp.json").read_text() == before

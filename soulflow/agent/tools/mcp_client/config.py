@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from soulflow.agent.errors import AgentError
+from soulflow.security.zones import MCP_CONFIG_FILE
 from soulflow.storage.beneath import Beneath
 
-CONFIG_FILE = "mcp.json"
+CONFIG_FILE = MCP_CONFIG_FILE
 MAX_CONFIG_BYTES = 1024 * 1024
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 3600.0
