@@ -33,6 +33,7 @@ from mcp_types import Tool as RemoteTool
 from pydantic import ValidationError
 
 from soulflow import __version__
+from soulflow.agent.errors import AgentError
 from soulflow.agent.tools.base import ToolError
 from soulflow.agent.tools.mcp_client.config import ServerConfig, Transport
 
@@ -143,7 +144,7 @@ class McpServer:
                 tools = await _list_tools(client)
             except Exception as exc:
                 said = stderr_tail()
-                raise _Failed(f"could not start: {describe_error(exc)}"
+                raise McpServerFailed(f"could not start: {describe_error(exc)}"
                               + (f" (stderr: {said})" if said else "")) from exc
             self._closed = closed
             self._client = client
@@ -170,7 +171,7 @@ class McpServer:
                 try:  # a listing: ping is gone from the 2026 protocol
                     await asyncio.wait_for(client.list_tools(), self._probe_interval_s)
                 except Exception as exc:
-                    raise _Failed(f"stopped answering: {describe_error(exc)}") from exc
+                    raise McpServerFailed(f"stopped answering: {describe_error(exc)}") from exc
                 self.state.probes += 1
 
     def _set(self, status: ServerStatus) -> None:
@@ -241,8 +242,9 @@ class McpServer:
                 "retry_at": state.retry_at}
 
 
-class _Failed(Exception):
-    """An attempt's end, already described."""
+class McpServerFailed(AgentError):
+    """One attempt to serve a server ended (it did not start, or stopped answering);
+    ``str()`` already says why, for its state."""
 
 
 async def _list_tools(client: Client) -> list[RemoteTool]:
@@ -261,7 +263,7 @@ def describe_error(exc: BaseException) -> str:
     """One line: the innermost useful message of an error (task groups wrap theirs)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, _Failed):
+    if isinstance(exc, McpServerFailed):
         return str(exc)
     if isinstance(exc, MCPError):
         return f"MCP error {exc.code}: {exc.message}"
