@@ -17,6 +17,8 @@ from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+WIRE = [1]  # the protocol's stdout, kept before the SDK diverts fd 1 to stderr
+
 
 def build(name: str = "test") -> MCPServer:
     server = MCPServer(name)
@@ -79,6 +81,14 @@ def build(name: str = "test") -> MCPServer:
         raise ToolError(message)
 
     @server.tool()
+    def flood(megabytes: int) -> str:
+        """Write one endless line to stdout, past the client's protocol."""
+        chunk = b"x" * (1024 * 1024)
+        for _ in range(megabytes):
+            os.write(WIRE[0], chunk)
+        return "flooded"
+
+    @server.tool()
     def crash() -> str:
         """Kill this process."""
         sys.stderr.write("crashing on purpose\n")
@@ -97,6 +107,7 @@ def main(argv: list[str]) -> None:
     if "--fail-start" in argv:
         sys.stderr.write("cannot start: missing configuration\n")
         sys.exit(2)
+    WIRE[0] = os.dup(1)
     build().run("stdio")
 
 

@@ -135,3 +135,19 @@ def test_results_are_text_and_binary_is_only_named() -> None:
     assert "QUJD" not in text and "[resource file:///a]\nbody" in text
     structured = CallToolResult(content=[], structured_content={"n": 1})
     assert render_result(structured) == '{"n": 1}'
+
+
+def test_a_huge_schema_is_refused() -> None:
+    from soulflow.agent.tools.mcp_client.tool import McpTool
+
+    class Server:
+        name = "s"
+
+        async def call(self, tool: str, arguments: dict) -> CallToolResult:  # type: ignore[type-arg]
+            raise AssertionError
+
+    remote = RemoteTool(name="big", input_schema={
+        "type": "object", "properties": {f"p{i}": {"description": "x" * 100}
+                                         for i in range(200)}})
+    with pytest.raises(ValueError, match="input schema is over"):
+        McpTool(Server(), remote, "mcp__s__big", auto_approved=False, timeout_s=5)

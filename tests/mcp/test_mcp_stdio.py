@@ -203,3 +203,13 @@ async def test_no_tool_writes_mcp_json_without_an_admin(rig: McpRig) -> None:
                          approved=False)
     assert "Read-only file system" in ran.output and "done" in ran.output
     assert (rig.workspace / "mcp.json").read_text() == before
+
+
+async def test_an_endless_line_stops_the_server_not_the_daemon(rig: McpRig) -> None:
+    await rig.start({"t": stdio_entry()})
+    server = await rig.running("t")
+    flooded = await rig.call("mcp__t__flood", {"megabytes": 40})
+    assert flooded.status == "error" and "stopped during the call" in flooded.output
+    await until(lambda: server.state.restarts == 1, 20)
+    await rig.running("t")
+    assert (await rig.call("mcp__t__echo", {"text": "back"})).output == "back"

@@ -30,13 +30,17 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.abc
 from mcp.client._transport import TransportStreams
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.message import SessionMessage
+from mcp_types import jsonrpc_message_adapter
 
 from soulflow.agent.tools.bwrap import SCRATCH, Limits, SandboxSpec, bwrap_argv, limited
 from soulflow.agent.tools.mcp_client.config import McpConfigError, ServerConfig
+from soulflow.agent.tools.process import kill_process_group
 from soulflow.agent.tools.sandbox import DEFAULT_PATH, CodeSandbox
 from soulflow.agent.tools.sandbox_masks import masked_paths
 
@@ -51,6 +55,8 @@ SERVER_FILE_SIZE = 512 * 1024 * 1024
 SERVER_OPEN_FILES = 1024
 SERVER_TMP_BYTES = 64 * 1024 * 1024
 HOMES_DIR = "mcp"
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one JSON-RPC line from a stdio server, at most
+STOP_GRACE_S = 2.0
 
 
 class McpStartError(McpConfigError):
@@ -160,14 +166,97 @@ def sandboxed_params(sandbox: CodeSandbox, config: ServerConfig, workspace: Path
 @asynccontextmanager
 async def stdio_transport(params: StdioServerParameters,
                           stderr: StderrTail) -> AsyncIterator[TransportStreams]:
-    """The SDK's stdio transport (it kills the whole process group when it ends: bwrap,
-    and with it the sandbox's pid namespace), with the server's stderr to `stderr`."""
+    """JSON-RPC over the sandboxed server's stdin and stdout, one message a line, as the SDK's
+    own stdio transport speaks it, but with a bound: a line longer than `MAX_MESSAGE_BYTES`
+    ends the connection (the server is then restarted), so a hostile server cannot fill the
+    daemon's memory with one endless line. When it ends: stdin closed, a short grace, then
+    the whole process group killed (bwrap, and with it the sandbox's pid namespace)."""
     stderr.start()
     try:
-        async with stdio_client(params, errlog=stderr.writer) as streams:
-            yield streams
-    finally:
+        proc = await asyncio.create_subprocess_exec(
+            params.command, *params.args, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=stderr.writer, env=params.env or {},
+            start_new_session=True, limit=MAX_MESSAGE_BYTES)
+    except BaseException:
         await stderr.close()
+        raise
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_read_lines, proc, read_send, stderr.server)
+            group.start_soon(_write_lines, proc, write_receive)
+            try:
+                yield read_receive, write_send
+            finally:
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_process(proc)
+            for stream in (read_receive, write_send, read_send, write_receive):
+                await stream.aclose()
+            await stderr.close()
+
+
+async def _read_lines(proc: asyncio.subprocess.Process,
+                      out: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+                      server: str) -> None:
+    assert proc.stdout is not None
+    async with out:
+        while True:
+            try:
+                line = await proc.stdout.readuntil(b"\n")
+            except asyncio.IncompleteReadError:
+                return  # the server closed its stdout (it exited)
+            except asyncio.LimitOverrunError:
+                log.warning("MCP server %s sent a message over %d bytes; stopping it", server,
+                            MAX_MESSAGE_BYTES)
+                return
+            if not line.strip():
+                continue
+            try:
+                item: SessionMessage | Exception = SessionMessage(
+                    jsonrpc_message_adapter.validate_json(line, by_name=False))
+            except ValueError as exc:  # the session answers it as a parse error
+                item = exc
+            try:
+                await out.send(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+
+
+async def _write_lines(proc: asyncio.subprocess.Process,
+                       messages: anyio.abc.ObjectReceiveStream[SessionMessage]) -> None:
+    assert proc.stdin is not None
+    try:
+        async with messages:
+            async for message in messages:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                proc.stdin.write(data.encode("utf-8") + b"\n")
+                await proc.stdin.drain()
+    except (ConnectionError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass  # the server is gone: its stdout's end tells the session
+
+
+async def _stop_process(proc: asyncio.subprocess.Process) -> None:
+    """Close stdin, give the server `STOP_GRACE_S` to exit, then kill its process group."""
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError, RuntimeError):
+            proc.stdin.close()
+    if proc.returncode is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+    kill_process_group(proc.pid)
+    with contextlib.suppress(TimeoutError):  # what is left unread, so the pipe reaches its
+        await asyncio.wait_for(_drain(proc), STOP_GRACE_S)  # end and the transport closes
+        await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+
+
+async def _drain(proc: asyncio.subprocess.Process) -> None:
+    if proc.stdout is not None:
+        with contextlib.suppress(OSError, ValueError):
+            while await proc.stdout.read(1024 * 1024):
+                pass
 
 
 @asynccontextmanager

@@ -35,6 +35,7 @@ from soulflow.agent.tools.base import Params, Tool, ToolContext, ToolError
 
 PREFIX = "mcp"
 MAX_DESCRIPTION = 1024
+MAX_SCHEMA_CHARS = 16_000  # every tool's schema goes with every model call
 CALL_GRACE_S = 5.0  # the registry's backstop, after the call's own timeout
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64
@@ -82,6 +83,8 @@ class McpTool(Tool):
             text = text[:MAX_DESCRIPTION] + "..."
         self.description = f"[MCP server '{server.name}', tool '{remote.name}'] {text}".strip()
         self.parameters = input_schema(remote)
+        if len(json.dumps(self.parameters)) > MAX_SCHEMA_CHARS:
+            raise ValueError(f"its input schema is over {MAX_SCHEMA_CHARS} characters")
         self.auto_approved = auto_approved
         self.timeout_s = timeout_s + CALL_GRACE_S
 
