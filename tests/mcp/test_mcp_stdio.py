@@ -17,6 +17,7 @@ from soulflow.agent.tools.files import EditFileTool, WriteFileTool
 from soulflow.agent.tools.mcp_client.server import ServerStatus
 from soulflow.agent.tools.shell import ExecTool
 from soulflow.security.vault import chat_scope
+from soulflow.supervisor import Supervisor
 from tests.mcp.conftest import McpRig, stdio_entry
 from tests.tools.listener import Listener
 from tests.tools.sandbox_support import processes_with, wait_none_with
@@ -213,3 +214,20 @@ async def test_an_endless_line_stops_the_server_not_the_daemon(rig: McpRig) -> N
     await until(lambda: server.state.restarts == 1, 20)
     await rig.running("t")
     assert (await rig.call("mcp__t__echo", {"text": "back"})).output == "back"
+
+
+async def test_after_a_restart_its_tools_are_there_before_it_is(rig: McpRig) -> None:
+    """A run resumed at boot (or an MCP call approved before the restart) finds its tool
+    from the last listing; the call waits for the server to come up."""
+    await rig.start({"t": stdio_entry()})
+    await rig.running("t")
+    await rig.close()
+    assert rig.tools.names() == []
+    listing = rig.workspace / "runtime" / "mcp" / "t.tools.json"
+    assert "echo" in listing.read_text() and listing.stat().st_mode & 0o777 == 0o600
+    rig.supervisor = Supervisor()
+    await rig.start({"t": stdio_entry()})
+    assert rig.server("t").state.status is ServerStatus.STARTING
+    assert "mcp__t__echo" in rig.tools.names()
+    result = await rig.call("mcp__t__echo", {"text": "resumed"})
+    assert result.output == "resumed"

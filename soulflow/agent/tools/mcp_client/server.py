@@ -36,10 +36,11 @@ from soulflow import __version__
 from soulflow.agent.errors import AgentError
 from soulflow.agent.tools.base import ToolError
 from soulflow.agent.tools.mcp_client.config import ServerConfig, Transport
+from soulflow.agent.tools.mcp_client.tool import START_WAIT_S
 
 log = logging.getLogger(__name__)
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = START_WAIT_S  # the handshake and first listing; a call waits as long
 PROBE_INTERVAL_S = 30.0  # an HTTP endpoint that stops answering is noticed by a probe
 MAX_LISTED_TOOLS = 500
 _LIST_PAGES = 20
@@ -86,7 +87,7 @@ class McpServer:
     """A configured server: its loop (`run`), its calls (`call`) and its state."""
 
     def __init__(self, config: ServerConfig, connect: Connect, *,
-                 on_tools: Callable[[McpServer, list[RemoteTool]], None],
+                 on_tools: Callable[[McpServer, list[RemoteTool]], Awaitable[None]],
                  backoff: Backoff = DEFAULT_BACKOFF, redact: Callable[[str], str] = str,
                  probe_interval_s: float = PROBE_INTERVAL_S) -> None:
         self.config = config
@@ -99,6 +100,7 @@ class McpServer:
         self.state = ServerState()
         self._client: Client | None = None
         self._closed = asyncio.Event()
+        self._up = asyncio.Event()  # set while running: calls made while it starts wait
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -152,7 +154,7 @@ class McpServer:
             self.state.retry_at = None
             self._set(ServerStatus.RUNNING)
             log.info("MCP server %s running with %d tool(s)", self.name, len(tools))
-            self._on_tools(self, tools)
+            await self._on_tools(self, tools)
             await self._until_closed(client, closed)
             said = stderr_tail()
             return "the server exited" + (f" (stderr: {said})" if said else "") \
@@ -175,6 +177,10 @@ class McpServer:
                 self.state.probes += 1
 
     def _set(self, status: ServerStatus) -> None:
+        if status is ServerStatus.RUNNING:
+            self._up.set()
+        else:
+            self._up.clear()
         if self.state.status is not status:
             self.state.status = status
             self.state.since = time.time()
@@ -183,7 +189,14 @@ class McpServer:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         """Call ``tool``; a `ToolError` the model can read if the server is not running, the
-        call times out, the server answers with an error or dies meanwhile."""
+        call times out, the server answers with an error or dies meanwhile. A call made while
+        the server is starting (after a daemon restart its tools are listed from the last
+        listing) waits for it, up to `START_TIMEOUT_S`."""
+        if self.state.status is ServerStatus.STARTING:  # at boot: its listing is known
+            try:
+                await asyncio.wait_for(self._up.wait(), START_TIMEOUT_S)
+            except TimeoutError:
+                pass
         client, closed = self._client, self._closed
         if client is None or self.state.status is not ServerStatus.RUNNING:
             raise ToolError(self.unavailable())

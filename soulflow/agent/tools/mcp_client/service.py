@@ -33,6 +33,7 @@ from soulflow.agent.tools.mcp_client.config import (
     Transport,
     load_config,
 )
+from soulflow.agent.tools.mcp_client.listing import load_listing, save_listing
 from soulflow.agent.tools.mcp_client.secrets import resolve
 from soulflow.agent.tools.mcp_client.server import (
     DEFAULT_BACKOFF,
@@ -86,10 +87,15 @@ class McpService:
             log.error("MCP servers not started: %s", exc)
             return
         for config in self.config.servers:
-            server = McpServer(config, self._connector(config), on_tools=self._sync_tools,
+            server = McpServer(config, self._connector(config), on_tools=self._listed,
                                backoff=self._backoff, redact=self._redact,
                                probe_interval_s=self._probe_interval_s)
             self.servers[config.name] = server
+            # its last listing, so a run resumed (or approved) at boot finds its tools; a
+            # call waits for the server to be up
+            known = await asyncio.to_thread(load_listing, self._listing_path(config.name))
+            if known:
+                self._sync_tools(server, known)
             self._parts.supervisor.spawn(LOOP_PREFIX + config.name, server.run)
         if self.config.servers:
             log.info("MCP: starting %d server(s): %s", len(self.servers),
@@ -154,6 +160,18 @@ class McpService:
                 lambda: self._redact(stderr.tail())
 
         return connect
+
+    def _listing_path(self, server: str) -> Path:
+        """Beside the server's HOME, not in it: the server may write its HOME."""
+        return self._parts.runtime_dir / launch.HOMES_DIR / f"{server}.tools.json"
+
+    async def _listed(self, server: McpServer, remote: list[RemoteTool]) -> None:
+        """A fresh listing: into the registry, and kept for the next start."""
+        self._sync_tools(server, remote)
+        try:
+            await asyncio.to_thread(save_listing, self._listing_path(server.name), remote)
+        except OSError as exc:
+            log.warning("MCP server %s: its tools listing was not kept (%s)", server.name, exc)
 
     def _sync_tools(self, server: McpServer, remote: list[RemoteTool]) -> None:
         """Replace ``server``'s tools in the registry with its latest listing."""

@@ -37,6 +37,7 @@ PREFIX = "mcp"
 MAX_DESCRIPTION = 1024
 MAX_SCHEMA_CHARS = 16_000  # every tool's schema goes with every model call
 CALL_GRACE_S = 5.0  # the registry's backstop, after the call's own timeout
+START_WAIT_S = 30.0  # a call made while its server starts waits this long for it
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64
 
@@ -86,7 +87,7 @@ class McpTool(Tool):
         if len(json.dumps(self.parameters)) > MAX_SCHEMA_CHARS:
             raise ValueError(f"its input schema is over {MAX_SCHEMA_CHARS} characters")
         self.auto_approved = auto_approved
-        self.timeout_s = timeout_s + CALL_GRACE_S
+        self.timeout_s = timeout_s + START_WAIT_S + CALL_GRACE_S
 
     def needs_approval(self, params: Params, ctx: ToolContext) -> str | None:
         if self.auto_approved:
