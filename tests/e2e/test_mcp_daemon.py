@@ -90,6 +90,13 @@ def test_the_model_calls_mcp_tools_with_approval(make_daemon,
     status = daemon.cli("status").stdout.decode()
     assert "  mcp        calc running (sandboxed stdio)" in status
     assert "  mcp        broken " in status and "missing configuration" in status
+    doctor = daemon.cli("doctor", "--json", timeout=120)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["mcp calc"]["status"] == "ok", checks["mcp calc"]
+    assert "running in the running daemon" in checks["mcp calc"]["message"]
+    assert checks["mcp broken"]["status"] == "FAIL"
+    assert "missing configuration" in checks["mcp broken"]["message"]
+    assert token not in doctor.stdout.decode()
     assert daemon.alive()
 
 
