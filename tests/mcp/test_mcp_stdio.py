@@ -172,6 +172,11 @@ async def test_stopping_leaves_no_server_process(rig: McpRig) -> None:
     await rig.start({"t": stdio_entry("--marker", marker)})
     await rig.running("t")
     assert processes_with(marker)  # bwrap's command line carries it
+    parent = rig.sandbox.cgroups.parent  # where the host has a pids cgroup, it is in one
+    ours = f"soulflow-sandbox-{os.getpid()}-*"
+    if parent is not None:
+        [group] = parent.glob(ours)
+        assert (group / "pids.max").read_text().strip() == "260"
     slow = asyncio.create_task(rig.call("mcp__t__slow", {"seconds": 60}))
     await asyncio.sleep(0.2)
     await rig.close()
@@ -179,6 +184,8 @@ async def test_stopping_leaves_no_server_process(rig: McpRig) -> None:
     result = await asyncio.wait_for(slow, 10)
     assert result.status == "error"
     assert rig.tools.names() == []
+    if parent is not None:
+        assert list(parent.glob(ours)) == []
 
 
 async def test_no_tool_writes_mcp_json_without_an_admin(rig: McpRig) -> None:

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,8 +39,17 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 from mcp_types import jsonrpc_message_adapter
 
-from soulflow.agent.tools.bwrap import SCRATCH, Limits, SandboxSpec, bwrap_argv, limited
+from soulflow.agent.tools.bwrap import (
+    LIMITS_LAUNCHER,
+    SCRATCH,
+    TOOLS_DIR,
+    Limits,
+    SandboxSpec,
+    bwrap_argv,
+    limited,
+)
 from soulflow.agent.tools.mcp_client.config import McpConfigError, ServerConfig
+from soulflow.agent.tools.pids_cgroup import PidsCgroup
 from soulflow.agent.tools.process import kill_process_group
 from soulflow.agent.tools.sandbox import DEFAULT_PATH, CodeSandbox
 from soulflow.agent.tools.sandbox_masks import masked_paths
@@ -47,10 +57,12 @@ from soulflow.agent.tools.sandbox_masks import masked_paths
 log = logging.getLogger(__name__)
 
 STDERR_LINES = 20
+LOGGED_STDERR_LINES = 200  # per start: a server cannot flood the daemon's log
 MAX_STDERR_LINE = 400
 # a server runs for days: CPU time is not what bounds it (a runaway loop shows in the state)
 SERVER_CPU_S = 7 * 24 * 3600
 SERVER_MAX_PIDS = 256
+CGROUP_SPARE_PIDS = 4  # the join launcher, bwrap, its pid-namespace init and the limits one
 SERVER_FILE_SIZE = 512 * 1024 * 1024
 SERVER_OPEN_FILES = 1024
 SERVER_TMP_BYTES = 64 * 1024 * 1024
@@ -69,6 +81,7 @@ class StderrTail:
     def __init__(self, server: str) -> None:
         self.server = server
         self.lines: deque[str] = deque(maxlen=STDERR_LINES)
+        self.count = 0
         read_fd, write_fd = os.pipe()
         self._read = os.fdopen(read_fd, "rb", buffering=0)
         self.writer = os.fdopen(write_fd, "w")  # given to the child as its stderr
@@ -93,9 +106,15 @@ class StderrTail:
                 except asyncio.LimitOverrunError as over:
                     raw = await reader.read(over.consumed)
                 line = raw.decode("utf-8", "replace").rstrip()[:MAX_STDERR_LINE]
-                if line:
-                    self.lines.append(line)
+                if not line:
+                    continue
+                self.lines.append(line)
+                self.count += 1
+                if self.count <= LOGGED_STDERR_LINES:
                     log.info("mcp server %s: %s", self.server, line)
+                elif self.count == LOGGED_STDERR_LINES + 1:
+                    log.warning("mcp server %s: more stderr than %d lines; the rest is not "
+                                "logged", self.server, LOGGED_STDERR_LINES)
         finally:
             transport.close()
 
@@ -137,9 +156,12 @@ def server_home(runtime_dir: Path, server: str) -> Path:
 
 
 def sandboxed_params(sandbox: CodeSandbox, config: ServerConfig, workspace: Path,
-                     home: Path, env: dict[str, str]) -> StdioServerParameters:
+                     home: Path, env: dict[str, str], *,
+                     cgroup: PidsCgroup | None = None) -> StdioServerParameters:
     """``bwrap ... -- launcher --limits ... -- <command> <args>`` with the environment it
-    passes on. Blocking (the mask scan walks the workspace): call it off the loop."""
+    passes on; with a pids ``cgroup`` (`CodeSandbox.cgroups`: the cap that binds a daemon
+    running as root too) the launcher joins it before bwrap starts. Blocking (the mask scan
+    walks the workspace): call it off the loop."""
     features = sandbox.detector.features()
     if features is None:
         raise McpStartError("stdio MCP servers run only inside the bubblewrap sandbox, "
@@ -155,6 +177,9 @@ def sandboxed_params(sandbox: CodeSandbox, config: ServerConfig, workspace: Path
                     max_pids=SERVER_MAX_PIDS, file_size=SERVER_FILE_SIZE,
                     open_files=SERVER_OPEN_FILES)
     argv = bwrap_argv(features, spec, limited([program, *config.args], limits))
+    if cgroup is not None:
+        argv = [sys.executable, "-I", "-S", str(TOOLS_DIR / LIMITS_LAUNCHER), "--join",
+                str(cgroup.procs_file), "--", *argv]
     base = {"PATH": DEFAULT_PATH, "HOME": SCRATCH, "TMPDIR": "/tmp",
             "LANG": os.environ.get("LANG") or "C.UTF-8", "TERM": "dumb", "USER": "sandbox",
             "LOGNAME": "sandbox", "SHELL": "/bin/sh"}
@@ -164,8 +189,8 @@ def sandboxed_params(sandbox: CodeSandbox, config: ServerConfig, workspace: Path
 
 
 @asynccontextmanager
-async def stdio_transport(params: StdioServerParameters,
-                          stderr: StderrTail) -> AsyncIterator[TransportStreams]:
+async def stdio_transport(params: StdioServerParameters, stderr: StderrTail,
+                          cgroup: PidsCgroup | None = None) -> AsyncIterator[TransportStreams]:
     """JSON-RPC over the sandboxed server's stdin and stdout, one message a line, as the SDK's
     own stdio transport speaks it, but with a bound: a line longer than `MAX_MESSAGE_BYTES`
     ends the connection (the server is then restarted), so a hostile server cannot fill the
@@ -179,6 +204,8 @@ async def stdio_transport(params: StdioServerParameters,
             start_new_session=True, limit=MAX_MESSAGE_BYTES)
     except BaseException:
         await stderr.close()
+        if cgroup is not None:
+            await asyncio.to_thread(cgroup.close)
         raise
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
@@ -196,6 +223,8 @@ async def stdio_transport(params: StdioServerParameters,
             for stream in (read_receive, write_send, read_send, write_receive):
                 await stream.aclose()
             await stderr.close()
+            if cgroup is not None:  # kills whatever is left in it, then removes it
+                await asyncio.to_thread(cgroup.close)
 
 
 async def _read_lines(proc: asyncio.subprocess.Process,

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = START_WAIT_S  # the handshake and first listing; a call waits as long
 PROBE_INTERVAL_S = 30.0  # an HTTP endpoint that stops answering is noticed by a probe
-MAX_LISTED_TOOLS = 500
+MAX_LISTED_TOOLS = 128  # what OpenAI takes in one request, all tools together
 _LIST_PAGES = 20
 
 Connect = Callable[[asyncio.Event], Awaitable[

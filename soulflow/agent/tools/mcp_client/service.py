@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,10 +154,18 @@ class McpService:
             self._learn(opened)
             home = await asyncio.to_thread(launch.server_home, parts.runtime_dir,
                                            config.name)
-            params = await asyncio.to_thread(launch.sandboxed_params, parts.sandbox, config,
-                                             parts.workspace, home, env)
+            cgroup = await asyncio.to_thread(parts.sandbox.cgroups.create,
+                                             launch.SERVER_MAX_PIDS + launch.CGROUP_SPARE_PIDS)
+            try:
+                params = await asyncio.to_thread(partial(
+                    launch.sandboxed_params, parts.sandbox, config, parts.workspace, home,
+                    env, cgroup=cgroup))
+            except BaseException:
+                if cgroup is not None:
+                    await asyncio.to_thread(cgroup.close)
+                raise
             stderr = launch.StderrTail(config.name)
-            return launch.watched(launch.stdio_transport(params, stderr), closed), \
+            return launch.watched(launch.stdio_transport(params, stderr, cgroup), closed), \
                 lambda: self._redact(stderr.tail())
 
         return connect
