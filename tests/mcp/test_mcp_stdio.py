@@ -178,7 +178,6 @@ async def test_stopping_leaves_no_server_process(rig: McpRig) -> None:
         [group] = parent.glob(ours)
         assert (group / "pids.max").read_text().strip() == "260"
     slow = asyncio.create_task(rig.call("mcp__t__slow", {"seconds": 60}))
-    await asyncio.sleep(0.2)
     await rig.close()
     assert await wait_none_with(marker) == []
     result = await asyncio.wait_for(slow, 10)

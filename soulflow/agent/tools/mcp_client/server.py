@@ -140,25 +140,31 @@ class McpServer:
         transport, stderr_tail = await self._connect(closed)
         client = Client(transport, cache=None, read_timeout_seconds=START_TIMEOUT_S,
                         client_info=Implementation(name="soulflow", version=__version__))
+        failure: Exception | None = None
         async with AsyncExitStack() as stack:
             try:
                 await stack.enter_async_context(client)
                 tools = await _list_tools(client)
             except Exception as exc:
-                said = stderr_tail()
-                raise McpServerFailed(f"could not start: {describe_error(exc)}"
-                              + (f" (stderr: {said})" if said else "")) from exc
-            self._closed = closed
-            self._client = client
-            self.state.tools = [t.name for t in tools]
-            self.state.retry_at = None
-            self._set(ServerStatus.RUNNING)
-            log.info("MCP server %s running with %d tool(s)", self.name, len(tools))
-            await self._on_tools(self, tools)
-            await self._until_closed(client, closed)
-            said = stderr_tail()
-            return "the server exited" + (f" (stderr: {said})" if said else "") \
-                if self.config.transport is Transport.STDIO else "the connection closed"
+                failure = exc
+            else:
+                self._closed = closed
+                self._client = client
+                self.state.tools = [t.name for t in tools]
+                self.state.retry_at = None
+                self._set(ServerStatus.RUNNING)
+                log.info("MCP server %s running with %d tool(s)", self.name, len(tools))
+                await self._on_tools(self, tools)
+                await self._until_closed(client, closed)
+        # the transport is closed: what the server wrote on stderr last has been read
+        said = stderr_tail()
+        suffix = f" (stderr: {said})" if said else ""
+        if failure is not None:
+            raise McpServerFailed(f"could not start: {describe_error(failure)}{suffix}") \
+                from failure
+        ended = "the server exited" if self.config.transport is Transport.STDIO else \
+            "the connection closed"
+        return ended + suffix
 
     async def _until_closed(self, client: Client, closed: asyncio.Event) -> None:
         """Until the transport's read side ends; an HTTP endpoint is also probed (a tools
@@ -198,7 +204,7 @@ class McpServer:
             except TimeoutError:
                 pass
         client, closed = self._client, self._closed
-        if client is None or self.state.status is not ServerStatus.RUNNING:
+        if client is None or closed.is_set() or self.state.status is not ServerStatus.RUNNING:
             raise ToolError(self.unavailable())
         timeout = self.config.timeout_s
         request = asyncio.ensure_future(
