@@ -62,7 +62,7 @@ async def check_mcp(ctx: DoctorContext) -> list[CheckResult]:
         state = live.get(server.name)
         if state is None:
             results.append(ok(name, what + uses))
-        elif state.get("status") == "restarting":
+        elif state.get("status") != "running" and state.get("failures"):
             results.append(fail(name, f"{what}: down in the running daemon after "
                                       f"{state.get('failures', '?')} failed start(s): "
                                       f"{state.get('last_error', '')}"[:600],

@@ -122,7 +122,8 @@ class McpService:
         found = [f"{CONFIG_FILE}: {self.config_error}"] if self.config_error else []
         for server in self.servers.values():
             state = server.state
-            if state.status is ServerStatus.RESTARTING:
+            # down: waiting for its next start, or starting again after failing
+            if state.status is not ServerStatus.RUNNING and state.failures:
                 found.append(f"MCP server {server.name} is down ({state.failures} failed "
                              f"start(s) in a row): {state.last_error}")
         return found
