@@ -152,9 +152,9 @@ class McpServer:
                 self._client = client
                 self.state.tools = [t.name for t in tools]
                 self.state.retry_at = None
+                await self._on_tools(self, tools)  # registered (and kept) before any call
                 self._set(ServerStatus.RUNNING)
                 log.info("MCP server %s running with %d tool(s)", self.name, len(tools))
-                await self._on_tools(self, tools)
                 await self._until_closed(client, closed)
         # the transport is closed: what the server wrote on stderr last has been read
         said = stderr_tail()
