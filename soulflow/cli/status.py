@@ -1,9 +1,9 @@
 """`soulflow status`: the running daemon's state (`/api/state`), as lines or as JSON.
 
-One line per part (provider, backend, sandbox, disk, local model, channels, heartbeat and
-ops, queues, counters), so a glance tells whether the daemon is well and what to look at.
-The exit status says it to a script: 0 when well, 1 when a channel is failing or the daemon
-reports a problem (`problems` in /api/state), so `soulflow status || alert` works.
+One line per part (provider, backend, sandbox, disk, MCP servers, local model, channels,
+heartbeat and ops, queues, counters), so a glance tells whether the daemon is well and what
+to look at. The exit status says it to a script: 0 when well, 1 when a channel is failing or
+the daemon reports a problem (`problems` in /api/state), so `soulflow status || alert` works.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def print_status(state: dict[str, Any]) -> int:
         if sandbox.get("process_cap"):
             print(f"             {sandbox['process_cap']}")
     _print_disk(state.get("disk") or {})
+    _print_mcp(state.get("mcp") or {})
     if state.get("local_model"):
         local = state["local_model"]
         print(f"  local model {local['model']} {local['state']} (pid {local['pid']}, "
@@ -101,6 +102,25 @@ def _print_disk(disk: dict[str, Any], largest: int = 5) -> None:
           f"{_size(quota.get('exec_bytes', 0))} / {quota.get('exec_files', '?')}")
     for row in (disk.get("largest") or [])[:largest]:
         print(f"    {row['zone']:<30} {_size(row['bytes']):>10} {row['files']:>7} files")
+
+
+def _print_mcp(mcp: dict[str, Any]) -> None:
+    """The MCP servers of mcp.json: each one's state and tools, why one is down."""
+    if mcp.get("error"):
+        print(f"  mcp        {mcp.get('config', 'mcp.json')} not used: {clip(mcp['error'], 300)}")
+    for server in mcp.get("servers") or []:
+        where = "sandboxed stdio" if server.get("sandboxed") else "http"
+        if server.get("sandboxed") and server.get("network"):
+            where += " with network"
+        line = (f"  mcp        {server['name']} {server['status']} ({where}), "
+                f"{len(server.get('tools') or [])} tool(s)")
+        if server.get("restarts"):
+            line += f", restarted {server['restarts']}x"
+        if server.get("status") == "restarting" and server.get("retry_at"):
+            line += f", next start in {max(0, round(server['retry_at'] - time.time()))} s"
+        if server.get("last_error"):
+            line += f"; last error: {clip(server['last_error'], 300)}"
+        print(line)
 
 
 def _size(size: int) -> str:

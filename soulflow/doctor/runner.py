@@ -16,6 +16,7 @@ from pathlib import Path
 
 from soulflow.config.catalog import SETTINGS
 from soulflow.doctor import files, platforms, remote, system
+from soulflow.doctor.mcp import check_mcp
 from soulflow.doctor.model import Check, CheckResult, DoctorContext, Status, fail
 from soulflow.security.redact import Redactor, secret_env_values
 
@@ -31,6 +32,7 @@ CHECKS: tuple[Check, ...] = (
     Check("cli providers", system.check_cli_providers),
     Check("local model", system.check_local_model),
     Check("sandbox", system.check_sandbox),
+    Check("mcp", check_mcp),
     Check("dashboard port", system.check_dashboard_port),
     Check("traces", system.check_traces),
     Check("clock", remote.check_clock, network=True),

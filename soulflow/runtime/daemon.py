@@ -39,6 +39,7 @@ from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
 from soulflow.agent.tools import CodeSandbox
+from soulflow.agent.tools.mcp_client.service import McpParts, McpService
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.backends.wiring import BackendConfig, build_backend
 from soulflow.bus.bus import MessageBus
@@ -157,6 +158,12 @@ class Runtime:
                                  approvers=ApproverPolicy(self.admins.is_admin),
                                  redact=self.redactor.redact)
         self.supervisor = Supervisor()
+        # the operator's MCP servers (mcp.json): stdio ones in the sandbox, each a supervised
+        # loop; their tools join the registry while they run (docs/mcp.md)
+        self.mcp = McpService(McpParts(
+            workspace=settings.workspace, runtime_dir=runtime_dir, sandbox=self.sandbox,
+            vault=self.vault, tools=self.tools, supervisor=self.supervisor,
+            redactor=self.redactor))
         # task graphs (docs/tasks.md): store, workflow events, engine, the task tool; built
         # before the conversation, which they answer for: task answers and reactions in
         # chats, /stop cancelling a chat's tasks, /task
@@ -190,7 +197,8 @@ class Runtime:
             health=self.health, vault=self.vault, bus=self.bus, conversation=self.conversation,
             channels=self.channels, sessions=self.sessions, hub=self.hub,
             providers=self.providers, local_model=self.local_model, cron=self.cron,
-            tasks=self.task_services, sandbox=self.sandbox, background=self.background)
+            tasks=self.task_services, sandbox=self.sandbox, background=self.background,
+            mcp=self.mcp)
         self.started_at = 0.0
         self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False
@@ -278,6 +286,9 @@ class Runtime:
         await asyncio.to_thread(migrate_workspace, self.memory.beneath, self.sessions)
         self.backend.on_partitions_changed(self._partitions_changed)
         await self.sandbox.ready()  # probe bwrap once, off the loop, before any tool asks
+        # MCP servers come up in the background: a slow or broken one delays nothing
+        stack.push_async_callback(self.mcp.stop)
+        await self.mcp.start()
         if self.local_model is not None:  # first: resumed work needs the model
             stack.push_async_callback(self._stop_local_model)
             await self._start_local_model()

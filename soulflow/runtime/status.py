@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from soulflow import __version__
 from soulflow.agent.tools import CodeSandbox
+from soulflow.agent.tools.mcp_client.service import McpService
 from soulflow.backends.base import Backend, SessionStore
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.health import HealthBoard
@@ -71,16 +72,18 @@ class DaemonStatus:
     tasks: TaskServices
     sandbox: CodeSandbox
     background: BackgroundServices
+    mcp: McpService
 
     def problems(self, backend: dict[str, Any] | None = None) -> list[str]:
         """What is wrong right now: Redis away, a supervised loop down, a channel failing, a
-        vault key that is not the cluster's, an unreadable task store. The daemon is `ok` only
-        when ready with none of them (the ops reading in `state()["ops"]` adds providers and
-        how long problems last). `backend`: its status, when the caller read it already."""
+        vault key that is not the cluster's, an unreadable task store, an unusable mcp.json or
+        an MCP server that is down. The daemon is `ok` only when ready with none of them (the
+        ops reading in `state()["ops"]` adds providers and how long problems last).
+        `backend`: its status, when the caller read it already."""
         backend = self.backend.status() if backend is None else backend
         found = loop_and_channel_problems(self.supervisor.status(), self.health)
         vault = [self.vault.key_problem] if self.vault.key_problem else []  # another key
-        return [*backend_problems(backend), *found.values(), *vault,
+        return [*backend_problems(backend), *found.values(), *vault, *self.mcp.problems(),
                 *shared(backend, lambda: list(self.tasks.store.problems), [])]
 
     def queue_depths(self) -> dict[str, int]:
@@ -125,6 +128,7 @@ class DaemonStatus:
                      "fired": self.cron.fired_count},
             "task_graphs": shared(backend, self.tasks.state, {}),
             "sandbox": self.sandbox.describe(),
+            "mcp": self.mcp.describe(),  # mcp.json's problem, each server's state
             "disk": self.sandbox.quotas.summary(),  # the chat folders, from the usage index
             **shared(backend, self.background.state, {}),  # "ops", "heartbeat"
         }

@@ -31,6 +31,7 @@ from soulflow.contracts import QUIET_TURN_ORIGIN, ChatRef
 
 __all__ = [
     "CHATS_DIR",
+    "MCP_CONFIG_FILE",
     "OPERATOR_MEMORY_DIR",
     "ChatZone",
     "Zone",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 CHATS_DIR = "chats"
+MCP_CONFIG_FILE = "mcp.json"  # which programs and servers the daemon runs as MCP tools
 RUNTIME_DIR = "runtime"
 OPERATOR_MEMORY_DIR = "memory"
 FILES_DIR = "files"

@@ -114,7 +114,10 @@ async def test_a_write_to_the_operators_files_asks_an_admins_approval(
         result = await registry.execute(tool, params, ctx(ws))
         assert result.status == "approval_required", (tool, path, result)
         assert result.admins_only, (tool, path)
-        assert result.reason == f"it changes the operator's files ({path})"
+        expected = (f"it changes the operator's files ({path})" if path != "mcp.json" else
+                    "it changes mcp.json, which chooses the programs and servers the daemon "
+                    "runs as MCP tools")
+        assert result.reason == expected
     assert not (ws / path).exists() or (ws / path).read_text() == "be kind\n"
 
 

@@ -9,6 +9,8 @@
 * `python_sandbox` / `python_repl` - the sandboxed Python engine and its tool.
 * `sandbox` / `bwrap` / `sandbox_masks` / `pids_cgroup` - the kernel sandbox (`CodeSandbox`)
   that exec, python_repl and /repl run in.
+* `mcp_client` - the operator's MCP servers (``mcp.json``): their tools as
+  ``mcp__<server>__<tool>``, stdio servers inside the same sandbox (docs/mcp.md).
 
 Other tools (message, request_file, spawn, cron, diagram_render) are registered by the
 runtime, which owns the services they need.

@@ -135,6 +135,10 @@ class SandboxSpec:
     masks: tuple[Path, ...] = ()
     network: bool = False
     tmp_bytes: int = DEFAULT_TMP_BYTES  # size of the private /tmp and of /dev/shm
+    # the command gets bwrap's own environment (which the caller sets whole) instead of
+    # ``env`` on bwrap's command line: how values that must not show in ``ps`` (an MCP
+    # server's secrets) get in; ``env`` must then be empty
+    env_from_parent: bool = False
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -214,7 +218,13 @@ def bwrap_argv(features: BwrapFeatures, spec: SandboxSpec, inner: list[str], *,
             argv += ["--bind", str(bind.path), str(bind.path)]
     for mask in inner_masks:
         argv += _mask(features, mask)
-    argv += ["--chdir", spec.cwd, "--clearenv"]
+    argv += ["--chdir", spec.cwd]
+    if spec.env_from_parent:
+        if spec.env:
+            raise ValueError("a sandbox spec takes its environment from the parent or "
+                             "from env, not both")
+    else:
+        argv.append("--clearenv")
     for name, value in spec.env.items():
         argv += ["--setenv", name, value]
     return [*argv, "--", *inner]

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from soulflow.agent.tools.base import ApprovalNeed, ToolContext, ToolError
 from soulflow.security.protected import Access, ProtectedPaths, protected_paths
-from soulflow.security.zones import ChatZone, zone_for
+from soulflow.security.zones import MCP_CONFIG_FILE, ChatZone, zone_for
 from soulflow.storage.beneath import Beneath
 
 __all__ = [
@@ -101,6 +101,9 @@ def write_approval(ctx: ToolContext, path_str: str) -> ApprovalNeed | None:
     _refuse_folders(ctx, target)
     if target.access is Access.OWN:
         return None
+    if len(target.rel.parts) == 1 and target.rel.parts[0].casefold() == MCP_CONFIG_FILE:
+        return ApprovalNeed(f"it changes {MCP_CONFIG_FILE}, which chooses the programs and "
+                            "servers the daemon runs as MCP tools", admins_only=True)
     return ApprovalNeed(f"it changes the operator's files ({target.shown})", admins_only=True)
 
 
