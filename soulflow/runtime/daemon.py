@@ -142,10 +142,13 @@ class Runtime:
             workspace=settings.workspace, vault=self.vault, channels=self.channels,
             replies=self.replies, redact=self.redactor.redact, is_admin=self.admins.is_admin,
             cron=self.cron, main_loop=lambda: parts.loop)
+        # every model call's tokens and cost, per day, chat, user and source (agent/usage.py)
+        self.usage = wiring.usage_meter(settings, self.backend)
         parts = wiring.agent_parts(
             settings, self.providers, redactor=self.redactor, sessions=self.sessions,
             memory=self.memory, tools=self.tools, context=self.context,
-            tool_context=self.tool_bridge.context, tiny_model=tiny_model, backend=self.backend)
+            tool_context=self.tool_bridge.context, tiny_model=tiny_model, backend=self.backend,
+            usage=self.usage)
         self.runs, self.consolidator = parts.runs, parts.consolidator
         self.model, self._chain = parts.model, parts.chain  # redacting wrapper, failover chain
         self.approvals = self.backend.approvals
@@ -162,7 +165,7 @@ class Runtime:
             model=self.model, system_prompt=self.context.system_prompt, tools=self.tools,
             tool_context=self.tool_bridge.context, channels=self.channels,
             replies=self.replies, bus=self.bus, redactor=self.redactor, hub=self.hub,
-            supervisor=self.supervisor))
+            supervisor=self.supervisor, usage=self.usage))
         self.tasks, self.workflow = self.task_services.store, self.task_services.workflow
         self.task_engine = self.task_services.engine  # the dashboard's cancel goes through it
         # from a message taken in to its turn complete: built with everything that answers
@@ -187,7 +190,8 @@ class Runtime:
             health=self.health, vault=self.vault, bus=self.bus, conversation=self.conversation,
             channels=self.channels, sessions=self.sessions, hub=self.hub,
             providers=self.providers, local_model=self.local_model, cron=self.cron,
-            tasks=self.task_services, sandbox=self.sandbox, background=self.background)
+            tasks=self.task_services, sandbox=self.sandbox, background=self.background,
+            usage=self.usage)
         self.started_at = 0.0
         self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False

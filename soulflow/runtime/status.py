@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from soulflow import __version__
 from soulflow.agent.tools import CodeSandbox
+from soulflow.agent.usage import UsageMeter, usage_report
 from soulflow.backends.base import Backend, SessionStore
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.health import HealthBoard
@@ -71,6 +72,7 @@ class DaemonStatus:
     tasks: TaskServices
     sandbox: CodeSandbox
     background: BackgroundServices
+    usage: UsageMeter
 
     def problems(self, backend: dict[str, Any] | None = None) -> list[str]:
         """What is wrong right now: Redis away, a supervised loop down, a channel failing, a
@@ -126,6 +128,7 @@ class DaemonStatus:
             "task_graphs": shared(backend, self.tasks.state, {}),
             "sandbox": self.sandbox.describe(),
             "disk": self.sandbox.quotas.summary(),  # the chat folders, from the usage index
+            "usage": shared(backend, lambda: usage_report(self.usage, days=1), {}),
             **shared(backend, self.background.state, {}),  # "ops", "heartbeat"
         }
 

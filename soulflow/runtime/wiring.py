@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
@@ -24,6 +25,7 @@ from soulflow.agent.tools.messaging import MessageTool, RequestFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool
+from soulflow.agent.usage import UsageMeter, parse_prices
 from soulflow.backends.base import Backend, RunJournal, SessionStore
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
@@ -182,10 +184,16 @@ class AgentParts:
     consolidator: Consolidator | None = None
 
 
+def usage_meter(settings: Settings, backend: Backend) -> UsageMeter:
+    """The meter every model call is counted with: MODEL_PRICES, days in WORKSPACE_TIMEZONE."""
+    return UsageMeter(backend.usage, parse_prices(settings["MODEL_PRICES"]),
+                      ZoneInfo(settings["WORKSPACE_TIMEZONE"]))
+
+
 def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Redactor,
                 sessions: SessionStore, memory: MemoryStore, tools: ToolRegistry,
                 context: ContextBuilder, tool_context: ContextFactory, tiny_model: bool,
-                backend: Backend) -> AgentParts:
+                backend: Backend, usage: UsageMeter | None = None) -> AgentParts:
     """The loop on the failover chain (PROVIDER_FALLBACKS), model calls redacted, memory
     consolidation unless the embedded model answers (its summaries stay out of memory/); its
     runs in the backend's journal, the chats it drives held by this node (a rebalance never
@@ -204,9 +212,9 @@ def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Re
     if threshold and not tiny_model:
         policy = ConsolidationPolicy(threshold_messages=threshold,
                                      keep_last=int(settings["MEMORY_CONSOLIDATION_KEEP_LAST"]))
-        consolidator = Consolidator(sessions, memory, lambda: model, policy)
+        consolidator = Consolidator(sessions, memory, lambda: model, policy, usage=usage)
     runs = backend.runs
     loop = AgentLoop(runs, lambda: model, tools, context.system_prompt, tool_context,
-                     max_turns=settings["AGENT_MAX_TURNS"])
+                     max_turns=settings["AGENT_MAX_TURNS"], usage=usage)
     backend.hold_chats(lambda: list(loop.driving.values()))
     return AgentParts(loop, runs, model, chain, consolidator)

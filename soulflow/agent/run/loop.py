@@ -23,6 +23,7 @@ from soulflow.agent.run.reducer import RunState
 from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.usage import UsageMeter
 from soulflow.backends.base import RunJournal, RunMoved
 from soulflow.contracts import ChatRef, Provider, ProviderError
 from soulflow.logs import log_context
@@ -78,8 +79,9 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any] | str:
 class AgentLoop:
     def __init__(self, store: RunJournal, provider: Callable[[], Provider], tools: ToolRegistry,
                  system_prompt: SystemPrompt, tool_context: ContextFactory, *,
-                 max_turns: int = 10) -> None:
+                 max_turns: int = 10, usage: UsageMeter | None = None) -> None:
         self.store = store
+        self.usage = usage  # counts every model call for the run's chat, requester and source
         self._provider = provider
         self.tools = tools
         self._system_prompt = system_prompt
@@ -170,6 +172,8 @@ class AgentLoop:
             self.store.append(run_id, ev.Event(ev.ERROR, {"message": str(exc), "kind": exc.kind}))
             return self._finish(run_id, ev.FAILED,
                                 f"Sorry, I couldn't get an answer from the model ({exc.kind}).")
+        if self.usage is not None:
+            self.usage.record(result, state.chat)
         found, content = list(result.tool_calls), result.content
         if not found and content:
             known = set(self.tools.names()) | {REQUEST_INFO, DONE_FOR_NOW}

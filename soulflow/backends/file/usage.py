@@ -1,0 +1,90 @@
+"""Model usage on files: `runtime/usage/usage.json`, the sums per day × provider × model ×
+chat × user × source (`UsageStore`, backends/base.py).
+
+One small JSON file rewritten atomically after each model call: a call costs seconds of a
+model's time, so one atomic write beside it is cheap, and the sums survive a `kill -9` up to
+the last call. The file is bounded: only the last `keep_days` days are kept (older days are
+dropped when a later day is written), and a day holds one row per key, not per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from soulflow.backends.base import UsageKey, UsageTotals
+from soulflow.storage.atomic import read_json, write_json_atomic
+
+__all__ = ["FileUsageStore"]
+
+VERSION = 1
+Row = tuple[str, str, str, str, str]  # provider, model, chat, user, source
+
+
+class FileUsageStore:
+    """`UsageStore` in one JSON file (see the module docstring)."""
+
+    def __init__(self, path: Path, *, keep_days: int = 400) -> None:
+        self.path = path
+        self.keep_days = keep_days
+        self._lock = threading.Lock()
+        self._days: dict[str, dict[Row, UsageTotals]] | None = None
+
+    def _load(self) -> dict[str, dict[Row, UsageTotals]]:
+        if self._days is None:
+            self._days = _parse(read_json(self.path, None))
+        return self._days
+
+    def add(self, key: UsageKey, totals: UsageTotals) -> None:
+        with self._lock:
+            days = self._load()
+            row: Row = (key.provider, key.model, key.chat, key.user, key.source)
+            days.setdefault(key.day, {}).setdefault(row, UsageTotals()).add(totals)
+            _prune(days, self.keep_days)
+            write_json_atomic(self.path, _dump(days), indent=None)
+
+    def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
+        with self._lock:
+            # read again: `soulflow usage` reads while the daemon writes
+            days = _parse(read_json(self.path, None)) if self._days is None else self._days
+            return [(UsageKey(day, *row), UsageTotals(t.calls, t.prompt_tokens,
+                                                      t.completion_tokens, t.cost_usd))
+                    for day in sorted(days) if day >= first_day
+                    for row, t in days[day].items()]
+
+
+def _prune(days: dict[str, dict[Row, UsageTotals]], keep_days: int) -> None:
+    try:
+        newest = date.fromisoformat(max(days))
+    except ValueError:
+        return
+    first = (newest - timedelta(days=keep_days - 1)).isoformat()
+    for day in [d for d in days if d < first]:
+        del days[day]
+
+
+def _dump(days: dict[str, dict[Row, UsageTotals]]) -> dict[str, Any]:
+    return {"version": VERSION, "days": {
+        day: [[*row, t.calls, t.prompt_tokens, t.completion_tokens, round(t.cost_usd, 9)]
+              for row, t in rows.items()] for day, rows in sorted(days.items())}}
+
+
+def _parse(data: Any) -> dict[str, dict[Row, UsageTotals]]:
+    days: dict[str, dict[Row, UsageTotals]] = {}
+    if not isinstance(data, dict) or not isinstance(data.get("days"), dict):
+        return days
+    for day, rows in data["days"].items():
+        if not isinstance(rows, list):
+            continue
+        for raw in rows:
+            if not (isinstance(raw, list) and len(raw) == 9):
+                continue  # a row this version cannot read is skipped, never fatal
+            row = tuple(str(v) for v in raw[:5])
+            try:
+                totals = UsageTotals(int(raw[5]), int(raw[6]), int(raw[7]), float(raw[8]))
+            except (TypeError, ValueError):
+                continue
+            days.setdefault(str(day), {})[row] = totals  # type: ignore[index]
+    return days
