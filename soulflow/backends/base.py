@@ -543,6 +543,13 @@ class UsageStore(Protocol):
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
         """Every key of `first_day` (`YYYY-MM-DD`) and later days, with its totals."""
 
+    def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
+        """An approved budget raise for `day`: `scope` (`all:`, `user:<id>`, `chat:<key>`)
+        rises by `amount`; idempotent per `approval_id`."""
+
+    def raises(self, day: str) -> dict[str, float]:
+        """The raises of `day`, summed per scope."""
+
 
 class NoticeClaims(Protocol):
     """`claim(problem key, interval_s)`: may this node tell the problem now? With several

@@ -239,6 +239,16 @@ SETTINGS: tuple[Setting, ...] = (
             "USD per million prompt/completion tokens of models whose provider reports no "
             "cost: comma-separated model=input/output, e.g. openai/gpt-4o=2.5/10 (a reported "
             "usage.cost, as OpenRouter's, wins; an unlisted model costs 0).", "Agent"),
+    Setting("BUDGET_DAILY_USD", _float_range(0, 1e9), "0",
+            "Model spending cap per day over all chats, in USD (0: none). At the cap a run "
+            "waits for an admin's approval, which raises the cap by this much for the day; a "
+            "cron or heartbeat run is skipped and the operator told.", "Agent"),
+    Setting("BUDGET_USER_DAILY_USD", _float_range(0, 1e9), "0",
+            "Model spending cap per day of one user, in USD (0: none); as BUDGET_DAILY_USD.",
+            "Agent"),
+    Setting("BUDGET_CHAT_DAILY_USD", _float_range(0, 1e9), "0",
+            "Model spending cap per day of one chat, in USD (0: none); as BUDGET_DAILY_USD.",
+            "Agent"),
     Setting("WORKSPACE_TIMEZONE", _timezone, "UTC",
             "IANA time zone whose calendar days model usage is summed by (e.g. Europe/Berlin).",
             "Agent"),

@@ -182,6 +182,11 @@ class BackgroundServices:
     def _notify(self, text: str) -> None:
         self._publish(self.notice_chat, text, None)
 
+    def notify_operator(self, text: str) -> None:
+        """Tell the operator's notice chat (e.g. a cron or heartbeat run skipped at a model
+        budget cap)."""
+        self._notify(text)
+
     def _restart_channel(self, name: str, reason: str) -> bool:
         adapter = self._parts.channels.get(name)
         if adapter is None:

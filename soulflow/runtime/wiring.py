@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from soulflow.agent.budget import Budgets
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -190,10 +191,19 @@ def usage_meter(settings: Settings, backend: Backend) -> UsageMeter:
                       ZoneInfo(settings["WORKSPACE_TIMEZONE"]))
 
 
+def budgets(settings: Settings, meter: UsageMeter) -> Budgets:
+    """The daily caps (BUDGET_*_DAILY_USD) over the meter's store; `notify` is set once the
+    operator's notice chat exists (ops)."""
+    return Budgets(meter, daily_usd=settings["BUDGET_DAILY_USD"],
+                   user_daily_usd=settings["BUDGET_USER_DAILY_USD"],
+                   chat_daily_usd=settings["BUDGET_CHAT_DAILY_USD"])
+
+
 def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Redactor,
                 sessions: SessionStore, memory: MemoryStore, tools: ToolRegistry,
                 context: ContextBuilder, tool_context: ContextFactory, tiny_model: bool,
-                backend: Backend, usage: UsageMeter | None = None) -> AgentParts:
+                backend: Backend, usage: UsageMeter | None = None,
+                caps: Budgets | None = None) -> AgentParts:
     """The loop on the failover chain (PROVIDER_FALLBACKS), model calls redacted, memory
     consolidation unless the embedded model answers (its summaries stay out of memory/); its
     runs in the backend's journal, the chats it drives held by this node (a rebalance never
@@ -215,6 +225,6 @@ def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Re
         consolidator = Consolidator(sessions, memory, lambda: model, policy, usage=usage)
     runs = backend.runs
     loop = AgentLoop(runs, lambda: model, tools, context.system_prompt, tool_context,
-                     max_turns=settings["AGENT_MAX_TURNS"], usage=usage)
+                     max_turns=settings["AGENT_MAX_TURNS"], usage=usage, budgets=caps)
     backend.hold_chats(lambda: list(loop.driving.values()))
     return AgentParts(loop, runs, model, chain, consolidator)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.approvals import Decider, parse_reaction
+from soulflow.agent.budget import Budgets
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run.loop import ContextFactory, SystemPrompt
 from soulflow.agent.run.reducer import RunState
@@ -82,6 +83,7 @@ class TaskParts:
     hub: EventHub  # live workflow events
     supervisor: Supervisor  # runs "tasks:ownership" on a shared backend
     usage: UsageMeter | None = None  # counts the task steps' model calls
+    budgets: Budgets | None = None  # and caps them
 
 
 class TaskServices:
@@ -105,7 +107,7 @@ class TaskServices:
         if parts.runs is not None and model is not None:
             agent = AgentParts(parts.runs, lambda: model, parts.system_prompt,
                                parts.tool_context, int(settings["AGENT_MAX_TURNS"]),
-                               parts.usage)
+                               parts.usage, parts.budgets)
         self.executors = DaemonExecutors(parts.tools, self._tool_context, agent,
                                          redactor=parts.redactor)
         self.progress = TaskProgress(self._publish, editor=parts.channels.get,

@@ -88,3 +88,72 @@ def test_usage_cli_refuses_a_bad_since(make_daemon) -> None:
     done = daemon.cli("usage", "--since", "week")
     assert done.returncode == 1 and b"--since" in done.stderr
     wait_for(lambda: True)
+
+
+def _texts(daemon, chat_id: str = "test") -> list[str]:  # type: ignore[no-untyped-def]
+    return [m["content"] for m in daemon.replies(chat_id)]
+
+
+@pytest.mark.parametrize("scope", ["BUDGET_CHAT_DAILY_USD", "BUDGET_USER_DAILY_USD",
+                                   "BUDGET_DAILY_USD"])
+def test_a_reached_budget_waits_for_the_operator_then_answers(
+        make_daemon, fake_llm: FakeOpenAIThread, scope: str) -> None:
+    fake_llm.cost_per_token = 0.001  # a few cents a call
+    daemon = make_daemon(**{scope: "0.01"}).start()
+    fake_llm.script_reply("first answer")
+    daemon.wait_reply(daemon.say("hello"))
+    spent = sum(u["cost"] for u in fake_llm.usages)
+    fake_llm.script_reply("second answer")
+    message_id = daemon.say("and another question")
+    ask = wait_for(lambda: next((t for t in _texts(daemon) if "budget reached" in t), None),
+                   what="the budget approval")
+    where = {"BUDGET_CHAT_DAILY_USD": "chat local:test", "BUDGET_USER_DAILY_USD":
+             "user local:", "BUDGET_DAILY_USD": "all chats"}[scope]
+    assert f"budget reached: ${spent:.2f} of $0.01 today for {where}" in ask
+    assert "Only an admin can approve" in ask
+    assert len(fake_llm.usages) == 1  # no model call past the cap
+    daemon.say("approve")  # the local chat is the operator's
+    wait_for(lambda: "second answer" in _texts(daemon), what="the answer")  # nothing lost
+    assert sum("budget reached" in t for t in _texts(daemon)) == 1  # told once
+    # the cap rose to the spend then plus its amount (spent + 0.01), which the second call
+    # passed: the next message asks again, against the raised cap
+    daemon.say("third")
+    wait_for(lambda: sum("budget reached" in t for t in _texts(daemon)) == 2,
+             what="the second budget approval")
+    assert f"of ${spent + 0.01:.2f} today" in _texts(daemon)[-1]
+    assert len(fake_llm.usages) == 2
+    assert message_id
+
+
+def test_deny_at_the_budget_ends_the_run_without_a_call(make_daemon,
+                                                        fake_llm: FakeOpenAIThread) -> None:
+    fake_llm.cost_per_token = 0.001
+    daemon = make_daemon(BUDGET_DAILY_USD="0.01").start()
+    fake_llm.script_reply("first")
+    daemon.wait_reply(daemon.say("hello"))
+    daemon.say("more")
+    wait_for(lambda: any("budget reached" in t for t in _texts(daemon)), what="the approval")
+    daemon.say("deny")
+    wait_for(lambda: any("budget is reached and was not raised" in t for t in _texts(daemon)),
+             what="the refusal")
+    assert len(fake_llm.usages) == 1
+
+
+def test_a_cron_run_over_budget_is_skipped_and_the_operator_told(
+        make_daemon, fake_llm: FakeOpenAIThread) -> None:
+    fake_llm.cost_per_token = 0.001
+    daemon = make_daemon(BUDGET_DAILY_USD="0.01", HEARTBEAT_CHAT="local:ops").start()
+    fake_llm.script_reply("first")
+    daemon.wait_reply(daemon.say("hello"))
+    added = daemon.cli("cron", "add", "--chat", "local:jobs", "--every", "1h",
+                       "--name", "digest", "--json", "send the digest")
+    assert added.returncode == 0, added.stderr
+    job_id = json.loads(added.stdout)["job"]["id"]
+    # an `every` job fires first one interval from now: fire it now
+    fired = daemon.cli("cron", "run", job_id)
+    assert fired.returncode == 0, fired.stderr
+    notice = wait_for(lambda: next((t for t in _texts(daemon, "ops")
+                                    if "Skipped a cron run" in t), None),
+                      what="the operator's notice")
+    assert "local:jobs" in notice and "budget reached" in notice and "all chats" in notice
+    assert len(fake_llm.usages) == 1  # the job made no model call

@@ -31,19 +31,46 @@ class FileUsageStore:
         self.keep_days = keep_days
         self._lock = threading.Lock()
         self._days: dict[str, dict[Row, UsageTotals]] | None = None
+        self._raises: dict[str, dict[str, float]] = {}  # day -> "scope|approval" -> USD
 
     def _load(self) -> dict[str, dict[Row, UsageTotals]]:
         if self._days is None:
-            self._days = _parse(read_json(self.path, None))
+            data = read_json(self.path, None)
+            self._days = _parse(data)
+            self._raises = _parse_raises(data)
         return self._days
+
+    def _write(self) -> None:
+        days = self._load()
+        _prune(days, self.keep_days)
+        for day in [d for d in self._raises if d not in days and d < max(days, default="")]:
+            del self._raises[day]
+        write_json_atomic(self.path, {**_dump(days), "raises": self._raises}, indent=None)
+
+    def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
+        with self._lock:
+            self._load()
+            self._raises.setdefault(day, {})[f"{scope}|{approval_id}"] = amount
+            self._write()
+
+    def raises(self, day: str) -> dict[str, float]:
+        with self._lock:
+            if self._days is None:
+                found = _parse_raises(read_json(self.path, None)).get(day, {})
+            else:
+                found = self._raises.get(day, {})
+            summed: dict[str, float] = {}
+            for key, amount in found.items():
+                scope = key.rpartition("|")[0]
+                summed[scope] = summed.get(scope, 0.0) + amount
+            return summed
 
     def add(self, key: UsageKey, totals: UsageTotals) -> None:
         with self._lock:
             days = self._load()
             row: Row = (key.provider, key.model, key.chat, key.user, key.source)
             days.setdefault(key.day, {}).setdefault(row, UsageTotals()).add(totals)
-            _prune(days, self.keep_days)
-            write_json_atomic(self.path, _dump(days), indent=None)
+            self._write()
 
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
         with self._lock:
@@ -88,3 +115,12 @@ def _parse(data: Any) -> dict[str, dict[Row, UsageTotals]]:
                 continue
             days.setdefault(str(day), {})[row] = totals  # type: ignore[index]
     return days
+
+
+def _parse_raises(data: Any) -> dict[str, dict[str, float]]:
+    raw = data.get("raises") if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    return {str(day): {str(k): float(v) for k, v in entries.items()
+                       if isinstance(v, int | float)}
+            for day, entries in raw.items() if isinstance(entries, dict)}

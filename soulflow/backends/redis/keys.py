@@ -225,6 +225,10 @@ class ServiceKeys:
         `<row json>|n|p|c|usd` (calls, prompt and completion tokens, cost)."""
         return f"{self.prefix}usage:day:{day}"
 
+    def usage_raise(self, day: str) -> str:
+        """Hash with the same TTL: budget raises approved that day, `<scope>|<approval>` → USD."""
+        return f"{self.prefix}usage:raise:{day}"
+
     @property
     def usage_days(self) -> str:
         """Set: the days that have a usage hash (read side prunes days whose hash expired)."""

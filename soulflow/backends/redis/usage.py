@@ -4,6 +4,8 @@
   source]`) four counters `<row>|n` (calls), `<row>|p` (prompt tokens), `<row>|c`
   (completion tokens), `<row>|usd` (cost, HINCRBYFLOAT); expires `keep_days` after its
   last write, which bounds the store.
+* `usage:raise:<YYYY-MM-DD>` - hash `<scope>|<approval id>` → USD: budget raises an admin
+  approved that day (same TTL).
 * `usage:days` - set of the days written; a day whose hash expired is dropped when read.
 
 One call is one MULTI/EXEC round trip of seven commands (four increments, EXPIRE, SADD), so
@@ -76,3 +78,17 @@ class RedisUsageStore:
                     continue
                 found.append((UsageKey(day, provider, model, chat, user, source), totals))
         return found
+
+    def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
+        key = self._keys.usage_raise(day)
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hset(key, f"{scope}|{approval_id}", repr(float(amount)))
+        pipe.expire(key, self.keep_days * 86_400)
+        pipe.execute()
+
+    def raises(self, day: str) -> dict[str, float]:
+        summed: dict[str, float] = {}
+        for field, value in self._client.hgetall(self._keys.usage_raise(day)).items():
+            scope = text(field).rpartition("|")[0]
+            summed[scope] = summed.get(scope, 0.0) + float(text(value))
+        return summed
