@@ -3,7 +3,8 @@
 
 Before each model call the loop asks `Budgets.reached(chat)`. A run a person asked for then
 waits as an admins-only approval (`budget reached: $X of $Y today for <scope>`); approving it
-raises that cap for today to the spend then plus its configured amount (`UsageStore.raise_cap`, keyed by the
+raises that cap for today to the spend then plus its configured amount
+(`UsageStore.raise_cap`, keyed by the
 approval so a replay raises it once), and the run goes on, so the message is answered. A cron
 job or heartbeat run over a cap is skipped and the operator told (`notify`).
 
