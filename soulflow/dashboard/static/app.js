@@ -5,6 +5,7 @@ import { api, post, followEvents } from "/static/api.js";
 import { el, button, ago, isoToEpoch, timeEl, fill, item, refreshTimes } from "/static/render.js";
 import { describe } from "/static/events.js";
 import { drawChart } from "/static/chart.js";
+import { renderUsage } from "/static/usage.js";
 
 const CHAT_ID = "dashboard";
 const $ = id => document.getElementById(id);
@@ -174,6 +175,7 @@ function render(s) {
   lastTraffic = s.traffic;
   renderSummary(s); renderApprovals(s); renderChannels(s); renderRuns(s); renderCron(s);
   renderDlq(s); renderProviders(s); renderQueues(s); renderDecisions(s);
+  renderUsage($("usage"), s);
   drawChart($("chart"), s.traffic);
 }
 
