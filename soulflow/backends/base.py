@@ -501,6 +501,9 @@ class HeartbeatStateStore(Protocol):
     def save(self, data: dict[str, object]) -> None: ...
 
 
+USAGE_KEEP_DAYS = 400  # days of model usage kept (a year and its same month back)
+
+
 @dataclass(frozen=True, slots=True)
 class UsageKey:
     """What one model call is counted under: a day (`YYYY-MM-DD` in the workspace's time

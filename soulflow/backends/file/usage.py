@@ -14,7 +14,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from soulflow.backends.base import UsageKey, UsageTotals
+from soulflow.backends.base import USAGE_KEEP_DAYS, UsageKey, UsageTotals
 from soulflow.storage.atomic import read_json, write_json_atomic
 
 __all__ = ["FileUsageStore"]
@@ -26,7 +26,7 @@ Row = tuple[str, str, str, str, str]  # provider, model, chat, user, source
 class FileUsageStore:
     """`UsageStore` in one JSON file (see the module docstring)."""
 
-    def __init__(self, path: Path, *, keep_days: int = 400) -> None:
+    def __init__(self, path: Path, *, keep_days: int = USAGE_KEEP_DAYS) -> None:
         self.path = path
         self.keep_days = keep_days
         self._lock = threading.Lock()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from soulflow.backends.base import UsageKey, UsageTotals
+from soulflow.backends.base import USAGE_KEEP_DAYS, UsageKey, UsageTotals
 from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
@@ -29,7 +29,7 @@ _FIELDS = ("n", "p", "c", "usd")
 class RedisUsageStore:
     """`UsageStore` on Redis (see the module docstring)."""
 
-    def __init__(self, state: StateRedis, *, keep_days: int = 400) -> None:
+    def __init__(self, state: StateRedis, *, keep_days: int = USAGE_KEEP_DAYS) -> None:
         self._client: SyncStoreRedis = state.client
         self._keys = ServiceKeys(state.prefix)
         self.keep_days = keep_days
