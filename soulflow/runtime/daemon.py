@@ -185,7 +185,7 @@ class Runtime:
             channels=self.channels, health=self.health, supervisor=self.supervisor,
             runs=self.conversation.runs, replies=self.replies,
             queues=partial(queue_depths, self.bus, self.conversation),
-            providers=self.providers, local_model=self.local_model))
+            providers=self.providers, local_model=self.local_model, usage=self.usage))
         # a cron or heartbeat run skipped at a budget cap is told to the ops notice chat
         self.budgets.notify = self.background.notify_operator
         self._status = DaemonStatus(
