@@ -20,11 +20,20 @@ from tests.backends.service_stores import node_states
 Open = Callable[[], UsageStore]
 
 
+class SyncedFileUsage(FileUsageStore):
+    """The file store written after each add, as the daemon's sync loop does a moment later,
+    so a store opened next (a restart) reads it."""
+
+    def add(self, key: UsageKey, totals: UsageTotals) -> None:
+        super().add(key, totals)
+        self.sync()
+
+
 @pytest.fixture(params=["file", "redis"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Open]:
     if request.param == "file":
         path = tmp_path / "usage" / "usage.json"
-        yield lambda: FileUsageStore(path, keep_days=3)
+        yield lambda: SyncedFileUsage(path, keep_days=3)
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     with node_states(server.url) as open_state:
@@ -50,8 +59,9 @@ def test_sums_per_key_and_a_reopened_store_sees_them(open_store: Open) -> None:
 
 
 def test_concurrent_writers_lose_no_call(open_store: Open) -> None:
-    stores = [open_store() for _ in range(2)] if not isinstance(open_store(), FileUsageStore) \
-        else [open_store()] * 2  # one daemon owns the file; its calls come from many tasks
+    first = open_store()
+    # one daemon owns the file (its calls come from many tasks); each node its Redis client
+    stores = [first, first] if isinstance(first, FileUsageStore) else [first, open_store()]
 
     def write(store: UsageStore) -> None:
         for _ in range(100):
@@ -73,8 +83,23 @@ def test_names_with_odd_bytes_round_trip(open_store: Open) -> None:
     assert open_store().days("2026-11-26") == [(odd, UsageTotals(1, 1, 2, 0.5))]
 
 
+def test_the_file_is_written_by_sync_and_close_not_per_call(tmp_path: Path) -> None:
+    path = tmp_path / "usage.json"
+    store = FileUsageStore(path)
+    store.add(key(), UsageTotals(1, 1, 1, 0.5))
+    assert not path.exists() and store.days("2026-11-26")  # counted, not written yet
+    store.sync()
+    assert FileUsageStore(path).days("2026-11-26") == [(key(), UsageTotals(1, 1, 1, 0.5))]
+    store.add(key(), UsageTotals(1, 1, 1, 0.5))
+    store.close()
+    assert FileUsageStore(path).days("2026-11-26")[0][1].calls == 2
+    store.raise_cap("2026-11-26", "all:", "ap_1", 2.0)  # an approval is written at once
+    store.raise_cap("2026-11-26", "all:", "ap_1", 2.0)  # and counted once
+    assert FileUsageStore(path).raises("2026-11-26") == {"all:": 2.0}
+
+
 def test_the_file_keeps_only_the_last_days(tmp_path: Path) -> None:
-    store = FileUsageStore(tmp_path / "usage.json", keep_days=3)
+    store = SyncedFileUsage(tmp_path / "usage.json", keep_days=3)
     for day in ("2026-11-20", "2026-11-24", "2026-11-25", "2026-11-26"):
         store.add(key(day=day), UsageTotals(1, 1, 1, 0.0))
     days = {k.day for k, _ in FileUsageStore(tmp_path / "usage.json").days("2000-01-01")}

@@ -59,7 +59,13 @@ def test_usage_counted_exactly_across_a_restart(make_daemon, fake_llm: FakeOpenA
     assert _metric(metrics, "soulflow_model_cost_usd_total", provider="phi4_local",
                    model="fake-model") == pytest.approx(usd, rel=1e-6)
 
-    daemon.kill()  # kill -9: what was counted stays
+    def written_calls() -> int:  # the file the sync loop writes (JOURNAL_FSYNC_INTERVAL_MS)
+        path = daemon.workspace / "runtime" / "usage" / "usage.json"
+        data = json.loads(path.read_text()) if path.exists() else {"days": {}}
+        return sum(row[5] for rows in data["days"].values() for row in rows)
+
+    wait_for(lambda: written_calls() == 2, what="the usage file to be written")
+    daemon.kill()  # kill -9: what was written stays
     daemon.start()
     fake_llm.script_reply("third")
     daemon.wait_reply(daemon.say("once more"))

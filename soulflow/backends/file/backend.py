@@ -183,7 +183,9 @@ class FileBackend:
 
     @cached_property
     def usage(self) -> FileUsageStore:
-        return FileUsageStore(self.runtime_dir / "usage" / "usage.json")
+        store = FileUsageStore(self.runtime_dir / "usage" / "usage.json")
+        self._opened(store)  # written by the sync loop and at stop
+        return store
 
     # -- lifecycle and ownership -------------------------------------------------------
 

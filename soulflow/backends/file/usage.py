@@ -1,10 +1,12 @@
 """Model usage on files: `runtime/usage/usage.json`, the sums per day × provider × model ×
 chat × user × source (`UsageStore`, backends/base.py).
 
-One small JSON file rewritten atomically after each model call: a call costs seconds of a
-model's time, so one atomic write beside it is cheap, and the sums survive a `kill -9` up to
-the last call. The file is bounded: only the last `keep_days` days are kept (older days are
-dropped when a later day is written), and a day holds one row per key, not per call.
+One small JSON file, rewritten atomically by `sync()`, which the backend's journal-sync loop
+calls in a worker thread every JOURNAL_FSYNC_INTERVAL_MS and at stop: a write (and its fsync)
+per call in the event loop cost ~1.2 ms of CPU and ~8 ms of latency per message. A `kill -9`
+loses at most the calls of the last interval, as the journals do. The file is bounded: only
+the last `keep_days` days are kept (older days are dropped when a later day is written), and a
+day holds one row per key, not per call.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class FileUsageStore:
         self._lock = threading.Lock()
         self._days: dict[str, dict[Row, UsageTotals]] | None = None
         self._raises: dict[str, dict[str, float]] = {}  # day -> "scope|approval" -> USD
+        self._dirty = False  # counts added since the last write
 
     def _load(self) -> dict[str, dict[Row, UsageTotals]]:
         if self._days is None:
@@ -46,12 +49,13 @@ class FileUsageStore:
         for day in [d for d in self._raises if d not in days and d < max(days, default="")]:
             del self._raises[day]
         write_json_atomic(self.path, {**_dump(days), "raises": self._raises}, indent=None)
+        self._dirty = False
 
     def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
         with self._lock:
             self._load()
             self._raises.setdefault(day, {})[f"{scope}|{approval_id}"] = amount
-            self._write()
+            self._write()  # rare, and an approval must not be lost: at once
 
     def raises(self, day: str) -> dict[str, float]:
         with self._lock:
@@ -70,7 +74,16 @@ class FileUsageStore:
             days = self._load()
             row: Row = (key.provider, key.model, key.chat, key.user, key.source)
             days.setdefault(key.day, {}).setdefault(row, UsageTotals()).add(totals)
-            self._write()
+            self._dirty = True
+
+    def sync(self) -> None:
+        """Write what was added since the last write (safe from a worker thread)."""
+        with self._lock:
+            if self._dirty:
+                self._write()
+
+    def close(self) -> None:
+        self.sync()
 
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
         with self._lock:
