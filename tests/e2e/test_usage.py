@@ -163,3 +163,4 @@ def test_a_cron_run_over_budget_is_skipped_and_the_operator_told(
                       what="the operator's notice")
     assert "local:jobs" in notice and "budget reached" in notice and "all chats" in notice
     assert len(fake_llm.usages) == 1  # the job made no model call
+

@@ -8,8 +8,8 @@
   approved that day (same TTL).
 * `usage:days` - set of the days written; a day whose hash expired is dropped when read.
 
-One call is one MULTI/EXEC round trip of seven commands (four increments, EXPIRE, SADD), so
-two nodes counting the same key at once both count.
+One call is one MULTI/EXEC round trip of eight commands (MULTI, four increments, EXPIRE, SADD,
+EXEC), so two nodes counting the same key at once both count.
 """
 
 from __future__ import annotations
