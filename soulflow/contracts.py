@@ -669,9 +669,13 @@ class ToolCall:
 
 @dataclass(slots=True)
 class Usage:
+    """Tokens of one model call as the provider reported them; `cost_usd` only when the
+    provider itself reports a price (OpenRouter's `usage.cost`), else None (MODEL_PRICES)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cost_usd: float | None = None
 
 
 @dataclass(slots=True)

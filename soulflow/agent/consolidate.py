@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.memory import MemoryStore, merge_facts, trim_to_cap
+from soulflow.agent.usage import Source, UsageMeter
 from soulflow.backends.base import SessionStore
-from soulflow.contracts import Provider
+from soulflow.contracts import ChatRef, Provider, ProviderResult
 from soulflow.security.zones import ChatZone
 
 log = logging.getLogger(__name__)
@@ -261,10 +262,15 @@ def rewrite_request(memory_text: str, cap_bytes: int) -> list[dict[str, Any]]:
             {"role": "user", "content": memory_text}]
 
 
-def provider_summarizer(provider: Provider, *, timeout_s: float = 120.0) -> Summarize:
-    """A `Summarize` that makes one plain chat call (no tools) with a time limit."""
+def provider_summarizer(provider: Provider, *, timeout_s: float = 120.0,
+                        counted: Callable[[ProviderResult], object] | None = None
+                        ) -> Summarize:
+    """A `Summarize` that makes one plain chat call (no tools) with a time limit; `counted`
+    gets each call's result (its usage is recorded under consolidation)."""
     async def summarize(messages: list[dict[str, Any]]) -> str:
         result = await asyncio.wait_for(provider.chat(messages, None), timeout_s)
+        if counted is not None:
+            counted(result)
         if not result.content.strip():
             raise ValueError("the model returned an empty answer")
         return result.content
@@ -389,8 +395,10 @@ class Consolidator:
     def __init__(self, sessions: SessionStore, memory: MemoryStore,
                  provider: Callable[[], Provider], policy: ConsolidationPolicy | None = None,
                  *, timeout_s: float = 120.0, retry_after_s: float = 600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 usage: UsageMeter | None = None) -> None:
         self.sessions = sessions
+        self._usage = usage
         self.memory = memory
         self.policy = policy or ConsolidationPolicy()
         self._provider = provider
@@ -415,9 +423,19 @@ class Consolidator:
         task.add_done_callback(lambda _t, key=session_key: self._tasks.pop(key, None))
         return task
 
+    def _counter(self, session_key: str) -> Callable[[ProviderResult], object] | None:
+        """Records a consolidation call for the session's chat (`provider:chat[:thread]`)."""
+        if self._usage is None:
+            return None
+        usage = self._usage
+        provider, _, rest = session_key.partition(":")
+        chat = ChatRef(provider, rest.split(":", 1)[0]) if rest else ChatRef("", "")
+        return lambda result: usage.record(result, chat, Source.CONSOLIDATION)
+
     async def _run(self, session_key: str, zone: ChatZone) -> bool:
         try:
-            summarize = provider_summarizer(self._provider(), timeout_s=self._timeout_s)
+            summarize = provider_summarizer(self._provider(), timeout_s=self._timeout_s,
+                                            counted=self._counter(session_key))
             results = await run_due(self.sessions, self.memory.for_zone(zone), session_key,
                                     summarize=summarize, policy=self.policy)
         except Exception:  # a bug here must never take the daemon down

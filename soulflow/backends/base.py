@@ -501,6 +501,59 @@ class HeartbeatStateStore(Protocol):
     def save(self, data: dict[str, object]) -> None: ...
 
 
+USAGE_KEEP_DAYS = 400  # days of model usage kept (a year and its same month back)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageKey:
+    """What one model call is counted under: a day (`YYYY-MM-DD` in the workspace's time
+    zone), the provider and model that answered, the chat (`provider:chat_id`), the person
+    who asked (`provider:user_id`, empty for cron, heartbeat and consolidation) and the source
+    (`message`, `task`, `cron`, `heartbeat`, `consolidation`)."""
+
+    day: str
+    provider: str
+    model: str
+    chat: str
+    user: str
+    source: str
+
+
+@dataclass(slots=True)
+class UsageTotals:
+    """Counts under one `UsageKey`: calls, prompt and completion tokens, cost in USD."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: UsageTotals) -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost_usd += other.cost_usd
+
+
+class UsageStore(Protocol):
+    """Model usage summed per day × provider × model × chat × user × source (never one record
+    per call, so it stays bounded); days older than the kept window are dropped. Shared by
+    every node on Redis."""
+
+    def add(self, key: UsageKey, totals: UsageTotals) -> None:
+        """Add one call's counts to its key."""
+
+    def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
+        """Every key of `first_day` (`YYYY-MM-DD`) and later days, with its totals."""
+
+    def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
+        """An approved budget raise for `day`: `scope` (`all:`, `user:<id>`, `chat:<key>`)
+        rises by `amount`; idempotent per `approval_id`."""
+
+    def raises(self, day: str) -> dict[str, float]:
+        """The raises of `day`, summed per scope."""
+
+
 class NoticeClaims(Protocol):
     """`claim(problem key, interval_s)`: may this node tell the problem now? With several
     nodes, True for one of them per interval."""
@@ -590,6 +643,10 @@ class Backend(Protocol):
 
     @property
     def heartbeat(self) -> HeartbeatStateStore: ...
+
+    @property
+    def usage(self) -> UsageStore:
+        """Model usage per day, provider, model, chat, user and source."""
 
     @property
     def notice_claims(self) -> NoticeClaims | None:

@@ -1,4 +1,4 @@
-"""The `soulflow` command: init, run, chat, status, doctor, dlq, cron, secret.
+"""The `soulflow` command: init, run, chat, status, doctor, dlq, cron, secret, usage.
 
 User mistakes (bad config, missing workspace, port in use, daemon not running) end with one
 sentence on stderr and a non-zero exit code, never a traceback.
@@ -103,6 +103,12 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return run_dlq_command(_settings(args), args)
 
 
+def cmd_usage(args: argparse.Namespace) -> int:
+    from soulflow.cli.usage import run_usage_command
+
+    return run_usage_command(_settings(args), args)
+
+
 def cmd_cron(args: argparse.Namespace) -> int:
     from soulflow.cli.cron import run_cron_command
 
@@ -176,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     from soulflow.cli.cron import add_cron_parser
 
     add_cron_parser(sub, common).set_defaults(func=cmd_cron)
+
+    from soulflow.cli.usage import add_usage_parser
+
+    add_usage_parser(sub, common).set_defaults(func=cmd_usage)
 
     secret = command("secret", cmd_secret, "manage the secret vault",
                      "Secrets are stored encrypted in runtime/security/. Values are read from a "

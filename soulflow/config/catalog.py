@@ -129,6 +129,34 @@ def _node_id(raw: str) -> str:
 _node_id.expected = "a name without spaces or vertical bars"  # type: ignore[attr-defined]
 
 
+def _model_prices(raw: str) -> str:
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        model, sep, pair = part.rpartition("=")
+        prompt, slash, completion = pair.partition("/")
+        if not (sep and slash and model.strip()):
+            raise ValueError
+        if not all(0 <= float(v) < 1e6 for v in (prompt, completion)):
+            raise ValueError
+    return raw.strip()
+
+
+_model_prices.expected = "comma-separated model=input/output USD per Mtok"  # type: ignore[attr-defined]
+
+
+def _timezone(raw: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    try:
+        ZoneInfo(raw.strip())
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError from exc
+    return raw.strip()
+
+
+_timezone.expected = "an IANA time zone name such as UTC or Europe/Berlin"  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
@@ -207,6 +235,23 @@ SETTINGS: tuple[Setting, ...] = (
             "Chats answered at the same time (one chat is always answered in order).", "Agent"),
     Setting("AGENT_HISTORY_MESSAGES", _int_range(0, 1000), "20",
             "Previous messages of the session sent to the model.", "Agent"),
+    Setting("MODEL_PRICES", _model_prices, "",
+            "USD per million prompt/completion tokens of models whose provider reports no "
+            "cost: comma-separated model=input/output, e.g. openai/gpt-4o=2.5/10 (a reported "
+            "usage.cost, as OpenRouter's, wins; an unlisted model costs 0).", "Agent"),
+    Setting("BUDGET_DAILY_USD", _float_range(0, 1e9), "0",
+            "Model spending cap per day over all chats, in USD (0: none). At the cap a run "
+            "waits for an admin's approval, which raises the cap by this much for the day; a "
+            "cron or heartbeat run is skipped and the operator told.", "Agent"),
+    Setting("BUDGET_USER_DAILY_USD", _float_range(0, 1e9), "0",
+            "Model spending cap per day of one user, in USD (0: none); as BUDGET_DAILY_USD.",
+            "Agent"),
+    Setting("BUDGET_CHAT_DAILY_USD", _float_range(0, 1e9), "0",
+            "Model spending cap per day of one chat, in USD (0: none); as BUDGET_DAILY_USD.",
+            "Agent"),
+    Setting("WORKSPACE_TIMEZONE", _timezone, "UTC",
+            "IANA time zone whose calendar days model usage is summed by (e.g. Europe/Berlin).",
+            "Agent"),
     Setting("AGENT_MAX_TURNS", _int_range(1, 200), "10",
             "Model turns one run may take before it stops and reports where it got.", "Agent"),
     Setting("AGENT_MAX_CONTEXT_TOKENS", _int_range(0, 10_000_000), "16000",

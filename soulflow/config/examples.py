@@ -37,6 +37,11 @@ EXAMPLES: dict[str, str] = {
     # agent
     "AGENT_CONCURRENCY": "4",
     "AGENT_HISTORY_MESSAGES": "40",
+    "MODEL_PRICES": "openai/gpt-4o=2.5/10,phi4=0/0",
+    "BUDGET_DAILY_USD": "20",
+    "BUDGET_USER_DAILY_USD": "2",
+    "BUDGET_CHAT_DAILY_USD": "5",
+    "WORKSPACE_TIMEZONE": "Europe/Berlin",
     "AGENT_MAX_TURNS": "20",
     "AGENT_MAX_CONTEXT_TOKENS": "32000",
     "TASK_MAX_PARALLEL": "2",

@@ -76,7 +76,7 @@ class HostName:
 
 #: the page's own files under /static/ (a fixed list: the server opens no path it is sent)
 STATIC_ASSETS = ("app.css", "app.js", "api.js", "chart.js", "events.js", "render.js",
-                 "strip.js")
+                 "strip.js", "usage.js")
 #: the only paths served to anyone: the page, its files and the liveness probe hold no data
 OPEN_PATHS = frozenset({"/", "/healthz", *(f"/static/{name}" for name in STATIC_ASSETS)})
 

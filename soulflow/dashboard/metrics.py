@@ -146,6 +146,15 @@ def render_metrics(runtime: DaemonView, *, sse_clients: int,
                 for k, n in sorted(s.errors.items())])
     out.histogram("soulflow_provider_latency_seconds", "Model request latency, per provider.",
                   [({"provider": s.name}, s.histogram) for s in stats])
+    counted = sorted(runtime.usage.counters.items())
+    out.family("soulflow_model_tokens", "counter",
+               "Model tokens since the daemon started, per provider, model and kind.",
+               [({"provider": p, "model": m, "kind": kind}, n) for (p, m), t in counted
+                for kind, n in (("prompt", t.prompt_tokens),
+                                ("completion", t.completion_tokens))])
+    out.family("soulflow_model_cost_usd", "counter",
+               "Model cost in USD since the daemon started, per provider and model.",
+               [({"provider": p, "model": m}, t.cost_usd) for (p, m), t in counted])
     fds, sockets = open_descriptors()
     if fds >= 0:
         out.family("soulflow_open_fds", "gauge", "Open file descriptors of the daemon.",

@@ -25,6 +25,7 @@ from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.memory import MemoryStore
+from soulflow.agent.usage import UsageMeter
 from soulflow.backends.base import Backend, SessionStore
 from soulflow.channels.health import HealthBoard
 from soulflow.channels.registry import ChannelRegistry
@@ -77,6 +78,7 @@ class BackgroundParts:
     queues: Callable[[], dict[str, int]]  # work waiting in the bus and the conversation
     providers: ProviderRegistry
     local_model: LocalModelRuntime | None
+    usage: UsageMeter | None = None  # the heartbeat's consolidation calls are counted too
 
 
 class BackgroundServices:
@@ -101,7 +103,8 @@ class BackgroundServices:
             keep = max(1, min(int(setting("HEARTBEAT_HISTORY_MESSAGES")), threshold - 1))
             self.consolidator = Consolidator(
                 parts.sessions, parts.memory, lambda: model,
-                ConsolidationPolicy(threshold_messages=threshold, keep_last=keep))
+                ConsolidationPolicy(threshold_messages=threshold, keep_last=keep),
+                usage=parts.usage)
         self.quiet = QuietTurnRunner(parts.agent, context, self._publish,
                                      consolidator=self.consolidator, redact=parts.redact)
         self.heartbeat = HeartbeatService(
@@ -181,6 +184,11 @@ class BackgroundServices:
 
     def _notify(self, text: str) -> None:
         self._publish(self.notice_chat, text, None)
+
+    def notify_operator(self, text: str) -> None:
+        """Tell the operator's notice chat (e.g. a cron or heartbeat run skipped at a model
+        budget cap)."""
+        self._notify(text)
 
     def _restart_channel(self, name: str, reason: str) -> bool:
         adapter = self._parts.channels.get(name)

@@ -7,6 +7,7 @@ tested apart. Failures raise `ParseError` with a normalised kind.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,7 +162,12 @@ def _parse_usage(raw: Any) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
     nums = [raw.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")]
-    return Usage(*(int(n) if isinstance(n, int | float) else 0 for n in nums))
+    counts = [max(0, int(n)) if isinstance(n, int | float) and not isinstance(n, bool)
+              and math.isfinite(n) else 0 for n in nums]
+    cost = raw.get("cost")  # OpenRouter: the call's price in USD
+    priced = (float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool)
+              and math.isfinite(cost) and cost >= 0 else None)
+    return Usage(counts[0], counts[1], counts[2], priced)
 
 
 

@@ -146,10 +146,14 @@ class Runtime:
             workspace=settings.workspace, vault=self.vault, channels=self.channels,
             replies=self.replies, redact=self.redactor.redact, is_admin=self.admins.is_admin,
             cron=self.cron, main_loop=lambda: parts.loop)
+        # every model call's tokens and cost, per day, chat, user and source (agent/usage.py)
+        self.usage = wiring.usage_meter(settings, self.backend)
+        self.budgets = wiring.budgets(settings, self.usage)
         parts = wiring.agent_parts(
             settings, self.providers, redactor=self.redactor, sessions=self.sessions,
             memory=self.memory, tools=self.tools, context=self.context,
-            tool_context=self.tool_bridge.context, tiny_model=tiny_model, backend=self.backend)
+            tool_context=self.tool_bridge.context, tiny_model=tiny_model, backend=self.backend,
+            usage=self.usage, caps=self.budgets)
         self.runs, self.consolidator = parts.runs, parts.consolidator
         self.model, self._chain = parts.model, parts.chain  # redacting wrapper, failover chain
         self.approvals = self.backend.approvals
@@ -172,7 +176,7 @@ class Runtime:
             model=self.model, system_prompt=self.context.system_prompt, tools=self.tools,
             tool_context=self.tool_bridge.context, channels=self.channels,
             replies=self.replies, bus=self.bus, redactor=self.redactor, hub=self.hub,
-            supervisor=self.supervisor))
+            supervisor=self.supervisor, usage=self.usage, budgets=self.budgets))
         self.tasks, self.workflow = self.task_services.store, self.task_services.workflow
         self.task_engine = self.task_services.engine  # the dashboard's cancel goes through it
         # from a message taken in to its turn complete: built with everything that answers
@@ -191,14 +195,17 @@ class Runtime:
             channels=self.channels, health=self.health, supervisor=self.supervisor,
             runs=self.conversation.runs, replies=self.replies,
             queues=partial(queue_depths, self.bus, self.conversation),
-            providers=self.providers, local_model=self.local_model))
+            providers=self.providers, local_model=self.local_model, usage=self.usage))
+        # a cron or heartbeat run skipped at a budget cap is told to the ops notice chat
+        self.budgets.notify = self.background.notify_operator
         self._status = DaemonStatus(
             workspace=settings.workspace, backend=self.backend, supervisor=self.supervisor,
             health=self.health, vault=self.vault, bus=self.bus, conversation=self.conversation,
             channels=self.channels, sessions=self.sessions, hub=self.hub,
             providers=self.providers, local_model=self.local_model, cron=self.cron,
             tasks=self.task_services, sandbox=self.sandbox, background=self.background,
-            mcp=self.mcp)
+            mcp=self.mcp,
+            usage=self.usage)
         self.started_at = 0.0
         self._chats_moved = asyncio.Event()  # set when this node's partitions change
         self.ready = False

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from soulflow import __version__
 from soulflow.agent.tools import CodeSandbox
 from soulflow.agent.tools.mcp_client.service import McpService
+from soulflow.agent.usage import UsageMeter, usage_report
 from soulflow.backends.base import Backend, SessionStore
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.health import HealthBoard
@@ -73,6 +74,7 @@ class DaemonStatus:
     sandbox: CodeSandbox
     background: BackgroundServices
     mcp: McpService
+    usage: UsageMeter
 
     def problems(self, backend: dict[str, Any] | None = None) -> list[str]:
         """What is wrong right now: Redis away, a supervised loop down, a channel failing, a
@@ -130,6 +132,7 @@ class DaemonStatus:
             "sandbox": self.sandbox.describe(),
             "mcp": self.mcp.describe(),  # mcp.json's problem, each server's state
             "disk": self.sandbox.quotas.summary(),  # the chat folders, from the usage index
+            "usage": shared(backend, lambda: usage_report(self.usage, days=1), {}),
             **shared(backend, self.background.state, {}),  # "ops", "heartbeat"
         }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from soulflow.agent.domain import AgentDomain
+from soulflow.agent.usage import UsageMeter
 from soulflow.backends.base import Backend, TaskStore
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.traffic import TrafficCounters
@@ -46,6 +47,10 @@ class DaemonView(Protocol):
 
     @property
     def conversation(self) -> Conversation: ...
+
+    @property
+    def usage(self) -> UsageMeter:
+        """Model tokens and cost, stored per day, chat, user and source."""
 
     @property
     def task_services(self) -> TaskServices: ...

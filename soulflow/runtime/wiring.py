@@ -10,7 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from soulflow.agent.budget import Budgets
 from soulflow.agent.consolidate import ConsolidationPolicy, Consolidator
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.domain import AgentDomain
@@ -24,6 +26,7 @@ from soulflow.agent.tools.messaging import MessageTool, RequestFileTool
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.skill_tool import SkillTool
 from soulflow.agent.tools.spawn import SpawnTool
+from soulflow.agent.usage import UsageMeter, parse_prices
 from soulflow.backends.base import Backend, RunJournal, SessionStore
 from soulflow.backends.leader import LeaderElection
 from soulflow.bus.bus import MessageBus
@@ -182,10 +185,25 @@ class AgentParts:
     consolidator: Consolidator | None = None
 
 
+def usage_meter(settings: Settings, backend: Backend) -> UsageMeter:
+    """The meter every model call is counted with: MODEL_PRICES, days in WORKSPACE_TIMEZONE."""
+    return UsageMeter(backend.usage, parse_prices(settings["MODEL_PRICES"]),
+                      ZoneInfo(settings["WORKSPACE_TIMEZONE"]))
+
+
+def budgets(settings: Settings, meter: UsageMeter) -> Budgets:
+    """The daily caps (BUDGET_*_DAILY_USD) over the meter's store; `notify` is set once the
+    operator's notice chat exists (ops)."""
+    return Budgets(meter, daily_usd=settings["BUDGET_DAILY_USD"],
+                   user_daily_usd=settings["BUDGET_USER_DAILY_USD"],
+                   chat_daily_usd=settings["BUDGET_CHAT_DAILY_USD"])
+
+
 def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Redactor,
                 sessions: SessionStore, memory: MemoryStore, tools: ToolRegistry,
                 context: ContextBuilder, tool_context: ContextFactory, tiny_model: bool,
-                backend: Backend) -> AgentParts:
+                backend: Backend, usage: UsageMeter | None = None,
+                caps: Budgets | None = None) -> AgentParts:
     """The loop on the failover chain (PROVIDER_FALLBACKS), model calls redacted, memory
     consolidation unless the embedded model answers (its summaries stay out of memory/); its
     runs in the backend's journal, the chats it drives held by this node (a rebalance never
@@ -204,9 +222,9 @@ def agent_parts(settings: Settings, providers: ProviderRegistry, *, redactor: Re
     if threshold and not tiny_model:
         policy = ConsolidationPolicy(threshold_messages=threshold,
                                      keep_last=int(settings["MEMORY_CONSOLIDATION_KEEP_LAST"]))
-        consolidator = Consolidator(sessions, memory, lambda: model, policy)
+        consolidator = Consolidator(sessions, memory, lambda: model, policy, usage=usage)
     runs = backend.runs
     loop = AgentLoop(runs, lambda: model, tools, context.system_prompt, tool_context,
-                     max_turns=settings["AGENT_MAX_TURNS"])
+                     max_turns=settings["AGENT_MAX_TURNS"], usage=usage, budgets=caps)
     backend.hold_chats(lambda: list(loop.driving.values()))
     return AgentParts(loop, runs, model, chain, consolidator)

@@ -27,10 +27,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from soulflow.agent.budget import Budgets
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, ContextFactory, RunOutcome, SystemPrompt
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.usage import UsageMeter
 from soulflow.backends.base import RunJournal
 from soulflow.contracts import ChatRef, Provider
 from soulflow.security.redact import Redactor
@@ -77,6 +79,8 @@ class AgentParts:
     system_prompt: SystemPrompt
     tool_context: ContextFactory
     max_turns: int
+    usage: UsageMeter | None = None  # counts the task steps' model calls
+    budgets: Budgets | None = None  # and caps them
 
 
 class DaemonExecutors:
@@ -196,7 +200,8 @@ class DaemonExecutors:
                     registry.register(tool)
             loop = AgentLoop(self.agent.store, self.agent.provider, registry,
                              self.agent.system_prompt, self.agent.tool_context,
-                             max_turns=self.agent.max_turns)
+                             max_turns=self.agent.max_turns, usage=self.agent.usage,
+                             budgets=self.agent.budgets)
             self._loops[names] = loop
         return loop
 

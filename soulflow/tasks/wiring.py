@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from soulflow.agent.approvals import Decider, parse_reaction
+from soulflow.agent.budget import Budgets
 from soulflow.agent.domain import AgentDomain
 from soulflow.agent.run.loop import ContextFactory, SystemPrompt
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.usage import UsageMeter
 from soulflow.backends.base import Backend, RunJournal
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.registry import ChannelRegistry
@@ -80,6 +82,8 @@ class TaskParts:
     redactor: Redactor
     hub: EventHub  # live workflow events
     supervisor: Supervisor  # runs "tasks:ownership" on a shared backend
+    usage: UsageMeter | None = None  # counts the task steps' model calls
+    budgets: Budgets | None = None  # and caps them
 
 
 class TaskServices:
@@ -102,7 +106,8 @@ class TaskServices:
         model = parts.model
         if parts.runs is not None and model is not None:
             agent = AgentParts(parts.runs, lambda: model, parts.system_prompt,
-                               parts.tool_context, int(settings["AGENT_MAX_TURNS"]))
+                               parts.tool_context, int(settings["AGENT_MAX_TURNS"]),
+                               parts.usage, parts.budgets)
         self.executors = DaemonExecutors(parts.tools, self._tool_context, agent,
                                          redactor=parts.redactor)
         self.progress = TaskProgress(self._publish, editor=parts.channels.get,

@@ -348,3 +348,18 @@ async def test_consolidator_stop_cancels_without_writing(rig: Rig) -> None:
             await asyncio.sleep(0)
     await consolidator.stop()
     assert task.cancelled() and rig.snapshot() == before
+
+
+async def test_consolidation_calls_are_counted_for_the_chat(rig: Rig, tmp_path: Path) -> None:
+    from soulflow.agent.usage import UsageMeter
+    from soulflow.backends.file.usage import FileUsageStore
+
+    meter = UsageMeter(FileUsageStore(tmp_path / "usage.json"))
+    consolidator = Consolidator(rig.sessions, rig.memory, lambda: FakeProvider(REPLY),
+                                usage=meter)
+    rig.chat(61)
+    task = consolidator.schedule(KEY, ZONE)
+    assert task is not None and await task is True
+    [(key, totals)] = meter.rows()
+    assert (key.chat, key.user, key.source) == ("telegram:42", "", "consolidation")
+    assert totals.calls == 1

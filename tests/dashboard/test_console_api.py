@@ -47,7 +47,8 @@ def test_every_console_endpoint_needs_the_token_and_refuses_other_sites(make_dae
     page = _raw(daemon, "GET", "/", {})
     assert page.status_code == 200
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    for asset in ("app.js", "api.js", "events.js", "chart.js", "render.js", "app.css"):
+    for asset in ("app.js", "api.js", "events.js", "chart.js", "render.js", "usage.js",
+                  "app.css"):
         response = daemon._http.get(f"{daemon.url}/static/{asset}")
         assert response.status_code == 200, asset
     # only the listed files: anything else under /static/ is an ordinary guarded path
@@ -61,7 +62,7 @@ def test_state_has_every_console_section(make_daemon, fake_llm) -> None:
     state = daemon.state()
     for section in ("channels", "queues", "runs", "approvals", "task_list", "cron_jobs",
                     "recent_messages", "decisions", "workflow_events", "dlq", "providers",
-                    "sandbox", "traffic"):
+                    "sandbox", "traffic", "usage"):
         assert section in state, section
     local = next(c for c in state["channels"] if c["name"] == "local")
     assert local["status"] == "connected" and local["last_send_at"]

@@ -49,6 +49,7 @@ DAYS = 24 * HOURS
 
 # row -> [(text the row must hold, constant names the row must name)]
 EXPECTED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "model usage": [(f"**{base.USAGE_KEEP_DAYS} days**", ("USAGE_KEEP_DAYS",))],
     "seen inbound ids (never answer a message twice)": [
         (f"**{base.SEEN_WINDOW_S // HOURS} hours**", ("SEEN_WINDOW_S",)),
         (f"{default(keyset.ExpiringKeys, 'cache'):,} recent ids", ("ExpiringKeys(cache",)),

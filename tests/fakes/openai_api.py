@@ -69,6 +69,10 @@ class _State:
 
     model: str = DEFAULT_MODEL
     delay_s: float = 0.0
+    #: USD per token reported as `usage.cost` (as OpenRouter does); None: no cost reported
+    cost_per_token: float | None = None
+    #: every `usage` object the server sent, in order (what a test compares the counts with)
+    usages: list[dict[str, Any]] = field(default_factory=list)
     queue: deque[Scripted] = field(default_factory=deque)
     #: responses scripted for the agent requests whose last user message holds the key
     keyed: dict[str, deque[Scripted]] = field(default_factory=dict)
@@ -184,6 +188,20 @@ class _ScriptingMixin:
             return list(self._state.requests)
 
     @property
+    def usages(self) -> list[dict[str, Any]]:
+        """Every `usage` object sent so far (a copy)."""
+        with self._state.cond:
+            return [dict(u) for u in self._state.usages]
+
+    @property
+    def cost_per_token(self) -> float | None:
+        return self._state.cost_per_token
+
+    @cost_per_token.setter
+    def cost_per_token(self, value: float | None) -> None:
+        self._state.cost_per_token = value
+
+    @property
     def delay_s(self) -> float:
         """Extra delay before every response (for latency tests)."""
         return self._state.delay_s
@@ -196,8 +214,9 @@ class _ScriptingMixin:
 class FakeOpenAI(_ScriptingMixin, ServedInBlock):
     """The server itself, running on the caller's event loop."""
 
-    def __init__(self, *, model: str = DEFAULT_MODEL, delay_s: float = 0.0) -> None:
-        self._state = _State(model=model, delay_s=delay_s)
+    def __init__(self, *, model: str = DEFAULT_MODEL, delay_s: float = 0.0,
+                 cost_per_token: float | None = None) -> None:
+        self._state = _State(model=model, delay_s=delay_s, cost_per_token=cost_per_token)
         self._runner: web.AppRunner | None = None
         self._request_seen = asyncio.Event()
         self.base_url = ""
@@ -278,7 +297,7 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
             ]
         choice = {"index": 0, "message": message, "finish_reason": _finish(item)}
         envelope = self._envelope(body, "chat.completion")
-        return {**envelope, "choices": [choice], "usage": _usage(body, item)}
+        return {**envelope, "choices": [choice], "usage": self._reported(body, item)}
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], item: Scripted,
@@ -289,7 +308,7 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         envelope = self._envelope(body, "chat.completion.chunk")
         events = [{**envelope, "choices": [choice]} for choice in _stream_choices(item)]
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append({**envelope, "choices": [], "usage": _usage(body, item)})
+            events.append({**envelope, "choices": [], "usage": self._reported(body, item)})
         try:
             for i, event in enumerate(events):
                 if i > 1:  # pause after the first content chunk, so tests can abort mid-stream
@@ -300,6 +319,16 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         except ConnectionError:  # the client hung up mid-stream
             self._state.hang_up(recorded)
         return response
+
+    def _reported(self, body: dict[str, Any], item: Scripted) -> dict[str, Any]:
+        """The usage this response reports (with `cost` when a price per token is set),
+        logged in `usages`."""
+        usage: dict[str, Any] = dict(_usage(body, item))
+        with self._state.cond:
+            if self._state.cost_per_token is not None:
+                usage["cost"] = usage["total_tokens"] * self._state.cost_per_token
+            self._state.usages.append(usage)
+        return usage
 
     def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
         model = body.get("model") if isinstance(body.get("model"), str) else self._state.model
@@ -439,7 +468,8 @@ class FakeOpenAIThread(_ScriptingMixin):
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    fake = FakeOpenAI(model=args.model, delay_s=args.delay)
+    fake = FakeOpenAI(model=args.model, delay_s=args.delay,
+                      cost_per_token=args.cost_per_token)
     await fake.start(args.host, args.port)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -457,6 +487,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before every response")
+    parser.add_argument("--cost-per-token", type=float, default=None,
+                        help="report usage.cost = total tokens x this (USD), as OpenRouter does")
     asyncio.run(_serve(parser.parse_args(argv)))
 
 

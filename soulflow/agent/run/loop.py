@@ -19,11 +19,13 @@ from typing import Any
 
 from soulflow import tracing
 from soulflow.agent.approvals import admins_only_text
+from soulflow.agent.budget import BUDGET_TOOL, Budgets
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
+from soulflow.agent.usage import UsageMeter
 from soulflow.backends.base import RunJournal, RunMoved
 from soulflow.contracts import ChatRef, Provider, ProviderError
 from soulflow.logs import log_context
@@ -79,8 +81,11 @@ def _arguments(call: dict[str, Any]) -> dict[str, Any] | str:
 class AgentLoop:
     def __init__(self, store: RunJournal, provider: Callable[[], Provider], tools: ToolRegistry,
                  system_prompt: SystemPrompt, tool_context: ContextFactory, *,
-                 max_turns: int = 10) -> None:
+                 max_turns: int = 10, usage: UsageMeter | None = None,
+                 budgets: Budgets | None = None) -> None:
         self.store = store
+        self.usage = usage  # counts every model call for the run's chat, requester and source
+        self.budgets = budgets  # daily caps checked before each model call
         self._provider = provider
         self.tools = tools
         self._system_prompt = system_prompt
@@ -159,8 +164,43 @@ class AgentLoop:
 
     # -- steps ---------------------------------------------------------------------------
 
+    def _budget_gate(self, run_id: str, state: RunState) -> RunState | None:
+        """Before a model call: apply the budget raises admins approved in this run, end it
+        if one was denied, and at a reached cap pause it as an admins-only approval (a cron
+        or heartbeat run is skipped instead). None: go on with the call."""
+        budgets = self.budgets
+        if budgets is None or not budgets.active:
+            return None
+        for approval in state.approvals.values():
+            if approval.get("tool") != BUDGET_TOOL:
+                continue
+            decision, arguments = approval.get("decision"), approval.get("arguments") or {}
+            if decision == "approve":  # idempotent: keyed by the approval
+                budgets.approve(str(arguments.get("scope")), str(arguments.get("key", "")),
+                                str(approval["approval_id"]),
+                                spent=float(arguments.get("spent") or 0.0),
+                                cap=float(arguments.get("cap") or 0.0))
+            elif decision in ("deny", "cancel"):
+                return self._finish(run_id, ev.CANCELLED, "Not answered: today's model "
+                                    "budget is reached and was not raised.")
+        hit = budgets.reached(state.chat)
+        if hit is None:
+            return None
+        if budgets.skips(state.chat):
+            return self._finish(run_id, ev.CANCELLED, budgets.skipped(state.chat, hit))
+        approval_id = f"ap_{uuid.uuid4().hex[:8]}"
+        log.warning("run %s paused: %s", run_id, hit.text())
+        return self.store.append(run_id, ev.Event(ev.APPROVAL_REQUESTED, {
+            "approval_id": approval_id, "call_id": f"budget.{approval_id}",
+            "tool": BUDGET_TOOL, "reason": hit.text(), "admins_only": True,
+            "arguments": {"scope": str(hit.scope), "key": hit.key,
+                          "spent": round(hit.spent, 6), "cap": round(hit.cap, 6)}}))
+
     async def _model_turn(self, run_id: str, state: RunState,
                           abort: asyncio.Event | None) -> RunState:
+        gated = self._budget_gate(run_id, state)
+        if gated is not None:
+            return gated
         messages = [{"role": "system", "content": self._system_prompt(state.chat)},
                     *state.conversation]
         schemas = self.tools.schemas() + INTENT_SCHEMAS
@@ -174,6 +214,8 @@ class AgentLoop:
             self.store.append(run_id, ev.Event(ev.ERROR, {"message": str(exc), "kind": exc.kind}))
             return self._finish(run_id, ev.FAILED,
                                 f"Sorry, I couldn't get an answer from the model ({exc.kind}).")
+        if self.usage is not None:
+            self.usage.record(result, state.chat)
         found, content = list(result.tool_calls), result.content
         if not found and content:
             known = set(self.tools.names()) | {REQUEST_INFO, DONE_FOR_NOW}
@@ -276,6 +318,11 @@ def approval_text(approval: dict[str, Any], provider: str = "") -> str:
     if len(arguments) > 600:
         arguments = arguments[:600] + "…"
     reason = str(approval.get("reason", ""))
+    if approval.get("tool") == BUDGET_TOOL:
+        return (f"Approval needed [{approval.get('approval_id', '?')}]: {reason}. Only an "
+                "admin can approve going over it (the cap rises for today).\n"
+                "Reply approve / deny (or 승인 / 거부), or react "
+                f"{REACTION_HINTS.get(provider, DEFAULT_REACTION_HINT)}.")
     why = admins_only_text(reason) if approval.get("admins_only") else f"Reason: {reason}."
     return (f"Approval needed [{approval.get('approval_id', '?')}]: I want to run "
             f"`{approval.get('tool', '?')}` with {arguments}\n"

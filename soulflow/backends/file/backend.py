@@ -37,6 +37,7 @@ from soulflow.backends.file.proposals import FileProposalMap
 from soulflow.backends.file.runs import FileRunJournal
 from soulflow.backends.file.sessions import FileSessionStore
 from soulflow.backends.file.tasks import FileTaskStore
+from soulflow.backends.file.usage import FileUsageStore
 from soulflow.backends.file.vault import FileSecretEntries
 from soulflow.backends.file.workflow import FileWorkflowLog
 
@@ -179,6 +180,12 @@ class FileBackend:
     @cached_property
     def heartbeat(self) -> FileHeartbeatState:
         return FileHeartbeatState(self.runtime_dir / "heartbeat" / "state.json")
+
+    @cached_property
+    def usage(self) -> FileUsageStore:
+        store = FileUsageStore(self.runtime_dir / "usage" / "usage.json")
+        self._opened(store)  # written by the sync loop and at stop
+        return store
 
     # -- lifecycle and ownership -------------------------------------------------------
 

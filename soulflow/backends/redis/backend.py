@@ -51,6 +51,7 @@ from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeCla
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
+from soulflow.backends.redis.usage import RedisUsageStore
 from soulflow.backends.redis.vault import RedisSecretEntries
 from soulflow.errors import StoreError, StoreUnavailable
 
@@ -338,6 +339,10 @@ class RedisBackend:
     @cached_property
     def heartbeat(self) -> RedisHeartbeatState:
         return RedisHeartbeatState(self.state)
+
+    @cached_property
+    def usage(self) -> RedisUsageStore:
+        return RedisUsageStore(self.state)
 
     @cached_property
     def notice_claims(self) -> RedisNoticeClaims:

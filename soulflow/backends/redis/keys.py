@@ -220,6 +220,20 @@ class ServiceKeys:
         """Hash: the heartbeat's last tick (last_tick_at, last_status, last_outcome)."""
         return f"{self.prefix}heartbeat:state"
 
+    def usage_day(self, day: str) -> str:
+        """Hash with a TTL of the kept days: model usage of one day (`YYYY-MM-DD`), fields
+        `<row json>|n|p|c|usd` (calls, prompt and completion tokens, cost)."""
+        return f"{self.prefix}usage:day:{day}"
+
+    def usage_raise(self, day: str) -> str:
+        """Hash with the same TTL: budget raises approved that day, `<scope>|<approval>` → USD."""
+        return f"{self.prefix}usage:raise:{day}"
+
+    @property
+    def usage_days(self) -> str:
+        """Set: the days that have a usage hash (read side prunes days whose hash expired)."""
+        return f"{self.prefix}usage:days"
+
     def notice(self, problem: str) -> str:
         """String with a TTL: a node told the notice chat about this problem (one per interval
         across the cluster)."""

@@ -10,6 +10,7 @@ import { el, button, ago, isoToEpoch, timeEl, fill, item, refreshTimes, patchChi
 import { describe } from "/static/events.js";
 import { drawChart } from "/static/chart.js";
 import { attention, renderStrip, orderSections } from "/static/strip.js";
+import { renderUsage } from "/static/usage.js";
 
 const CHAT_ID = "dashboard";
 const $ = id => document.getElementById(id);
@@ -275,6 +276,7 @@ function render(s, fresh = true) {
   renderStrip($("strip"), rows);
   renderSummary(s); renderApprovals(s); renderChannels(s); renderRuns(s); renderCron(s);
   renderDlq(s); renderProviders(s); renderQueues(s); renderDecisions(s);
+  renderUsage($("usage"), s);
   drawChart($("chart"), s.traffic);
   orderSections(rows, HOME);
   $("main").dataset.renders = String(Number($("main").dataset.renders || 0) + 1);
