@@ -121,7 +121,7 @@ class StderrTail:
     def tail(self, count: int = 3) -> str:
         return " | ".join(list(self.lines)[-count:])
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
         with contextlib.suppress(OSError):
             self.writer.close()
         if self._task is not None:
@@ -203,7 +203,7 @@ async def stdio_transport(params: StdioServerParameters, stderr: StderrTail,
             stdout=asyncio.subprocess.PIPE, stderr=stderr.writer, env=params.env or {},
             start_new_session=True, limit=MAX_MESSAGE_BYTES)
     except BaseException:
-        await stderr.close()
+        await stderr.stop()
         if cgroup is not None:
             await asyncio.to_thread(cgroup.close)
         raise
@@ -222,7 +222,7 @@ async def stdio_transport(params: StdioServerParameters, stderr: StderrTail,
             await _stop_process(proc)
             for stream in (read_receive, write_send, read_send, write_receive):
                 await stream.aclose()
-            await stderr.close()
+            await stderr.stop()
             if cgroup is not None:  # kills whatever is left in it, then removes it
                 await asyncio.to_thread(cgroup.close)
 
