@@ -13,9 +13,9 @@ sentence), the trust-zones migration of the workspace (once; `zone_migration`), 
 model, the outbox, unfinished inbound work (the claim loop's first round), the task engine,
 the heartbeat and ops, the inputs and housekeeping loops (channel readers, each handing what it
 reads to the conversation; the claim loop; the backend's own loops, such as the file
-journals' syncer; cron), the dashboard. Stop (SIGINT/SIGTERM): the stack unwinds, letting
-answers and sends in flight finish within SHUTDOWN_GRACE_S, then flushing and closing every
-store. A start that fails (the dashboard's port in use) unwinds what had started.
+journals' syncer; cron; the heap trim), the dashboard. Stop (SIGINT/SIGTERM): the stack
+unwinds, letting answers and sends in flight finish within SHUTDOWN_GRACE_S, then flushing and
+closing every store. A start that fails (the dashboard's port in use) unwinds what had started.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ from soulflow.events.hub import EventHub
 from soulflow.ops.wiring import BackgroundParts, BackgroundServices
 from soulflow.providers.local_runtime import LocalModelError
 from soulflow.providers.wiring import build_providers, embedded_model
+from soulflow.runtime.heap_trim import LOOP_NAME as TRIM_LOOP
+from soulflow.runtime.heap_trim import HeapTrimmer
 from soulflow.runtime.status import DaemonStatus, queue_depths
 from soulflow.runtime.tool_bridge import ToolBridge
 from soulflow.runtime.zone_migration import migrate_workspace
@@ -353,6 +355,8 @@ class Runtime:
         loops["bus:stats"] = self.bus.stats_loop
         loops.update(self.backend.loops())
         loops["cron"] = self.cron.run
+        if (trimmer := HeapTrimmer.for_this_system()) is not None:  # glibc only
+            loops[TRIM_LOOP] = trimmer.run  # RSS back down after a backlog drains
         return loops
 
     def _spawn_loops(self, stack: AsyncExitStack, loops: dict[str, LoopFactory]) -> None:
