@@ -13,13 +13,13 @@ import asyncio
 from typing import Any
 
 from soulflow.agent.tools.bwrap import BwrapDetector
+from soulflow.agent.tools.mcp_client.command import McpStartError, resolve_command
 from soulflow.agent.tools.mcp_client.config import (
     CONFIG_FILE,
     McpConfigError,
     Transport,
     load_config,
 )
-from soulflow.agent.tools.mcp_client.launch import McpStartError, resolve_command
 from soulflow.agent.tools.mcp_client.secrets import references
 from soulflow.doctor.model import CheckResult, DoctorContext, fail, ok, skip
 

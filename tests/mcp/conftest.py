@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from soulflow.agent.tools.base import ChatRef, ToolContext
-from soulflow.agent.tools.mcp_client.server import Backoff, McpServer, ServerStatus
+from soulflow.agent.tools.mcp_client.server import McpServer
 from soulflow.agent.tools.mcp_client.service import McpParts, McpService
+from soulflow.agent.tools.mcp_client.states import Backoff, ServerStatus
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.security.redact import Redactor

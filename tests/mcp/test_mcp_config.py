@@ -19,7 +19,7 @@ from mcp_types import Tool as RemoteTool
 from soulflow.agent.tools.bwrap import BwrapDetector
 from soulflow.agent.tools.mcp_client.config import McpConfigError, Transport, load_config
 from soulflow.agent.tools.mcp_client.secrets import McpSecretError, resolve
-from soulflow.agent.tools.mcp_client.server import ServerStatus
+from soulflow.agent.tools.mcp_client.states import ServerStatus
 from soulflow.agent.tools.mcp_client.tool import exposed_name, input_schema, render_result
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.security.vault import chat_scope

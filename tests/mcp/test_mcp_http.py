@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from soulflow.agent.tools.mcp_client.server import ServerStatus
+from soulflow.agent.tools.mcp_client.states import ServerStatus
 from tests.mcp.conftest import McpRig
 from tests.mcp.mcp_server import build
 from tests.waiting import until

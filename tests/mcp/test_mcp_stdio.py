@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from soulflow.agent.tools.files import EditFileTool, WriteFileTool
-from soulflow.agent.tools.mcp_client.server import ServerStatus
+from soulflow.agent.tools.mcp_client.states import ServerStatus
 from soulflow.agent.tools.shell import ExecTool
 from soulflow.security.vault import chat_scope
 from soulflow.supervisor import Supervisor

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import sys
 from collections import deque
 from collections.abc import AsyncIterator
@@ -48,7 +47,9 @@ from soulflow.agent.tools.bwrap import (
     bwrap_argv,
     limited,
 )
-from soulflow.agent.tools.mcp_client.config import McpConfigError, ServerConfig
+from soulflow.agent.tools.mcp_client.command import McpStartError, resolve_command
+from soulflow.agent.tools.mcp_client.config import ServerConfig
+from soulflow.agent.tools.mcp_client.states import HOMES_DIR
 from soulflow.agent.tools.pids_cgroup import PidsCgroup
 from soulflow.agent.tools.process import kill_process_group
 from soulflow.agent.tools.sandbox import DEFAULT_PATH, CodeSandbox
@@ -66,13 +67,8 @@ CGROUP_SPARE_PIDS = 4  # the join launcher, bwrap, its pid-namespace init and th
 SERVER_FILE_SIZE = 512 * 1024 * 1024
 SERVER_OPEN_FILES = 1024
 SERVER_TMP_BYTES = 64 * 1024 * 1024
-HOMES_DIR = "mcp"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # one JSON-RPC line from a stdio server, at most
 STOP_GRACE_S = 2.0
-
-
-class McpStartError(McpConfigError):
-    """A server cannot be started as configured (no sandbox, no such program)."""
 
 
 class StderrTail:
@@ -133,19 +129,6 @@ class StderrTail:
                     await self._task
         with contextlib.suppress(OSError):
             self._read.close()
-
-
-def resolve_command(command: str, workspace: Path) -> str:
-    """The program's absolute path: a path as given (relative to the workspace), a bare name
-    looked up on the sandbox's PATH. The launcher inside ``exec``s it, without a shell."""
-    if "/" in command:
-        path = Path(command)
-        return str(path if path.is_absolute() else workspace.resolve() / path)
-    found = shutil.which(command, path=DEFAULT_PATH)
-    if found is None:
-        raise McpStartError(f"the program {command!r} is not on the sandbox's PATH "
-                            f"({DEFAULT_PATH}); give its full path")
-    return found
 
 
 def server_home(runtime_dir: Path, server: str) -> Path:

@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import mcp_types
@@ -36,12 +35,17 @@ from soulflow import __version__
 from soulflow.agent.errors import AgentError
 from soulflow.agent.tools.base import ToolError
 from soulflow.agent.tools.mcp_client.config import ServerConfig, Transport
+from soulflow.agent.tools.mcp_client.states import (
+    DEFAULT_BACKOFF,
+    PROBE_INTERVAL_S,
+    Backoff,
+    ServerStatus,
+)
 from soulflow.agent.tools.mcp_client.tool import START_WAIT_S
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = START_WAIT_S  # the handshake and first listing; a call waits as long
-PROBE_INTERVAL_S = 30.0  # an HTTP endpoint that stops answering is noticed by a probe
 MAX_LISTED_TOOLS = 128  # what OpenAI takes in one request, all tools together
 _LIST_PAGES = 20
 
@@ -49,26 +53,6 @@ Connect = Callable[[asyncio.Event], Awaitable[
     tuple[AbstractAsyncContextManager[TransportStreams], Callable[[], str]]]]
 """Opens the way to the server for one attempt: the transport (already `watched` with the
 given event) and a function telling what the server last said on stderr."""
-
-
-class ServerStatus(StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    RESTARTING = "restarting"  # failed; the next attempt is scheduled
-    STOPPED = "stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Seconds before the next attempt: ``initial`` doubling to ``maximum``; back to
-    ``initial`` once a connection has stayed up ``stable_after`` seconds."""
-
-    initial: float = 1.0
-    maximum: float = 300.0
-    stable_after: float = 60.0
-
-
-DEFAULT_BACKOFF = Backoff()
 
 
 @dataclass(slots=True)

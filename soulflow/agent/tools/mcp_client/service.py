@@ -20,12 +20,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp.client._transport import TransportStreams
-from mcp_types import Tool as RemoteTool
-
-from soulflow.agent.tools.mcp_client import launch
 from soulflow.agent.tools.mcp_client.config import (
     CONFIG_FILE,
     McpConfig,
@@ -34,21 +30,25 @@ from soulflow.agent.tools.mcp_client.config import (
     Transport,
     load_config,
 )
-from soulflow.agent.tools.mcp_client.listing import load_listing, save_listing
 from soulflow.agent.tools.mcp_client.secrets import resolve
-from soulflow.agent.tools.mcp_client.server import (
+from soulflow.agent.tools.mcp_client.states import (
     DEFAULT_BACKOFF,
+    HOMES_DIR,
     PROBE_INTERVAL_S,
     Backoff,
-    McpServer,
     ServerStatus,
 )
-from soulflow.agent.tools.mcp_client.tool import McpTool, exposed_name
 from soulflow.agent.tools.registry import ToolRegistry
 from soulflow.agent.tools.sandbox import CodeSandbox
 from soulflow.security.redact import Redactor
 from soulflow.security.vault import SecretVault
 from soulflow.supervisor import Supervisor
+
+if TYPE_CHECKING:  # the SDK's types: imported for real only when a server starts
+    from mcp.client._transport import TransportStreams
+    from mcp_types import Tool as RemoteTool
+
+    from soulflow.agent.tools.mcp_client.server import McpServer
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,13 @@ class McpService:
             self.config_error = str(exc)
             log.error("MCP servers not started: %s", exc)
             return
+        if not self.config.servers:
+            return
+        # the MCP SDK (pydantic models, anyio, its HTTP client, OpenTelemetry's API) costs
+        # about a second to import: only a daemon with servers to run pays for it
+        from soulflow.agent.tools.mcp_client.listing import load_listing
+        from soulflow.agent.tools.mcp_client.server import McpServer
+
         for config in self.config.servers:
             server = McpServer(config, self._connector(config), on_tools=self._listed,
                                backoff=self._backoff, redact=self._redact,
@@ -98,9 +105,7 @@ class McpService:
             if known:
                 self._sync_tools(server, known)
             self._parts.supervisor.spawn(LOOP_PREFIX + config.name, server.run)
-        if self.config.servers:
-            log.info("MCP: starting %d server(s): %s", len(self.servers),
-                     ", ".join(self.servers))
+        log.info("MCP: starting %d server(s): %s", len(self.servers), ", ".join(self.servers))
 
     async def stop(self) -> None:
         """Stop every server (its process group killed, its HTTP session ended) and take
@@ -139,6 +144,8 @@ class McpService:
             self._parts.redactor.register(*values)
 
     def _connector(self, config: ServerConfig) -> Callable[..., Any]:
+        from soulflow.agent.tools.mcp_client import launch  # with the SDK: see start()
+
         parts = self._parts
 
         async def connect(closed: asyncio.Event) -> tuple[
@@ -173,10 +180,12 @@ class McpService:
 
     def _listing_path(self, server: str) -> Path:
         """Beside the server's HOME, not in it: the server may write its HOME."""
-        return self._parts.runtime_dir / launch.HOMES_DIR / f"{server}.tools.json"
+        return self._parts.runtime_dir / HOMES_DIR / f"{server}.tools.json"
 
     async def _listed(self, server: McpServer, remote: list[RemoteTool]) -> None:
         """A fresh listing: into the registry, and kept for the next start."""
+        from soulflow.agent.tools.mcp_client.listing import save_listing  # see start()
+
         self._sync_tools(server, remote)
         try:
             await asyncio.to_thread(save_listing, self._listing_path(server.name), remote)
@@ -185,6 +194,8 @@ class McpService:
 
     def _sync_tools(self, server: McpServer, remote: list[RemoteTool]) -> None:
         """Replace ``server``'s tools in the registry with its latest listing."""
+        from soulflow.agent.tools.mcp_client.tool import McpTool, exposed_name  # see start()
+
         self._unregister(server.name)
         names: list[str] = []
         config = server.config
