@@ -3,6 +3,7 @@ chart, in a real headless Chromium against a real `soulflow run`, at 1280 and 37
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -246,4 +247,26 @@ def test_landmarks_labels_dark_mode_and_chart(browser, make_daemon) -> None:
         screenshot(browser, "console-dark", 375)
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    assert console_errors(browser) == []
+
+
+def test_mcp_problems_are_shown_on_the_page(browser, make_daemon) -> None:
+    """A bad mcp.json and an MCP server that cannot start are reported on the page, as in
+    `soulflow status` and doctor (issue 21: crashes are reported on the page too)."""
+    daemon = make_daemon()
+    (daemon.workspace / "mcp.json").write_text('{"mcpServers": {"x": {"bogus": 1}}}')
+    daemon.start()
+    open_console(browser, daemon)
+    until(browser, lambda d: "mcp.json not used" in d.find_element(By.ID, "problems").text,
+          what="the bad mcp.json reported")
+    assert "server 'x'" in browser.find_element(By.ID, "problems").text  # names the server
+    daemon.stop()
+
+    missing = daemon.workspace / "no-such-server"
+    (daemon.workspace / "mcp.json").write_text(
+        json.dumps({"mcpServers": {"broken": {"command": str(missing)}}}))
+    daemon.start()
+    open_console(browser, daemon)
+    until(browser, lambda d: "MCP server broken is down" in
+          d.find_element(By.ID, "problems").text, what="the server that cannot start reported")
     assert console_errors(browser) == []

@@ -129,7 +129,21 @@ function renderSummary(s) {
   if (s.sandbox && s.sandbox.mode !== "bubblewrap")
     lines.push(`No OS sandbox: every exec / python_repl call asks for approval (${s.sandbox.detail}).`);
   for (const p of (s.providers || [])) if (!p.healthy) lines.push(`Model provider ${p.name} failed last time: ${p.last_error}`);
+  lines.push(...mcpProblems(s.mcp || {}));
   patchChildren($("problems"), lines.map(text => el("div", "", text)));
+}
+
+// mcp.json that could not be used, and MCP servers down (crashed, or failing to start and
+// waiting for their next try), as `soulflow status` and doctor say them
+function mcpProblems(mcp) {
+  const lines = [];
+  if (mcp.error) lines.push(`${mcp.config || "mcp.json"} not used: ${mcp.error}`);
+  for (const m of (mcp.servers || [])) {
+    if (m.status === "running" || !m.failures) continue;
+    const next = m.retry_at ? `; next start ${ago(m.retry_at)}` : "";
+    lines.push(`MCP server ${m.name} is down (${m.failures} failed start(s) in a row${next}): ${m.last_error || "no error text"}`);
+  }
+  return lines;
 }
 
 function renderApprovals(s) {
