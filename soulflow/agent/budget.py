@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from soulflow.agent.usage import Source, UsageMeter, source_of, user_of
+from soulflow.agent.usage import Source, UsageMeter, source_of, total, user_of
 from soulflow.contracts import ChatRef
 
 __all__ = ["BUDGET_TOOL", "BudgetHit", "Budgets", "Scope"]
@@ -74,7 +74,7 @@ class Budgets:
         if not self.active:
             return None
         day = self.meter.today()
-        rows = self.meter.store.days(day)
+        rows = [(k, t) for k, t in self.meter.rows() if k.day == day]
         raised = self.meter.store.raises(day)
         chat_key = f"{chat.provider}:{chat.chat_id}"
         user = user_of(chat)
@@ -86,7 +86,7 @@ class Budgets:
             if not cap:
                 continue
             cap += raised.get(f"{scope}:{key}", 0.0)
-            spent = sum(t.cost_usd for k, t in rows if k.day == day and mine(k))
+            spent = total([(k, t) for k, t in rows if mine(k)]).cost_usd
             if spent >= cap:
                 return BudgetHit(scope, key, spent, cap)
         return None
