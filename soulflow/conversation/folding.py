@@ -72,6 +72,12 @@ class ChatBacklog:
             del self._queues[chat_key]
         return turn
 
+    def drain(self, chat_key: str) -> Batch:
+        """Take every message the chat has queued, in order: they go back to the journal
+        with a batch given back before them, or they would be answered before it."""
+        self._warm.discard(chat_key)
+        return [message for batch in self._queues.pop(chat_key, ()) for message in batch]
+
     def finished(self, chat_key: str) -> None:
         """A turn of this chat ended: what is queued now queued up while it ran."""
         if self._queues.get(chat_key):

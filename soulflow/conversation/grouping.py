@@ -47,6 +47,17 @@ class Grouper:
         if batch:
             self._flush(batch)
 
+    def drain(self, chat_key: str) -> Batch:
+        """Take the chat's buffered messages without answering them (they go back to the
+        journal, behind a batch given back)."""
+        taken: Batch = []
+        for key in [k for k in self._buffers if k[0] == chat_key]:
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            taken += self._buffers.pop(key)
+        return taken
+
     def flush_all(self) -> None:
         for key in list(self._buffers):
             timer = self._timers.pop(key, None)

@@ -271,7 +271,7 @@ class Conversation:
         if turn is None:
             return  # an earlier turn folded this job's batch in
         if not self.bus.backend.owns(chat_key):  # the chat moved while this batch waited
-            await self.bus.inbound.release(turn.batch)  # its new holder runs it, in order
+            await self._give_back(turn.batch)  # its new holder runs it, in order
             self._backlog.finished(chat_key)
             return
         try:
@@ -284,7 +284,7 @@ class Conversation:
         except RunMoved:  # a decision or an answer to a run the chat's new node took over
             log.info("%s: its chat moved to another node, which handles it",
                      turn.batch[0].key)
-            await self.bus.inbound.release(turn.batch)  # whoever holds the chat next, even us
+            await self._give_back(turn.batch)  # whoever holds the chat next, even us
         except Exception as exc:
             if self._store_away(exc):  # expected while Redis is away: the batch is given back
                 log.warning("handling %s stopped: the store did not answer (%s: %s)",
@@ -353,7 +353,7 @@ class Conversation:
             reply = await self.answers.run_agent(batch, adapter, given)
         except RunMoved:  # the chat is another node's now: it runs this message again
             log.info("%s: its chat moved to another node, which answers it", first.key)
-            await self.bus.inbound.release(batch)  # whoever holds the chat next, even us
+            await self._give_back(batch)  # whoever holds the chat next, even us
             return
         await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
                                  announces=reply.approval)
@@ -391,7 +391,17 @@ class Conversation:
             self._backlog.push_front(batch)
             self._executor.submit(chat_key, lambda: self._take_turn(chat_key))
         else:  # the chat moved: its new holder takes the entries over from the stream
-            await self.bus.inbound.release(batch)
+            await self._give_back(batch)
+
+    async def _give_back(self, batch: list[InboundMessage]) -> None:
+        """Let go of a batch for the chat's holder to hand out again, and with it every
+        later message of its chat still in this node's hands (queued or being grouped):
+        kept here, those would be answered before the batch once it is handed out again."""
+        chat_key = batch[0].chat_key
+        later = self._backlog.drain(chat_key)
+        if self._grouper is not None:
+            later += self._grouper.drain(chat_key)
+        await self.bus.inbound.release([*batch, *later])
 
     async def _give_up(self, batch: list[InboundMessage], error: str) -> None:
         """A journaled message whose handling failed (not the agent: that is a failed

@@ -255,6 +255,22 @@ async def test_released_messages_are_handed_out_again_first_and_in_order(
         assert await backend.inbound.complete(message.key, "answered") is Completion.DONE
 
 
+async def test_messages_released_out_of_order_are_handed_out_again_in_order(
+        harness: Harness) -> None:
+    """A turn gives back its batch with the chat's later messages behind it, gathered from
+    several places (the queue, the grouping buffers): the store restores the journal's order."""
+    backend = await harness.open()
+    for n in range(4):
+        await backend.inbound.accept(inbound("a", n))
+    first = await backend.inbound.claim(3)
+    assert [m.message_id for m in first] == ["0", "1", "2"]
+    await backend.inbound.release([first[2], first[0], first[1]])
+    again = await backend.inbound.claim(10)
+    assert [m.message_id for m in again] == ["0", "1", "2", "3"]
+    for message in again:
+        assert await backend.inbound.complete(message.key, "answered") is Completion.DONE
+
+
 async def test_a_completion_after_the_chat_moved_is_fenced_and_logged(
         redis_harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
     """Node A runs a message, loses the chat's partition meanwhile (here: its lease is given

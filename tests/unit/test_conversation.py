@@ -445,6 +445,67 @@ async def test_a_message_whose_run_moved_is_handed_out_again_to_the_chats_holder
     assert await drained(bus)
 
 
+async def test_a_moved_run_takes_its_chats_later_messages_back_with_it(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """m1's run is moved (its chat's partition was lost and taken back under a newer lease)
+    while m2 and m3 wait behind it here. Giving back m1 alone would hand it out again behind
+    them (the CI failure 'c3 m0, m2, m1' of the Redis restart test); everything the chat had
+    queued here goes back with it, so the stream hands them out again in order."""
+    build, adapter, model, bus = rig
+    conversation = build(fold_max=1)
+    real = conversation.agent.respond
+    runs: list[str] = []
+    m1_running, queued = asyncio.Event(), asyncio.Event()
+
+    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
+        runs.append(text)
+        if len(runs) == 1:
+            m1_running.set()
+            await queued.wait()
+            raise RunMoved("the chat's partition is held under a newer lease")
+        return await real(message, text, **kwargs)
+
+    monkeypatch.setattr(conversation.agent, "respond", respond)
+    await conversation.ingest(adapter, [msg(1, "m1")])
+    async with asyncio.timeout(20):
+        await m1_running.wait()
+    await conversation.ingest(adapter, [msg(2, "m2"), msg(3, "m3")])
+    await until(lambda: conversation.backlog_for("chat:c1") >= 2, timeout=20)
+    queued.set()
+    assert await settle(adapter, 3) == ["echo: m1", "echo: m2", "echo: m3"]
+    assert runs == ["m1", "m1", "m2", "m3"]
+    assert await drained(bus)
+
+
+async def test_a_moved_run_takes_the_chats_grouping_buffer_back_too(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, with m2 still in the grouping window when m1's run is moved: handed out
+    again, m1 goes before m2 (here they fold into one input, in the order they were sent)."""
+    build, adapter, model, bus = rig
+    conversation = build(grouping_window_s=0.2, grouping_max=10)
+    real = conversation.agent.respond
+    runs: list[str] = []
+    m1_running, buffered = asyncio.Event(), asyncio.Event()
+
+    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
+        runs.append(text)
+        if len(runs) == 1:
+            m1_running.set()
+            await buffered.wait()
+            raise RunMoved("the chat's partition is held under a newer lease")
+        return await real(message, text, **kwargs)
+
+    monkeypatch.setattr(conversation.agent, "respond", respond)
+    await conversation.ingest(adapter, [msg(1, "m1")])
+    async with asyncio.timeout(20):
+        await m1_running.wait()
+    await conversation.ingest(adapter, [msg(2, "m2")])
+    await until(lambda: conversation.queued >= 1, timeout=20)  # m2 waits in its window
+    buffered.set()
+    assert await settle(adapter, 1) == ["echo: m1\nm2"]
+    assert await drained(bus)
+
+
 async def test_a_batch_whose_chat_moved_while_it_waited_is_left_to_the_new_holder(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis: a chat's partition passes to another node while its messages wait here; they are

@@ -181,13 +181,20 @@ class RedisInbound:
         return out
 
     async def release(self, messages: list[InboundMessage]) -> None:
-        for message in reversed(messages):  # back to the front of the line, in order
+        """Back into the line in stream order (entry ids), before what was read after them,
+        whatever order the caller gives them in."""
+        touched: set[Part] = set()
+        for message in messages:
             claimed = self._claimed.pop(message.key, None)
             if claimed is not None and self._partitions.lease(claimed.part) is not None:
-                self._backlog.setdefault(claimed.part, deque()).appendleft(
+                self._backlog.setdefault(claimed.part, deque()).append(
                     (claimed.entry_id, message))
+                touched.add(claimed.part)
             # else: the partition moved; its new holder (maybe this node again, after a
             # takeover reclaim) hands the entry out again
+        for part in touched:
+            self._backlog[part] = deque(sorted(self._backlog[part],
+                                               key=lambda item: _entry_order(item[0])))
 
     def _hand(self, part: Part, entry_id: str, message: InboundMessage,
               out: list[InboundMessage]) -> None:
