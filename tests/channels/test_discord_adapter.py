@@ -539,6 +539,58 @@ async def test_restart_fetches_what_was_missed_but_not_what_was_handled(
     assert cursor == by_text["missed 2"].message_id
 
 
+async def test_a_live_message_before_the_catch_up_does_not_hide_what_was_missed(
+        fake: FakeDiscord, start_adapter: StartAdapter, state_path: Path) -> None:
+    """A new session delivers live messages from its first instant, before the catch-up of
+    the time away has run (discord.py dispatches them while it waits for guilds, and before
+    the catch-up task gets the loop). Seen in the 2-hour soak as Discord messages lost at each
+    restart: the live message moved the channel's cursor past those written meanwhile, and
+    the catch-up fetched only what came after it. Here a catch-up still running (holding the
+    lock) makes that window as long as the test needs."""
+    first = await start_adapter()
+    fake.push_message(general(fake), "handled", alice(fake))
+    first.commit(await receive(first))
+    await first.stop()
+    fake.push_message(general(fake), "missed 1", alice(fake))
+    fake.push_message(general(fake), "missed 2", alice(fake))
+
+    second = make_adapter(fake, state_path)
+    await second._catch_up_lock.acquire()  # an earlier catch-up not finished yet
+    try:
+        await second.start()
+        live = fake.push_message(general(fake), "live", alice(fake))
+        client = second._client
+        assert client is not None
+        await fake.wait_for(lambda: getattr(client.get_channel(general(fake)),
+                                            "last_message_id", None) == int(live["id"]))
+        second._catch_up_lock.release()
+        received = await receive(second, 3)
+        # all of them, and each channel in the order its messages were written
+        assert [m.text for m in received] == ["missed 1", "missed 2", "live"]
+        second.commit(received)
+    finally:
+        if second._catch_up_lock.locked():
+            second._catch_up_lock.release()
+        await second.stop()
+    assert ChannelState(state_path).get(f"last:{general(fake)}") == received[-1].message_id
+
+
+async def test_a_catch_up_longer_than_one_page_fetches_every_page(
+        fake: FakeDiscord, start_adapter: StartAdapter) -> None:
+    """More messages were written while away than one history request returns: every page
+    is fetched before the live ones (they used to wait for a reconnect that, with the cursor
+    moved on by live traffic, never fetched them)."""
+    first = await start_adapter(catch_up_limit=3)
+    fake.push_message(general(fake), "handled", alice(fake))
+    first.commit(await receive(first))
+    await first.stop()
+    for n in range(8):
+        fake.push_message(general(fake), f"missed {n}", alice(fake))
+    second = await start_adapter(catch_up_limit=3)
+    received = await receive(second, 8)
+    assert [m.text for m in received] == [f"missed {n}" for n in range(8)]
+
+
 async def test_uncommitted_message_is_delivered_again(fake: FakeDiscord,
                                                       start_adapter: StartAdapter) -> None:
     first = await start_adapter()

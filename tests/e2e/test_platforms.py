@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -418,6 +420,59 @@ def test_a_message_sent_while_down_after_a_quiet_first_start_is_answered(
         live.daemon.start()
         live.driver.wait_ready(live.daemon)
         live.echo(down, "posted while it was down", timeout=8)
+
+
+class Stream:
+    """Messages posted at a steady pace from a thread of their own (`stream <n>`), whatever
+    the daemon is doing meanwhile: killed, down, starting, stopping."""
+
+    def __init__(self, driver: Driver, interval_s: float = 0.05) -> None:
+        self.driver, self.interval_s = driver, interval_s
+        self.posted: list[tuple[Posted, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stream", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            text = f"stream {len(self.posted)}"
+            self.posted.append((self.driver.post(text), text))
+
+    def __enter__(self) -> Stream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("name", PLATFORMS)
+def test_a_steady_stream_through_a_kill_and_a_stop_loses_nothing(
+        name: str, tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
+    """Messages keep coming while the daemon is killed, down, starting again (the new
+    session's first instant, before its catch-up), stopped and started: each is answered,
+    once. The 2-hour soak lost Discord messages exactly there."""
+    with own_daemon(name, tmp_path, fake_llm) as live:
+        daemon = live.daemon
+        with Stream(live.driver) as stream:
+            for restart in (daemon.kill, daemon.stop):
+                count = len(stream.posted)
+                live.wait(lambda c=count: len(stream.posted) >= c + 5, "the stream to flow")
+                restart()
+                daemon.start()
+                live.driver.wait_ready(daemon)
+            count = len(stream.posted)
+            live.wait(lambda: len(stream.posted) >= count + 5, "the stream to flow on")
+        numbers = range(len(stream.posted))
+
+        def answered() -> Counter[int]:  # a message queued behind a turn is folded into one
+            return Counter(int(n) for text in live.texts()
+                           for n in re.findall(r"\bstream (\d+)\b", text))
+
+        live.wait(lambda: set(numbers) <= set(answered()), "every message answered", 60)
+        live.settle()
+        counts = answered()
+    assert [n for n in numbers if counts[n] != 1] == [], counts
 
 
 def test_discord_guild_messages_at_the_first_instant_follow_the_guild_rules(

@@ -429,7 +429,11 @@ class FakeDiscord(ServedInBlock):
         after = int(request.query.get("after", 0))
         found = [m for m in self.world.channel_messages(channel.id)
                  if after < int(m["id"]) < before]
-        found.sort(key=lambda m: int(m["id"]), reverse=True)
+        found.sort(key=lambda m: int(m["id"]), reverse=True)  # always sent newest first
+        if "after" in request.query and "before" not in request.query:
+            # `after` alone pages forward: the `limit` messages right after it (Discord's
+            # `?after=<channel id>&limit=1` is a channel's first message), not the newest
+            return json_response(found[-limit:])
         return json_response(found[:limit])
 
     async def _h_get_message(self, request: web.Request) -> web.Response:

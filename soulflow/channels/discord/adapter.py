@@ -11,10 +11,12 @@ throws the client away and connects a fresh one with exponential backoff.
 Nothing skipped across restarts and re-identifies. The gateway pushes live events only, and a
 new session does not replay what happened before it. `commit()` stores the newest message id
 per channel (`last:<channel id>` in the channel state); after every READY the adapter fetches
-each known channel's messages after that id (`GET /channels/{id}/messages?after=`, at most
-`catch_up_limit` per channel). The inbound journal's dedupe makes a message fetched twice
-harmless, so a crash between journal and commit neither re-answers nor skips. Channels without
-a cursor are primed with their current last message id, so old history is never answered.
+each known channel's messages after that id (`GET /channels/{id}/messages?after=`, page after
+page of `catch_up_limit`). Until a channel is fetched, its live messages wait behind
+(`catch_up.py`), so they never move its cursor past what was missed. The inbound journal's
+dedupe makes a message fetched twice harmless, so a crash between journal and commit neither
+re-answers nor skips. Channels without a cursor are primed with their current last message
+id, so old history is never answered.
 Limits: reactions made while disconnected are not recovered (Discord keeps no reaction log);
 channels without a cursor -- created while the daemon was down, or a DM from someone who never
 wrote before -- are not fetched.
@@ -47,6 +49,7 @@ from soulflow.channels.base import (
     drain,
 )
 from soulflow.channels.discord import format as fmt
+from soulflow.channels.discord.catch_up import ChannelCatchUp
 from soulflow.channels.discord.feedback import DiscordFeedbackClient
 from soulflow.channels.poison import poison_message
 from soulflow.channels.state import ChannelState
@@ -61,6 +64,7 @@ _RECENT_KEYS = 5000
 # after READY must back off too, so the backoff only resets after a connection held a while.
 _MAX_BACKOFF_S = 120.0
 _STABLE_S = 60.0
+_CATCH_UP_TRIES = 4  # fetches of one channel's missed messages before going on without
 
 
 class DiscordStartError(ChannelError):
@@ -102,7 +106,8 @@ class DiscordChannel(ChannelAdapter):
         self._closing = False
         self._failures = 0
         self._ready_at = 0.0
-        self._cursors: dict[int, int] = {}
+        self._catch_up_state = ChannelCatchUp(lambda m: self._enqueue(m, live=False))
+        self._cursors = self._catch_up_state.cursors  # channel id -> newest message id queued
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._catch_up_lock = asyncio.Lock()
 
@@ -170,7 +175,8 @@ class DiscordChannel(ChannelAdapter):
         self._started = False
 
     async def _login(self) -> fmt.EventClient:
-        events = fmt.ClientEvents(self._on_ready, self._on_message, self._on_reaction)
+        events = fmt.ClientEvents(self._catch_up_state.session_starting, self._on_ready,
+                                  self._on_message, self._on_reaction)
         client = fmt.EventClient(events, api_url=self.api_url, gateway_url=self.gateway_url,
                                  fast_identify=self.fast_identify, **self._client_options)
         try:
@@ -260,9 +266,10 @@ class DiscordChannel(ChannelAdapter):
         log.info("Discord connected as %s", client.user)
         self._spawn(self._catch_up(client), "discord:catch-up")
 
-    def _on_message(self, client: discord.Client, message: discord.Message) -> None:
+    def _on_message(self, client: discord.Client, message: discord.Message, *,
+                    live: bool = True) -> None:
         self._accept(lambda bot_id: fmt.inbound_from_message(message, bot_id), client,
-                     f"message-{getattr(message, 'id', '?')}")
+                     f"message-{getattr(message, 'id', '?')}", live=live)
 
     def _on_reaction(self, client: discord.Client, event: discord.RawReactionActionEvent
                      ) -> None:
@@ -271,7 +278,7 @@ class DiscordChannel(ChannelAdapter):
                      f"{getattr(event, 'user_id', '?')}")
 
     def _accept(self, convert: Callable[[int], InboundMessage | None],
-                client: discord.Client, ident: str) -> None:
+                client: discord.Client, ident: str, *, live: bool = True) -> None:
         try:
             assert client.user is not None
             inbound = convert(client.user.id)
@@ -280,18 +287,20 @@ class DiscordChannel(ChannelAdapter):
             self._queue.put_nowait(poison_message(self.name, message_id=ident, error=exc))
             return
         if inbound is not None:
-            self._enqueue(inbound)
+            self._enqueue(inbound, live=live)
 
-    def _enqueue(self, message: InboundMessage) -> None:
-        """Queue once: live events and catch-up fetches may both deliver a message."""
+    def _enqueue(self, message: InboundMessage, *, live: bool = True) -> None:
+        """Queue once: live events and catch-up fetches may both deliver a message. A live
+        message of a channel not yet caught up in this session waits for its catch-up."""
         if message.key in self._recent:
+            return
+        if live and self._catch_up_state.hold(message):
             return
         self._recent[message.key] = None
         if len(self._recent) > _RECENT_KEYS:
             self._recent.popitem(last=False)
         if message.kind == "message":
-            channel_id, message_id = int(message.chat_id), int(message.message_id)
-            self._cursors[channel_id] = max(self._cursors.get(channel_id, 0), message_id)
+            self._catch_up_state.queued(int(message.chat_id), int(message.message_id))
         self._queue.put_nowait(message)
 
     async def read(self) -> list[InboundMessage]:
@@ -322,12 +331,13 @@ class DiscordChannel(ChannelAdapter):
     # -- catching up after a (re)connect -------------------------------------------------
 
     async def _catch_up(self, client: discord.Client) -> None:
+        """Fetch what each channel missed, then let its held live messages through."""
         async with self._catch_up_lock:
             self._prime(client)
-            for channel_id, after in list(self._cursors.items()):
+            for channel_id in self._catch_up_state.behind():
                 if self._closing or client is not self._client:
-                    return
-                await self._catch_up_channel(client, channel_id, after)
+                    return  # the next session fetches from the same cursors
+                await self._catch_up_channel(client, channel_id)
 
     def _prime(self, client: discord.Client) -> None:
         baseline = fmt.baseline_cursors(client, self._cursors)
@@ -336,25 +346,40 @@ class DiscordChannel(ChannelAdapter):
             self._state.update({f"{_CURSOR}{cid}": str(mid) for cid, mid in baseline.items()},
                                durable=True)
 
-    async def _catch_up_channel(self, client: discord.Client, channel_id: int, after: int
-                                ) -> None:
-        try:
-            missed = await fmt.missed_messages(client, channel_id, after, self.catch_up_limit)
-        except (discord.NotFound, discord.Forbidden) as exc:
-            log.info("not catching up on Discord channel %s: %s", channel_id, exc)
-            self._cursors.pop(channel_id, None)
-            return
-        except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.warning("catching up on Discord channel %s failed: %s", channel_id, exc)
-            return
-        for message in missed:
-            self._on_message(client, message)
-        if missed:
+    async def _catch_up_channel(self, client: discord.Client, channel_id: int) -> None:
+        """Every message after the channel's cursor, page by page, oldest first; a failing
+        fetch is tried again a few times before the channel's live messages are let through
+        (an error in the log then says what may be missing)."""
+        after, fetched = self._cursors.get(channel_id, 0), 0
+        for attempt in range(_CATCH_UP_TRIES):
+            try:
+                while True:
+                    page = await fmt.missed_messages(client, channel_id, after,
+                                                     self.catch_up_limit)
+                    for message in page:
+                        self._on_message(client, message, live=False)
+                    fetched += len(page)
+                    if len(page) < self.catch_up_limit:
+                        break
+                    after = page[-1].id
+                break
+            except (discord.NotFound, discord.Forbidden) as exc:
+                log.info("not catching up on Discord channel %s: %s", channel_id, exc)
+                self._catch_up_state.forget(channel_id)
+                return
+            except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                if attempt + 1 == _CATCH_UP_TRIES:
+                    log.error("catching up on Discord channel %s failed %d times (%s); messages "
+                              "written there while SoulFlow was away after id %s may be "
+                              "missed", channel_id, _CATCH_UP_TRIES, exc, after)
+                    break
+                log.warning("catching up on Discord channel %s failed (%s); trying again",
+                            channel_id, exc)
+                await asyncio.sleep(self.reconnect_delay_s * 2 ** attempt)
+        if fetched:
             log.info("fetched %d Discord message(s) from channel %s missed while disconnected",
-                     len(missed), channel_id)
-        if len(missed) >= self.catch_up_limit:
-            log.warning("channel %s had more than %d missed messages; the rest are fetched "
-                        "after the next reconnect", channel_id, self.catch_up_limit)
+                     fetched, channel_id)
+        self._catch_up_state.caught_up(channel_id)
 
     # -- outbound ------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ def intents() -> discord.Intents:
 class ClientEvents:
     """Where an `EventClient` delivers what the adapter listens to."""
 
+    identifying: Callable[[], None]  # a new session, before any of its events
     ready: Callable[[discord.Client], None]
     message: Callable[[discord.Client, discord.Message], None]
     reaction: Callable[[discord.Client, discord.RawReactionActionEvent], None]
@@ -76,6 +77,7 @@ class EventClient(discord.Client):
         # keeps it, tests skip it.
         if not self._fast_identify:
             await super().before_identify_hook(shard_id, initial=initial)
+        self._events.identifying()  # (a RESUME replays what was missed: no hook, no catch-up)
 
     async def on_ready(self) -> None:
         self._events.ready(self)
