@@ -18,11 +18,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
+from soulflow.agent.run import events as ev
 from soulflow.agent.usage import Source, UsageMeter, source_of, total, user_of
+from soulflow.backends.base import RunJournal
 from soulflow.contracts import ChatRef
 
-__all__ = ["BUDGET_TOOL", "BudgetHit", "Budgets", "Scope"]
+__all__ = ["BUDGET_TOOL", "BudgetHit", "Budgets", "Scope", "cap_of", "waiting_on_cap"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ class Budgets:
     chat_daily_usd: float = 0.0
     # tells the operator that a cron or heartbeat run was skipped (the ops notice chat)
     notify: Callable[[str], None] = field(default=lambda text: None)
+    # (day, cap, source) the operator was told about: once a day each, per process
+    _told: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
 
     @property
     def active(self) -> bool:
@@ -108,11 +113,39 @@ class Budgets:
         return source_of(chat) in (Source.CRON, Source.HEARTBEAT)
 
     def skipped(self, chat: ChatRef, hit: BudgetHit) -> str:
+        """Log a skipped run; tell the operator about the first of each day, cap and source
+        (a heartbeat every minute over the cap must not become a notice a minute)."""
         text = (f"Skipped a {source_of(chat)} run in {chat.provider}:{chat.chat_id}: "
                 f"{hit.text()}.")
         log.warning("%s", text)
+        told = (str(self.meter.today()), hit.raise_key, str(source_of(chat)))
+        if told in self._told:
+            return text
+        if len(self._told) > 1000:
+            self._told.clear()
+        self._told.add(told)
         try:
             self.notify(text)
         except Exception:  # telling must never break the run's end
             log.exception("could not tell the operator about a skipped run")
         return text
+
+
+def cap_of(approval: dict[str, Any]) -> str | None:
+    """The cap (`BudgetHit.raise_key`) a budget approval is about; None for other approvals."""
+    if approval.get("tool") != BUDGET_TOOL:
+        return None
+    arguments = approval.get("arguments") or {}
+    return f"{arguments.get('scope')}:{arguments.get('key', '')}"
+
+
+def waiting_on_cap(store: RunJournal, raise_key: str, *, chat_key: str | None = None
+                   ) -> list[tuple[str, str]]:
+    """(run id, approval id) of every run waiting on a budget approval for this cap, in one
+    chat or in all of them. Read only when a cap is reached or such an approval decided."""
+    found = []
+    for run_id in store.find(chat_key=chat_key, statuses=frozenset({ev.WAITING_APPROVAL})):
+        approval = store.state(run_id).open_approval() or {}
+        if cap_of(approval) == raise_key:
+            found.append((run_id, str(approval["approval_id"])))
+    return found

@@ -19,6 +19,7 @@ from soulflow.agent.approvals import (
     Requester,
     refusal_text,
 )
+from soulflow.agent.budget import cap_of, waiting_on_cap
 from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
@@ -51,6 +52,7 @@ class AgentReply:
     run_id: str | None = None
     approval_id: str | None = None
     trace: str = ""  # the trace of the run's turn (soulflow/tracing): its reply joins it
+    quiet: bool = False  # waits on an approval its chat was already told about: say nothing
 
     @property
     def approval(self) -> ApprovalRef | None:
@@ -108,6 +110,9 @@ class AgentDomain:
         self.loop = loop
         self.approvals = approvals
         self._resuming: set[str] = set()  # handed out by resumable_runs(), not yet resumed
+        # drives runs decided along with another one and delivers their replies (the
+        # conversation's `resume_released`); until wired, they wait for a resume round
+        self.release_runs: Callable[[list[str]], None] = self._resuming.difference_update
 
     @property
     def configured(self) -> bool:
@@ -193,7 +198,29 @@ class AgentDomain:
             return AgentReply("OK, the request stays pending; decide whenever you are ready.",
                               ReplyStatus.WAITING_APPROVAL, run_id=run_id,
                               approval_id=approval["approval_id"])
+        self._decide_same_cap(run_id, approval, decision, by)
         return await self._drive(run_id, abort)
+
+    def _decide_same_cap(self, run_id: str, approval: dict[str, Any], decision: str,
+                         by: Decider) -> None:
+        """A budget cap's decision is every waiting run's on that cap: they are decided along
+        with it (one raise, keyed by this approval) and handed to `release_runs` to go on."""
+        assert self.loop is not None
+        cap = cap_of(approval)
+        if cap is None:
+            return
+        released = []
+        for other, approval_id in waiting_on_cap(self.loop.store, cap):
+            if other == run_id:
+                continue
+            self.loop.decide(other, approval_id, decision, by.user_id, by_provider=by.provider,
+                             along_with=str(approval["approval_id"]))
+            self._resuming.add(other)  # driven by release_runs, not by a resume round
+            released.append(other)
+        if released:
+            log.info("approval %s (%s) decided %d more run(s) waiting on the same cap",
+                     approval["approval_id"], decision, len(released))
+            self.release_runs(released)
 
     async def answer(self, run_id: str, message: InboundMessage, text: str, *,
                      abort: asyncio.Event | None = None) -> AgentReply:
@@ -269,7 +296,7 @@ class AgentDomain:
         reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, ReplyStatus.ANSWERED),
                            error=state.error if outcome.status == ev.FAILED else None,
                            run_id=run_id, approval_id=outcome.approval_id,
-                           trace=state.traceparent)
+                           trace=state.traceparent, quiet=outcome.quiet)
         if outcome.status in ev.FINISHED and self.approvals is not None:
             self.approvals.forget_run(run_id)
         session_key = state.chat.session_key

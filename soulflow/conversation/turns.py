@@ -126,6 +126,7 @@ class Conversation:
         self._fold_rule = FoldRule(registry, agent)
         self.release_pause_s = RELEASE_PAUSE_S
         self.claimer = ClaimLoop(bus.inbound.claim, self._take_claimed, wait_s=claim_wait_s)
+        agent.release_runs = self.resume_released  # runs decided along with another one
         self.feedback = ChannelFeedback(feedback)  # typing and read-acks, coalesced per chat
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
@@ -355,8 +356,9 @@ class Conversation:
             log.info("%s: its chat moved to another node, which answers it", first.key)
             await self._give_back(batch)  # whoever holds the chat next, even us
             return
-        await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
-                                 announces=reply.approval)
+        if not reply.quiet:  # else its chat was told already: it waits on the same cap
+            await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
+                                     announces=reply.approval)
         await self.replies.complete(keys, reply.status, reply.error)
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
@@ -422,20 +424,31 @@ class Conversation:
         resumed = 0
         pending = {m.key for m in await self.bus.inbound.pending()}
         for run_id in self.agent.resumable_runs(self.bus.backend.owns, pending_inbound=pending):
-            chat = self.agent.chat_of_run(run_id)
-
-            async def job(run_id: str = run_id, chat: ChatRef = chat) -> None:
-                try:
-                    reply = await self.agent.resume(run_id)
-                except RunMoved:  # taken over again by a newer holder of the chat
-                    log.info("run %s moved to another node, which continues it", run_id)
-                    return
-                with tracing.within(reply.trace):  # delivered in the run's turn's trace
-                    self.publish_to_chat(chat, reply.content, reply.approval)
-
-            self._executor.submit(chat.key, job)
+            self._resume(run_id)
             resumed += 1
         return resumed
+
+    def resume_released(self, run_ids: list[str]) -> None:
+        """Drive runs another decision released (runs waiting on one budget cap: approving
+        one approves them all), each in its chat's turn, and deliver their replies."""
+        for run_id in run_ids:
+            self._resume(run_id)
+
+    def _resume(self, run_id: str) -> None:
+        chat = self.agent.chat_of_run(run_id)
+
+        async def job() -> None:
+            try:
+                reply = await self.agent.resume(run_id)
+            except RunMoved:  # taken over again by a newer holder of the chat
+                log.info("run %s moved to another node, which continues it", run_id)
+                return
+            if reply.quiet:
+                return  # waits on an approval its chat was told about already
+            with tracing.within(reply.trace):  # delivered in the run's turn's trace
+                self.publish_to_chat(chat, reply.content, reply.approval)
+
+        self._executor.submit(chat.key, job)
 
     def publish_to_chat(self, chat: ChatRef, content: str,
                         announces: Announcement | None = None, *, reply_to: str | None = None,

@@ -49,12 +49,14 @@ class PricedModel:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.cost = COST
 
     async def chat(self, messages: list[dict[str, Any]], tools: Any = None, *,
                    on_stream: Any = None, abort: Any = None) -> ProviderResult:
         self.calls += 1
         return ProviderResult(content=f"answer: {messages[-1]['content']}",
-                              usage=Usage(10, 5, 15, COST), provider="priced", model="m1")
+                              usage=Usage(10, 5, 15, self.cost), provider="priced",
+                              model="m1")
 
     async def close(self) -> None:
         return None
@@ -155,3 +157,35 @@ def test_meter_prices_unreported_costs(tmp_path: Path) -> None:
     assert meter.record(other, ChatRef("p", "c")).cost_usd == 0.0
     [(key, totals)] = [r for r in meter.rows() if r[0].model == "m1" and r[0].user]
     assert key.user == "p:u" and key.source == "message" and totals.calls == 1
+
+
+async def test_at_a_cap_the_chat_is_told_once_and_every_waiting_message_answered(
+        budget_pipe: tuple[Pipeline, PricedModel, Budgets]) -> None:
+    """More messages at a reached cap: the chat gets one budget prompt, not one per message;
+    the admin's one approval raises the cap once and answers every message that waited."""
+    pipe, model, budgets = budget_pipe
+    count = len(pipe.adapter.sent)
+    await pipe.say(ALICE, "first")
+    await pipe.sent_after(count, lambda c: c == "answer: first")
+    request = await pipe.ask("second")
+    count = len(pipe.adapter.sent)
+    await pipe.say(ALICE, "third")
+    await pipe.say(BOB, "fourth")
+    scope = next(s for s in Scope if budgets.base_cap(s))
+    if scope is Scope.USER:  # Bob's own spending is not at Alice's user cap
+        await pipe.sent_after(count, lambda c: c == "answer: fourth")
+    await pipe.drained()  # (by asking for /help)
+    told = [m.content for m in pipe.adapter.sent[count:] if not m.content.startswith("Commands")]
+    # told once: the others wait quietly
+    assert told == (["answer: fourth"] if scope is Scope.USER else [])
+    count = len(pipe.adapter.sent)
+    model.cost = 0.0  # the raised cap (0.04 spent + 0.03) then covers all of them
+    await pipe.react(CAROL, "white_check_mark", request)
+    for text in ("second", "third") if scope is Scope.USER else ("second", "third", "fourth"):
+        await pipe.sent_after(count, lambda c, t=text: c == f"answer: {t}")
+    told = [m.content for m in pipe.adapter.sent[count:]]
+    assert not [t for t in told if "budget reached" in t], told
+    assert model.calls == 4
+    assert len(budgets.meter.store.raises(budgets.meter.today())) == 1  # raised once
+    assert list(budgets.meter.store.raises(budgets.meter.today()).values()) == [
+        pytest.approx(0.04)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -164,3 +165,23 @@ def test_a_cron_run_over_budget_is_skipped_and_the_operator_told(
     assert "local:jobs" in notice and "budget reached" in notice and "all chats" in notice
     assert len(fake_llm.usages) == 1  # the job made no model call
 
+
+
+def test_a_heartbeat_over_budget_is_skipped_and_the_operator_told_once(
+        make_daemon, fake_llm: FakeOpenAIThread) -> None:
+    fake_llm.cost_per_token = 0.001
+    daemon = make_daemon(BUDGET_DAILY_USD="0.01", HEARTBEAT_CHAT="local:ops",
+                         HEARTBEAT_INTERVAL="1s")
+    (daemon.workspace / "HEARTBEAT.md").write_text("- [ ] check the backups\n",
+                                                   encoding="utf-8")
+    fake_llm.script_reply("HEARTBEAT_OK")  # the first heartbeat, under the cap
+    daemon.start()
+    wait_for(lambda: len(fake_llm.usages) >= 1, what="the first heartbeat's call")
+    notice = wait_for(lambda: next((t for t in _texts(daemon, "ops")
+                                    if "Skipped a heartbeat run" in t), None),
+                      what="the operator's notice", timeout=20)
+    assert "budget reached" in notice and "all chats" in notice
+    calls = len(fake_llm.usages)
+    time.sleep(3)  # three more heartbeats: skipped without a call, and not told again
+    assert len(fake_llm.usages) == calls
+    assert sum("Skipped a heartbeat run" in t for t in _texts(daemon, "ops")) == 1

@@ -19,7 +19,7 @@ from typing import Any
 
 from soulflow import tracing
 from soulflow.agent.approvals import admins_only_text
-from soulflow.agent.budget import BUDGET_TOOL, Budgets
+from soulflow.agent.budget import BUDGET_TOOL, Budgets, waiting_on_cap
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
 from soulflow.agent.toolcall_text import parse_text_tool_calls
@@ -60,6 +60,7 @@ class RunOutcome:
     status: str
     text: str
     approval_id: str | None = None
+    quiet: bool = False  # waits on an approval its chat was already told about
 
 
 ContextFactory = Callable[[RunState, bool], ToolContext]
@@ -109,11 +110,14 @@ class AgentLoop:
         return run_id
 
     def decide(self, run_id: str, approval_id: str, decision: str, by: str = "",
-               by_provider: str = "") -> None:
-        """Record a decision (who may decide is checked by the caller, AgentDomain)."""
-        self.store.append(run_id, ev.Event(ev.APPROVAL_DECIDED, {
-            "approval_id": approval_id, "decision": decision, "by": by,
-            "by_provider": by_provider}))
+               by_provider: str = "", *, along_with: str = "") -> None:
+        """Record a decision (who may decide is checked by the caller, AgentDomain);
+        `along_with`: the approval whose decision this one follows (a budget cap's)."""
+        data = {"approval_id": approval_id, "decision": decision, "by": by,
+                "by_provider": by_provider}
+        if along_with:
+            data["with"] = along_with
+        self.store.append(run_id, ev.Event(ev.APPROVAL_DECIDED, data))
 
     def answer(self, run_id: str, text: str) -> None:
         """The user's reply to a `request_more_information` question."""
@@ -175,9 +179,10 @@ class AgentLoop:
             if approval.get("tool") != BUDGET_TOOL:
                 continue
             decision, arguments = approval.get("decision"), approval.get("arguments") or {}
-            if decision == "approve":  # idempotent: keyed by the approval
+            if decision == "approve":  # idempotent: keyed by the approval (the first one,
+                # for the runs that waited on the same cap and were approved along with it)
                 budgets.approve(str(arguments.get("scope")), str(arguments.get("key", "")),
-                                str(approval["approval_id"]),
+                                str(approval.get("with") or approval["approval_id"]),
                                 spent=float(arguments.get("spent") or 0.0),
                                 cap=float(arguments.get("cap") or 0.0))
             elif decision in ("deny", "cancel"):
@@ -190,9 +195,12 @@ class AgentLoop:
             return self._finish(run_id, ev.CANCELLED, budgets.skipped(state.chat, hit))
         approval_id = f"ap_{uuid.uuid4().hex[:8]}"
         log.warning("run %s paused: %s", run_id, hit.text())
+        # the chat is told once: a run that finds its chat already waiting on this cap waits
+        # too, quietly, and is decided along with that approval (AgentDomain.decide)
+        quiet = bool(waiting_on_cap(self.store, hit.raise_key, chat_key=state.chat.key))
         return self.store.append(run_id, ev.Event(ev.APPROVAL_REQUESTED, {
             "approval_id": approval_id, "call_id": f"budget.{approval_id}",
-            "tool": BUDGET_TOOL, "reason": hit.text(), "admins_only": True,
+            "tool": BUDGET_TOOL, "reason": hit.text(), "admins_only": True, "quiet": quiet,
             "arguments": {"scope": str(hit.scope), "key": hit.key,
                           "spent": round(hit.spent, 6), "cap": round(hit.cap, 6)}}))
 
@@ -299,7 +307,8 @@ class AgentLoop:
         if state.status == ev.WAITING_APPROVAL:
             approval = state.open_approval() or {}
             text = approval_text(approval, state.chat.provider)
-            return RunOutcome(state.run_id, state.status, text, approval.get("approval_id"))
+            return RunOutcome(state.run_id, state.status, text, approval.get("approval_id"),
+                              quiet=bool(approval.get("quiet")))
         if state.status == ev.WAITING_USER:
             return RunOutcome(state.run_id, state.status, state.question or "")
         return RunOutcome(state.run_id, state.status, state.final or "")

@@ -107,6 +107,8 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
             approval["decision"] = data["decision"]
             approval["by"] = data.get("by", "")
             approval["by_provider"] = data.get("by_provider", "")
+            if data.get("with"):  # decided along with another approval (budget.py)
+                approval["with"] = data["with"]
             if data["decision"] != "defer":
                 new.status = ev.RUNNING
     elif event.type == ev.INFO_REQUESTED:
