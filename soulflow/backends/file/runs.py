@@ -29,6 +29,7 @@ from soulflow.storage.jsonl import JsonlFile
 log = logging.getLogger(__name__)
 
 COMPACT_AFTER = 50_000  # journal records appended before a runtime compaction
+ARCHIVE_CHUNK = 1_000  # records a compaction holds at once on their way to the archive
 RECENT_FINISHED = 100  # finished runs whose events stay in memory
 ARCHIVE_DAYS = 7  # daily archive files kept (the Redis backend keeps finished runs 24 h)
 ARCHIVE_MAX_BYTES = 1024 * 2**20  # and at most this much of them
@@ -157,18 +158,38 @@ class FileRunJournal:
         return self._appended > COMPACT_AFTER
 
     def compact(self, records: list[dict[str, Any]] | None = None) -> None:
-        """Move finished runs' events to the archive; keep only unfinished runs' events."""
+        """Move finished runs' events to the archive; keep only unfinished runs' events.
+
+        The journal is read and archived `ARCHIVE_CHUNK` records at a time: up to
+        `COMPACT_AFTER` records held at once made each compaction a step of tens of MiB in
+        the daemon's memory (seen in the 2-hour soak)."""
         source = records if records is not None else self._journal.iter_records()
-        finished = [r for r in source if r.get("run") not in self._states]
-        if finished:
-            archive = JsonlFile(self.directory / "archive" /
-                                f"{dt.date.today().isoformat()}.jsonl")
-            archive.append_many(finished)
+        archive: JsonlFile | None = None
+        chunk: list[dict[str, Any]] = []
+        for record in source:
+            if record.get("run") in self._states:
+                continue
+            chunk.append(record)
+            if len(chunk) >= ARCHIVE_CHUNK:
+                archive = self._archive(archive, chunk)
+        if chunk:
+            archive = self._archive(archive, chunk)
+        if archive is not None:
             archive.close()
             prune_archive(self.directory / "archive")
         self._journal.rewrite(self._disk_record(run_id, event)
                               for run_id, events in self._events.items() for event in events)
         self._appended = 0
+
+    def _archive(self, archive: JsonlFile | None, chunk: list[dict[str, Any]]) -> JsonlFile:
+        """Append a chunk of finished runs' records to today's archive file (opened on the
+        first chunk); the chunk is emptied for the next one."""
+        if archive is None:
+            archive = JsonlFile(self.directory / "archive" /
+                                f"{dt.date.today().isoformat()}.jsonl")
+        archive.append_many(chunk)
+        chunk.clear()
+        return archive
 
     def sync(self) -> None:
         self._journal.sync()
