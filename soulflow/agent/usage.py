@@ -98,6 +98,8 @@ class UsageMeter:
     clock: Clock = time.time
     # (provider, model) -> totals since this process started
     counters: dict[tuple[str, str], UsageTotals] = field(default_factory=dict)
+    # names this process stored: a name is written when it is new or changed, not per call
+    _named: dict[str, str] = field(default_factory=dict, repr=False)
 
     def today(self) -> str:
         return self.day(0)
@@ -128,9 +130,21 @@ class UsageMeter:
                        str(source or source_of(chat)))
         try:
             self.store.add(key, totals)
+            self._remember_name(key.user, chat.sender_name)
         except (SoulFlowError, OSError) as exc:
             log.warning("model usage not recorded (%s): %s", key, exc)
         return totals
+
+    def _remember_name(self, user: str, name: str) -> None:
+        """The person's display name beside their id, for the card and `soulflow usage`
+        (the requester is the sender of the messages that count under their id)."""
+        name = " ".join(name.split())[:80]
+        if not user or not name or self._named.get(user) == name:
+            return
+        if len(self._named) >= 4096:
+            self._named.clear()
+        self.store.name(user, name)
+        self._named[user] = name
 
     def rows(self, days: int = 1) -> list[tuple[UsageKey, UsageTotals]]:
         """Stored rows of the last `days` days, today included."""
@@ -158,11 +172,14 @@ def usage_report(meter: UsageMeter, *, days: int = 1,
     """The totals of the last `days` days (today included) and their split by each of `by`:
     `/api/state`'s `usage` section and `soulflow usage --json`."""
     rows = meter.rows(days)
+    users = {key.user for key, _ in rows if key.user}
+    names = {user: name for user, name in meter.store.names().items() if user in users}
     return {"since": meter.day(max(0, days - 1)), "today": meter.today(),
             "total": _totals_dict(total(rows)),
             "by": {field_: [{"key": key, **_totals_dict(t)}
                             for key, t in summarize(rows, field_).items()]
-                   for field_ in by}}
+                   for field_ in by},
+            "names": names}
 
 
 def _totals_dict(totals: UsageTotals) -> dict[str, Any]:

@@ -553,6 +553,13 @@ class UsageStore(Protocol):
     def raises(self, day: str) -> dict[str, float]:
         """The raises of `day`, summed per scope."""
 
+    def name(self, user: str, name: str) -> None:
+        """Remember a person's display name for their `provider:user_id` (the usage card and
+        `soulflow usage` show it); kept about as long as the usage days."""
+
+    def names(self) -> dict[str, str]:
+        """Every remembered `provider:user_id` → display name."""
+
 
 class NoticeClaims(Protocol):
     """`claim(problem key, interval_s)`: may this node tell the problem now? With several

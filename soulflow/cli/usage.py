@@ -53,10 +53,15 @@ def run_usage_command(settings: Settings, args: argparse.Namespace) -> int:
     rows = report["by"][args.by]
     if not rows:
         return 0
-    width = max(len(args.by), *(len(r["key"] or "-") for r in rows))
+    names = report.get("names", {}) if args.by == "user" else {}
+
+    def label(key: str) -> str:
+        return f"{names[key]} ({key})" if key in names else key or "-"
+
+    width = max(len(args.by), *(len(label(r["key"])) for r in rows))
     print(f"{args.by:<{width}}  {'calls':>7}  {'prompt':>10}  {'completion':>10}  {'USD':>10}")
     for row in rows:
-        print(f"{row['key'] or '-':<{width}}  {row['calls']:>7}  {row['prompt_tokens']:>10}  "
+        print(f"{label(row['key']):<{width}}  {row['calls']:>7}  {row['prompt_tokens']:>10}  "
               f"{row['completion_tokens']:>10}  {row['cost_usd']:>10.4f}")
     return 0
 

@@ -26,7 +26,7 @@ from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
-from soulflow.agent.usage import Source, UsageMeter, parse_prices, source_of
+from soulflow.agent.usage import Source, UsageMeter, parse_prices, source_of, usage_report
 from soulflow.backends.file.approvals import FileApprovalMap
 from soulflow.backends.file.backend import FileBackend
 from soulflow.backends.file.decisions import FileDecisionStore
@@ -189,3 +189,25 @@ async def test_at_a_cap_the_chat_is_told_once_and_every_waiting_message_answered
     assert len(budgets.meter.store.raises(budgets.meter.today())) == 1  # raised once
     assert list(budgets.meter.store.raises(budgets.meter.today()).values()) == [
         pytest.approx(0.04)]
+
+
+def test_the_report_names_the_people_it_counts(tmp_path: Path) -> None:
+    """`/api/state` and `soulflow usage` show a person's name beside their id; a name is
+    stored when it is new or changed, not on every call."""
+    store = FileUsageStore(tmp_path / "u.json")
+    meter = UsageMeter(store)
+    written: list[tuple[str, str]] = []
+    real_name = store.name
+
+    def name(user: str, display: str) -> None:
+        written.append((user, display))
+        real_name(user, display)
+
+    store.name = name  # type: ignore[method-assign]
+    result = ProviderResult("x", usage=Usage(1, 1, 2, 0.01), provider="p", model="m1")
+    for _ in range(3):
+        meter.record(result, ChatRef("telegram", "1", sender_id="42", sender_name="Alice"))
+    meter.record(result, ChatRef("telegram", "1", sender_id="cron"))
+    report = usage_report(meter)
+    assert report["names"] == {"telegram:42": "Alice"}
+    assert written == [("telegram:42", "Alice")]

@@ -123,3 +123,12 @@ def test_redis_day_hash_expires_with_the_kept_days(redis_server: RedisServer) ->
         state.client.delete(f"{state.prefix}usage:day:2026-11-26")  # as if it expired
         assert RedisUsageStore(state).days("2026-11-01") == []
         assert state.client.smembers(f"{state.prefix}usage:days") == set()
+
+
+def test_names_are_kept_beside_the_ids_and_a_reopened_store_sees_them(open_store: Open) -> None:
+    store = open_store()
+    store.name("telegram:42", "Alice")
+    store.name("slack:U1", "Bob \u2014 ops")
+    store.name("telegram:42", "Alice B.")  # a changed display name replaces the old one
+    store.add(key(), UsageTotals(1, 1, 1, 0.0))  # (the file store writes at its sync)
+    assert open_store().names() == {"telegram:42": "Alice B.", "slack:U1": "Bob \u2014 ops"}

@@ -270,3 +270,18 @@ def test_mcp_problems_are_shown_on_the_page(browser, make_daemon) -> None:
     until(browser, lambda d: "MCP server broken is down" in
           d.find_element(By.ID, "problems").text, what="the server that cannot start reported")
     assert console_errors(browser) == []
+
+
+def test_usage_card_names_people_beside_their_ids(browser, make_daemon, fake_llm) -> None:
+    """Today's cost by source, chat and user, with each person's name beside their id."""
+    fake_llm.cost_per_token = 0.0001
+    daemon = make_daemon().start()
+    fake_llm.script_reply("counted")
+    assert daemon.api("POST", "/api/chat", json={"chat_id": "ledger", "text": "count me",
+                                                 "sender": "Ada Lovelace"}).status_code == 202
+    open_console(browser, daemon)
+    until(browser, lambda d: "Ada Lovelace (local:operator)" in
+          d.find_element(By.ID, "usage").text, what="the named person in the usage card")
+    card = browser.find_element(By.ID, "usage").text
+    assert "local:ledger" in card and "message" in card and "1 calls" in card
+    assert console_errors(browser) == []

@@ -22,6 +22,7 @@ from soulflow.storage.atomic import read_json, write_json_atomic
 __all__ = ["FileUsageStore"]
 
 VERSION = 1
+MAX_NAMES = 2_000  # display names kept (the oldest go first)
 Row = tuple[str, str, str, str, str]  # provider, model, chat, user, source
 
 
@@ -34,6 +35,7 @@ class FileUsageStore:
         self._lock = threading.Lock()
         self._days: dict[str, dict[Row, UsageTotals]] | None = None
         self._raises: dict[str, dict[str, float]] = {}  # day -> "scope|approval" -> USD
+        self._names: dict[str, str] = {}  # provider:user_id -> display name
         self._dirty = False  # counts added since the last write
 
     def _load(self) -> dict[str, dict[Row, UsageTotals]]:
@@ -41,6 +43,7 @@ class FileUsageStore:
             data = read_json(self.path, None)
             self._days = _parse(data)
             self._raises = _parse_raises(data)
+            self._names = _parse_names(data)
         return self._days
 
     def _write(self) -> None:
@@ -48,7 +51,10 @@ class FileUsageStore:
         _prune(days, self.keep_days)
         for day in [d for d in self._raises if d not in days and d < max(days, default="")]:
             del self._raises[day]
-        write_json_atomic(self.path, {**_dump(days), "raises": self._raises}, indent=None)
+        while len(self._names) > MAX_NAMES:
+            del self._names[next(iter(self._names))]
+        write_json_atomic(self.path, {**_dump(days), "raises": self._raises,
+                                      "names": self._names}, indent=None)
         self._dirty = False
 
     def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
@@ -68,6 +74,19 @@ class FileUsageStore:
                 scope = key.rpartition("|")[0]
                 summed[scope] = summed.get(scope, 0.0) + amount
             return summed
+
+    def name(self, user: str, name: str) -> None:
+        with self._lock:
+            self._load()
+            self._names.pop(user, None)  # the newest last: the oldest go first at the cap
+            self._names[user] = name
+            self._dirty = True
+
+    def names(self) -> dict[str, str]:
+        with self._lock:
+            if self._days is None:  # `soulflow usage` reads while the daemon writes
+                return _parse_names(read_json(self.path, None))
+            return dict(self._names)
 
     def add(self, key: UsageKey, totals: UsageTotals) -> None:
         with self._lock:
@@ -137,3 +156,10 @@ def _parse_raises(data: Any) -> dict[str, dict[str, float]]:
     return {str(day): {str(k): float(v) for k, v in entries.items()
                        if isinstance(v, int | float)}
             for day, entries in raw.items() if isinstance(entries, dict)}
+
+
+def _parse_names(data: Any) -> dict[str, str]:
+    names = data.get("names") if isinstance(data, dict) else None
+    if not isinstance(names, dict):
+        return {}
+    return {str(k): str(v) for k, v in names.items() if isinstance(v, str)}

@@ -234,6 +234,11 @@ class ServiceKeys:
         """Set: the days that have a usage hash (read side prunes days whose hash expired)."""
         return f"{self.prefix}usage:days"
 
+    @property
+    def usage_names(self) -> str:
+        """Hash with the usage TTL: `provider:user_id` → a person's display name."""
+        return f"{self.prefix}usage:names"
+
     def notice(self, problem: str) -> str:
         """String with a TTL: a node told the notice chat about this problem (one per interval
         across the cluster)."""

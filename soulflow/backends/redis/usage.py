@@ -7,6 +7,7 @@
 * `usage:raise:<YYYY-MM-DD>` - hash `<scope>|<approval id>` → USD: budget raises an admin
   approved that day (same TTL).
 * `usage:days` - set of the days written; a day whose hash expired is dropped when read.
+* `usage:names` - hash `provider:user_id` → display name (same TTL from its last write).
 
 One call is one MULTI/EXEC round trip of eight commands (MULTI, four increments, EXPIRE, SADD,
 EXEC), so two nodes counting the same key at once both count.
@@ -78,6 +79,15 @@ class RedisUsageStore:
                     continue
                 found.append((UsageKey(day, provider, model, chat, user, source), totals))
         return found
+
+    def name(self, user: str, name: str) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hset(self._keys.usage_names, user, name)
+        pipe.expire(self._keys.usage_names, self.keep_days * 86_400)
+        pipe.execute()
+
+    def names(self) -> dict[str, str]:
+        return {text(k): text(v) for k, v in self._client.hgetall(self._keys.usage_names).items()}
 
     def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
         key = self._keys.usage_raise(day)

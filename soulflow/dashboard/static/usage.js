@@ -24,10 +24,13 @@ export function renderUsage(container, s) {
   if (!container) return;
   if (!u || !u.total) { fill(container, [], "Usage is not available right now."); return; }
   const by = u.by || {};
+  const names = u.names || {};
+  const person = k => (k && names[k] ? `${names[k]} (${k})` : k);
   const head = el("div", "title", `Today (${u.today}): ${usd(u.total.cost_usd)} · ${tokens(u.total)}`);
   // patched in place like every card: a refresh keeps the nodes (and a reader's place)
   patchChildren(container, [head,
     group("source", "By source", by.source, k => k),
     group("chat", "By chat", by.chat, k => k || "(none)"),
-    group("user", "By user", by.user, k => k || "(no person: cron, heartbeat, consolidation)")]);
+    group("user", "By user", by.user,
+          k => person(k) || "(no person: cron, heartbeat, consolidation)")]);
 }
