@@ -176,6 +176,26 @@ async def settle(adapter: MemoryAdapter, count: int) -> list[str]:
     return [m.content for m in adapter.sent]
 
 
+def first_run_fails(conversation: Conversation, monkeypatch: pytest.MonkeyPatch,
+                    error: Exception) -> tuple[list[str], asyncio.Event, asyncio.Event]:
+    """The first run starts (`running` set), waits for `go`, then raises `error`; the others
+    answer. Returns (the texts runs were given, running, go)."""
+    real = conversation.agent.respond
+    runs: list[str] = []
+    running, go = asyncio.Event(), asyncio.Event()
+
+    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
+        runs.append(text)
+        if len(runs) == 1:
+            running.set()
+            await go.wait()
+            raise error
+        return await real(message, text, **kwargs)
+
+    monkeypatch.setattr(conversation.agent, "respond", respond)
+    return runs, running, go
+
+
 async def test_priming_bots_and_unaddressed_messages_are_seen_not_answered(rig) -> None:
     build, adapter, model, bus = rig
     conversation = build()
@@ -377,19 +397,8 @@ async def test_a_given_back_message_is_answered_before_its_chats_later_ones(
 
     conversation = build(fold_max=1)
     conversation.release_pause_s = 0.05
-    real = conversation.agent.respond
-    runs: list[str] = []
-    m1_running, queued = asyncio.Event(), asyncio.Event()
-
-    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
-        runs.append(text)
-        if len(runs) == 1:
-            m1_running.set()
-            await queued.wait()  # m2 and m3 are queued behind this turn
-            raise StoreUnavailable("Timeout reading from socket")
-        return await real(message, text, **kwargs)
-
-    monkeypatch.setattr(conversation.agent, "respond", respond)
+    runs, m1_running, queued = first_run_fails(  # fails once m2 and m3 queued behind it
+        conversation, monkeypatch, StoreUnavailable("Timeout reading from socket"))
     await conversation.ingest(adapter, [msg(1, "m1")])
     async with asyncio.timeout(20):
         await m1_running.wait()
@@ -453,19 +462,8 @@ async def test_a_moved_run_takes_its_chats_later_messages_back_with_it(
     queued here goes back with it, so the stream hands them out again in order."""
     build, adapter, model, bus = rig
     conversation = build(fold_max=1)
-    real = conversation.agent.respond
-    runs: list[str] = []
-    m1_running, queued = asyncio.Event(), asyncio.Event()
-
-    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
-        runs.append(text)
-        if len(runs) == 1:
-            m1_running.set()
-            await queued.wait()
-            raise RunMoved("the chat's partition is held under a newer lease")
-        return await real(message, text, **kwargs)
-
-    monkeypatch.setattr(conversation.agent, "respond", respond)
+    runs, m1_running, queued = first_run_fails(
+        conversation, monkeypatch, RunMoved("the chat's partition is held under a newer lease"))
     await conversation.ingest(adapter, [msg(1, "m1")])
     async with asyncio.timeout(20):
         await m1_running.wait()
@@ -483,19 +481,8 @@ async def test_a_moved_run_takes_the_chats_grouping_buffer_back_too(
     again, m1 goes before m2 (here they fold into one input, in the order they were sent)."""
     build, adapter, model, bus = rig
     conversation = build(grouping_window_s=0.2, grouping_max=10)
-    real = conversation.agent.respond
-    runs: list[str] = []
-    m1_running, buffered = asyncio.Event(), asyncio.Event()
-
-    async def respond(message: InboundMessage, text: str, **kwargs: Any) -> Any:
-        runs.append(text)
-        if len(runs) == 1:
-            m1_running.set()
-            await buffered.wait()
-            raise RunMoved("the chat's partition is held under a newer lease")
-        return await real(message, text, **kwargs)
-
-    monkeypatch.setattr(conversation.agent, "respond", respond)
+    _, m1_running, buffered = first_run_fails(
+        conversation, monkeypatch, RunMoved("the chat's partition is held under a newer lease"))
     await conversation.ingest(adapter, [msg(1, "m1")])
     async with asyncio.timeout(20):
         await m1_running.wait()
