@@ -264,7 +264,7 @@ class DiscordChannel(ChannelAdapter):
         self._prime(client)  # the baseline is on disk before start() reports "connected"
         self._ready.set()
         log.info("Discord connected as %s", client.user)
-        self._spawn(self._catch_up(client), "discord:catch-up")
+        self._spawn(self._catch_up(client, self._catch_up_state.session), "discord:catch-up")
 
     def _on_message(self, client: discord.Client, message: discord.Message, *,
                     live: bool = True) -> None:
@@ -330,14 +330,16 @@ class DiscordChannel(ChannelAdapter):
 
     # -- catching up after a (re)connect -------------------------------------------------
 
-    async def _catch_up(self, client: discord.Client) -> None:
-        """Fetch what each channel missed, then let its held live messages through."""
+    async def _catch_up(self, client: discord.Client, session: int) -> None:
+        """Fetch what each channel missed since `session` (the one whose READY spawned this)
+        began, then let its held live messages through."""
         async with self._catch_up_lock:
             self._prime(client)
             for channel_id in self._catch_up_state.behind():
-                if self._closing or client is not self._client:
+                if self._closing or client is not self._client or \
+                        session != self._catch_up_state.session:
                     return  # the next session fetches from the same cursors
-                await self._catch_up_channel(client, channel_id)
+                await self._catch_up_channel(client, channel_id, session)
 
     def _prime(self, client: discord.Client) -> None:
         baseline = fmt.baseline_cursors(client, self._cursors)
@@ -346,7 +348,8 @@ class DiscordChannel(ChannelAdapter):
             self._state.update({f"{_CURSOR}{cid}": str(mid) for cid, mid in baseline.items()},
                                durable=True)
 
-    async def _catch_up_channel(self, client: discord.Client, channel_id: int) -> None:
+    async def _catch_up_channel(self, client: discord.Client, channel_id: int,
+                                session: int) -> None:
         """Every message after the channel's cursor, page by page, oldest first; a failing
         fetch is tried again a few times before the channel's live messages are let through
         (an error in the log then says what may be missing)."""
@@ -365,7 +368,7 @@ class DiscordChannel(ChannelAdapter):
                 break
             except (discord.NotFound, discord.Forbidden) as exc:
                 log.info("not catching up on Discord channel %s: %s", channel_id, exc)
-                self._catch_up_state.forget(channel_id)
+                self._catch_up_state.forget(channel_id, session)
                 return
             except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
                 if attempt + 1 == _CATCH_UP_TRIES:
@@ -379,7 +382,7 @@ class DiscordChannel(ChannelAdapter):
         if fetched:
             log.info("fetched %d Discord message(s) from channel %s missed while disconnected",
                      fetched, channel_id)
-        self._catch_up_state.caught_up(channel_id)
+        self._catch_up_state.caught_up(channel_id, session)
 
     # -- outbound ------------------------------------------------------------------------
 

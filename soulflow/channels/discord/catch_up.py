@@ -25,11 +25,15 @@ class ChannelCatchUp:
         self._release = release  # queues a held message (still deduplicated there)
         self.cursors: dict[int, int] = {}
         self._held: dict[int, list[InboundMessage]] = {}
+        # which session the held messages belong to: a catch-up of an earlier session (still
+        # fetching when a new one identified) must not release the new session's messages
+        self.session = 0
 
     def session_starting(self) -> None:
         """A new session is about to IDENTIFY: everything known is behind until fetched.
         Messages still held from an abandoned session are dropped: the cursor did not move
         past them, so this session's catch-up fetches them again."""
+        self.session += 1
         self._held = {channel_id: [] for channel_id in self.cursors}
 
     def behind(self) -> list[int]:
@@ -46,15 +50,18 @@ class ChannelCatchUp:
         held.append(message)
         return True
 
-    def caught_up(self, channel_id: int) -> None:
-        """The channel's missed messages are queued: its live ones follow, in order."""
+    def caught_up(self, channel_id: int, session: int) -> None:
+        """The channel's missed messages are queued by `session`'s catch-up: its live ones
+        follow, in order (unless a newer session began meanwhile: its own catch-up does it)."""
+        if session != self.session:
+            return
         for message in self._held.pop(channel_id, []):
             self._release(message)
 
-    def forget(self, channel_id: int) -> None:
+    def forget(self, channel_id: int, session: int) -> None:
         """The channel is gone or closed to the bot: no cursor, nothing more to fetch."""
         self.cursors.pop(channel_id, None)
-        self.caught_up(channel_id)
+        self.caught_up(channel_id, session)
 
     def queued(self, channel_id: int, message_id: int) -> None:
         """A message of the channel reached the queue: the next catch-up starts after it."""
