@@ -398,8 +398,14 @@ class Conversation:
     async def _give_back(self, batch: list[InboundMessage]) -> None:
         """Let go of a batch for the chat's holder to hand out again, and with it every
         later message of its chat still in this node's hands (queued or being grouped):
-        kept here, those would be answered before the batch once it is handed out again."""
+        kept here, those would be answered before the batch once it is handed out again.
+
+        While this node still holds the chat (a run another node claimed under a lease this
+        one has not yet seen expire), the store hands the batch straight back: the chat waits
+        a moment first, never a hot loop."""
         chat_key = batch[0].chat_key
+        if self.bus.backend.owns(chat_key):
+            await asyncio.sleep(self.release_pause_s)
         later = self._backlog.drain(chat_key)
         if self._grouper is not None:
             later += self._grouper.drain(chat_key)
