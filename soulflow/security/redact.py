@@ -35,8 +35,10 @@ from soulflow.security.transformed import TransformedSecrets
 ENV_MIN_LENGTH = 6
 KNOWN_MIN_LENGTH = 4
 # `redact_strings` remembers strings it found clean, up to this many characters in all (then
-# starts over): journals and model requests repeat the same history turn after turn.
-CLEAN_MEMO_CHARS = 8_000_000
+# starts over): journals and model requests repeat the same history turn after turn. 2 M
+# characters hold the histories of many busy chats; 8 M (~126 new characters a message)
+# took the soak's daemon about 50 minutes to fill, RSS rising all the while.
+CLEAN_MEMO_CHARS = 2_000_000
 # Deliberately not "PWD": $PWD/$OLDPWD are working directories, and blanking them would
 # erase every file path from the logs.
 _SECRET_ENV_NAME_RE = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
