@@ -51,6 +51,7 @@ from soulflow.conversation.intake import InboundScreen
 from soulflow.conversation.quarantine import APOLOGY, Quarantine
 from soulflow.conversation.reactions import Reactions
 from soulflow.conversation.replies import BusReplies
+from soulflow.conversation.resuming import RunResumer
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.conversation.serial import KeyedSerialExecutor
 from soulflow.errors import StoreUnavailable
@@ -126,7 +127,9 @@ class Conversation:
         self._fold_rule = FoldRule(registry, agent)
         self.release_pause_s = RELEASE_PAUSE_S
         self.claimer = ClaimLoop(bus.inbound.claim, self._take_claimed, wait_s=claim_wait_s)
-        agent.release_runs = self.resume_released  # runs decided along with another one
+        self.resumer = RunResumer(agent, bus, self._executor.submit,
+                                  self.replies.publish_to_chat)
+        agent.release_runs = self.resumer.resume_released  # decided along with another run
         self.feedback = ChannelFeedback(feedback)  # typing and read-acks, coalesced per chat
         self._grouper = (Grouper(grouping_window_s, grouping_max, self._submit)
                          if grouping_window_s else None)
@@ -423,38 +426,8 @@ class Conversation:
     # -- runs left running, and messages the daemon writes itself ------------------------
 
     async def resume_runs(self) -> int:
-        """Continue runs that were mid-way when the daemon stopped (their inbound is done),
-        in the chats this node owns; with Redis also whenever it comes to own more chats (a
-        node died), each run once (`AgentDomain.resumable_runs`). A run whose inbound message
-        is still pending is continued by that message's turn instead."""
-        resumed = 0
-        pending = {m.key for m in await self.bus.inbound.pending()}
-        for run_id in self.agent.resumable_runs(self.bus.backend.owns, pending_inbound=pending):
-            self._resume(run_id)
-            resumed += 1
-        return resumed
-
-    def resume_released(self, run_ids: list[str]) -> None:
-        """Drive runs another decision released (runs waiting on one budget cap: approving
-        one approves them all), each in its chat's turn, and deliver their replies."""
-        for run_id in run_ids:
-            self._resume(run_id)
-
-    def _resume(self, run_id: str) -> None:
-        chat = self.agent.chat_of_run(run_id)
-
-        async def job() -> None:
-            try:
-                reply = await self.agent.resume(run_id)
-            except RunMoved:  # taken over again by a newer holder of the chat
-                log.info("run %s moved to another node, which continues it", run_id)
-                return
-            if reply.quiet:
-                return  # waits on an approval its chat was told about already
-            with tracing.within(reply.trace):  # delivered in the run's turn's trace
-                self.publish_to_chat(chat, reply.content, reply.approval)
-
-        self._executor.submit(chat.key, job)
+        """Continue the runs left running in the chats this node owns (resuming.py)."""
+        return await self.resumer.resume_runs()
 
     def publish_to_chat(self, chat: ChatRef, content: str,
                         announces: Announcement | None = None, *, reply_to: str | None = None,
