@@ -27,7 +27,11 @@ def fake_model_process() -> Iterator[str]:
         yield line.split(" ", 1)[1]
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # after hours it holds every request it was sent
+            proc.kill()
+            proc.wait()
 
 
 def percentile(values: list[float], fraction: float) -> float:
