@@ -33,8 +33,10 @@ def _named(spans: list[ReceivedSpan], name: str) -> list[ReceivedSpan]:
 def _delivered(collector: CollectorThread, count: int = 1) -> list[ReceivedSpan]:
     def enough() -> list[ReceivedSpan] | None:
         spans = collector.received()
+        ended = {s.span_id for s in spans}  # a delivery may end before its turn's span does
         sent = [s for s in _named(spans, "soulflow.deliver")
-                if s.attributes.get("soulflow.delivery.outcome") == "sent"]
+                if s.attributes.get("soulflow.delivery.outcome") == "sent"
+                and s.parent_span_id in ended]
         return spans if len(sent) >= count else None
     return wait_for(enough, 20, what="the delivery span at the collector")
 

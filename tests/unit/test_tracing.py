@@ -89,11 +89,13 @@ def _parent_id(span: ReadableSpan) -> int | None:
 
 
 async def _turn(runtime: Runtime, exporter: InMemorySpanExporter, text: str) -> list[ReadableSpan]:
-    """Send `text` on the local channel; the spans once its reply is delivered."""
+    """Send `text` on the local channel; the spans once its reply is delivered and its turn
+    has ended (the dispatcher may deliver the stored reply before the turn's span closes)."""
     assert runtime.local is not None
     await runtime.local.submit("tracing", text)
     async with asyncio.timeout(30):
-        while not any(s.name == "soulflow.deliver" for s in exporter.get_finished_spans()):
+        while not {"soulflow.deliver", "soulflow.turn"} <= {
+                s.name for s in exporter.get_finished_spans()}:
             await asyncio.sleep(0.01)
     return list(exporter.get_finished_spans())
 
