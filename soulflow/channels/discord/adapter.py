@@ -106,8 +106,9 @@ class DiscordChannel(ChannelAdapter):
         self._closing = False
         self._failures = 0
         self._ready_at = 0.0
+        # the cursors (newest message id queued per channel), and live messages held behind
+        # their channel's catch-up
         self._catch_up_state = ChannelCatchUp(lambda m: self._enqueue(m, live=False))
-        self._cursors = self._catch_up_state.cursors  # channel id -> newest message id queued
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._catch_up_lock = asyncio.Lock()
 
@@ -326,7 +327,7 @@ class DiscordChannel(ChannelAdapter):
         for key, value in self._state.snapshot().items():
             if key.startswith(_CURSOR) and str(value).isdigit():
                 channel_id = int(key.removeprefix(_CURSOR))
-                self._cursors[channel_id] = max(self._cursors.get(channel_id, 0), int(value))
+                self._catch_up_state.queued(channel_id, int(value))
 
     # -- catching up after a (re)connect -------------------------------------------------
 
@@ -342,8 +343,8 @@ class DiscordChannel(ChannelAdapter):
                 await self._catch_up_channel(client, channel_id, session)
 
     def _prime(self, client: discord.Client) -> None:
-        baseline = fmt.baseline_cursors(client, self._cursors)
-        self._cursors.update(baseline)
+        baseline = fmt.baseline_cursors(client, self._catch_up_state.cursors)
+        self._catch_up_state.cursors.update(baseline)
         if baseline:
             self._state.update({f"{_CURSOR}{cid}": str(mid) for cid, mid in baseline.items()},
                                durable=True)
@@ -353,18 +354,15 @@ class DiscordChannel(ChannelAdapter):
         """Every message after the channel's cursor, page by page, oldest first; a failing
         fetch is tried again a few times before the channel's live messages are let through
         (an error in the log then says what may be missing)."""
-        after, fetched = self._cursors.get(channel_id, 0), 0
+        after, fetched = self._catch_up_state.cursors.get(channel_id, 0), 0
         for attempt in range(_CATCH_UP_TRIES):
             try:
-                while True:
-                    page = await fmt.missed_messages(client, channel_id, after,
-                                                     self.catch_up_limit)
+                async for page in fmt.missed_pages(client, channel_id, after,
+                                                   self.catch_up_limit):
                     for message in page:
                         self._on_message(client, message, live=False)
                     fetched += len(page)
-                    if len(page) < self.catch_up_limit:
-                        break
-                    after = page[-1].id
+                    after = page[-1].id  # a retry goes on from the last page queued
                 break
             except (discord.NotFound, discord.Forbidden) as exc:
                 log.info("not catching up on Discord channel %s: %s", channel_id, exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,16 +226,23 @@ def baseline_cursors(client: discord.Client, known: set[int] | dict[int, int]
     return baseline
 
 
-async def missed_messages(client: discord.Client, channel_id: int, after: int, limit: int
-                          ) -> list[discord.Message]:
-    """Messages in a channel after `after`, oldest first (none without a REST call when the
-    channel's known last message is not newer)."""
+async def missed_pages(client: discord.Client, channel_id: int, after: int, page_size: int
+                       ) -> AsyncIterator[list[discord.Message]]:
+    """Every message in a channel after `after`, oldest first, a page of at most `page_size`
+    at a time (a page is one REST call; none when the channel's known last message is not
+    newer), until a page comes back short."""
     channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
     last = getattr(channel, "last_message_id", None)
     if not isinstance(channel, discord.abc.Messageable) or (last and last <= after):
-        return []
-    return [message async for message in channel.history(
-        limit=limit, after=discord.Object(after), oldest_first=True)]
+        return
+    while True:
+        page = [message async for message in channel.history(
+            limit=page_size, after=discord.Object(after), oldest_first=True)]
+        if page:
+            yield page
+        if len(page) < page_size:
+            return
+        after = page[-1].id
 
 
 # -- outbound ----------------------------------------------------------------------------
