@@ -169,12 +169,20 @@ class ReplyOptions:
     `as_file`: the text goes as a `.txt` attachment named `filename` with `note` as its caption
     (the one split turns an overlong reply into one: channels/splitting.py). `thread_reply`:
     answer in the thread of `reply_to` rather than beside it (Slack).
+
+    `edit_of`: the platform id of a message the bot already sent (a streamed reply's piece,
+    conversation/streaming.py) whose text this one replaces in place: the adapter edits that
+    message instead of posting a new one. `shown`: that message already holds exactly this
+    text (the stream's last edit), so nothing is sent; the entry is stored all the same, so
+    the reply is durable and answered like any other.
     """
 
     as_file: bool = False
     filename: str = ""
     note: str = ""
     thread_reply: bool = False
+    edit_of: str = ""
+    shown: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {}
@@ -182,14 +190,22 @@ class ReplyOptions:
             record.update(as_file=True, filename=self.filename, note=self.note)
         if self.thread_reply:
             record["thread_reply"] = True
+        if self.edit_of:
+            record["edit_of"] = self.edit_of
+            if self.shown:
+                record["shown"] = True
         return record
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> ReplyOptions:
-        if "as_file" not in record and "thread_reply" not in record:
+        if not _OPTION_KEYS.intersection(record):
             return _AS_TEXT
         return cls(bool(record.get("as_file")), str(record.get("filename") or ""),
-                   str(record.get("note") or ""), bool(record.get("thread_reply")))
+                   str(record.get("note") or ""), bool(record.get("thread_reply")),
+                   str(record.get("edit_of") or ""), bool(record.get("shown")))
+
+
+_OPTION_KEYS = frozenset({"as_file", "thread_reply", "edit_of"})
 
 
 _AS_TEXT = ReplyOptions()  # shared: what almost every message is, read without building it
