@@ -10,21 +10,16 @@ transport, so they can be tested with an injected clock:
 - no edit when the text a message holds has not changed ("message is not modified");
 - past the platform's length limit the text continues in a new message; piece boundaries never
   move once text exists past them, so a message already sent is never re-cut;
-- a tool call the model is writing as text is never shown half-written: visible text stops where
-  a tool-call block (or a prefix that could become one) starts.
+- the text fed in is already safe to show: the agent's `TextStreamFilter`
+  (agent/toolcall_text.py) holds back tool-call blocks before text reaches a plan.
 
 Not wired into the dispatcher yet: the caller feeds `update`/`finish` and carries out `due`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import Enum
-
-# Openers of the text tool-call shapes `agent/toolcall_text.py` parses.
-_TOOL_OPENERS = ("```tool_call", "```tool", "<tool_call>", "<function=")
-_FENCE_RE = re.compile(r"```[ \t]*(?P<lang>[\w-]*)")
 
 
 class EditKind(Enum):
@@ -39,33 +34,6 @@ class EditAction:
     kind: EditKind
     index: int
     text: str
-
-
-def visible_text(raw: str) -> str:
-    """The part of a streaming answer that may be shown: everything before the first tool-call
-    block, and without a trailing fragment that could still turn into one (`<tool_c`, an
-    unlabelled fence whose language has not arrived yet, an open ```json fence)."""
-    cut = len(raw)
-    for opener in _TOOL_OPENERS:
-        at = raw.find(opener)
-        if at != -1:
-            cut = min(cut, at)
-    for match in _FENCE_RE.finditer(raw, 0, cut):
-        rest = raw[match.end():cut]
-        lang = match.group("lang")
-        # A fence whose first line has not ended may still be labelled tool_call; an open json
-        # fence may hold a bare call object. Both are held back until they are decided.
-        if ("\n" not in rest and lang in ("", "tool", "tool_", "tool_c", "tool_ca", "tool_cal")) \
-                or (lang == "json" and "```" not in rest):
-            cut = min(cut, match.start())
-            break
-    text = raw[:cut]
-    for opener in _TOOL_OPENERS:
-        for size in range(min(len(opener) - 1, len(text)), 0, -1):
-            if text.endswith(opener[:size]):
-                text = text[:-size]
-                break
-    return text
 
 
 def split_pieces(text: str, limit: int) -> list[str]:
@@ -97,10 +65,10 @@ class StreamPlan:
     final: bool = False
     next_at: float = 0.0
 
-    def update(self, raw: str) -> None:
-        """The model's answer so far (raw; tool-call text is hidden here)."""
+    def update(self, shown_so_far: str) -> None:
+        """The showable answer so far (already filtered of tool-call text)."""
         if not self.final:
-            self.wanted = visible_text(raw)
+            self.wanted = shown_so_far
 
     def finish(self, final_text: str) -> None:
         """The complete, formatted reply: what the messages must hold in the end."""

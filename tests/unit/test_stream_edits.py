@@ -3,7 +3,8 @@ no half-written tool calls. Clock injected: times are plain numbers."""
 
 from __future__ import annotations
 
-from soulflow.bus.stream_edits import EditKind, StreamPlan, split_pieces, visible_text
+from soulflow.agent.toolcall_text import TextStreamFilter
+from soulflow.bus.stream_edits import EditKind, StreamPlan, split_pieces
 
 
 def _drain(plan: StreamPlan, now: float) -> list[tuple[str, int, str]]:
@@ -62,15 +63,21 @@ def test_piece_boundaries_do_not_move_as_text_grows() -> None:
 
 
 def test_tool_call_text_is_never_shown() -> None:
-    assert visible_text('Let me look.\n```tool_call\n{"name": "web_fe') == "Let me look.\n"
-    assert visible_text("Checking <tool_call>{\"na") == "Checking "
-    assert visible_text("Checking <tool_c") == "Checking "
-    assert visible_text("Sure:\n```") == "Sure:\n"
-    assert visible_text('x\n```json\n{"name": "a", "arguments"') == "x\n"
-    assert visible_text("code:\n```python\nprint(1)\n") == "code:\n```python\nprint(1)\n"
+    """The agent's filter feeds the plan: a half-written call never reaches a message."""
+    gate, shown = TextStreamFilter(), ""
     plan = StreamPlan(limit=4096, interval_s=1.0)
-    plan.update('<function=shell>{"cmd": "rm')
-    assert plan.due(0.0) is None  # nothing visible yet: no empty message
+    sent: list[str] = []
+    for now, delta in enumerate(["Let me look.\n", "```tool", "_call\n{\"name\": ", "\"web_fe"]):
+        shown += gate.feed(delta)
+        plan.update(shown)
+        if (action := plan.due(float(now))) is not None:
+            plan.done(action, float(now))
+            sent.append(action.text)
+    assert sent == ["Let me look.\n"]
+    assert all("{" not in text for text in plan.shown)
+    empty = StreamPlan(limit=4096, interval_s=1.0)
+    empty.update(TextStreamFilter().feed('<function=shell>{"cmd": "rm'))
+    assert empty.due(0.0) is None  # nothing showable yet: no empty message
 
 
 def test_a_flood_of_deltas_stays_within_the_interval() -> None:
