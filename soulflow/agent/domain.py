@@ -24,6 +24,7 @@ from soulflow.agent.context import ContextBuilder
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.loop import AgentLoop, RunOutcome, approval_text
 from soulflow.agent.run.reducer import RunState
+from soulflow.agent.run.showing import AnswerStream
 from soulflow.agent.tools.spawn import cancel_orphaned_subruns
 from soulflow.backends.base import ApprovalMap, SessionStore
 from soulflow.contracts import ApprovalRef, ChatRef, InboundMessage, ReplyStatus
@@ -53,6 +54,10 @@ class AgentReply:
     approval_id: str | None = None
     trace: str = ""  # the trace of the run's turn (soulflow/tracing): its reply joins it
     quiet: bool = False  # waits on an approval its chat was already told about: say nothing
+    # the platform ids of the pieces of this answer streamed into the chat (in order): the
+    # reply edits them (conversation/replies.py) instead of sending new messages
+    shown: tuple[str, ...] = ()
+    shown_texts: tuple[str, ...] = ()  # what each holds, where known (the stream's last call)
 
     @property
     def approval(self) -> ApprovalRef | None:
@@ -121,8 +126,10 @@ class AgentDomain:
     # -- new input -----------------------------------------------------------------------
 
     async def respond(self, message: InboundMessage, text: str, *,
-                      abort: asyncio.Event | None = None) -> AgentReply:
-        """Answer a message: start its run, or resume the one a crash interrupted."""
+                      abort: asyncio.Event | None = None,
+                      stream: AnswerStream | None = None) -> AgentReply:
+        """Answer a message: start its run, or resume the one a crash interrupted. `stream`
+        shows the answer while the model writes it."""
         key = session_key_for(message)
         chat = chat_of(message)
         self._record_user_turn(key, message, text)
@@ -135,7 +142,7 @@ class AgentDomain:
             history=self.context.history(key, text, thread_context=_thread_context(message),
                                          chat=chat),
             inbound_key=message.key)
-        return await self._drive(run_id, abort)
+        return await self._drive(run_id, abort, stream)
 
     # -- continuing runs -----------------------------------------------------------------
 
@@ -168,8 +175,8 @@ class AgentDomain:
         return approval_text(state.open_approval() or {}, state.chat.provider)
 
     async def decide(self, run_id: str, decision: str, *, by: Decider,
-                     approval_id: str | None = None,
-                     abort: asyncio.Event | None = None) -> AgentReply | None:
+                     approval_id: str | None = None, abort: asyncio.Event | None = None,
+                     stream: AnswerStream | None = None) -> AgentReply | None:
         """Apply an approval decision and continue the run; None if nothing was pending.
 
         Only the run's requester, an admin or the local operator may decide, and only an admin
@@ -199,7 +206,7 @@ class AgentDomain:
                               ReplyStatus.WAITING_APPROVAL, run_id=run_id,
                               approval_id=approval["approval_id"])
         self._decide_same_cap(run_id, approval, decision, by)
-        return await self._drive(run_id, abort)
+        return await self._drive(run_id, abort, stream)
 
     def _decide_same_cap(self, run_id: str, approval: dict[str, Any], decision: str,
                          by: Decider) -> None:
@@ -223,12 +230,13 @@ class AgentDomain:
             self.release_runs(released)
 
     async def answer(self, run_id: str, message: InboundMessage, text: str, *,
-                     abort: asyncio.Event | None = None) -> AgentReply:
+                     abort: asyncio.Event | None = None,
+                     stream: AnswerStream | None = None) -> AgentReply:
         """The user's answer to the run's question."""
         assert self.loop is not None
         self._record_user_turn(session_key_for(message), message, text)
         self.loop.answer(run_id, text)
-        return await self._drive(run_id, abort)
+        return await self._drive(run_id, abort, stream)
 
     async def resume(self, run_id: str) -> AgentReply:
         """Drive a run that was running when the daemon stopped (or its node died)."""
@@ -288,15 +296,17 @@ class AgentDomain:
 
     # -- internals -----------------------------------------------------------------------
 
-    async def _drive(self, run_id: str, abort: asyncio.Event | None) -> AgentReply:
+    async def _drive(self, run_id: str, abort: asyncio.Event | None,
+                     stream: AnswerStream | None = None) -> AgentReply:
         assert self.loop is not None
-        outcome: RunOutcome = await self.loop.drive(run_id, abort)
+        outcome: RunOutcome = await self.loop.drive(run_id, abort, stream=stream)
         state = self.loop.store.state(run_id)
         text = self._redact(outcome.text) if self._redact is not None else outcome.text
         reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, ReplyStatus.ANSWERED),
                            error=state.error if outcome.status == ev.FAILED else None,
                            run_id=run_id, approval_id=outcome.approval_id,
-                           trace=state.traceparent, quiet=outcome.quiet)
+                           trace=state.traceparent, quiet=outcome.quiet,
+                           shown=tuple(state.shown))
         if outcome.status in ev.FINISHED and self.approvals is not None:
             self.approvals.forget_run(run_id)
         session_key = state.chat.session_key

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from soulflow import tracing
 from soulflow.backends.base import DeadLetterStore, OutboxStore
+from soulflow.bus.pacing import ChatPacer
 from soulflow.bus.retry import RetryPolicy
 from soulflow.bus.writer import OutboxWriter, StoreHealth
 from soulflow.contracts import EventSink, OutboundMessage, OutboxEntry, SendError, SendResult
@@ -68,6 +69,7 @@ class OutboundDispatcher:
         rand: Callable[[], float] = random.random,
         on_event: EventSink | None = None,
         store_backoff: tuple[float, float] = (0.2, 5.0),
+        pacer: ChatPacer | None = None,
     ) -> None:
         self.outbox = outbox
         self.dlq = dlq
@@ -83,7 +85,8 @@ class OutboundDispatcher:
         self._queues: dict[str, deque[str]] = {}
         self._queued_ids: set[str] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._last_sent: dict[str, float] = {}
+        # shared with the reply streams: a chat's edits and sends keep one pace (pacing.py)
+        self.pacer = pacer or ChatPacer(clock)
         self._requeue: asyncio.Task[None] | None = None
         self._rescan = False  # the partitions changed again while `pending()` was read
         self._scanned = asyncio.Event()  # clear: a partitions change is not queued yet
@@ -248,11 +251,11 @@ class OutboundDispatcher:
         self._queued_ids.discard(message_id)
 
     def _wait_before(self, key: str, entry: OutboxEntry) -> float:
-        now = self._clock()
+        if entry.message.options.shown:
+            return 0.0  # nothing goes to the platform
         sender = self._resolve_sender(entry.message.provider)
         interval = sender.send_interval_s if sender is not None else 0.0
-        paced = self._last_sent.get(key, 0.0) + interval
-        return max(entry.next_at, paced) - now
+        return max(entry.next_at, self.pacer.ready_at(key, interval)) - self._clock()
 
     async def _attempt(self, entry: OutboxEntry) -> bool:
         """One round of inline tries. True when the entry is settled here (sent, dead, or no
@@ -275,6 +278,11 @@ class OutboundDispatcher:
             span.fail("no_channel")
             await self._bury(entry, f"no channel named {message.provider!r} is configured")
             return True
+        if message.options.shown:
+            # a streamed reply's message already holds this text: recorded, not sent again
+            shown = SendResult(platform_message_ids=[message.options.edit_of])
+            await self._delivered(message, shown, span, 0)
+            return True
         error: SendError | None = None
         if entry.in_flight:
             # the last run died during a send: let the channel check before sending again
@@ -296,19 +304,13 @@ class OutboundDispatcher:
                               message.message_id)
                 error = SendError(f"{type(exc).__name__}: {exc}")
             else:
-                span.set("soulflow.delivery.tries", inline + 1)
-                span.set("soulflow.delivery.outcome", "sent")
                 self._tell_outcome(message.provider, None)
-                self._last_sent[message.chat_key] = self._clock()
-                await self.outbox.mark_sent(message.message_id, result.platform_message_ids)
-                self.sent_count += 1
-                for listener in self.sent_listeners:
-                    listener(message, result)
-                self._on_event("outbound.sent", {"message_id": message.message_id,
-                                                 "provider": message.provider,
-                                                 "chat_id": message.chat_id})
+                self.pacer.sent(message.chat_key)
+                await self._delivered(message, result, span, inline + 1)
                 return True
             self._tell_outcome(message.provider, str(error))
+            if error.retry_after is not None:  # the chat's streamed edits wait too
+                self.pacer.hold(message.chat_key, error.retry_after)
             if error.permanent:
                 span.fail("permanent")
                 span.set("soulflow.delivery.outcome", "dead")
@@ -340,6 +342,18 @@ class OutboundDispatcher:
             "reason": "rate_limited" if error.retry_after is not None else "transient",
             "error": str(error)[:300]})
         return False
+
+    async def _delivered(self, message: OutboundMessage, result: SendResult,
+                         span: tracing.Span, tries: int) -> None:
+        span.set("soulflow.delivery.tries", tries)
+        span.set("soulflow.delivery.outcome", "sent")
+        await self.outbox.mark_sent(message.message_id, result.platform_message_ids)
+        self.sent_count += 1
+        for listener in self.sent_listeners:
+            listener(message, result)
+        self._on_event("outbound.sent", {"message_id": message.message_id,
+                                         "provider": message.provider,
+                                         "chat_id": message.chat_id})
 
     def _tell_outcome(self, provider: str, error: str | None) -> None:
         for listener in self.outcome_listeners:

@@ -177,6 +177,9 @@ class ChannelAdapter(abc.ABC):
 
     #: `edit` changes a message the bot sent, in place (a task's status message uses it)
     can_edit: bool = False
+    #: `send` honours `options.edit_of` (edits that message, on the reply path, formatted as
+    #: a send): a reply can be streamed into the chat (conversation/streaming.py)
+    can_stream: bool = False
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """Replace the text of a message the bot sent (best effort, like `add_reaction`:

@@ -35,7 +35,7 @@ class ConfigError(SoulFlowError):
 
 
 _BY_NAME = {s.name: s for s in SETTINGS}
-_TRUE = {"true", "1", "yes"}
+_TRUE = {"true", "1", "yes", "on"}
 
 
 @dataclass(frozen=True, slots=True)

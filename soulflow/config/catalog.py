@@ -380,6 +380,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHANNEL_READ_ACK_BACKLOG", _int_range(0, 10_000), "2",
             "No read-ack while more than this many messages wait in the chat (a burst gets "
             "the typing indicator instead of one reaction each).", "Channels"),
+    Setting("STREAM_REPLIES", _choice("on", "off", "true", "false", "1", "0", "yes", "no"),
+            "on", "Show an answer while the model writes it: one message, created with the "
+            "first text and edited as it grows (off: sent when complete).", "Channels"),
+    Setting("STREAM_EDIT_INTERVAL_S", _float_range(0.2, 60), "1.0",
+            "At most one edit of a streamed answer per this many seconds per chat (never "
+            "sooner than CHANNEL_SEND_INTERVAL_MS or a rate limit allows).", "Channels"),
     Setting("CHANNEL_SEND_INTERVAL_MS", _int_range(0, 60_000), "1000",
             "Minimum pause between two messages to one platform chat (platform rate limits).",
             "Channels"),

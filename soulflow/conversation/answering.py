@@ -20,6 +20,7 @@ from soulflow.conversation.feedback import ChannelFeedback
 from soulflow.conversation.input_text import AgentInput, input_text
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.runs import ActiveRuns
+from soulflow.conversation.streaming import ReplyStream, ReplyStreams, ShownPieces
 from soulflow.errors import StoreUnavailable
 from soulflow.security.vault import SecretVault
 from soulflow.storage.beneath import Beneath
@@ -43,6 +44,7 @@ class AgentAnswers:
     backlog_for: Callable[[str], int]  # messages of a chat waiting behind its turn
     # the inbound sealer's vault: an attachment URL it sealed is opened for the download
     vault: SecretVault | None = None
+    streams: ReplyStreams | None = None  # STREAM_REPLIES: answers appear as they are written
 
     async def continue_open_run(self, message: InboundMessage,
                                 adapter: ChannelAdapter | None) -> bool:
@@ -61,24 +63,44 @@ class AgentAnswers:
             if decision == CLARIFY:
                 await self.replies.reply(message, self.agent.pending_approval_text(run_id))
                 return True
+            stream = self._stream(adapter, message)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.decide(
-                run_id, decision, by=decider_of(message), approval_id=approval_id, abort=abort))
+                run_id, decision, by=decider_of(message), approval_id=approval_id, abort=abort,
+                stream=stream), stream)
             if reply is None:
                 await self.replies.reply(message,
                                          f"There is no pending approval {approval_id} here.")
                 return True
         else:
             given = await self.input_text([message], adapter)  # saves attachments (request_file)
+            stream = self._stream(adapter, message)
             reply = await self._with_feedback(message, adapter, lambda abort: self.agent.answer(
-                run_id, message, given.text, abort=abort))
-        await self.replies.reply(message, reply.content, announces=reply.approval)
+                run_id, message, given.text, abort=abort, stream=stream), stream)
+        await self.replies.reply(message, reply.content, announces=reply.approval,
+                                 shown=shown_of(reply))
         return True
 
+    def _stream(self, adapter: ChannelAdapter | None,
+                message: InboundMessage) -> ReplyStream | None:
+        """The stream of the reply to `message`, if replies stream in its chat."""
+        if self.streams is None:
+            return None
+        return self.streams.open(adapter, message.chat, reply_to=message.message_id)
+
     async def _with_feedback(self, message: InboundMessage, adapter: ChannelAdapter | None,
-                             work: Callable[[asyncio.Event], Awaitable[Any]]) -> Any:
-        async with self.feedback.typing_while(adapter, message.chat_id):
-            with self.runs.track(message.chat_key) as abort:
-                return await work(abort)
+                             work: Callable[[asyncio.Event], Awaitable[Any]],
+                             stream: ReplyStream | None = None) -> Any:
+        """Run `work` with the typing indicator on and /stop able to abort it; a reply it
+        returns carries what its stream left in the chat."""
+        try:
+            async with self.feedback.typing_while(adapter, message.chat_id):
+                with self.runs.track(message.chat_key) as abort:
+                    reply = await work(abort)
+        finally:
+            pieces = await stream.close() if stream is not None else None
+        if isinstance(reply, AgentReply) and pieces is not None and pieces.ids:
+            reply.shown, reply.shown_texts = pieces.ids, pieces.texts
+        return reply
 
     async def input_text(self, batch: list[InboundMessage], adapter: ChannelAdapter | None,
                          *, attributed: bool = False) -> AgentInput:
@@ -92,10 +114,10 @@ class AgentAnswers:
         first, last = batch[0], batch[-1]
         self.feedback.acknowledge(adapter, last.chat_id, last.message_id,
                                   backlog=self.backlog_for(first.chat_key))
+        stream = self._stream(adapter, last)
         try:
-            async with self.feedback.typing_while(adapter, first.chat_id):
-                with self.runs.track(first.chat_key) as abort:
-                    reply = await self.agent.respond(first, given.text, abort=abort)
+            reply = await self._with_feedback(first, adapter, lambda abort: self.agent.respond(
+                first, given.text, abort=abort, stream=stream), stream)
         except RunMoved:
             raise  # not a failure: the run goes on at the chat's new node (turns.py)
         except StoreUnavailable:
@@ -108,3 +130,8 @@ class AgentAnswers:
         if given.truncation_note:
             reply.content = f"{given.truncation_note}\n\n{reply.content}"
         return reply
+
+
+def shown_of(reply: AgentReply) -> ShownPieces:
+    """The messages the reply's stream left in the chat, which the reply edits."""
+    return ShownPieces(reply.shown, reply.shown_texts)

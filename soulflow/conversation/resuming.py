@@ -8,17 +8,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from soulflow import tracing
 from soulflow.agent.domain import AgentDomain
 from soulflow.backends.base import RunMoved
 from soulflow.bus.bus import MessageBus
 from soulflow.contracts import Announcement, ChatRef
+from soulflow.conversation.answering import shown_of
 from soulflow.conversation.serial import Job
+from soulflow.conversation.streaming import ShownPieces
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[ChatRef, str, Announcement | None], Awaitable[list[bool]]]
+class Publish(Protocol):
+    """Queues a reply to a chat (replies.py `publish_to_chat`), editing what its stream
+    showed before the daemon stopped."""
+
+    def __call__(self, chat: ChatRef, content: str, announces: Announcement | None = None, *,
+                 shown: ShownPieces | None = None) -> Awaitable[list[bool]]: ...
 
 
 @dataclass(slots=True)
@@ -58,6 +66,6 @@ class RunResumer:
             if reply.quiet:
                 return  # waits on an approval its chat was told about already
             with tracing.within(reply.trace):  # delivered in the run's turn's trace
-                self.publish(chat, reply.content, reply.approval)
+                self.publish(chat, reply.content, reply.approval, shown=shown_of(reply))
 
         self.submit(chat.key, job)

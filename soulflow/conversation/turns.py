@@ -40,7 +40,7 @@ from soulflow.contracts import (
     ReplyStatus,
 )
 from soulflow.conversation.access import AccessPolicy, refusal_text
-from soulflow.conversation.answering import AgentAnswers
+from soulflow.conversation.answering import AgentAnswers, shown_of
 from soulflow.conversation.chat_tasks import ChatTasks
 from soulflow.conversation.claiming import ClaimLoop
 from soulflow.conversation.commands import STOP_NAMES, CommandHandler, CommandRouter
@@ -54,6 +54,7 @@ from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.resuming import RunResumer
 from soulflow.conversation.runs import ActiveRuns
 from soulflow.conversation.serial import KeyedSerialExecutor
+from soulflow.conversation.streaming import ReplyStreams
 from soulflow.errors import StoreUnavailable
 from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
@@ -98,7 +99,8 @@ class Conversation:
                  grouping_max: int = 5, sealer: InboundSealer | None = None,
                  on_event: EventSink | None = None, fold_max: int = 20,
                  feedback: FeedbackPolicy | None = None, claim_wait_s: float = 1.0,
-                 replies: BusReplies | None = None) -> None:
+                 replies: BusReplies | None = None,
+                 streams: ReplyStreams | None = None) -> None:
         self.registry = registry
         self.bus = bus
         self.agent = agent
@@ -135,7 +137,7 @@ class Conversation:
                          if grouping_window_s else None)
         self.answers = AgentAnswers(agent, self.replies, self.feedback, self.runs,
                                     self.workspace, max_inbound_chars, self.backlog_for,
-                                    sealer.vault if sealer is not None else None)
+                                    sealer.vault if sealer is not None else None, streams)
         self.received_count = 0
         self.answered_count = 0
         self.max_turns_count = 0
@@ -361,7 +363,7 @@ class Conversation:
             return
         if not reply.quiet:  # else its chat was told already: it waits on the same cap
             await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
-                                     announces=reply.approval)
+                                     announces=reply.approval, shown=shown_of(reply))
         await self.replies.complete(keys, reply.status, reply.error)
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1

@@ -185,6 +185,7 @@ class Runtime:
         self.conversation = wiring.conversation(
             settings, self.channels, self.bus, self.agent, vault=self.vault, admins=self.admins,
             on_event=self._publish_event, tasks=self.task_services, replies=self.replies,
+            redact_growing=self.redactor.redact_growing,
             commands={**wiring.chat_commands(vault=self.vault, admins=self.admins,
                                              sandbox=self.sandbox, cron=self.cron),
                       "task": self.task_services.chat.command})

@@ -48,6 +48,7 @@ from soulflow.conversation.commands import CommandHandler
 from soulflow.conversation.feedback import FeedbackPolicy
 from soulflow.conversation.replies import BusReplies
 from soulflow.conversation.secret_command import make_secret_command
+from soulflow.conversation.streaming import ReplyStreams, StreamSettings
 from soulflow.conversation.turns import Conversation
 from soulflow.cron import CronService, Job, PayloadKind
 from soulflow.errors import StoreError
@@ -153,8 +154,13 @@ def chat_commands(*, vault: SecretVault, admins: AdminPolicy, sandbox: CodeSandb
 def conversation(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
                  agent: AgentDomain, *, vault: SecretVault, admins: AdminPolicy,
                  on_event: EventSink, tasks: ChatTasks, replies: BusReplies,
-                 commands: Mapping[str, CommandHandler]) -> Conversation:
+                 commands: Mapping[str, CommandHandler],
+                 redact_growing: Callable[[str], str]) -> Conversation:
     grouping = settings.flag("CHANNEL_GROUPING_ENABLED")
+    # a streamed answer's edits keep the pace the outbox dispatcher keeps for the chat
+    streams = ReplyStreams(StreamSettings(settings.flag("STREAM_REPLIES"),
+                                          float(settings["STREAM_EDIT_INTERVAL_S"])),
+                           bus.dispatcher.pacer, redact_growing)
     return Conversation(
         channels, bus, agent, access=access_policy(settings),
         workspace=settings.workspace, tasks=tasks, commands=commands,
@@ -171,7 +177,8 @@ def conversation(settings: Settings, channels: ChannelRegistry, bus: MessageBus,
             read_ack_backlog=settings["CHANNEL_READ_ACK_BACKLOG"]),
         # a claim waits for new work well under the Redis socket timeout (half a lease TTL,
         # at least 1 s), or a quiet wait would end in a timeout error instead of "nothing"
-        claim_wait_s=min(1.0, float(settings["REDIS_LEASE_TTL_S"]) / 4), replies=replies)
+        claim_wait_s=min(1.0, float(settings["REDIS_LEASE_TTL_S"]) / 4), replies=replies,
+        streams=streams)
 
 
 @dataclass(slots=True)

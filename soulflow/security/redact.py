@@ -113,6 +113,9 @@ class _CleanMemo:
         self._chars += len(text)
 
 
+_TRAILING_WORD = re.compile(r"\S+\Z")
+
+
 class Redactor:
     """Replaces known secret values and credential-shaped strings with ``[REDACTED]``.
 
@@ -187,6 +190,20 @@ class Redactor:
         if not spans:
             return text
         return splice(text, ((span.start, span.end, REDACTED) for span in spans))
+
+    def redact_growing(self, text: str) -> str:
+        """What of a text still being written (a streamed answer) can be shown now: redacted,
+        without the tail that may be the start of a secret not written out yet. That is as
+        many characters as the longest known value (a partial one matches nothing yet) and
+        then the word being written, where a credential-shaped token may still be growing
+        into one a detector knows. So what is shown holds no secret the finished text's
+        redaction hides (that one may still hide a word shown before a secret, such as a
+        "Bearer" in front of its token)."""
+        clean = self.redact(text)
+        longest = max(map(len, self._values), default=0)
+        kept = clean[:max(0, len(clean) - longest)] if longest else clean
+        word = _TRAILING_WORD.search(kept)
+        return kept[:word.start()] if word is not None else kept
 
     def redact_transformed(self, text: str, *, skip: Collection[str] = ()) -> str:
         """``text`` with the transformed forms of every known value (reversed, hex, base64,

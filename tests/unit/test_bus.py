@@ -15,7 +15,14 @@ from soulflow.backends.file.outbox import FileOutbox, Outbox
 from soulflow.bus.bus import MessageBus
 from soulflow.bus.dispatcher import OutboundDispatcher
 from soulflow.bus.retry import RetryPolicy
-from soulflow.contracts import InboundMessage, OutboundMessage, OutboxEntry, SendError, SendResult
+from soulflow.contracts import (
+    InboundMessage,
+    OutboundMessage,
+    OutboxEntry,
+    ReplyOptions,
+    SendError,
+    SendResult,
+)
 
 
 def inbound(i: int, chat: str = "c1") -> InboundMessage:
@@ -160,6 +167,36 @@ async def test_dispatch_success_marks_sent(tmp_path: Path) -> None:
     await dispatcher.start()
     dispatcher.publish(outbound(1))
     await wait_until(lambda: sender.sent == ["reply 1"] and len(dispatcher.outbox.outbox) == 0)
+    await dispatcher.stop(1)
+
+
+async def test_a_reply_the_chat_already_shows_is_recorded_but_not_sent(tmp_path: Path) -> None:
+    """A streamed reply whose message already holds its final text: stored, marked sent, its
+    listeners told (an approval's platform ids), and no call to the platform."""
+    sender, clock = FakeSender(), FakeClock()
+    dispatcher = make_dispatcher(tmp_path, sender, clock)
+    seen: list[list[str]] = []
+    dispatcher.sent_listeners.append(lambda message, result: seen.append(
+        result.platform_message_ids))
+    await dispatcher.start()
+    message = outbound(1)
+    message.options = ReplyOptions(edit_of="p9", shown=True)
+    dispatcher.publish(message)
+    dispatcher.publish(outbound(2))
+    await wait_until(lambda: sender.sent == ["reply 2"])
+    assert sender.calls == 1 and seen == [["p9"], ["p1"]]
+    assert len(dispatcher.outbox.outbox) == 0
+    await dispatcher.stop(1)
+
+
+async def test_a_429_holds_the_chats_pace_for_its_streamed_edits_too(tmp_path: Path) -> None:
+    sender = FakeSender(script=[SendError("429", retry_after=42.0)])
+    clock = FakeClock()
+    dispatcher = make_dispatcher(tmp_path, sender, clock)
+    await dispatcher.start()
+    dispatcher.publish(outbound(1))
+    await wait_until(lambda: sender.sent == ["reply 1"])
+    assert dispatcher.pacer.ready_at("fake:c1", 0.0) >= 1000.0 + 42.0
     await dispatcher.stop(1)
 
 

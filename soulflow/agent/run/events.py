@@ -19,12 +19,15 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
 INFO_REQUESTED = "info_requested"
 USER_REPLY = "user_reply"
+# a piece of the streamed answer reached the chat: its platform message id, so the final text
+# (or the same run driven again after a crash) edits that message instead of sending another
+REPLY_SHOWN = "reply_shown"
 ERROR = "error"
 DONE = "done"
 
 EVENT_TYPES = frozenset({RUN_STARTED, MODEL_TURN, TOOL_CALL_STARTED, TOOL_RESULT,
                          APPROVAL_REQUESTED, APPROVAL_DECIDED, INFO_REQUESTED, USER_REPLY,
-                         ERROR, DONE})
+                         REPLY_SHOWN, ERROR, DONE})
 
 # statuses of a run (the task loop's vocabulary)
 RUNNING = "running"

@@ -22,6 +22,7 @@ from soulflow.agent.approvals import admins_only_text
 from soulflow.agent.budget import BUDGET_TOOL, Budgets, waiting_on_cap
 from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
+from soulflow.agent.run.showing import AnswerStream, ShownLeg, StreamFeed
 from soulflow.agent.toolcall_text import parse_text_tool_calls
 from soulflow.agent.tools.base import ToolContext
 from soulflow.agent.tools.registry import ToolRegistry
@@ -129,23 +130,34 @@ class AgentLoop:
             state = self._finish(run_id, ev.CANCELLED, f"Cancelled: {reason}.")
         return self._outcome(state)
 
-    async def drive(self, run_id: str, abort: asyncio.Event | None = None) -> RunOutcome:
+    async def drive(self, run_id: str, abort: asyncio.Event | None = None, *,
+                    stream: AnswerStream | None = None) -> RunOutcome:
         """Advance the run until it finishes or must wait; its log lines carry the run id and
         the chat (soulflow/logs.py). The run is claimed first: with several daemons, a run
-        another node took over (it now holds the chat) raises `RunMoved` instead."""
+        another node took over (it now holds the chat) raises `RunMoved` instead. `stream`
+        shows the model's text as it is written (conversation/streaming.py)."""
         if not self.store.claim(run_id):
             raise RunMoved(f"run {run_id} is driven by the node that now holds its chat")
         state = self.store.state(run_id)
         chat = state.chat
+        if stream is not None:
+            stream.begin(ShownLeg(run_id, state.leg, tuple(state.shown),
+                                  lambda index, platform_id: self._shown(
+                                      run_id, index, platform_id)))
         self.driving[run_id] = chat.key
         try:
             with log_context(run_id=run_id, chat=chat.key if chat.provider else None), \
                     _run_span(state):
-                return await self._drive(run_id, abort)
+                return await self._drive(run_id, abort, stream)
         finally:
             self.driving.pop(run_id, None)
 
-    async def _drive(self, run_id: str, abort: asyncio.Event | None) -> RunOutcome:
+    def _shown(self, run_id: str, index: int, platform_id: str) -> None:
+        self.store.append(run_id, ev.Event(ev.REPLY_SHOWN, {"index": index,
+                                                            "platform_id": platform_id}))
+
+    async def _drive(self, run_id: str, abort: asyncio.Event | None,
+                     stream: AnswerStream | None = None) -> RunOutcome:
         state = self.store.state(run_id)
         for _ in range(4 * (state.max_turns + 2) * 8):  # bounded, whatever a model does
             if state.status != ev.RUNNING:
@@ -163,7 +175,7 @@ class AgentLoop:
                 state = self._finish(run_id, ev.MAX_TURNS_REACHED,
                                      f"{note}\n\n{last}".strip())
             else:
-                state = await self._model_turn(run_id, state, abort)
+                state = await self._model_turn(run_id, state, abort, stream)
         return self._outcome(self._finish(run_id, ev.FAILED, "The run made no progress."))
 
     # -- steps ---------------------------------------------------------------------------
@@ -204,8 +216,8 @@ class AgentLoop:
             "arguments": {"scope": str(hit.scope), "key": hit.key,
                           "spent": round(hit.spent, 6), "cap": round(hit.cap, 6)}}))
 
-    async def _model_turn(self, run_id: str, state: RunState,
-                          abort: asyncio.Event | None) -> RunState:
+    async def _model_turn(self, run_id: str, state: RunState, abort: asyncio.Event | None,
+                          stream: AnswerStream | None = None) -> RunState:
         gated = self._budget_gate(run_id, state)
         if gated is not None:
             return gated
@@ -213,15 +225,18 @@ class AgentLoop:
                     *state.conversation]
         schemas = self.tools.schemas() + INTENT_SCHEMAS
         provider = self._provider()
+        feed = StreamFeed(stream) if stream is not None else None
         try:
             with log_context(provider=getattr(provider, "name", None)):
-                result = await provider.chat(messages, schemas, abort=abort)
+                result = await provider.chat(messages, schemas, on_stream=feed, abort=abort)
         except ProviderError as exc:
             if exc.kind == "aborted":
                 return self._finish(run_id, ev.CANCELLED, "Stopped.")
             self.store.append(run_id, ev.Event(ev.ERROR, {"message": str(exc), "kind": exc.kind}))
             return self._finish(run_id, ev.FAILED,
                                 f"Sorry, I couldn't get an answer from the model ({exc.kind}).")
+        if feed is not None:
+            feed.close()
         if self.usage is not None:
             self.usage.record(result, state.chat)
         found, content = list(result.tool_calls), result.content

@@ -30,6 +30,10 @@ class RunState:
     error: str | None = None
     parent_run: str | None = None
     traceparent: str = ""  # the trace of the turn that began it (soulflow/tracing)
+    # the streamed answer of this leg (since the run began or last took a decision or an
+    # answer): the platform id of each piece shown in the chat, and the leg's number
+    shown: list[str] = field(default_factory=list)
+    leg: int = 0
 
     @property
     def finished(self) -> bool:
@@ -64,6 +68,13 @@ def _assistant_message(data: dict[str, Any]) -> dict[str, Any]:
 def _drop_call(state: RunState, call_id: str) -> None:
     state.pending_calls = [c for c in state.pending_calls if c["id"] != call_id]
     state.started_calls.discard(call_id)
+
+
+def _next_leg(state: RunState) -> None:
+    """A decision or an answer starts a new leg: its answer is a new message, not an edit of
+    the one the last leg streamed (that one holds the question it asked)."""
+    state.shown = []
+    state.leg += 1
 
 
 def apply(state: RunState, event: ev.Event) -> RunState:
@@ -111,6 +122,7 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
                 approval["with"] = data["with"]
             if data["decision"] != "defer":
                 new.status = ev.RUNNING
+                _next_leg(new)
     elif event.type == ev.INFO_REQUESTED:
         new.question = data.get("question", "")
         new.question_call_id = data.get("call_id")
@@ -124,6 +136,11 @@ def apply_in_place(new: RunState, event: ev.Event) -> None:
             new.conversation.append({"role": "user", "content": data.get("text", "")})
         new.question = new.question_call_id = None
         new.status = ev.RUNNING
+        _next_leg(new)
+    elif event.type == ev.REPLY_SHOWN:
+        index, platform_id = int(data.get("index", 0)), str(data.get("platform_id", ""))
+        if 0 <= index <= len(new.shown) and platform_id:
+            new.shown[index:index + 1] = [platform_id]
     elif event.type == ev.ERROR:
         new.error = data.get("message", "")
     elif event.type == ev.DONE:
