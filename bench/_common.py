@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def fake_model_process() -> Iterator[str]:
-    """Run tests/fakes/openai_api.py in a separate process; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.openai_api", "--port", "0"],
+def fake_model_process(*options: str) -> Iterator[str]:
+    """Run tests/fakes/openai_api.py in a separate process (with its command-line `options`,
+    e.g. a slow writer's); yields its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.openai_api", "--port", "0",
+                             *options],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

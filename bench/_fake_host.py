@@ -157,8 +157,8 @@ class DiscordHost:
             self.fake.drop_connection()
 
     def replies_in(self, index: int) -> list[str]:
-        return [m.content or "" for m in self.fake.sent_messages
-                if m.channel_id == self.chats[index]]
+        return [m.message.get("content", m.content) or "" for m in self.fake.sent_messages
+                if m.channel_id == self.chats[index]]  # as edited since (a streamed reply)
 
     def stats(self) -> JSON:
         replied = {(m.channel_id, m.reply_to) for m in self.fake.sent_messages if m.reply_to}

@@ -11,6 +11,7 @@ platform's pacing floor, daemon CPU per inbound message, peak RSS, fds and socke
 
     python bench/platform_burst.py [--platform telegram|slack|discord|all] [--runs 5]
                                    [--messages 2000] [--chats 20]
+                                   [--slow-model WORDS,SECONDS]  (replies stream)
     python bench/platform_burst.py --soak [--duration 1800] [--rate 5]   (= bench/soak.py)
 """
 
@@ -42,6 +43,8 @@ PLATFORMS = ("telegram", "slack", "discord")
 #: minute; Slack ~1/s, Discord 5 per 5 s) and the bot-wide ceiling (Telegram 30/s; the others
 #: have none that 20 chats reach).
 PER_CHAT_RATE = {"telegram": 20 / 60, "slack": 1.0, "discord": 1.0}
+#: a message edit, as each fake counts it (a best-effort call, paced like a message)
+EDIT_METHODS = frozenset({"editMessageText", "chat.update", "edit_message"})
 PER_BOT_RATE = {"telegram": 30.0, "slack": float("inf"), "discord": float("inf")}
 
 
@@ -57,6 +60,7 @@ def pacing_floor_s(platform: str, replies: int, chats: int) -> float:
 class RunResult:
     platform: str
     run: int
+    chats: int
     injected: int
     received: int
     delivered: int  # messages an accepted reply answers, counted at the platform fake
@@ -69,6 +73,8 @@ class RunResult:
     reply_429s: int
     other_429s: int
     best_effort: int
+    edits: int  # message edits the platform accepted (streamed replies; also best effort)
+    edit_429s: int
     elapsed_s: float
     floor_s: float
     sent_floor_s: float
@@ -117,12 +123,15 @@ def run_once(platform: str, run: int, model_url: str, args: argparse.Namespace) 
         host.close()
     sends = set(stats["send_methods"])
     result = RunResult(
-        platform, run, args.messages, len(journal.received), seen["delivered"],
+        platform, run, args.chats, args.messages, len(journal.received), seen["delivered"],
         seen["missing"], journal.answered,
         journal.statuses(), stats["replies"], stats["replied_to"], dead_letters(workspace),
         sum(n for m, n in stats["rate_limited"].items() if m in sends),
         sum(n for m, n in stats["rate_limited"].items() if m not in sends),
-        sum(stats["best_effort"].values()), elapsed,
+        sum(stats["best_effort"].values()),
+        sum(n for m, n in stats["best_effort"].items() if m in EDIT_METHODS)
+        - sum(n for m, n in stats["rate_limited"].items() if m in EDIT_METHODS),
+        sum(n for m, n in stats["rate_limited"].items() if m in EDIT_METHODS), elapsed,
         pacing_floor_s(platform, args.messages, args.chats),
         pacing_floor_s(platform, stats["replies"], args.chats),
         1000 * cpu_s / max(args.messages, 1), probe.peak.rss_mib, probe.peak.fds,
@@ -171,15 +180,17 @@ def _wait_drained(daemon: Daemon, host: FakeHostProcess, journal: JournalCount,
 
 
 COLUMNS = ("platform", "run", "delivered", "journal", "replies", "dlq out/in", "429 reply/other",
-           "best-effort", "time s", "floor s", "sent floor s", "cpu ms/msg", "rss MiB", "fds",
-           "conns", "outcome")
+           "best-effort", "edits", "edits/chat-min", "429 edits", "time s", "floor s",
+           "sent floor s", "cpu ms/msg", "rss MiB", "fds", "conns", "outcome")
 
 
 def row(r: RunResult) -> tuple[str, ...]:
     return (r.platform, str(r.run), f"{r.delivered}/{r.injected}",
             f"{r.answered}/{r.injected}", str(r.replies),
             f"{r.dlq['outbound']}/{r.dlq['inbound']}", f"{r.reply_429s}/{r.other_429s}",
-            str(r.best_effort), f"{r.elapsed_s:.1f}", f"{r.floor_s:.0f}", f"{r.sent_floor_s:.1f}",
+            str(r.best_effort), str(r.edits),
+            f"{r.edits / r.chats / max(r.elapsed_s / 60, 1e-9):.1f}",
+            str(r.edit_429s), f"{r.elapsed_s:.1f}", f"{r.floor_s:.0f}", f"{r.sent_floor_s:.1f}",
             f"{r.cpu_ms_per_msg:.2f}", f"{r.peak_rss_mib:.0f}", str(r.peak_fds),
             str(r.peak_connections), r.outcome)
 
@@ -212,6 +223,14 @@ def summarize(results: list[RunResult]) -> None:
               f"statuses {runs[-1].statuses}")
 
 
+def slow_model_options(spec: str) -> list[str]:
+    """`--slow-model 30,0.1` as the fake model's options."""
+    if not spec:
+        return []
+    words, seconds = spec.split(",", 1)
+    return ["--echo-words", str(int(words)), "--chunk-delay", str(float(seconds))]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--platform", default="all", choices=(*PLATFORMS, "all"))
@@ -229,6 +248,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="a daemon setting for every run (repeatable)")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--slow-model", default="", metavar="WORDS,SECONDS",
+                        help="the fake model answers with this many more words, streamed "
+                             "this many seconds apart (a slow writer: replies stream)")
     parser.add_argument("--soak", action="store_true",
                         help="mixed platforms at --rate msg/s with /stops and faults")
     parser.add_argument("--duration", type=float, default=1800.0)
@@ -248,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                           "--report-every", str(args.report_every), "--log-level",
                           args.log_level, *(f"--env={item}" for item in args.env),
                           *(["--no-limits"] if args.no_limits else [])])
-    with fake_model_process() as model_url:
+    with fake_model_process(*slow_model_options(args.slow_model)) as model_url:
         results: list[RunResult] = []
         for platform in platforms:
             for run in range(1, args.runs + 1):

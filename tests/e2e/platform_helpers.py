@@ -126,6 +126,14 @@ class Driver:
         finishes it even if the client has gone)."""
         raise NotImplementedError
 
+    def fail_edits(self, count: int) -> None:
+        """Answer the next `count` message edits with HTTP 429, retry after 1 s."""
+        raise NotImplementedError
+
+    def edit_attempts(self) -> int:
+        """Message edits the fake has received so far (failed ones included)."""
+        raise NotImplementedError
+
     def malformed(self) -> None:
         """Inject events with missing fields and of unknown types, then a 1 MB message from
         the allowed user."""
@@ -259,6 +267,12 @@ class SlackDriver(Driver):
 
     def hold_next_send(self, seconds: float) -> None:
         self.runner.delay_next("chat.postMessage", seconds)
+
+    def fail_edits(self, count: int) -> None:
+        self.runner.fail_next("chat.update", status=429, retry_after=1, count=count)
+
+    def edit_attempts(self) -> int:
+        return len([r for r in self.runner.requests if r.method == "chat.update"])
 
     def malformed(self) -> None:
         envelopes: list[dict[str, Any]] = [
@@ -411,6 +425,12 @@ class TelegramDriver(Driver):
     def hold_next_send(self, seconds: float) -> None:
         self.runner.delay_next("sendMessage", seconds)
 
+    def fail_edits(self, count: int) -> None:
+        self.runner.fail_next("editMessageText", 429, retry_after=1, count=count)
+
+    def edit_attempts(self) -> int:
+        return len([r for r in self.runner.requests if r.method == "editMessageText"])
+
     def malformed(self) -> None:
         chat = self.runner.add_chat(int(self.chat), "supergroup")
         updates: list[dict[str, Any]] = [
@@ -530,6 +550,12 @@ class DiscordDriver(Driver):
     def hold_next_send(self, seconds: float) -> None:
         self.runner.delay_next("send_message", seconds)
 
+    def fail_edits(self, count: int) -> None:
+        self.runner.fail_next("edit_message", 429, retry_after=1, count=count)
+
+    def edit_attempts(self) -> int:
+        return len([r for r in self.runner.requests if r.name == "edit_message"])
+
     def malformed(self) -> None:
         chat = self.chat
         self.runner.push_raw_dispatch("TOTALLY_NEW_EVENT", {"what": "ever"})
@@ -544,7 +570,8 @@ class DiscordDriver(Driver):
             if chat not in (None, str(sent.channel_id)):
                 continue
             file = (sent.files[0].filename, sent.files[0].data) if sent.files else None
-            found.append(BotPost(str(sent.id), str(sent.channel_id), sent.content or "",
+            text = sent.message.get("content", sent.content)  # as edited since
+            found.append(BotPost(str(sent.id), str(sent.channel_id), text or "",
                                  reply_to=str(sent.reply_to) if sent.reply_to else None,
                                  file=file))
         return found

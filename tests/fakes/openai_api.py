@@ -71,6 +71,10 @@ class _State:
     delay_s: float = 0.0
     #: USD per token reported as `usage.cost` (as OpenRouter does); None: no cost reported
     cost_per_token: float | None = None
+    #: the default echo goes on with this many filler words, streamed `chunk_delay_s` apart
+    #: (a model that writes slowly, for the streaming benches)
+    echo_words: int = 0
+    chunk_delay_s: float = 0.0
     #: every `usage` object the server sent, in order (what a test compares the counts with)
     usages: list[dict[str, Any]] = field(default_factory=list)
     queue: deque[Scripted] = field(default_factory=deque)
@@ -274,7 +278,9 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
                       recorded: RecordedRequest) -> web.StreamResponse:
         delay, item = self._state.next_response(body)
         await asyncio.sleep(delay + self._state.delay_s)
-        item = item or Scripted("reply", "echo: " + _last_user_text(body["messages"]))
+        item = item or Scripted("reply", "echo: " + _last_user_text(body["messages"])
+                                + _filler(self._state.echo_words),
+                                seconds=self._state.chunk_delay_s)
         if item.kind == "recital":
             item = Scripted("reply", _recital(body["messages"]))
         if item.kind == "error":
@@ -467,9 +473,14 @@ class FakeOpenAIThread(_ScriptingMixin):
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
 
 
+def _filler(words: int) -> str:
+    return "".join(f" and{i}" for i in range(words)) if words else ""
+
+
 async def _serve(args: argparse.Namespace) -> None:
     fake = FakeOpenAI(model=args.model, delay_s=args.delay,
                       cost_per_token=args.cost_per_token)
+    fake._state.echo_words, fake._state.chunk_delay_s = args.echo_words, args.chunk_delay
     await fake.start(args.host, args.port)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -489,6 +500,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before every response")
     parser.add_argument("--cost-per-token", type=float, default=None,
                         help="report usage.cost = total tokens x this (USD), as OpenRouter does")
+    parser.add_argument("--echo-words", type=int, default=0,
+                        help="filler words after the echo (a longer answer)")
+    parser.add_argument("--chunk-delay", type=float, default=0.0,
+                        help="seconds between streamed words of the echo (a slow writer)")
     asyncio.run(_serve(parser.parse_args(argv)))
 
 
