@@ -54,6 +54,7 @@ class Rig:
     server_error: int
     tagged: Callable[[OutboundMessage], bool]  # the last post carries the outbox id
     exactly_once: bool  # a repeated post of one outbox entry makes no second message
+    user_says: Callable[[str], tuple[str, Callable[[], str]]]  # (its id, its text now)
 
     def out(self, text: str, **options: Any) -> OutboundMessage:
         return OutboundMessage(self.platform, self.chat, text,
@@ -108,7 +109,8 @@ async def _telegram(tmp_path: Path) -> AsyncIterator[Rig]:
                 bold, delete,
                 lambda kind: _ports([c for m in calls[kind] for c in fake.calls(m)]),
                 lambda status, **kw: fake.fail_next("editMessageText", status, **kw),
-                long_429=3.0, server_error=502, tagged=lambda _: False, exactly_once=False)
+                long_429=3.0, server_error=502, tagged=lambda _: False, exactly_once=False,
+                user_says=lambda text: _telegram_user(fake, text))
 
 
 async def _slack(tmp_path: Path) -> AsyncIterator[Rig]:
@@ -137,7 +139,8 @@ async def _slack(tmp_path: Path) -> AsyncIterator[Rig]:
                 "slack", adapter, fake, GENERAL, lambda: fake.bot_texts(GENERAL),
                 lambda word: f"*{word}*" in fake.bot_texts(GENERAL)[-1], delete,
                 lambda kind: _ports([c for m in calls[kind] for c in fake.calls(m)]),
-                fail_edit, long_429=3.0, server_error=500, tagged=tagged, exactly_once=True)
+                fail_edit, long_429=3.0, server_error=500, tagged=tagged, exactly_once=True,
+                user_says=lambda text: _slack_user(fake, text))
 
 
 async def _discord(tmp_path: Path) -> AsyncIterator[Rig]:
@@ -166,7 +169,23 @@ async def _discord(tmp_path: Path) -> AsyncIterator[Rig]:
             fail_edit, long_429=45.0, server_error=503,
             tagged=lambda m: fake.sent_messages[-1].payload.get("nonce") == nonce_for(
                 m.message_id),
-            exactly_once=True)
+            exactly_once=True, user_says=lambda text: _discord_user(fake, channel, text))
+
+
+def _telegram_user(fake: FakeTelegram, text: str) -> tuple[str, Callable[[], str]]:
+    pushed = fake.push_message(USER, text, from_id=USER)["message"]
+    key = (USER, int(pushed["message_id"]))
+    return str(key[1]), lambda: str(fake.messages[key]["text"])
+
+
+def _slack_user(fake: FakeSlack, text: str) -> tuple[str, Callable[[], str]]:
+    posted = fake.post_user_message(GENERAL, text)
+    return str(posted["ts"]), lambda: str(fake._find(GENERAL, posted["ts"])["text"])
+
+
+def _discord_user(fake: Any, channel: int, text: str) -> tuple[str, Callable[[], str]]:
+    pushed = fake.push_message(channel, text, fake.user_ids["alice"])
+    return str(pushed["id"]), lambda: str(fake.world.messages[int(pushed["id"])]["content"])
 
 
 # -- the behaviour, on every platform ---------------------------------------------------------
@@ -209,6 +228,17 @@ async def test_an_edit_of_a_deleted_message_posts_the_text_anew(
         assert rig.tagged(final)
         again = await rig.adapter.send(replace(final, delivery=Delivery(maybe_sent=True)))
         assert again.platform_message_ids == [new] and len(rig.shown()) == 1
+
+
+async def test_edit_of_someone_elses_message_leaves_it_and_posts_anew(rig: Rig) -> None:
+    """An `edit_of` that names a user's message (a bug upstream, or ids mixed up) can never
+    put the bot's words into that message: the platform refuses, the text goes out as the
+    bot's own new message."""
+    their_id, their_text = rig.user_says("my own words")
+    (new,) = (await rig.adapter.send(rig.out("the bot's text", edit_of=their_id))
+              ).platform_message_ids
+    assert new != their_id and their_text() == "my own words"
+    assert rig.shown() == ["the bot's text"]
 
 
 async def test_a_429_on_the_edit_is_a_retry_after_and_the_text_waits(rig: Rig) -> None:
