@@ -284,6 +284,18 @@ async def test_the_edit_goes_on_the_reply_client_and_edit_stays_best_effort(rig:
     assert rig.ports("edit") - {edit_port} <= rig.ports("feedback")
 
 
+async def test_a_long_stream_of_edits_leaves_one_message_with_the_last_text(rig: Rig) -> None:
+    """A slow model streaming a long answer: a hundred edits of one message (limits off in
+    these rigs; pacing is the dispatcher's), each growing the text, end as one message."""
+    first = await rig.post("w0")
+    text = "w0"
+    for n in range(1, 101):
+        text += f" w{n}"
+        ids = (await rig.adapter.send(rig.out(text, edit_of=first))).platform_message_ids
+        assert ids == [first]
+    assert rig.shown() == [text]
+
+
 # -- platform specifics ------------------------------------------------------------------
 
 
@@ -324,3 +336,15 @@ async def test_telegram_html_it_cannot_parse_is_edited_in_as_plain_text(
             edits = fake.calls("editMessageText")
             assert [e.params.get("parse_mode") for e in edits] == ["HTML", None]
             assert fake.messages[(USER, int(first))]["text"] == "a **b**"
+
+
+async def test_discord_waits_out_a_short_429_on_an_edit_as_on_a_send(tmp_path: Path) -> None:
+    async with unpaced_discord() as fake, running(discord_adapter(fake, tmp_path)) as adapter:
+        chat = str(fake.channel_ids["general"])
+        (first,) = (await adapter.send(OutboundMessage("discord", chat, "draft"))
+                    ).platform_message_ids
+        fake.fail_next("edit_message", 429, retry_after=0.2)
+        final = OutboundMessage("discord", chat, "done", options=ReplyOptions(edit_of=first))
+        assert (await adapter.send(final)).platform_message_ids == [first]
+        assert [r.status for r in fake.requests if r.name == "edit_message"] == [429, 200]
+        assert fake.world.messages[int(first)]["content"] == "done"
