@@ -105,7 +105,7 @@ from .discord_objects import (
     read_message_body,
     unknown_reply_error,
 )
-from .loopback_base import ServedInBlock
+from .loopback_base import ServedInBlock, client_port
 from .rate_limits import TrafficCounters
 
 API_PREFIX = "/api/v10"
@@ -302,7 +302,7 @@ class FakeDiscord(ServedInBlock):
         route = f"{request.method} {template}"
         record = RecordedRequest(request.method, request.path.removeprefix(API_PREFIX), route,
                                  ROUTE_NAMES.get(route), dict(request.headers),
-                                 dict(request.query))
+                                 dict(request.query), client_port=client_port(request))
         self.requests.append(record)
         request[RECORD_KEY] = record
         try:

@@ -156,6 +156,7 @@ class RecordedRequest:
     query: dict[str, str]
     json: Any = None
     status: int | None = None
+    client_port: int | None = None  # which connection (client) the request came on
 
 
 @dataclass

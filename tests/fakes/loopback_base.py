@@ -51,7 +51,8 @@ class RecordedRequest:
 
     ``time`` is ``time.monotonic()`` so tests can assert on spacing between calls
     (e.g. that a client honoured ``retry_after``); ``status`` is the HTTP status answered
-    (None until then) and ``retry_after`` the wait a 429 asked for.
+    (None until then) and ``retry_after`` the wait a 429 asked for. ``client_port`` tells
+    an adapter's clients apart (replies and best-effort feedback have pools of their own).
     """
 
     method: str
@@ -60,6 +61,13 @@ class RecordedRequest:
     http_method: str = "POST"
     status: int | None = None
     retry_after: float | None = None
+    client_port: int | None = None  # the caller's TCP port: which connection (client) it used
+
+
+def client_port(request: web.BaseRequest) -> int | None:
+    """The TCP port the request came from (its connection), when the transport knows it."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return peer[1] if isinstance(peer, tuple) and len(peer) >= 2 else None
 
 
 class Scheduled(Generic[T]):

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
+from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, client_port, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     SLACK_LIMITS,
@@ -150,6 +150,7 @@ class FakeSlack(SlackMethods, PacedFake):
         try:
             params = await read_params(request)
             entry = self._record(method, dict(params.values), request.method)
+            entry.client_port = client_port(request)
             handler: Handler | None = getattr(self, "m_" + method.replace(".", "_"), None)
             if handler is None:
                 raise SlackError("unknown_method", status=404, extra={"req_method": method})

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, encode_json
+from tests.fakes.loopback_base import MAX_BODY_BYTES, Scheduled, client_port, encode_json
 from tests.fakes.loopback_runner import FakeServerThread, Snapshot, run_cli
 from tests.fakes.rate_limits import (
     TELEGRAM_LIMITS,
@@ -190,6 +190,7 @@ class FakeTelegram(_BotUrls, TelegramMethods, PacedFake):
         try:
             params = await read_params(request)
             entry = self._record(method, params.record(), request.method)
+            entry.client_port = client_port(request)
             self._check_token(request.match_info["token"])
             handler = self._handlers().get(method.lower())
             if handler is None:

@@ -403,8 +403,15 @@ class DiscordChannel(ChannelAdapter):
     async def send(self, message: OutboundMessage) -> SendResult:
         """One message: the text (split for Discord's limits before it was stored, see
         `soulflow.channels.splitting`) or the file it became, as a reply to the message it
-        answers (a deleted one does not block it)."""
+        answers (a deleted one does not block it). A streamed reply's text
+        (`options.edit_of`) is edited into the message the bot sent (`fmt.edit_reply`)."""
         channel = self._messageable(message.chat_id)
+        edit_of = message.options.edit_of
+        if edit_of and await fmt.edit_reply(self._connected(), channel.id, message):
+            return SendResult(platform_message_ids=[edit_of])
+        if edit_of:  # gone: the text goes out as a new message, so it is never lost
+            log.info("cannot edit Discord message %s in %s; sending the text as a new message",
+                     edit_of, message.chat_id)
         target = fmt.reply_target(message.reply_to)
         reference = None if target is None else discord.MessageReference(
             message_id=target, channel_id=channel.id, fail_if_not_exists=False)

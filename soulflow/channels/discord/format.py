@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import discord
 import discord.abc
+from discord.http import handle_message_parameters
 
 from soulflow.channels.discord.guilds import ExpectedGuilds
 from soulflow.channels.discord.http import route_client
@@ -292,6 +293,36 @@ async def send_message(channel: discord.abc.Messageable, message: OutboundMessag
         return await channel.send(content=message.content, **options)
     except SEND_FAILURES as exc:
         raise send_error(exc) from exc
+
+
+#: Edits that cannot succeed on that message: it is gone (a user deleted it), or it is not
+#: the bot's. Its text goes out as a new message instead.
+UNKNOWN_MESSAGE, CANNOT_EDIT_OTHERS = 10008, 50005
+
+
+async def edit_reply(client: discord.Client, channel_id: int, message: OutboundMessage) -> bool:
+    """Edit the bot's message `options.edit_of` to the outbox message's text, with mentions
+    disabled as for every send, on `client` -- the reply client, not the feedback one the
+    adapter's `edit` uses: the dispatcher retries this edit and paces it with the chat's
+    sends. discord.py waits out a short 429 itself, as for a send; the rest comes back as a
+    classified `SendError`. False when the message cannot be edited (see UNKNOWN_MESSAGE):
+    the caller sends the text as a new message."""
+    how = message.options
+    if how.as_file:
+        raise SendError("a reply sent as a file cannot edit a message", permanent=True)
+    if not how.edit_of.isdigit():
+        raise SendError(f"{how.edit_of[:40]!r} is not a Discord message id", permanent=True)
+    try:
+        with handle_message_parameters(content=message.content,
+                                       allowed_mentions=ALLOWED_MENTIONS) as params:
+            await client.http.edit_message(channel_id, int(how.edit_of), params=params)
+    except discord.HTTPException as exc:
+        if exc.status in (403, 404) and exc.code in (UNKNOWN_MESSAGE, CANNOT_EDIT_OTHERS):
+            return False
+        raise send_error(exc) from exc
+    except SEND_FAILURES as exc:
+        raise send_error(exc) from exc
+    return True
 
 
 def _retry_after(error: discord.HTTPException) -> float | None:

@@ -179,6 +179,9 @@ PERMANENT_ERRORS = BOT_TOKEN_REJECTED | {
     "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text",
     "missing_scope", "restricted_action", "invalid_blocks", "invalid_blocks_format",
     "not_allowed_token_type", "invalid_arguments", "cannot_reply_to_message"}
+#: chat.update of a message that is gone (a user deleted it) or that this bot may no longer
+#: update: its text goes out as a new message instead.
+CANNOT_UPDATE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
 #: Rejections of the converted text itself: worth one more try as plain text.
 CONTENT_ERRORS = frozenset({"msg_too_long", "invalid_blocks", "invalid_blocks_format", "no_text"})
 

@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
@@ -60,6 +60,12 @@ _BATCH_LIMIT = 100  # getUpdates maximum; a full batch means more backlog is wai
 _POLL_READ_MARGIN_S = 10.0  # the HTTP read timeout must outlast the server-side long poll
 _MAX_CAPTION = 1024
 _REMEMBERED_SENT = 2048
+# editMessageText answers (lower-cased): the text is already there; the message is gone (a
+# user deleted it) or can no longer be edited
+_NOT_MODIFIED = "message is not modified"
+_CANNOT_EDIT = ("message to edit not found", "message can't be edited")
+
+
 class _Stopped(ChannelError):
     """The adapter was stopped while waiting."""
 
@@ -312,12 +318,15 @@ class TelegramChannel(ChannelAdapter):
 
     async def send(self, message: OutboundMessage) -> SendResult:
         """One message: the text (split for Telegram's limits before it was stored, see
-        `soulflow.channels.splitting`) as HTML, or the file it became."""
+        `soulflow.channels.splitting`) as HTML, or the file it became; or, for a streamed
+        reply (`options.edit_of`), that text edited into the message the bot sent."""
         bot = self._require_bot()
         chat = chat_ref(message.chat_id)
         options = send_options(message)
         try:
-            if message.options.as_file:
+            if message.options.edit_of:
+                sent = await self._edit_text(bot, chat, message, options)
+            elif message.options.as_file:
                 sent = await self._send_file(bot, chat, message, options)
             else:
                 sent = await self._send_text(bot, chat, message.content, options)
@@ -328,17 +337,48 @@ class TelegramChannel(ChannelAdapter):
 
     async def _send_text(self, bot: Bot, chat: int | str, text: str,
                          options: dict[str, Any]) -> str:
+        sent = await self._formatted(
+            lambda body, **how: bot.send_message(chat, body, **options, **how), text)
+        return str(sent.message_id)
+
+    async def _edit_text(self, bot: Bot, chat: int | str, message: OutboundMessage,
+                         options: dict[str, Any]) -> str:
+        """editMessageText of `edit_of`, formatted as a send is, on the reply bot (not the
+        feedback bot that `edit` uses): the dispatcher retries it and paces it with the
+        chat's sends, which is what Telegram's flood control counts it as. "Not modified"
+        means the text is there already. A message the bot can no longer edit (a user
+        deleted it) gets the text as a new message, whose id is returned: the final text of
+        a reply is never lost to an edit."""
+        edit_of = message.options.edit_of
+        if message.options.as_file:
+            raise SendError("a reply sent as a file cannot edit a message", permanent=True)
+        target = _target(edit_of, "edit")
         try:
-            sent = await bot.send_message(chat, markdown_to_telegram_html(text),
-                                          parse_mode=ParseMode.HTML, **options)
+            await self._formatted(lambda body, **how: bot.edit_message_text(
+                body, chat_id=chat, message_id=target, **how), message.content)
+        except BadRequest as exc:
+            said = exc.message.lower()
+            if _NOT_MODIFIED in said:
+                return edit_of
+            if not any(gone in said for gone in _CANNOT_EDIT):
+                raise
+            log.info("telegram: cannot edit message %s in %s (%s); sending the text as a "
+                     "new message", edit_of, message.chat_id, exc.message)
+            return await self._send_text(bot, chat, message.content, options)
+        return edit_of
+
+    async def _formatted(self, post: Callable[..., Awaitable[T]], text: str) -> T:
+        """`post(body, **how)` with the text as Telegram HTML, or as plain text when
+        Telegram cannot parse the HTML (a converter bug must not lose the reply)."""
+        try:
+            return await post(markdown_to_telegram_html(text), parse_mode=ParseMode.HTML)
         except BadRequest as exc:
             if "can't parse entities" not in exc.message.lower():
                 raise
             level = logging.DEBUG if self._markup_warned else logging.WARNING
             log.log(level, "telegram: formatted text rejected (%s); sent as plain text", exc)
             self._markup_warned = True
-            sent = await bot.send_message(chat, text, **options)
-        return str(sent.message_id)
+            return await post(text)
 
     async def _send_file(self, bot: Bot, chat: int | str, message: OutboundMessage,
                          options: dict[str, Any]) -> str:
