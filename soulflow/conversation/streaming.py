@@ -198,7 +198,7 @@ class ReplyStream:
             if exc.retry_after is not None:
                 self._pacer.hold(self._chat.key, exc.retry_after)
                 self._plan.throttled(exc.retry_after, now)
-            elif exc.permanent and action.kind is EditKind.SEND:
+            elif exc.permanent:  # e.g. a piece the platform measures as too long
                 log.info("stream of %s: the platform refused a piece (%s); the reply is sent "
                          "when it is complete", self._chat.key, exc)
                 self._broken = True

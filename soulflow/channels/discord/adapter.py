@@ -431,6 +431,7 @@ class DiscordChannel(ChannelAdapter):
         await self._feedback.react(chat_id, message_id, emoji)
 
     can_edit = True
+    can_stream = True  # send() edits `options.edit_of` on the reply client
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """Edit the bot's message on the feedback client (best effort, like reactions)."""

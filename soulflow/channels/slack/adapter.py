@@ -417,6 +417,7 @@ class SlackChannel(ChannelAdapter):
             raise SendError(f"network error talking to Slack: {exc}") from None
 
     can_edit = True
+    can_stream = True  # send() edits `options.edit_of` on the reply client
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """chat.update on the feedback client (best effort, like reactions)."""

@@ -401,6 +401,7 @@ class TelegramChannel(ChannelAdapter):
             chat_ref(chat_id), target, [ReactionTypeEmoji(emoji)]))  # type: ignore[arg-type]
 
     can_edit = True
+    can_stream = True  # send() edits `options.edit_of` on the reply client
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """editMessageText (plain text) on the feedback bot (best effort, like reactions)."""
