@@ -228,6 +228,8 @@ async def handle(host: Host, request: JSON) -> Any:
         return True
     if cmd == "stats":
         return host.stats()
+    if cmd == "replies":  # the bot's messages in chat `index`, as they read now
+        return host.replies_in(int(request["index"]))
     if cmd == "calls":  # API calls received so far, per method (Discord: per route name)
         counts: dict[str, int] = {}
         for request in host.fake.requests:

@@ -116,6 +116,20 @@ class _CleanMemo:
 _TRAILING_WORD = re.compile(r"\S+\Z")
 
 
+def _begun_value(text: str, values: Iterable[str]) -> int:
+    """The length of the longest end of `text` that is the beginning of one of `values`."""
+    longest = 0
+    for value in values:
+        first = value[0]
+        start = max(len(text) - len(value) + 1, 0)
+        while (start := text.find(first, start)) >= 0:
+            if len(text) - start > longest and value.startswith(text[start:]):
+                longest = len(text) - start
+                break
+            start += 1
+    return longest
+
+
 class Redactor:
     """Replaces known secret values and credential-shaped strings with ``[REDACTED]``.
 
@@ -193,15 +207,14 @@ class Redactor:
 
     def redact_growing(self, text: str) -> str:
         """What of a text still being written (a streamed answer) can be shown now: redacted,
-        without the tail that may be the start of a secret not written out yet. That is as
-        many characters as the longest known value (a partial one matches nothing yet) and
-        then the word being written, where a credential-shaped token may still be growing
-        into one a detector knows. So what is shown holds no secret the finished text's
-        redaction hides (that one may still hide a word shown before a secret, such as a
-        "Bearer" in front of its token)."""
+        without the tail that may be the start of a secret not written out yet. That is the
+        longest end of the text that begins a known value (a partial one matches nothing
+        yet), and then the word being written, where a credential-shaped token may still be
+        growing into one a detector knows. So what is shown holds no secret the finished
+        text's redaction hides (that one may still hide a word shown before a secret, such
+        as a "Bearer" in front of its token)."""
         clean = self.redact(text)
-        longest = max(map(len, self._values), default=0)
-        kept = clean[:max(0, len(clean) - longest)] if longest else clean
+        kept = clean[:len(clean) - _begun_value(clean, self._values)]
         word = _TRAILING_WORD.search(kept)
         return kept[:word.start()] if word is not None else kept
 

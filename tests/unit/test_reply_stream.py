@@ -176,3 +176,13 @@ async def test_a_refused_first_piece_stops_the_stream_quietly() -> None:
     await asyncio.sleep(INTERVAL * 3)
     pieces = await stream.close()
     assert len(channel.calls) == 1 and recorded == [] and pieces.ids == ()
+
+
+def test_only_the_start_of_a_known_value_is_held_back() -> None:
+    redactor = Redactor(["s3cret-value-of-some-length"])
+    assert redactor.redact_growing("plain words so far and ") == "plain words so far and "
+    assert redactor.redact_growing("the key is s3cret-val") == "the key is "
+    assert redactor.redact_growing("the key is s3cret-value-of-some-length ok ") == (
+        "the key is [REDACTED] ok ")
+    # the word being written waits (a token may still grow into a detected one)
+    assert redactor.redact_growing("a token: ghp_abc") == "a token: "
