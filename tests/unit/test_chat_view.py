@@ -8,11 +8,16 @@ import io
 from pathlib import Path
 from typing import Any
 
+from soulflow.backends.file.backend import FileBackend
+from soulflow.bus.bus import MessageBus
 from soulflow.channels.local.adapter import LocalChannel
-from soulflow.cli.chat import ChannelTransport, _await_reply, settle_time
+from soulflow.cli.chat import ChannelTransport, HttpTransport, _await_reply, settle_time
 from soulflow.cli.chat_view import ChatPrinter
+from soulflow.cli.client import DaemonClient
 from soulflow.config import Settings
 from soulflow.contracts import OutboundMessage, ReplyOptions
+from soulflow.dashboard.service import DashboardService
+from soulflow.events.hub import EventHub
 from tests.waiting import until
 
 
@@ -114,3 +119,32 @@ def test_the_settle_time_follows_the_streaming_settings(tmp_path: Path) -> None:
     assert settle_time(Settings(tmp_path, {"STREAM_REPLIES": "on"})) == 2.0
     assert settle_time(Settings(tmp_path, {"STREAM_REPLIES": True,
                                            "STREAM_EDIT_INTERVAL_S": 0.5})) == 1.0
+
+
+async def test_over_http_the_terminal_starts_at_the_newest_entry_and_prints_folded_pages(
+        tmp_path: Path) -> None:
+    """Through the dashboard's API (folded pages, `last_seq`), as `soulflow chat` with a
+    daemon running: a long chat is not printed again, and a stream shows its final text."""
+    bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
+    channel = LocalChannel(tmp_path / "runtime" / "local")
+    service = DashboardService(host="127.0.0.1", port=0, token="t0k", hub=EventHub(),
+                               state=lambda: {"ok": True}, local=channel, bus=bus,
+                               ready=lambda: True)
+    await service.start()
+    transport = HttpTransport(DaemonClient(f"http://127.0.0.1:{service.bound_port}", "t0k"),
+                              "t")
+    try:
+        for i in range(450):
+            await channel.send(reply(f"old {i}", message_id=f"old-{i}", reply_to="in-0"))
+        assert await transport.last_seq() == 449
+        await channel.send(reply("Hel", message_id="out-1", reply_to="in-1"))
+        await channel.send(reply("Hello", edit_of="out-1", message_id="e1", reply_to="in-1"))
+        out = io.StringIO()
+        after = await _await_reply(transport, "in-1", 449, 60.0,
+                                   ChatPrinter(out, interactive=True))
+        assert (out.getvalue(), after) == ("soulflow> Hello\n", 451)
+    finally:
+        await transport.close()
+        await service.stop()
+        await bus.stop(1)
+        await bus.backend.stop()
