@@ -93,14 +93,18 @@ async def test_an_edit_of_an_unknown_message_is_shown_once_as_its_own(
         ("out-0", "before"), ("e0", "partial, then whole")]
 
 
-async def test_an_edit_never_rewrites_what_the_user_said(tmp_path: Path) -> None:
+async def test_an_edit_never_rewrites_what_the_user_said(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Whatever an edit names, a user's message keeps its words: the edit is shown apart."""
     channel = LocalChannel(tmp_path)
     await channel._append("c", {"id": "in-1", "role": "user", "content": "my words"})
-    await channel.send(reply("not yours", edit_of="in-1", message_id="out-1"))
+    with caplog.at_level(logging.WARNING, logger=local.__name__):
+        await channel.send(reply("not yours", edit_of="in-1", message_id="out-1"))
+        await channel.send(reply("not yours either", edit_of="in-1", message_id="out-2"))
+    assert len([r for r in caplog.records if "in-1" in r.getMessage()]) == 1
     shown = collapse_edits(channel.messages("c"))
     assert [(m["role"], m["content"]) for m in shown] == [
-        ("user", "my words"), ("assistant", "not yours")]
+        ("user", "my words"), ("assistant", "not yours either")]
 
 
 async def test_a_target_older_than_the_recent_entries_is_found_in_the_file_once(

@@ -250,8 +250,10 @@ class LocalChannel(ChannelAdapter):
         message of its own and never rewrite a user's words with it (edits.py)."""
         found = next(((str(r.get("role")), str(r.get("edits") or ""))
                       for r in reversed(transcript.recent) if r.get("id") == edit_of), None)
-        if found is None:
-            found = transcript.targets.get(edit_of)
+        if found is None or found[0] != "assistant":
+            known = transcript.targets.get(edit_of)
+            if known is not None:
+                return known[1] if known[0] == "assistant" and known[1] else edit_of
             if found is None:
                 try:
                     found = next(((str(r.get("role")), str(r.get("edits") or ""))
@@ -259,12 +261,12 @@ class LocalChannel(ChannelAdapter):
                                   if r.get("id") == edit_of), ("", ""))
                 except OSError:  # the append that follows fails and says why
                     return edit_of
-                transcript.targets[edit_of] = found
-                while len(transcript.targets) > _TARGETS_KEPT:
-                    transcript.targets.popitem(last=False)
-                if found[0] != "assistant":  # once per target, not once per edit
-                    log.warning("local chat %s: an edit names %s, which is no reply of this "
-                                "chat; it is shown as a message of its own", chat_id,
-                                edit_of[:80])
+            transcript.targets[edit_of] = found
+            while len(transcript.targets) > _TARGETS_KEPT:
+                transcript.targets.popitem(last=False)
+            if found[0] != "assistant":  # once per target, not once per edit
+                log.warning("local chat %s: an edit names %s, which is no reply of this "
+                            "chat; it is shown as a message of its own", chat_id,
+                            edit_of[:80])
         role, edits = found
         return edits if role == "assistant" and edits else edit_of
