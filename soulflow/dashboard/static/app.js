@@ -343,8 +343,9 @@ function addChat(entry, live = false) {
 
 function showChat(entry) {
   const log = $("chat-log");
-  const follow = nearBottom(log);  // reading older messages: the view stays where it is
   const reply = entry.role === "assistant";
+  // reading older messages, the view stays where it is; what the operator just sent, it shows
+  const follow = !reply || nearBottom(log);
   const target = reply && typeof entry.edits === "string" ? entry.edits : null;
   const shown = target !== null ? replyText.get(target) : undefined;
   const content = String(entry.content ?? "");
