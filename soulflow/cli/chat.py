@@ -3,6 +3,11 @@
 With a daemon running, messages go through its HTTP API; otherwise the daemon runs inside
 this process for the length of the chat. Interactive use shows a prompt; when stdin is a pipe,
 every line is one message and every reply is printed, so the chat can be scripted.
+
+A streamed reply (one message, then edits of it) prints as it grows (chat_view.py). Nothing in
+the transcript says a stream has ended, so with `STREAM_REPLIES` on the terminal waits, once
+the reply has come, until it has not changed for twice `STREAM_EDIT_INTERVAL_S` before the
+next prompt (or the end of a scripted chat); later edits print at the next reply.
 """
 
 from __future__ import annotations
@@ -10,18 +15,32 @@ from __future__ import annotations
 import asyncio
 import sys
 from contextlib import AsyncExitStack
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
+from soulflow.cli.chat_view import ChatPrinter
 from soulflow.cli.client import DaemonClient, DaemonNotRunning
 from soulflow.config import Settings
+
+if TYPE_CHECKING:
+    from soulflow.channels.local.adapter import LocalChannel
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPage:
+    """Entries newer than a cursor, and the cursor for the next read (`last_seq`: the last
+    entry read, which a folded page may not show)."""
+
+    entries: list[dict[str, Any]]
+    last_seq: int
 
 
 class ChatTransport(Protocol):
     async def submit(self, text: str) -> str: ...
 
-    async def wait(self, after: int, timeout: float) -> list[dict[str, Any]]: ...
+    async def wait(self, after: int, timeout: float) -> ChatPage: ...
 
     async def last_seq(self) -> int: ...
 
@@ -44,42 +63,57 @@ class HttpTransport:
         body = await self._call("POST", "/api/chat", json={"chat_id": self._chat_id, "text": text})
         return str(body["message_id"])
 
-    async def wait(self, after: int, timeout: float) -> list[dict[str, Any]]:
+    async def wait(self, after: int, timeout: float) -> ChatPage:
         body = await self._call("GET", f"/api/chat/{self._chat_id}/messages",
                                 params={"after": after, "wait": min(timeout, 60.0)})
-        return list(body["messages"])
+        entries = list(body["messages"])
+        last = body.get("last_seq")  # a daemon from before edits: the last entry's seq
+        return ChatPage(entries, int(last) if last is not None else
+                        max([after, *(int(e["seq"]) for e in entries)]))
 
     async def last_seq(self) -> int:
-        body = await self._call("GET", f"/api/chat/{self._chat_id}/messages",
-                                params={"after": -1})
-        messages = body["messages"]
-        return int(messages[-1]["seq"]) if messages else -1
+        # the newest entry's seq: pages of 200 from the start would read the whole chat
+        cursor = -1
+        while True:
+            page = await self.wait(cursor, 0.0)
+            if page.last_seq <= cursor:
+                return cursor
+            cursor = page.last_seq
 
     async def close(self) -> None:
         await self._http.aclose()
 
 
-class EmbeddedTransport:
+class ChannelTransport:
+    """Talks to a local channel in this process (its entries as written, edits included)."""
+
+    def __init__(self, local: LocalChannel, chat_id: str) -> None:
+        self._local = local
+        self._chat_id = chat_id
+
+    async def submit(self, text: str) -> str:
+        return await self._local.submit(self._chat_id, text)
+
+    async def wait(self, after: int, timeout: float) -> ChatPage:
+        entries = await self._local.wait_messages(self._chat_id, after, timeout)
+        return ChatPage(entries, int(entries[-1]["seq"]) if entries else after)
+
+    async def last_seq(self) -> int:
+        messages = self._local.messages(self._chat_id, -1, limit=10**9)
+        return int(messages[-1]["seq"]) if messages else -1
+
+
+class EmbeddedTransport(ChannelTransport):
     """Runs the daemon in this process and talks to its local channel directly."""
 
     def __init__(self, settings: Settings, chat_id: str) -> None:
         from soulflow.cli.wiring import create_app
 
         self._runtime = create_app(settings)
-        self._chat_id = chat_id
+        super().__init__(self._runtime.local, chat_id)
 
     async def start(self) -> None:
         await self._runtime.start()
-
-    async def submit(self, text: str) -> str:
-        return await self._runtime.local.submit(self._chat_id, text)
-
-    async def wait(self, after: int, timeout: float) -> list[dict[str, Any]]:
-        return await self._runtime.local.wait_messages(self._chat_id, after, timeout)
-
-    async def last_seq(self) -> int:
-        messages = self._runtime.local.messages(self._chat_id, -1, limit=10**9)
-        return int(messages[-1]["seq"]) if messages else -1
 
     async def stop(self) -> None:
         await self._runtime.stop()
@@ -98,22 +132,44 @@ async def _read_line(interactive: bool) -> str | None:
 
 
 async def _await_reply(transport: ChatTransport, message_id: str, after: int, timeout: float,
-                       interactive: bool) -> int:
-    """Print assistant messages until the reply to `message_id` arrives; returns the new cursor."""
+                       printer: ChatPrinter, settle_s: float = 0.0) -> int:
+    """Print assistant messages until the reply to `message_id` arrives and, with `settle_s`,
+    until it has not changed for that long (a streamed reply still growing); returns the new
+    cursor. The time waited for a streamed reply to settle counts within `timeout`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while (remaining := deadline - loop.time()) > 0:
-        for entry in await transport.wait(after, remaining):
-            after = max(after, int(entry["seq"]))
-            if entry.get("role") != "assistant":
-                continue
-            prefix = "soulflow> " if interactive else ""
-            print(f"{prefix}{entry.get('content', '')}", flush=True)
-            if entry.get("reply_to") == message_id:
+    replied = False
+    try:
+        while (remaining := deadline - loop.time()) > 0:
+            page = await transport.wait(after, min(remaining, settle_s) if replied else remaining)
+            after = max(after, page.last_seq)
+            if replied and not page.entries:
+                return after  # quiet for settle_s: the reply is whole
+            for entry in page.entries:
+                printer.show(entry)
+                if entry.get("role") == "assistant" and entry.get("reply_to") == message_id:
+                    replied = True
+            if replied and settle_s <= 0:
                 return after
-    print(f"soulflow: no reply within {timeout:g}s; it will appear in this chat when ready",
-          file=sys.stderr)
-    return after
+        if not replied:
+            printer.end_line()
+            print(f"soulflow: no reply within {timeout:g}s; it will appear in this chat when "
+                  "ready", file=sys.stderr)
+        return after
+    finally:
+        printer.end_line()
+
+
+def settle_time(settings: Settings) -> float:
+    """How long a reply must stay unchanged before the next prompt: twice the edit interval
+    when replies stream, else nothing (an ordinary reply is whole when it arrives)."""
+    streaming = str(settings.values.get("STREAM_REPLIES", "off")).lower()
+    if streaming not in ("on", "true", "1", "yes"):
+        return 0.0
+    try:
+        return 2 * float(settings.values.get("STREAM_EDIT_INTERVAL_S", 1.0))
+    except (TypeError, ValueError):
+        return 2.0
 
 
 async def run_chat(settings: Settings, *, chat_id: str, timeout: float) -> int:
@@ -135,10 +191,13 @@ async def run_chat(settings: Settings, *, chat_id: str, timeout: float) -> int:
             await embedded.start()
             transport = embedded
         interactive = sys.stdin.isatty()
+        printer = ChatPrinter(sys.stdout, interactive=interactive)
+        settle_s = settle_time(settings)
         after = await transport.last_seq()
         while (line := await _read_line(interactive)) is not None:
             if interactive and not line.strip():
                 continue
             message_id = await transport.submit(line)
-            after = await _await_reply(transport, message_id, after, timeout, interactive)
+            after = await _await_reply(transport, message_id, after, timeout, printer,
+                                       settle_s)
     return 0

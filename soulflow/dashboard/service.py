@@ -32,6 +32,7 @@ from aiohttp.typedefs import Handler
 
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local.adapter import InvalidChatId, LocalChannel
+from soulflow.channels.local.edits import collapse_edits
 from soulflow.dashboard.actions import ActionError, ConsoleActions, Operator
 from soulflow.dashboard.connections import ConnectionGate, ConnectionLimits
 from soulflow.dashboard.console import Console
@@ -353,9 +354,14 @@ class DashboardService:
                 messages = self._local.messages(chat_id, after)
         except InvalidChatId as exc:
             return _json_error(400, str(exc))
+        # a streamed reply reads as one message (channels/local/edits.py); `last_seq` is the
+        # cursor for the next read, which the last message shown may be older than
+        last_seq = int(messages[-1]["seq"]) if messages else after
+        messages = collapse_edits(messages)
         if self._runtime is not None:  # a credential typed in the chat is not shown back
             messages = self._runtime.redactor.redact_obj(messages)
-        return web.json_response({"ok": True, "chat_id": chat_id, "messages": messages})
+        return web.json_response({"ok": True, "chat_id": chat_id, "messages": messages,
+                                  "last_seq": last_seq})
 
     # -- DLQ -----------------------------------------------------------------------------
 

@@ -5,6 +5,10 @@ It uses the same adapter interface as the platforms. Its "platform" is a transcr
 is connected is still there when one connects. Sends are idempotent on the outbox message id,
 which makes redelivery after a crash exactly-once from the reader's point of view.
 
+A reply that edits one already sent (a streamed reply growing, `ReplyOptions.edit_of`) is a
+record of its own that names the message it replaces (`edits`); readers fold it into that
+message (edits.py), so the transcript stays append-only and a crash never half-rewrites it.
+
 On a shared backend (Redis, several nodes) the local chat of a node is that node's conversation
 with its operator: the channel is given the node id and names its chats `<chat>@<node id>` for
 the rest of the daemon (the transcript stays `<chat>.jsonl`). The backend keeps such a chat in
@@ -18,7 +22,7 @@ import asyncio
 import logging
 import re
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +41,9 @@ OPERATOR_ID = "operator"
 _RECENT = 200
 _OPEN_TRANSCRIPTS = 64  # chats whose transcript (open file, last _RECENT entries) stays loaded
 _PERMANENT_OS_ERRORS = (PermissionError, IsADirectoryError, NotADirectoryError)
+# edit targets looked up in a transcript's file (older than its recent entries), remembered
+# so a stream that outlived the recent window reads the file once, not once per edit
+_TARGETS_KEPT = 32
 
 
 class InvalidChatId(ChannelError, ValueError):
@@ -64,6 +71,8 @@ class _Transcript:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     recent_ids: set[str] = field(default_factory=set)
     waiters: int = 0  # long polls waiting on `changed`: the transcript stays loaded
+    # id -> (role, the message it edits or "") of edit targets found in the file
+    targets: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)
 
     def remember(self, record: dict[str, Any]) -> None:
         if len(self.recent) == self.recent.maxlen:
@@ -213,14 +222,51 @@ class LocalChannel(ChannelAdapter):
             transcript = self._transcript(chat_id)
         except (InvalidChatId, ForeignLocalChat) as exc:
             raise SendError(str(exc), permanent=True) from None
+        edit_of = message.options.edit_of
+        # the platform id of a local message is its own id; an edit keeps the one it edits
+        platform_id = edit_of or message.message_id
         if message.message_id in transcript.recent_ids:
-            return SendResult(platform_message_ids=[message.message_id])  # already delivered
+            return SendResult(platform_message_ids=[platform_id])  # already delivered
+        entry: dict[str, Any] = {"id": message.message_id, "role": "assistant",
+                                 "content": message.content}
+        if edit_of:
+            entry["edits"] = self._edit_target(chat_id, transcript, edit_of)
+        entry["reply_to"] = message.reply_to
         try:
-            await self._append(chat_id, {
-                "id": message.message_id, "role": "assistant", "content": message.content,
-                "reply_to": message.reply_to})
+            await self._append(chat_id, entry)
         except _PERMANENT_OS_ERRORS as exc:
             raise SendError(f"cannot write the local transcript: {exc}", permanent=True) from None
         except OSError as exc:
             raise SendError(f"cannot write the local transcript: {exc}") from None
-        return SendResult(platform_message_ids=[message.message_id])
+        return SendResult(platform_message_ids=[platform_id])
+
+    def _edit_target(self, chat_id: str, transcript: _Transcript, edit_of: str) -> str:
+        """The id an edit of `edit_of` names: the message itself, or the one it edits when it
+        is an edit record (edits stay one level deep, so readers fold them in one pass).
+
+        Looked up in the recent entries, then (rarely: a stream that outlived the last
+        _RECENT entries) in the file, remembered. A target that is not an assistant entry
+        of this chat is named all the same and logged: readers show such an edit as a
+        message of its own and never rewrite a user's words with it (edits.py)."""
+        found = next(((str(r.get("role")), str(r.get("edits") or ""))
+                      for r in reversed(transcript.recent) if r.get("id") == edit_of), None)
+        if found is None or found[0] != "assistant":
+            known = transcript.targets.get(edit_of)
+            if known is not None:
+                return known[1] if known[0] == "assistant" and known[1] else edit_of
+            if found is None:
+                try:
+                    found = next(((str(r.get("role")), str(r.get("edits") or ""))
+                                  for r in transcript.file.iter_records()
+                                  if r.get("id") == edit_of), ("", ""))
+                except OSError:  # the append that follows fails and says why
+                    return edit_of
+            transcript.targets[edit_of] = found
+            while len(transcript.targets) > _TARGETS_KEPT:
+                transcript.targets.popitem(last=False)
+            if found[0] != "assistant":  # once per target, not once per edit
+                log.warning("local chat %s: an edit names %s, which is no reply of this "
+                            "chat; it is shown as a message of its own", chat_id,
+                            edit_of[:80])
+        role, edits = found
+        return edits if role == "assistant" and edits else edit_of

@@ -313,7 +313,7 @@ function scheduleRefresh(ms = 500) {  // at most two state reads a second, howev
 // -- live events and chat --------------------------------------------------------------------
 
 function addEvent(ev) {
-  if (ev.kind === "local.message") { if (ev.data.chat_id === CHAT_ID) addChat(ev.data); return; }
+  if (ev.kind === "local.message") { if (ev.data.chat_id === CHAT_ID) addChat(ev.data, true); return; }
   const [icon, text, bad] = describe(ev);
   const li = el("li", bad ? "bad" : "");
   li.dataset.kind = ev.kind;
@@ -323,22 +323,63 @@ function addEvent(ev) {
   while (list.childElementCount > 200) list.lastChild.remove();
 }
 
-function addChat(entry) {
-  if (entry.seq <= chatAfter) return;
-  const log = $("chat-log");
-  log.querySelector(".empty")?.remove();
-  const row = el("div", "msg " + entry.role);
-  row.append(el("span", "", entry.content));
-  log.append(row);
-  log.scrollTop = log.scrollHeight;
+// The chat log shows a transcript entry per bubble, except edits (a streamed reply growing,
+// channels/local/edits.py): an edit replaces the text of the bubble of the reply it names, in
+// place, so a reply streams in one bubble. An edit of a reply not on the page (older than the
+// bubbles kept) gets a bubble of its own, which its later edits then update. The daemon folds
+// the edits of a page it sends (`last_seq` is then the cursor), so a reload shows each reply
+// once with its latest text. The long poll is the record; the live event only gets a new
+// entry here sooner, and only the very next one (a gap is the poll's to fill).
+const CHAT_KEEP = 500;          // bubbles kept on the page, oldest leave first
+const replyText = new Map();    // reply id -> the text node of its bubble (assistant only)
+
+function nearBottom(log) { return log.scrollHeight - log.scrollTop - log.clientHeight < 24; }
+
+function addChat(entry, live = false) {
+  if (entry.seq <= chatAfter || (live && entry.seq !== chatAfter + 1)) return;
   chatAfter = entry.seq;
+  showChat(entry);
+}
+
+function showChat(entry) {
+  const log = $("chat-log");
+  const reply = entry.role === "assistant";
+  // reading older messages, the view stays where it is; what the operator just sent, it shows
+  const follow = !reply || nearBottom(log);
+  const target = reply && typeof entry.edits === "string" ? entry.edits : null;
+  const shown = target !== null ? replyText.get(target) : undefined;
+  const content = String(entry.content ?? "");
+  if (shown) {
+    if (shown.textContent !== content) shown.textContent = content;
+  } else {
+    log.querySelector(".empty")?.remove();
+    const row = el("div", "msg " + (reply ? "assistant" : "user"));
+    const text = el("span", "", content);
+    row.append(text);
+    if (reply) {
+      row.dataset.key = target ?? String(entry.id);
+      replyText.set(row.dataset.key, text);
+    }
+    log.append(row);
+    while (log.childElementCount > CHAT_KEEP) {
+      const gone = log.firstElementChild;
+      if (gone.dataset.key && replyText.get(gone.dataset.key) === gone.firstElementChild)
+        replyText.delete(gone.dataset.key);
+      gone.remove();
+    }
+  }
+  if (follow) log.scrollTop = log.scrollHeight;
+}
+
+function takeChatPage(body) {
+  body.messages.forEach(entry => addChat(entry));
+  if (Number.isInteger(body.last_seq)) chatAfter = Math.max(chatAfter, body.last_seq);
 }
 
 async function pollChat() {
   for (;;) {
     try {
-      const body = await api(`/api/chat/${CHAT_ID}/messages?after=${chatAfter}&wait=25`);
-      body.messages.forEach(addChat);
+      takeChatPage(await api(`/api/chat/${CHAT_ID}/messages?after=${chatAfter}&wait=25`));
     } catch (err) {
       if (err instanceof NeedsToken) await tokenChanged();
       else await new Promise(r => setTimeout(r, 2000));
@@ -381,4 +422,4 @@ followEvents({
 $("chat-log").append(el("div", "empty", "Nothing said here yet. Write below: the agent answers as it would on any channel."));
 refresh();
 setInterval(() => { refreshTimes(); scheduleRefresh(0); }, 5000);
-api(`/api/chat/${CHAT_ID}/messages?after=-1`).then(b => b.messages.forEach(addChat)).catch(() => {}).finally(pollChat);
+api(`/api/chat/${CHAT_ID}/messages?after=-1`).then(takeChatPage).catch(() => {}).finally(pollChat);

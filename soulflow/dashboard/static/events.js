@@ -24,6 +24,7 @@ export function describe(ev) {
     case "agent.reply":
       return ["↑", `Replied in ${chat(d)}: ${quote(d.text)}`, false];
     case "local.message":
+      if (d.edits) return ["↑", `The agent's reply in local:${d.chat_id} now reads ${quote(d.content)}`, false];
       return [d.role === "user" ? "↓" : "↑", `${d.role === "user" ? "You" : "The agent"} in local:${d.chat_id}: ${quote(d.content)}`, false];
     case "outbound.sent":
       return ["✓", `Delivered a message to ${chat(d)}.`, false];
