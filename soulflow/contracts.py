@@ -174,7 +174,9 @@ class ReplyOptions:
     conversation/streaming.py) whose text this one replaces in place: the adapter edits that
     message instead of posting a new one. `shown`: that message already holds exactly this
     text (the stream's last edit), so nothing is sent; the entry is stored all the same, so
-    the reply is durable and answered like any other.
+    the reply is durable and answered like any other. `partial`: an in-between piece of a
+    streamed reply, whose final text follows (the local transcript marks it, so its readers
+    know when a reply is whole).
     """
 
     as_file: bool = False
@@ -183,6 +185,7 @@ class ReplyOptions:
     thread_reply: bool = False
     edit_of: str = ""
     shown: bool = False
+    partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {}
@@ -194,6 +197,8 @@ class ReplyOptions:
             record["edit_of"] = self.edit_of
             if self.shown:
                 record["shown"] = True
+        if self.partial:
+            record["partial"] = True
         return record
 
     @classmethod
@@ -202,10 +207,11 @@ class ReplyOptions:
             return _AS_TEXT
         return cls(bool(record.get("as_file")), str(record.get("filename") or ""),
                    str(record.get("note") or ""), bool(record.get("thread_reply")),
-                   str(record.get("edit_of") or ""), bool(record.get("shown")))
+                   str(record.get("edit_of") or ""), bool(record.get("shown")),
+                   bool(record.get("partial")))
 
 
-_OPTION_KEYS = frozenset({"as_file", "thread_reply", "edit_of"})
+_OPTION_KEYS = frozenset({"as_file", "thread_reply", "edit_of", "partial"})
 
 
 _AS_TEXT = ReplyOptions()  # shared: what almost every message is, read without building it

@@ -180,6 +180,9 @@ class ChannelAdapter(abc.ABC):
     #: `send` honours `options.edit_of` (edits that message, on the reply path, formatted as
     #: a send): a reply can be streamed into the chat (conversation/streaming.py)
     can_stream: bool = False
+    #: a streamed reply's final text goes to `send` even when the message holds it already:
+    #: the local transcript records the reply as whole that way (its edits cost nothing)
+    confirms_final_text: bool = False
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """Replace the text of a message the bot sent (best effort, like `add_reaction`:

@@ -4,10 +4,9 @@ With a daemon running, messages go through its HTTP API; otherwise the daemon ru
 this process for the length of the chat. Interactive use shows a prompt; when stdin is a pipe,
 every line is one message and every reply is printed, so the chat can be scripted.
 
-A streamed reply (one message, then edits of it) prints as it grows (chat_view.py). Nothing in
-the transcript says a stream has ended, so with `STREAM_REPLIES` on the terminal waits, once
-the reply has come, until it has not changed for twice `STREAM_EDIT_INTERVAL_S` before the
-next prompt (or the end of a scripted chat); later edits print at the next reply.
+A streamed reply (one message, then edits of it) prints as it grows (chat_view.py). Its
+in-between records are marked `partial`; the prompt comes back (or a scripted chat goes on)
+at the reply's first record that is not: its final text.
 """
 
 from __future__ import annotations
@@ -132,44 +131,29 @@ async def _read_line(interactive: bool) -> str | None:
 
 
 async def _await_reply(transport: ChatTransport, message_id: str, after: int, timeout: float,
-                       printer: ChatPrinter, settle_s: float = 0.0) -> int:
-    """Print assistant messages until the reply to `message_id` arrives and, with `settle_s`,
-    until it has not changed for that long (a streamed reply still growing); returns the new
-    cursor. The time waited for a streamed reply to settle counts within `timeout`."""
+                       printer: ChatPrinter) -> int:
+    """Print assistant messages until the whole reply to `message_id` has arrived (a streamed
+    one prints as it grows, until its final record); returns the new cursor."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    replied = False
     try:
         while (remaining := deadline - loop.time()) > 0:
-            page = await transport.wait(after, min(remaining, settle_s) if replied else remaining)
+            page = await transport.wait(after, remaining)
             after = max(after, page.last_seq)
-            if replied and not page.entries:
-                return after  # quiet for settle_s: the reply is whole
+            whole = False
             for entry in page.entries:
                 printer.show(entry)
-                if entry.get("role") == "assistant" and entry.get("reply_to") == message_id:
-                    replied = True
-            if replied and settle_s <= 0:
+                whole = whole or (entry.get("role") == "assistant"
+                                  and entry.get("reply_to") == message_id
+                                  and not entry.get("partial"))
+            if whole:
                 return after
-        if not replied:
-            printer.end_line()
-            print(f"soulflow: no reply within {timeout:g}s; it will appear in this chat when "
-                  "ready", file=sys.stderr)
+        printer.end_line()
+        print(f"soulflow: no reply within {timeout:g}s; it will appear in this chat when "
+              "ready", file=sys.stderr)
         return after
     finally:
         printer.end_line()
-
-
-def settle_time(settings: Settings) -> float:
-    """How long a reply must stay unchanged before the next prompt: twice the edit interval
-    when replies stream, else nothing (an ordinary reply is whole when it arrives)."""
-    streaming = str(settings.values.get("STREAM_REPLIES", "off")).lower()
-    if streaming not in ("on", "true", "1", "yes"):
-        return 0.0
-    try:
-        return 2 * float(settings.values.get("STREAM_EDIT_INTERVAL_S", 1.0))
-    except (TypeError, ValueError):
-        return 2.0
 
 
 async def run_chat(settings: Settings, *, chat_id: str, timeout: float) -> int:
@@ -192,12 +176,10 @@ async def run_chat(settings: Settings, *, chat_id: str, timeout: float) -> int:
             transport = embedded
         interactive = sys.stdin.isatty()
         printer = ChatPrinter(sys.stdout, interactive=interactive)
-        settle_s = settle_time(settings)
         after = await transport.last_seq()
         while (line := await _read_line(interactive)) is not None:
             if interactive and not line.strip():
                 continue
             message_id = await transport.submit(line)
-            after = await _await_reply(transport, message_id, after, timeout, printer,
-                                       settle_s)
+            after = await _await_reply(transport, message_id, after, timeout, printer)
     return 0

@@ -66,7 +66,9 @@ class BusReplies:
         parts = split_reply(content, adapter.limits) if adapter is not None else []
         stored: list[asyncio.Future[bool]] = []
         trace = tracing.traceparent()  # the turn's: each part's delivery joins its trace
-        for part in over_shown(parts or [ReplyPart(content)], shown or ShownPieces()):
+        confirm = adapter is not None and adapter.confirms_final_text
+        for part in over_shown(parts or [ReplyPart(content)], shown or ShownPieces(),
+                               skip_unchanged=not confirm):
             stored.append(self.bus.publish_outbound(OutboundMessage(
                 provider=provider, chat_id=chat_id, content=part.text, reply_to=reply_to,
                 thread_id=chat.thread_id, inbound_key=inbound_key, options=part.options,
@@ -94,23 +96,26 @@ class BusReplies:
                             "again (docs/scaling.md, the duplicate window)", key)
 
 
-def over_shown(parts: list[ReplyPart], shown: ShownPieces) -> list[ReplyPart]:
+def over_shown(parts: list[ReplyPart], shown: ShownPieces, *,
+               skip_unchanged: bool = True) -> list[ReplyPart]:
     """The parts, each text part in turn editing the next streamed piece, then the pieces no
-    part reached, emptied (a file cannot replace a text message: it goes as a new one)."""
+    part reached, emptied (a file cannot replace a text message: it goes as a new one). With
+    `skip_unchanged`, a part its message already holds is marked `shown` (not sent)."""
     result: list[ReplyPart] = []
     used = 0
     for part in parts:
         if used < len(shown.ids) and not part.options.as_file:
-            result.append(_editing(part, shown, used))
+            result.append(_editing(part, shown, used, skip_unchanged))
             used += 1
         else:
             result.append(part)
-    result += [_editing(ReplyPart(LEFT_OVER_PIECE), shown, index)
+    result += [_editing(ReplyPart(LEFT_OVER_PIECE), shown, index, skip_unchanged)
                for index in range(used, len(shown.ids))]
     return result
 
 
-def _editing(part: ReplyPart, shown: ShownPieces, index: int) -> ReplyPart:
+def _editing(part: ReplyPart, shown: ShownPieces, index: int,
+             skip_unchanged: bool) -> ReplyPart:
     held = shown.texts[index] if index < len(shown.texts) else ""
     return ReplyPart(part.text, replace(part.options, edit_of=shown.ids[index],
-                                        shown=held == part.text))
+                                        shown=skip_unchanged and held == part.text))

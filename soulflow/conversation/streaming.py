@@ -44,7 +44,7 @@ from soulflow.agent.run.showing import ShownLeg
 from soulflow.bus.pacing import ChatPacer
 from soulflow.bus.stream_edits import EditAction, EditKind, StreamPlan
 from soulflow.channels.base import ChannelAdapter
-from soulflow.contracts import ChatRef, OutboundMessage, ReplyOptions, SendError
+from soulflow.contracts import ChatRef, OutboundMessage, ReplyOptions, SendError, new_id
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +188,8 @@ class ReplyStream:
             provider=self._chat.provider, chat_id=self._chat.chat_id, content=action.text,
             reply_to=self._reply_to, thread_id=self._chat.thread_id,
             # a piece's create has the same id in every drive of the leg (Discord's nonce)
-            message_id=base if not edit_of else f"{base}_e{self.calls}",
-            options=ReplyOptions(edit_of=edit_of))
+            message_id=base if not edit_of else new_id(f"{base}_e"),
+            options=ReplyOptions(edit_of=edit_of, partial=True))
         self.calls += 1
         try:
             result = await self._adapter.send(message)

@@ -217,9 +217,9 @@ class Daemon:
 
     def wait_reply(self, message_id: str, chat_id: str = "test",
                    timeout: float = 20.0) -> dict[str, Any]:
-        def find() -> dict[str, Any] | None:
-            return next((m for m in self.replies(chat_id) if m.get("reply_to") == message_id),
-                        None)
+        def find() -> dict[str, Any] | None:  # whole: not a streamed reply still growing
+            return next((m for m in self.replies(chat_id) if m.get("reply_to") == message_id
+                         and not m.get("partial")), None)
         return wait_for(find, timeout, what=f"a reply to {message_id}")
 
     def cli(self, *args: str, input: bytes | None = None,

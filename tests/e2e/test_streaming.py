@@ -122,3 +122,27 @@ def test_with_streaming_off_the_answer_is_sent_once_whole(
         wait(daemon, lambda: [p.text for p in replies_to(driver, posted)] == [ANSWER],
              "the answer")
         assert driver.edit_attempts() == 0
+
+
+def test_the_local_chat_shows_the_answer_growing_then_whole(
+        tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
+    fake_llm.reset()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    daemon = Daemon(workspace, base_env(
+        workspace, PROVIDER="phi4_local", PHI4_BASE_URL=fake_llm.base_url,
+        PHI4_MODEL="fake-model", STREAM_EDIT_INTERVAL_S="0.3"), tmp_path / "daemon.log")
+    try:
+        daemon.start()
+        fake_llm.script_reply(ANSWER, chunk_delay_s=CHUNK_DELAY_S)
+        asked = daemon.say("tell me slowly")
+        growing = wait(daemon, lambda: next((m for m in daemon.replies()
+                                             if m.get("reply_to") == asked
+                                             and m.get("partial")), None),
+                       "the answer to show while it is written")
+        assert ANSWER.startswith(growing["content"]) and growing["content"] != ANSWER
+        whole = daemon.wait_reply(asked, timeout=30)
+        assert whole["content"] == ANSWER
+        assert [m["content"] for m in daemon.replies()] == [ANSWER]  # one message
+    finally:
+        daemon.close()

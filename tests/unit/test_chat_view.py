@@ -11,10 +11,9 @@ from typing import Any
 from soulflow.backends.file.backend import FileBackend
 from soulflow.bus.bus import MessageBus
 from soulflow.channels.local.adapter import LocalChannel
-from soulflow.cli.chat import ChannelTransport, HttpTransport, _await_reply, settle_time
+from soulflow.cli.chat import ChannelTransport, HttpTransport, _await_reply
 from soulflow.cli.chat_view import ChatPrinter
 from soulflow.cli.client import DaemonClient
-from soulflow.config import Settings
 from soulflow.contracts import OutboundMessage, ReplyOptions
 from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub
@@ -76,29 +75,30 @@ def test_an_edit_of_something_not_shown_prints_as_a_message() -> None:
     assert printed(entries) == "partial\nnot yours\n"
 
 
-def reply(text: str, *, edit_of: str = "", message_id: str, reply_to: str) -> OutboundMessage:
+def reply(text: str, *, edit_of: str = "", message_id: str, reply_to: str,
+          partial: bool = False) -> OutboundMessage:
     message = OutboundMessage(provider="local", chat_id="t", content=text, reply_to=reply_to,
-                              options=ReplyOptions(edit_of=edit_of))
+                              options=ReplyOptions(edit_of=edit_of, partial=partial))
     message.message_id = message_id
     return message
 
 
-async def test_the_terminal_follows_a_stream_until_it_settles(tmp_path: Path) -> None:
+async def test_the_terminal_follows_a_stream_until_its_final_record(tmp_path: Path) -> None:
     channel = LocalChannel(tmp_path)
     out = io.StringIO()
     printer = ChatPrinter(out, interactive=False)
     pieces = ["Once", "Once upon", "Once upon a time", "Once upon a time, the end."]
 
     async def stream() -> None:
-        await channel.send(reply(pieces[0], message_id="out-1", reply_to="in-1"))
+        await channel.send(reply(pieces[0], message_id="out-1", reply_to="in-1",
+                                 partial=True))
         for i, text in enumerate(pieces[1:], start=1):
             await until(lambda i=i: out.getvalue() == pieces[i - 1], timeout=30.0)
             await channel.send(reply(text, edit_of="out-1", message_id=f"e{i}",
-                                     reply_to="in-1"))
+                                     reply_to="in-1", partial=i < len(pieces) - 1))
 
     streamer = asyncio.create_task(stream())
-    after = await _await_reply(ChannelTransport(channel, "t"), "in-1", -1, 60.0, printer,
-                               settle_s=2.0)
+    after = await _await_reply(ChannelTransport(channel, "t"), "in-1", -1, 60.0, printer)
     await streamer
     assert out.getvalue() == "Once upon a time, the end.\n"  # grew in place, printed once
     assert after == 3
@@ -111,14 +111,6 @@ async def test_without_streaming_the_reply_ends_the_wait(tmp_path: Path) -> None
     after = await _await_reply(ChannelTransport(channel, "t"), "in-1", -1, 60.0,
                                ChatPrinter(out, interactive=False))
     assert (out.getvalue(), after) == ("whole\n", 0)
-
-
-def test_the_settle_time_follows_the_streaming_settings(tmp_path: Path) -> None:
-    assert settle_time(Settings(tmp_path, {})) == 0.0
-    assert settle_time(Settings(tmp_path, {"STREAM_REPLIES": "off"})) == 0.0
-    assert settle_time(Settings(tmp_path, {"STREAM_REPLIES": "on"})) == 2.0
-    assert settle_time(Settings(tmp_path, {"STREAM_REPLIES": True,
-                                           "STREAM_EDIT_INTERVAL_S": 0.5})) == 1.0
 
 
 async def test_over_http_the_terminal_starts_at_the_newest_entry_and_prints_folded_pages(

@@ -83,6 +83,8 @@ class _Transcript:
 
 class LocalChannel(ChannelAdapter):
     name = "local"
+    can_stream = True  # send() records an edit of `options.edit_of` (edits.py)
+    confirms_final_text = True  # a reply is whole at its first record that is not partial
 
     def __init__(self, directory: Path, *, send_interval_s: float = 0.0,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None,
@@ -232,6 +234,8 @@ class LocalChannel(ChannelAdapter):
         if edit_of:
             entry["edits"] = self._edit_target(chat_id, transcript, edit_of)
         entry["reply_to"] = message.reply_to
+        if message.options.partial:  # a stream's in-between text: the whole reply follows
+            entry["partial"] = True
         try:
             await self._append(chat_id, entry)
         except _PERMANENT_OS_ERRORS as exc:

@@ -37,6 +37,10 @@ def collapse_edits(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 merged = dict(shown[at])
                 merged["content"] = record.get("content", "")
                 merged["edited"] = True
+                if record.get("partial"):  # still growing: its final text follows
+                    merged["partial"] = True
+                else:
+                    merged.pop("partial", None)
                 shown[at] = merged
                 continue
             slot[target] = len(shown)  # later edits of this target replace this one
