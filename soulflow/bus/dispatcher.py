@@ -32,7 +32,7 @@ from typing import Protocol
 
 from soulflow import tracing
 from soulflow.backends.base import DeadLetterStore, OutboxStore
-from soulflow.bus.pacing import ChatPacer
+from soulflow.bus.pacing import ChatPacer, SendBudget, account_edits
 from soulflow.bus.retry import RetryPolicy
 from soulflow.bus.writer import OutboxWriter, StoreHealth
 from soulflow.contracts import EventSink, OutboundMessage, OutboxEntry, SendError, SendResult
@@ -47,6 +47,18 @@ class Sender(Protocol):
 
     @property
     def send_interval_s(self) -> float: ...
+
+
+def _chat_budget(sender: Sender, chat_id: str) -> SendBudget | None:
+    """The chat's budget where the channel declares one (`ChannelAdapter.chat_budget`; a
+    plain `Sender` has none)."""
+    budget = getattr(sender, "chat_budget", None)
+    return budget(chat_id) if budget is not None else None
+
+
+def _edit_budget(sender: Sender, message: OutboundMessage) -> SendBudget | None:
+    """The account's edit budget, for a message that edits one (`ChannelAdapter.edit_budget`)."""
+    return getattr(sender, "edit_budget", None) if message.options.edit_of else None
 
 
 SentListener = Callable[[OutboundMessage, SendResult], None]
@@ -253,9 +265,15 @@ class OutboundDispatcher:
     def _wait_before(self, key: str, entry: OutboxEntry) -> float:
         if entry.message.options.shown:
             return 0.0  # nothing goes to the platform
-        sender = self._resolve_sender(entry.message.provider)
-        interval = sender.send_interval_s if sender is not None else 0.0
-        return max(entry.next_at, self.pacer.ready_at(key, interval)) - self._clock()
+        message = entry.message
+        sender = self._resolve_sender(message.provider)
+        if sender is None:
+            return entry.next_at - self._clock()
+        ready = self.pacer.ready_at(key, sender.send_interval_s,
+                                    _chat_budget(sender, message.chat_id))
+        if (edits := _edit_budget(sender, message)) is not None:
+            ready = max(ready, self.pacer.ready_at(account_edits(message.provider), 0.0, edits))
+        return max(entry.next_at, ready) - self._clock()
 
     async def _attempt(self, entry: OutboxEntry) -> bool:
         """One round of inline tries. True when the entry is settled here (sent, dead, or no
@@ -305,7 +323,9 @@ class OutboundDispatcher:
                 error = SendError(f"{type(exc).__name__}: {exc}")
             else:
                 self._tell_outcome(message.provider, None)
-                self.pacer.sent(message.chat_key)
+                self.pacer.sent(message.chat_key, _chat_budget(sender, message.chat_id))
+                if (edits := _edit_budget(sender, message)) is not None:
+                    self.pacer.counted(account_edits(message.provider), edits)
                 await self._delivered(message, result, span, inline + 1)
                 return True
             self._tell_outcome(message.provider, str(error))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from soulflow.bus.pacing import SendBudget
 from soulflow.channels.leadership import AccountLeadership, Election
 from soulflow.contracts import (
     Attachment,
@@ -180,6 +181,16 @@ class ChannelAdapter(abc.ABC):
     #: `send` honours `options.edit_of` (edits that message, on the reply path, formatted as
     #: a send): a reply can be streamed into the chat (conversation/streaming.py)
     can_stream: bool = False
+    #: edits the whole account may make in a window (Slack's `chat.update` tier); None: the
+    #: platform limits edits per chat only, like its messages (see `chat_budget`)
+    edit_budget: SendBudget | None = None
+
+    def chat_budget(self, chat_id: str) -> SendBudget | None:
+        """Calls one chat may get in a window, its edits included, where the platform
+        documents such a limit (Telegram: 20 a minute in a group); the dispatcher and the
+        reply streams keep to it (bus/pacing.py)."""
+        return None
+
     #: a streamed reply's final text goes to `send` even when the message holds it already:
     #: the local transcript records the reply as whole that way (its edits cost nothing)
     confirms_final_text: bool = False

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from soulflow.agent.run.showing import ShownLeg
-from soulflow.bus.pacing import ChatPacer
+from soulflow.bus.pacing import ChatPacer, account_edits
 from soulflow.bus.stream_edits import EditAction, EditKind, StreamPlan
 from soulflow.channels.base import ChannelAdapter
 from soulflow.contracts import ChatRef, OutboundMessage, ReplyOptions, SendError, new_id
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: how long `close()` waits for a call in flight (its platform id must be recorded)
 CLOSE_TIMEOUT_S = 30.0
+#: calls of a chat's budget a stream leaves to the replies (Telegram group: 4 of 20 a minute)
+CHAT_RESERVE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,10 +161,9 @@ class ReplyStream:
             while not self._closing and not self._broken:
                 self._changed.clear()
                 self._plan.update(self._redact_growing(self._written))
-                wait = max(self._plan.next_at, self._pacer.ready_at(
-                    self._chat.key, self._adapter.send_interval_s)) - self._clock()
+                wait = self._ready_at() - self._clock()
                 if wait > 0:
-                    await self._sleep(wait)
+                    await self._sleep(min(wait, 60.0))  # a full budget: look again later
                     continue
                 action = self._plan.due(self._clock())
                 if action is None:
@@ -174,6 +175,20 @@ class ReplyStream:
         except Exception:  # showing is best effort: the reply still goes out in full
             log.exception("stream of %s failed; the reply is sent when it is complete",
                           self._chat.key)
+
+    def _ready_at(self) -> float:
+        """When the stream may make its next call: its interval, the chat's pace and budget
+        (leaving `CHAT_RESERVE` to the replies), and room in the account's edit budget for
+        half of it (the other half is the streamed replies' final edits')."""
+        adapter, chat = self._adapter, self._chat
+        ready = max(self._plan.next_at, self._pacer.ready_at(
+            chat.key, adapter.send_interval_s, adapter.chat_budget(chat.chat_id),
+            reserve=CHAT_RESERVE))
+        if adapter.edit_budget is not None:
+            ready = max(ready, self._pacer.ready_at(
+                account_edits(chat.provider), 0.0, adapter.edit_budget,
+                reserve=adapter.edit_budget.calls // 2))
+        return ready
 
     async def _sleep(self, seconds: float) -> None:
         """Wait, but wake when the stream closes."""
@@ -207,7 +222,9 @@ class ReplyStream:
                           exc)
                 self._plan.throttled(0.0, now)
             return
-        self._pacer.sent(self._chat.key)
+        self._pacer.sent(self._chat.key, self._adapter.chat_budget(self._chat.chat_id))
+        if action.kind is EditKind.EDIT and self._adapter.edit_budget is not None:
+            self._pacer.counted(account_edits(self._chat.provider), self._adapter.edit_budget)
         platform_id = next(iter(result.platform_message_ids), edit_of)
         if action.kind is EditKind.SEND:
             self._ids.append(platform_id)

@@ -61,6 +61,9 @@ class Scripted:
     body: _Body = None
     retry_after: float | None = None
     seconds: float = 0.0
+    #: an unstreamed answer takes as long as its streamed chunks would (a slow writer either
+    #: way: the echo of `--chunk-delay`, so a bench compares streaming on and off fairly)
+    pace_whole: bool = False
 
 
 @dataclass
@@ -280,7 +283,7 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
         await asyncio.sleep(delay + self._state.delay_s)
         item = item or Scripted("reply", "echo: " + _last_user_text(body["messages"])
                                 + _filler(self._state.echo_words),
-                                seconds=self._state.chunk_delay_s)
+                                seconds=self._state.chunk_delay_s, pace_whole=True)
         if item.kind == "recital":
             item = Scripted("reply", _recital(body["messages"]))
         if item.kind == "error":
@@ -291,6 +294,8 @@ class FakeOpenAI(_ScriptingMixin, ServedInBlock):
             return _garbage(bool(body.get("stream")))
         if body.get("stream"):
             return await self._stream(request, body, item, recorded)
+        if item.pace_whole and item.seconds:  # the chunks' pauses, all before the answer
+            await asyncio.sleep(item.seconds * max(0, len(_stream_choices(item)) - 2))
         return web.json_response(self._completion(body, item))
 
     def _completion(self, body: dict[str, Any], item: Scripted) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from soulflow.bus.pacing import SendBudget
 from soulflow.channels.base import (
     BEST_EFFORT_CONNECTIONS,
     AttachmentFolder,
@@ -418,6 +419,8 @@ class SlackChannel(ChannelAdapter):
 
     can_edit = True
     can_stream = True  # send() edits `options.edit_of` on the reply client
+    #: chat.update is Tier 3, "50+ per minute" per workspace and app, whatever the channel
+    edit_budget = SendBudget(50, 60.0)
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """chat.update on the feedback client (best effort, like reactions)."""

@@ -22,6 +22,7 @@ from telegram import Bot, ReactionTypeEmoji
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, InvalidToken, RetryAfter, TelegramError
 
+from soulflow.bus.pacing import SendBudget
 from soulflow.channels.base import (
     BEST_EFFORT_CONNECTIONS,
     AttachmentFolder,
@@ -63,6 +64,7 @@ _REMEMBERED_SENT = 2048
 # editMessageText answers (lower-cased): the text is already there; the message is gone (a
 # user deleted it) or can no longer be edited
 _NOT_MODIFIED = "message is not modified"
+GROUP_BUDGET = SendBudget(20, 60.0)
 _CANNOT_EDIT = ("message to edit not found", "message can't be edited")
 
 
@@ -402,6 +404,11 @@ class TelegramChannel(ChannelAdapter):
 
     can_edit = True
     can_stream = True  # send() edits `options.edit_of` on the reply client
+
+    def chat_budget(self, chat_id: str) -> SendBudget | None:
+        """Telegram's FAQ: "not more than 20 messages per minute" in a group (a negative chat
+        id), and flood control counts edits as messages."""
+        return GROUP_BUDGET if chat_id.startswith("-") else None
 
     async def edit(self, chat_id: str, message_id: str, text: str) -> None:
         """editMessageText (plain text) on the feedback bot (best effort, like reactions)."""
