@@ -678,6 +678,19 @@ class InboundDeadLetter:
 # -- model turns -------------------------------------------------------------------------
 
 StreamCallback = Callable[[str], Awaitable[None] | None]
+"""Takes a model's text as it streams. A callback that also has a `rewind()` method can take
+the text of a call again from its start: a provider may then retry (or fail over) after text
+was streamed, calling `rewind()` first, instead of giving up to avoid repeating it."""
+
+
+def can_rewind(on_stream: StreamCallback | None) -> bool:
+    """Whether a retry after streamed text may `rewind(on_stream)` and stream it again."""
+    return callable(getattr(on_stream, "rewind", None))
+
+
+def rewind(on_stream: StreamCallback | None) -> None:
+    """Tell a rewindable callback the call's text starts over (see `StreamCallback`)."""
+    getattr(on_stream, "rewind")()  # noqa: B009 - a duck-typed, optional method
 
 
 @dataclass(slots=True)

@@ -251,6 +251,31 @@ async def test_no_retry_after_text_was_streamed(rig: Rig) -> None:
     assert chunks == ["partial "] and rig.sleep.delays == []
 
 
+async def test_a_rewindable_stream_is_retried_after_text_from_its_start(rig: Rig) -> None:
+    """A callback with `rewind()` (the daemon's reply streams) takes the call's text again,
+    so a connection lost mid-stream is retried like any other."""
+    attempts = [sse_transport([chunk("partial ")], fail_after=True),
+                sse_transport([chunk("whole "), chunk("answer"), b"data: [DONE]\n\n"],
+                              fail_after=False)]
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return await attempts.pop(0).handle_async_request(request)
+
+    seen: list[str] = []
+
+    class Stream:
+        def __call__(self, text: str) -> None:
+            seen.append(text)
+
+        def rewind(self) -> None:
+            seen.append("<rewind>")
+
+    provider = rig.provider(transport=httpx.MockTransport(handler))
+    result = await provider.chat(MESSAGES, on_stream=Stream())
+    assert result.content == "whole answer"
+    assert seen == ["partial ", "<rewind>", "whole ", "answer"]
+
+
 async def test_stream_without_done_is_bad_response(rig: Rig) -> None:
     provider = rig.provider(transport=sse_transport([chunk("cut")], fail_after=False))
     error = await expect_error(provider.chat(MESSAGES, on_stream=[].append))

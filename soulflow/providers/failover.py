@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from soulflow.contracts import Provider, ProviderError, ProviderResult, StreamCallback
+from soulflow.contracts import (
+    Provider,
+    ProviderError,
+    ProviderResult,
+    StreamCallback,
+    can_rewind,
+    rewind,
+)
 from soulflow.logs import log_context
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,8 @@ class _StreamWatch:
     def __init__(self, on_stream: StreamCallback) -> None:
         self._on_stream = on_stream
         self.streamed = False
+        if can_rewind(on_stream):  # so is this one: a provider's own retry may rewind it
+            self.rewind = self._rewind
 
     async def __call__(self, text: str) -> None:
         if text:
@@ -48,6 +57,10 @@ class _StreamWatch:
         result = self._on_stream(text)
         if inspect.isawaitable(result):
             await result
+
+    def _rewind(self) -> None:
+        rewind(self._on_stream)
+        self.streamed = False
 
 
 class FailoverProvider:
@@ -87,7 +100,9 @@ class FailoverProvider:
                     raise
                 self._mark_down(index, exc)
                 if watch is not None and watch.streamed:
-                    raise
+                    if not can_rewind(watch):
+                        raise  # text reached the user: another provider would repeat it
+                    rewind(watch)  # the next provider's text replaces it
                 last_error = exc
                 continue
             self._health[index].down_until = None

@@ -20,7 +20,13 @@ from typing import Any
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from soulflow.contracts import ProviderError, ProviderResult, StreamCallback
+from soulflow.contracts import (
+    ProviderError,
+    ProviderResult,
+    StreamCallback,
+    can_rewind,
+    rewind,
+)
 from soulflow.providers.base import race_abort, refuse_unstartable_turn
 from soulflow.providers.openai_parse import (
     ParseError,
@@ -126,8 +132,12 @@ class OpenAICompatibleProvider:
                     return await self._post_json(payload, state)
                 return await self._post_stream(payload, on_stream, state)
             except ProviderError as exc:
-                if not exc.retryable or state.streamed or retry >= self.config.max_retries:
+                if not exc.retryable or retry >= self.config.max_retries or (
+                        state.streamed and not can_rewind(on_stream)):
                     raise
+                if state.streamed:  # the stream shows the retried call from its start
+                    rewind(on_stream)
+                    state.streamed = False
                 await self._sleep(self._backoff_delay(retry, state.retry_after))
                 state.retry_after, retry = None, retry + 1
 

@@ -178,6 +178,28 @@ async def test_no_failover_after_text_was_streamed() -> None:
     assert chain.status()[0]["down"] is True
 
 
+class Rewindable:
+    """A stream that can take a call's text again (as the daemon's reply streams can)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.rewinds = 0
+
+    def __call__(self, text: str) -> None:
+        self.text += text
+
+    def rewind(self) -> None:
+        self.text, self.rewinds = "", self.rewinds + 1
+
+
+async def test_a_rewindable_stream_fails_over_after_text_and_shows_the_next_answer() -> None:
+    a, b = Stub("a", [down()], stream=["partial "]), Stub("b", stream=["whole ", "answer"])
+    stream = Rewindable()
+    result = await FailoverProvider([a, b]).chat(MESSAGES, on_stream=stream)
+    assert result.provider == "b"
+    assert (stream.text, stream.rewinds) == ("whole answer", 1)
+
+
 async def test_failover_before_any_text_streams_from_the_next_provider() -> None:
     a, b = Stub("a", [down()], stream=[""]), Stub("b", stream=["hel", "lo"])
     chunks: list[str] = []

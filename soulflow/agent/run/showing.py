@@ -52,6 +52,11 @@ class StreamFeed:
         self._filter = TextStreamFilter()
         stream.restart()
 
+    def rewind(self) -> None:
+        """The provider retries the call (or fails over): its text starts over."""
+        self._filter = TextStreamFilter()
+        self._stream.restart()
+
     def __call__(self, delta: str) -> None:
         shown = self._filter.feed(delta)
         if shown:
