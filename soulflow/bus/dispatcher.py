@@ -49,7 +49,7 @@ class Sender(Protocol):
     def send_interval_s(self) -> float: ...
 
 
-def _chat_budget(sender: Sender, chat_id: str) -> SendBudget | None:
+def _chat_budget(sender: Sender, chat_id: str) -> SendBudget | None:  # counted, not waited on
     """The chat's budget where the channel declares one (`ChannelAdapter.chat_budget`; a
     plain `Sender` has none)."""
     budget = getattr(sender, "chat_budget", None)
@@ -269,8 +269,10 @@ class OutboundDispatcher:
         sender = self._resolve_sender(message.provider)
         if sender is None:
             return entry.next_at - self._clock()
-        ready = self.pacer.ready_at(key, sender.send_interval_s,
-                                    _chat_budget(sender, message.chat_id))
+        # a chat's budget is counted (the streams leave room in it) but replies do not wait
+        # on it: the platform's 429 says when, and a wait longer than the daemon's count can
+        # know (calls it did not make, e.g. before a restart) is the platform's to state
+        ready = self.pacer.ready_at(key, sender.send_interval_s)
         if (edits := _edit_budget(sender, message)) is not None:
             ready = max(ready, self.pacer.ready_at(account_edits(message.provider), 0.0, edits))
         return max(entry.next_at, ready) - self._clock()

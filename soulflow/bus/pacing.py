@@ -5,10 +5,10 @@ Platforms count a message's edits like new messages against a chat's limit (Tele
 control does; Slack and Discord rate-limit edits too), so the outbox dispatcher and a reply
 stream (conversation/streaming.py) ask the same `ChatPacer` when a chat may get its next call:
 never sooner than the adapter's `send_interval_s` after the last one, never while a 429's
-`retry_after` runs, and never past a `SendBudget` the platform documents (Telegram: 20
-messages a minute in a group, edits included; Slack: `chat.update` about 50 a minute for the
-whole workspace). A stream asks with a `reserve`: it takes only what leaves that much of the
-budget to the replies, so streaming never makes a reply wait for room or meet a 429. A rate
+`retry_after` runs; and it counts calls against a `SendBudget` the platform documents
+(Telegram: 20 messages a minute in a group, edits included; Slack: `chat.update` about 50 a
+minute for the whole workspace). A stream asks with a `reserve`: it takes only what leaves
+that much of the budget to the replies, so streaming does not spend what they need. A rate
 limit met by an edit holds the replies back too, and the other way round, which is what the
 platform expects of one chat.
 """
