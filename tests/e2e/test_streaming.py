@@ -146,3 +146,26 @@ def test_the_local_chat_shows_the_answer_growing_then_whole(
         assert [m["content"] for m in daemon.replies()] == [ANSWER]  # one message
     finally:
         daemon.close()
+
+
+def test_a_kill_mid_stream_in_the_local_chat_leaves_one_whole_reply(
+        tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
+    fake_llm.reset()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    daemon = Daemon(workspace, base_env(
+        workspace, PROVIDER="phi4_local", PHI4_BASE_URL=fake_llm.base_url,
+        PHI4_MODEL="fake-model", STREAM_EDIT_INTERVAL_S="0.3"), tmp_path / "daemon.log")
+    try:
+        daemon.start()
+        fake_llm.script_reply(ANSWER, chunk_delay_s=0.2)  # the drive the kill interrupts
+        fake_llm.script_reply(ANSWER, chunk_delay_s=CHUNK_DELAY_S)
+        asked = daemon.say("an answer the daemon dies writing")
+        wait(daemon, lambda: any(m.get("reply_to") == asked and m.get("edited")
+                                 for m in daemon.replies()), "the answer to show and grow")
+        daemon.kill()
+        daemon.start()
+        assert daemon.wait_reply(asked, timeout=30)["content"] == ANSWER
+        assert [m["content"] for m in daemon.replies()] == [ANSWER]  # one message
+    finally:
+        daemon.close()
