@@ -270,8 +270,9 @@ class OutboundDispatcher:
         if sender is None:
             return entry.next_at - self._clock()
         # a chat's budget is counted (the streams leave room in it) but replies do not wait
-        # on it: the platform's 429 says when, and a wait longer than the daemon's count can
-        # know (calls it did not make, e.g. before a restart) is the platform's to state
+        # on it: they keep the pace they had before streams existed, the interval and the
+        # platform's 429 with its retry_after (a busy Telegram group's replies waiting out a
+        # whole minute on the daemon's own count is a change for another day)
         ready = self.pacer.ready_at(key, sender.send_interval_s)
         if (edits := _edit_budget(sender, message)) is not None:
             ready = max(ready, self.pacer.ready_at(account_edits(message.provider), 0.0, edits))
