@@ -31,17 +31,16 @@ from soulflow.channels.base import (
 from soulflow.channels.files import safe_filename
 from soulflow.channels.lenient_http import LenientResponse
 from soulflow.channels.poison import poison_message
+from soulflow.channels.slack.edits import update_reply
 from soulflow.channels.slack.enrich import SlackEnricher
 from soulflow.channels.slack.format import (
     BOT_TOKEN_REJECTED,
-    CANNOT_UPDATE,
     CONTENT_ERRORS,
     SlackEventParser,
     api_send_error,
     error_code,
     escape,
     markdown_to_mrkdwn,
-    valid_ts,
 )
 from soulflow.channels.slack.inbound import (
     FOLLOW_PREFIX,
@@ -288,7 +287,7 @@ class SlackChannel(ChannelAdapter):
             # is what tells its earlier posts apart (`ResendGuard`), so the dispatcher waits
             raise SendError("the Slack channel is not started")
         options = message.options
-        if options.edit_of and await self._edit_text(message):
+        if options.edit_of and await update_reply(self._api(), message):
             return SendResult(platform_message_ids=[options.edit_of])
         thread_ts = message.thread_id or (message.reply_to if options.thread_reply else None)
         ids = await self._resends.posted_before(message, thread_ts)  # exactly once
@@ -297,37 +296,6 @@ class SlackChannel(ChannelAdapter):
         if thread_ts and not self.socket_mode and message.chat_id == self.default_channel:
             await self._follow(thread_ts)
         return SendResult(platform_message_ids=ids)
-
-    async def _edit_text(self, message: OutboundMessage) -> bool:
-        """A streamed reply's text into the message `edit_of` (chat.update, mrkdwn as a post
-        has it) on the reply client, not the feedback one `edit` uses: the dispatcher retries
-        it and paces it with the chat's sends. An edit is idempotent, so it needs no look-up
-        first and may be repeated. False when the message is gone (a user deleted it) or can
-        no longer be updated: the caller posts the text as a new message then, so the final
-        text of a reply is never lost to an edit."""
-        if message.options.as_file:
-            raise SendError("a reply sent as a file cannot edit a message", permanent=True)
-        if valid_ts({"ts": message.options.edit_of}) is None:
-            raise SendError(f"{message.options.edit_of[:40]!r} is not a Slack message ts",
-                            permanent=True)
-        if not message.content.strip():
-            raise SendError("Slack does not accept an empty message", permanent=True)
-        try:
-            await self._api().chat_update(channel=message.chat_id, ts=message.options.edit_of,
-                                          text=markdown_to_mrkdwn(message.content))
-        except SlackApiError as exc:
-            code = error_code(exc)
-            if code not in CANNOT_UPDATE:
-                raise api_send_error(exc) from None
-            log.info("slack: cannot update message %s in %s (%s); posting the text as a new "
-                     "message", message.options.edit_of, message.chat_id, code)
-            return False
-        except SlackClientError as exc:
-            raise SendError(f"Slack client refused the request: {exc}", permanent=True) from None
-        except NETWORK_ERRORS as exc:
-            raise SendError(f"network error talking to Slack: {type(exc).__name__}: {exc}"
-                            ) from None
-        return True
 
     async def _deliver(self, message: OutboundMessage, thread_ts: str | None) -> list[str]:
         try:

@@ -64,8 +64,9 @@ _REMEMBERED_SENT = 2048
 # editMessageText answers (lower-cased): the text is already there; the message is gone (a
 # user deleted it) or can no longer be edited
 _NOT_MODIFIED = "message is not modified"
-GROUP_BUDGET = SendBudget(20, 60.0)
 _CANNOT_EDIT = ("message to edit not found", "message can't be edited")
+#: the FAQ's "not more than 20 messages per minute" in a group, edits counted as messages
+GROUP_BUDGET = SendBudget(20, 60.0)
 
 
 class _Stopped(ChannelError):
