@@ -44,6 +44,22 @@ def streaming_daemon(name: str, tmp_path: Path, llm: FakeOpenAIThread,
             daemon.close()
 
 
+@contextlib.contextmanager
+def local_daemon(tmp_path: Path, llm: FakeOpenAIThread) -> Iterator[Daemon]:
+    """A daemon with only its local chat, started."""
+    llm.reset()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    daemon = Daemon(workspace, base_env(
+        workspace, PROVIDER="phi4_local", PHI4_BASE_URL=llm.base_url,
+        PHI4_MODEL="fake-model", STREAM_EDIT_INTERVAL_S="0.3"), tmp_path / "daemon.log")
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.close()
+
+
 def replies_to(driver: Driver, posted: Posted) -> list[BotPost]:
     """The bot's messages in the asker's chat after `posted` (ids grow with time on every
     platform; Slack's are timestamps)."""
@@ -126,14 +142,7 @@ def test_with_streaming_off_the_answer_is_sent_once_whole(
 
 def test_the_local_chat_shows_the_answer_growing_then_whole(
         tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
-    fake_llm.reset()
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    daemon = Daemon(workspace, base_env(
-        workspace, PROVIDER="phi4_local", PHI4_BASE_URL=fake_llm.base_url,
-        PHI4_MODEL="fake-model", STREAM_EDIT_INTERVAL_S="0.3"), tmp_path / "daemon.log")
-    try:
-        daemon.start()
+    with local_daemon(tmp_path, fake_llm) as daemon:
         fake_llm.script_reply(ANSWER, chunk_delay_s=CHUNK_DELAY_S)
         asked = daemon.say("tell me slowly")
         growing = wait(daemon, lambda: next((m for m in daemon.replies()
@@ -144,20 +153,11 @@ def test_the_local_chat_shows_the_answer_growing_then_whole(
         whole = daemon.wait_reply(asked, timeout=30)
         assert whole["content"] == ANSWER
         assert [m["content"] for m in daemon.replies()] == [ANSWER]  # one message
-    finally:
-        daemon.close()
 
 
 def test_a_kill_mid_stream_in_the_local_chat_leaves_one_whole_reply(
         tmp_path: Path, fake_llm: FakeOpenAIThread) -> None:
-    fake_llm.reset()
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    daemon = Daemon(workspace, base_env(
-        workspace, PROVIDER="phi4_local", PHI4_BASE_URL=fake_llm.base_url,
-        PHI4_MODEL="fake-model", STREAM_EDIT_INTERVAL_S="0.3"), tmp_path / "daemon.log")
-    try:
-        daemon.start()
+    with local_daemon(tmp_path, fake_llm) as daemon:
         fake_llm.script_reply(ANSWER, chunk_delay_s=0.2)  # the drive the kill interrupts
         fake_llm.script_reply(ANSWER, chunk_delay_s=CHUNK_DELAY_S)
         asked = daemon.say("an answer the daemon dies writing")
@@ -167,5 +167,3 @@ def test_a_kill_mid_stream_in_the_local_chat_leaves_one_whole_reply(
         daemon.start()
         assert daemon.wait_reply(asked, timeout=30)["content"] == ANSWER
         assert [m["content"] for m in daemon.replies()] == [ANSWER]  # one message
-    finally:
-        daemon.close()
