@@ -109,8 +109,7 @@ class ReplyStream:
         self._closed = asyncio.Event()
         self._closing = False
         self._broken = False  # the platform refused a piece for good: stop showing
-        self._task: asyncio.Task[None] | None = None
-        self.calls = 0  # sends and edits made (the bench counts them)
+        self._task: asyncio.Task[None] | None = None  # started by the first text
 
     # -- AnswerStream (called by the run's loop) -------------------------------------------
 
@@ -119,8 +118,6 @@ class ReplyStream:
         self._leg = leg
         self._ids = list(leg.shown)
         self._plan.shown = ["" for _ in leg.shown]  # what they hold is not known here
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"stream:{self._chat.key}")
 
     def restart(self) -> None:
         self._written = ""
@@ -131,6 +128,8 @@ class ReplyStream:
             # then goes out as one ordinary message, with no edit at all
             self._started = True
             self._plan.next_at = self._clock() + self._plan.interval_s
+            if self._leg is not None and not self._closing:  # a turn with no text: no task
+                self._task = asyncio.create_task(self._run(), name=f"stream:{self._chat.key}")
         self._written += text
         self._changed.set()
 
@@ -205,7 +204,6 @@ class ReplyStream:
             # a piece's create has the same id in every drive of the leg (Discord's nonce)
             message_id=base if not edit_of else new_id(f"{base}_e"),
             options=ReplyOptions(edit_of=edit_of, partial=True))
-        self.calls += 1
         try:
             result = await self._adapter.send(message)
         except SendError as exc:
