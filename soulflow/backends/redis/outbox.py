@@ -6,6 +6,11 @@ set, so a new holder of the partition finds the replies a dead node had queued a
 the order they were queued. `answered:<inbound key>` (with the seen-id TTL) tells any node that a
 reply to an inbound message was already queued, so a message run again after a takeover is not
 answered twice.
+
+A node keeps the entries it stored itself, and their state as it changes them, while it holds
+their partition under the same lease token: nobody else sends or changes them meanwhile, so
+the dispatcher's `get()` before each send reads nothing, and marking a send in flight writes
+the known state instead of reading it first.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 
 from soulflow.backends.base import SEEN_WINDOW_S
 from soulflow.backends.redis import scripts
@@ -70,6 +76,29 @@ class RedisOutbox:
         # message ids whose last `put` failed: Redis may have stored the message and died (or
         # the connection broke) before answering; the next try then finds it stored
         self._unsure: set[str] = set()
+        # message id → (lease token, entry) of the messages this node stored (module doc)
+        self._own: dict[str, tuple[int, OutboxEntry]] = {}
+
+    def _keep(self, entry: OutboxEntry) -> None:
+        message_id = entry.message.message_id
+        part = self._parts.get(message_id)
+        lease = self._partitions.lease(part) if part is not None else None
+        if lease is None or len(self._own) >= PARTS_KNOWN:
+            self._own.pop(message_id, None)
+            return
+        self._own[message_id] = (lease.token, entry)
+
+    def _known(self, message_id: str) -> OutboxEntry | None:
+        """This node's own entry, while its partition is still held under the same lease."""
+        own = self._own.get(message_id)
+        part = self._parts.get(message_id)
+        if own is None or part is None:
+            return None
+        lease = self._partitions.lease(part)
+        if lease is None or lease.token != own[0]:
+            del self._own[message_id]
+            return None
+        return own[1]
 
     def busy(self, part: int) -> bool:
         """A send of this partition is under way here (its partition must not move now)."""
@@ -113,6 +142,8 @@ class RedisOutbox:
             args=[message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
                   "1" if message.inbound_key else "0", fence_value]))
         self._unsure.discard(message.message_id)
+        if added == 1:
+            self._keep(OutboxEntry(message))
         if added == 0 and unsure:
             return True  # stored by the try whose answer was lost
         if added < 0:
@@ -137,20 +168,35 @@ class RedisOutbox:
         if self._partitions.lease(part) is None:
             return False  # moved to another node since pending() was read
         self._sending[message_id] = part  # busy from here: the partition stays until sent
-        if not await self._mark_sending(keys=[self._keys.outbox_messages,
-                                              self._keys.outbox_state], args=[message_id]):
+        keys = [self._keys.outbox_messages, self._keys.outbox_state]
+        known = self._known(message_id)
+        if known is not None:  # its state is this node's: write it, nothing to read
+            marked = await self._set_state(keys=keys, args=[message_id, _state(
+                known.attempts, known.next_at, True, known.last_error)])
+        else:
+            marked = await self._mark_sending(keys=keys, args=[message_id])
+        if not marked:
             self._sending.pop(message_id, None)  # sent or buried meanwhile
             self._parts.pop(message_id, None)
+            self._own.pop(message_id, None)
             return False
+        if known is not None:
+            known.in_flight = True
         return True
 
     async def record_attempt(self, message_id: str, attempts: int, next_at: float,
                              error: str) -> None:
         self._sending.pop(message_id, None)
+        known = self._known(message_id)
+        self._own.pop(message_id, None)  # kept again once Redis has the new state
         await self._update(message_id, _state(attempts, next_at, False, error))
+        if known is not None:
+            self._keep(replace(known, attempts=attempts, next_at=next_at, in_flight=False,
+                               last_error=error[:500]))
 
     async def _drop(self, message_id: str) -> None:
         self._sending.pop(message_id, None)
+        self._own.pop(message_id, None)
         part = self._parts.pop(message_id, None)  # known when it was stored or read here
         if part is None:
             raw = await self._client.hget(self._keys.outbox_messages, message_id)
@@ -168,6 +214,9 @@ class RedisOutbox:
         await self._drop(message_id)
 
     async def get(self, message_id: str) -> OutboxEntry | None:
+        known = self._known(message_id)
+        if known is not None:
+            return replace(known)
         pipe = self._client.pipeline(transaction=False)  # one round trip for both halves
         pipe.hget(self._keys.outbox_messages, message_id)
         pipe.hget(self._keys.outbox_state, message_id)

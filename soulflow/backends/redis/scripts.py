@@ -62,12 +62,11 @@ return 1
 
 # KEYS: messages hash, state hash, partition order, sequence, answered, the chat's partition
 # lease. ARGV: message id, message json, answered ttl s, '1' if it answers an inbound message,
-# the lease value it must still hold ('' = no check). -1: fenced (the chat moved).
+# the lease value it must still hold ('' = no check). -1: fenced (the chat moved). A message
+# has no state until its first send: none reads as '0|0|0|' (no attempt, not in flight).
 OUTBOX_PUT = """
 if ARGV[5] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[5] then return -1 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], '0|0|0|')
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
 if ARGV[4] == '1' then redis.call('SET', KEYS[5], '1', 'EX', ARGV[3]) end
 return 1
