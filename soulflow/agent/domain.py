@@ -123,6 +123,12 @@ class AgentDomain:
     def configured(self) -> bool:
         return self.loop is not None
 
+    async def preload(self, chat_key: str) -> None:
+        """Before the chat's turn: read ahead what it will ask of the run journal (its
+        waiting runs), so a store over the network is not waited for with the loop held."""
+        if self.loop is not None:
+            await self.loop.store.preload(chat_key)
+
     # -- new input -----------------------------------------------------------------------
 
     async def respond(self, message: InboundMessage, text: str, *,
@@ -132,11 +138,12 @@ class AgentDomain:
         shows the answer while the model writes it."""
         key = session_key_for(message)
         chat = chat_of(message)
+        await self.sessions.preload(key, message.chat_key)  # the reads below wait for nothing
         self._record_user_turn(key, message, text)
         if self.loop is None:
             return self._finish_turn(key, chat, message.key,
                                      AgentReply(NOT_CONFIGURED_REPLY, ReplyStatus.ANSWERED))
-        existing = self.loop.store.find(inbound_key=message.key)
+        existing = await self.loop.store.find_inbound(message.key, message.chat_key)
         run_id = existing[0] if existing else self.loop.begin(
             chat=chat, text=text,
             history=self.context.history(key, text, thread_context=_thread_context(message),
@@ -307,11 +314,12 @@ class AgentDomain:
                            run_id=run_id, approval_id=outcome.approval_id,
                            trace=state.traceparent, quiet=outcome.quiet,
                            shown=tuple(state.shown))
-        if outcome.status in ev.FINISHED and self.approvals is not None:
-            self.approvals.forget_run(run_id)
+        if outcome.status in ev.FINISHED and self.approvals is not None and state.approvals:
+            self.approvals.forget_run(run_id)  # a run that never asked has nothing to forget
         session_key = state.chat.session_key
         if session_key and outcome.status in ev.FINISHED:
             self._finish_turn(session_key, state.chat, state.inbound_key, reply)
+            await self.sessions.settle(session_key)  # stored before the turn's reply
         return reply
 
     def _record_user_turn(self, key: str, message: InboundMessage, text: str) -> None:

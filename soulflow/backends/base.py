@@ -255,7 +255,16 @@ class SessionStore(Protocol):
     and the dashboard use it. Both backends return the same records for the same appends."""
 
     def append(self, key: str, message: dict[str, Any]) -> None:
-        """Append one message (redacted before it is stored); `at` is added."""
+        """Append one message (redacted before it is stored); `at` is added. Reads see it at
+        once; on Redis it may still be on its way to the store (`settle`)."""
+
+    async def settle(self, key: str | None = None) -> None:
+        """Return once every message appended so far (to session `key`, or to any) is
+        stored (on files: at once)."""
+
+    async def preload(self, key: str, chat_key: str) -> None:
+        """Before a turn of `chat_key` in session `key`: read what the turn will read of the
+        session (its last records) without holding the event loop (on files: nothing)."""
 
     def last(self, key: str, count: int) -> list[dict[str, Any]]:
         """The last `count` messages, oldest first."""
@@ -285,8 +294,15 @@ class RunJournal(Protocol):
     callers use. A run is its events; `state()` is their fold (`agent/run/reducer.py`)."""
 
     def append(self, run_id: str, event: Event) -> RunState:
-        """Persist an event (redacted in storage), then fold it into the run's state. Raises
-        `RunMoved` if another node has taken the run over."""
+        """Record an event (redacted in storage), then fold it into the run's state. Raises
+        `RunMoved` if another node has taken the run over. On Redis the write may still be
+        on its way when this returns (`settle`)."""
+
+    async def settle(self, run_id: str | None = None) -> None:
+        """Return once every event appended so far is stored: where a crash must not lose
+        one (before a tool runs, before a step's outcome leaves the run). Raises `RunMoved`
+        if `run_id`'s events were refused, `StoreUnavailable` if the store did not answer.
+        On files: at once (each append is written before it returns)."""
 
     def state(self, run_id: str) -> RunState: ...
 
@@ -296,6 +312,15 @@ class RunJournal(Protocol):
     def find(self, *, inbound_key: str | None = None, chat_key: str | None = None,
              statuses: frozenset[str] | None = None) -> list[str]:
         """Unfinished runs matching an inbound message or a chat, oldest first."""
+
+    async def preload(self, chat_key: str) -> None:
+        """Before a turn of the chat: read its unfinished runs ahead, without holding the
+        event loop, so the turn's `find()`s of the chat need no round trip (on files:
+        nothing to read)."""
+
+    async def find_inbound(self, inbound_key: str, chat_key: str | None = None) -> list[str]:
+        """`find(inbound_key=...)` for the start of a turn (of `chat_key`'s message), which
+        must not hold the event loop on a store that answers over the network."""
 
     def claim(self, run_id: str) -> bool:
         """Take the run for this node before resuming it: False if a node that holds its chat
@@ -413,6 +438,10 @@ class ProposalMap(Protocol):
     """Plans under review, one per chat, so an answer handled on another node finds its plan."""
 
     def get(self, chat_key: str) -> Proposal | None: ...
+
+    async def preload(self, chat_key: str) -> None:
+        """Before a message of the chat is read for a task: read its plan ahead, without
+        holding the event loop (on files: nothing to read)."""
 
     def put(self, chat_key: str, proposal: Proposal) -> None: ...
 

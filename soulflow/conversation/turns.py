@@ -273,6 +273,11 @@ class Conversation:
 
     async def _take_turn(self, chat_key: str) -> None:
         """Answer the chat's next batch, folded with those queued behind it when allowed."""
+        try:
+            await self.agent.preload(chat_key)
+        except Exception as exc:  # the turn reads what it needs on the spot (or is given back)
+            log.warning("%s: could not read its runs ahead (%s: %s)", chat_key,
+                        type(exc).__name__, exc)
         turn = self._backlog.take(chat_key, self._fold_rule.for_chat(chat_key))
         if turn is None:
             return  # an earlier turn folded this job's batch in

@@ -1,7 +1,10 @@
 """A TCP proxy that can be cut: what a node cut off from Redis by the network looks like.
 
 `blackhole()` keeps every connection open but forwards nothing and answers nothing (packets
-dropped on the floor, the worst case: the client only learns from its own timeouts).
+dropped on the floor, the worst case: the client only learns from its own timeouts);
+`restore()` forwards again, what was held first (a request that reached Redis after its
+client had given up). `delay_s` holds every chunk that long each way: a slow Redis, or a far
+one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ class CuttableProxy:
         self._open = asyncio.Event()
         self._open.set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.delay_s = 0.0
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -29,6 +33,9 @@ class CuttableProxy:
 
     def blackhole(self) -> None:
         self._open.clear()
+
+    def restore(self) -> None:
+        self._open.set()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -47,6 +54,8 @@ class CuttableProxy:
             if not data:
                 return
             await self._open.wait()  # cut: hold everything, forever
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             writer.write(data)
             await writer.drain()
 

@@ -148,7 +148,11 @@ class AgentLoop:
         try:
             with log_context(run_id=run_id, chat=chat.key if chat.provider else None), \
                     _run_span(state):
-                return await self._drive(run_id, abort, stream)
+                outcome = await self._drive(run_id, abort, stream)
+                # the step's events are stored before its outcome leaves the run (a reply,
+                # a prompt): a crash after this point never runs the step again
+                await self.store.settle(run_id)
+                return outcome
         finally:
             self.driving.pop(run_id, None)
 
@@ -284,6 +288,7 @@ class AgentLoop:
             return self._result(run_id, call_id, name, "error",
                                 "Error: the user denied this tool call.")
         self.store.append(run_id, ev.Event(ev.TOOL_CALL_STARTED, {"id": call_id, "name": name}))
+        await self.store.settle(run_id)  # stored before the tool acts: a crash is seen as one
         context = self._tool_context(state, decision == "approve")
         context.abort = abort
         result = await self.tools.execute(name, arguments, context)

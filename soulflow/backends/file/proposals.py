@@ -37,6 +37,9 @@ class FileProposalMap:
             self._items[chat_key] = proposal
             self._write()
 
+    async def preload(self, chat_key: str) -> None:
+        """Nothing to read ahead: the map is in memory."""
+
     def pop(self, chat_key: str) -> Proposal | None:
         with self._lock:
             proposal = self._items.pop(chat_key, None)

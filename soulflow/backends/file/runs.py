@@ -191,6 +191,16 @@ class FileRunJournal:
         chunk.clear()
         return archive
 
+    async def preload(self, chat_key: str) -> None:
+        """Nothing to read ahead: the open runs are indexed in memory."""
+
+    async def find_inbound(self, inbound_key: str, chat_key: str | None = None) -> list[str]:
+        """`find()`: the index is in memory."""
+        return self.find(inbound_key=inbound_key)
+
+    async def settle(self, run_id: str | None = None) -> None:
+        """Nothing on its way: each append is written before it returns."""
+
     def sync(self) -> None:
         self._journal.sync()
 

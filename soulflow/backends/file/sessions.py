@@ -107,6 +107,12 @@ class FileSessionStore:
         infos.sort(key=lambda info: info.updated_at, reverse=True)
         return infos if limit is None else infos[:limit]
 
+    async def settle(self, key: str | None = None) -> None:
+        """Nothing on its way: each append is written before it returns."""
+
+    async def preload(self, key: str, chat_key: str) -> None:
+        """Nothing to read ahead: the tail is read from the local file (and cached)."""
+
     def sync(self) -> None:
         for journal in list(self._files.values()):
             journal.sync()

@@ -35,6 +35,7 @@ from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.cron import RedisCronStore
 from soulflow.backends.redis.decisions import RedisDecisionStore
 from soulflow.backends.redis.events import RedisWorkflowLog
+from soulflow.backends.redis.fencing import partition_fence
 from soulflow.backends.redis.inbound import RedisInbound
 from soulflow.backends.redis.keys import Keys, TaskKeys, partition_of
 from soulflow.backends.redis.lease import RedisLeases
@@ -46,13 +47,14 @@ from soulflow.backends.redis.records import (
     RedisDeadLetters,
     RedisInboundDeadLetters,
 )
-from soulflow.backends.redis.runs import RedisRunJournal, partition_fence
+from soulflow.backends.redis.runs import RedisRunJournal
 from soulflow.backends.redis.services import RedisHeartbeatState, RedisNoticeClaims
 from soulflow.backends.redis.sessions import RedisSessionStore
 from soulflow.backends.redis.sync_client import StateRedis, sync_client
 from soulflow.backends.redis.tasks import PartitionFence, RedisTaskStore
 from soulflow.backends.redis.usage import RedisUsageStore
 from soulflow.backends.redis.vault import RedisSecretEntries
+from soulflow.backends.redis.writeback import WRITE_DELAY_S, WriteBehind
 from soulflow.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -158,9 +160,11 @@ class RedisBackend:
                  redact_strings: Callable[[Any], Any] | None = None,
                  on_run_finished: FinishedListener | None = None,
                  clock: Callable[[], float] = time.time, url: str = "",
-                 state: StateRedis | None = None) -> None:
+                 state: StateRedis | None = None,
+                 write_delay_s: float = WRITE_DELAY_S) -> None:
         """`state`: the synchronous client of the stores the agent calls; by default made from
-        `url` on first use (see `state`)."""
+        `url` on first use (see `state`). `write_delay_s`: how long the writer gathers the
+        writes nobody waits for (writeback.py)."""
         self.client = client
         self.node_id = node_id
         self.url = url
@@ -189,6 +193,9 @@ class RedisBackend:
         self._held: frozenset[int | str] = frozenset()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # the journal, sessions and usage queue their writes for this task (writeback.py)
+        self.writer = WriteBehind(client, delay_s=write_delay_s)
+        self._writer_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self.url:
@@ -204,6 +211,8 @@ class RedisBackend:
         self._held = frozenset(self.partitions.worked())
         self._stopping.clear()
         self._task = asyncio.create_task(self._keep_leases(), name="backend:partitions")
+        self._writer_task = asyncio.create_task(self.writer.run(self._stopping),
+                                                name="backend:writeback")
 
     async def _keep_leases(self) -> None:
         """Every quarter TTL: one lease round (beat, renew, take, give back); then tell the
@@ -295,12 +304,14 @@ class RedisBackend:
 
     @cached_property
     def sessions(self) -> RedisSessionStore:
-        return RedisSessionStore(self.state, redact=self._redact)
+        return RedisSessionStore(self.state, redact=self._redact, writer=self.writer,
+                                 fence=partition_fence(self))
 
     @cached_property
     def runs(self) -> RedisRunJournal:
         return RedisRunJournal(self.state, redact=self._redact_strings,
-                               on_finished=self._on_run_finished, fence=partition_fence(self))
+                               on_finished=self._on_run_finished, fence=partition_fence(self),
+                               writer=self.writer)
 
     @cached_property
     def approvals(self) -> RedisApprovalMap:
@@ -322,7 +333,8 @@ class RedisBackend:
 
     @cached_property
     def proposals(self) -> RedisProposalMap:
-        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix))
+        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix),
+                                fence=partition_fence(self), client=self.client)
 
     @cached_property
     def workflow(self) -> RedisWorkflowLog:
@@ -342,7 +354,7 @@ class RedisBackend:
 
     @cached_property
     def usage(self) -> RedisUsageStore:
-        return RedisUsageStore(self.state)
+        return RedisUsageStore(self.state, writer=self.writer)
 
     @cached_property
     def notice_claims(self) -> RedisNoticeClaims:
@@ -353,6 +365,9 @@ class RedisBackend:
         if self._task is not None:
             await self._task
             self._task = None
+        if self._writer_task is not None:  # its last batch, before the client closes
+            await self._writer_task
+            self._writer_task = None
         await self.partitions.stop()
         await self.client.aclose()
         if (workflow := self.__dict__.get("workflow")) is not None:

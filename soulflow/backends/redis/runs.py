@@ -37,45 +37,68 @@ append (the finished listener, the turn's end) are those that append just wrote.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.commands.core import AsyncScript
 
 import soulflow.agent.run.events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place
 from soulflow.agent.run.timing import FinishedListener, report_finished
-from soulflow.backends.base import Lease, RunMoved
+from soulflow.backends.base import RunMoved
+from soulflow.backends.redis.fencing import Fence, no_fence, partition_fence
 from soulflow.backends.redis.keys import AgentKeys
 from soulflow.backends.redis.sync_client import StateRedis
+from soulflow.backends.redis.writeback import Batch, WriteBehind
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Fence", "RedisRunJournal", "no_fence", "partition_fence"]
 
 FINISHED_TTL_S = 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
 
 # KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence, runs:chat:<chat>
-# ARGV: run id, event json, token, meta json, inbound key, finished (0/1), start ms, ttl s,
-#       the list's length the event was folded onto. -1: fenced; -2: someone appended since
+# ARGV: run id, token, meta json, inbound key, finished (0/1), start ms, ttl s, the list's
+#       length the events were folded onto, indexed (0/1: an earlier write opened the run's
+#       index entries), then the events' json lines. -1: fenced; -2: someone appended since.
+#       Sent again after a try whose answer was lost (it had landed: the list ends with these
+#       very lines), it returns the length and changes nothing.
 _APPEND = """
-local token = tonumber(ARGV[3])
+local token = tonumber(ARGV[2])
 local held = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '0')
 if token < held then return -1 end
-if redis.call('LLEN', KEYS[1]) ~= tonumber(ARGV[9]) then return -2 end
-local n = redis.call('RPUSH', KEYS[1], ARGV[2])
-if ARGV[6] == '1' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[5], ARGV[1])
-  redis.call('SREM', KEYS[6], ARGV[1])
-  if ARGV[5] ~= '' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[1] then
-    redis.call('HDEL', KEYS[4], ARGV[5])
+local length, expected = redis.call('LLEN', KEYS[1]), tonumber(ARGV[8])
+if length ~= expected then
+  if length == expected + #ARGV - 9 and redis.call('LINDEX', KEYS[1], -1) == ARGV[#ARGV] then
+    return length
   end
-  redis.call('EXPIRE', KEYS[1], ARGV[8])
+  return -2
+end
+local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 10))
+if ARGV[5] == '1' then
+  if ARGV[9] == '1' then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('HDEL', KEYS[3], ARGV[1])
+    redis.call('SREM', KEYS[6], ARGV[1])
+    if ARGV[4] ~= '' and redis.call('HGET', KEYS[4], ARGV[4]) == ARGV[1] then
+      redis.call('HDEL', KEYS[4], ARGV[4])
+    end
+  end
+  if held > 0 then redis.call('HDEL', KEYS[5], ARGV[1]) end
+  redis.call('EXPIRE', KEYS[1], ARGV[7])
 else
   if token > held then redis.call('HSET', KEYS[5], ARGV[1], token) end
-  redis.call('ZADD', KEYS[2], 'NX', ARGV[7], ARGV[1])
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
-  redis.call('SADD', KEYS[6], ARGV[1])
-  if ARGV[5] ~= '' then redis.call('HSET', KEYS[4], ARGV[5], ARGV[1]) end
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+  if ARGV[9] ~= '1' then
+    redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[1])
+    redis.call('SADD', KEYS[6], ARGV[1])
+    if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[1]) end
+  end
 end
 return n
 """
@@ -109,39 +132,28 @@ end
 return found
 """
 
-Fence = Callable[[str], int | None]  # chat key → this node's partition lease token, or None
-
-
-def no_fence(chat_key: str) -> int | None:
-    """Before the backend is open (and in tests of one node): this node holds no lease."""
-    return None
-
-
-class ChatLeases(Protocol):
-    """What `partition_fence` reads from a `RedisBackend` (declared here, so this module
-    need not import the backend that imports it)."""
-
-    def chat_lease(self, chat_key: str) -> Lease | None: ...
-
-
-def partition_fence(backend: ChatLeases) -> Fence:
-    """The fencing token of the partition lease under which this node holds a chat, while the
-    lease is safe to act on (`PartitionLeases.lease`), else None."""
-    def token(chat_key: str) -> int | None:
-        lease = backend.chat_lease(chat_key)
-        return lease.token if lease is not None else None
-    return token
-
-
 @dataclass(slots=True)
 class _Run:
-    """What this node knows of a run: its first `length` list entries, folded, and the
-    fencing token of this node's last append to it (0: none; see the module doc)."""
+    """What this node knows of a run: the first `length` entries of its list (as Redis
+    confirmed them) and the events queued after them (`queued`, their json lines), folded;
+    the fencing token of this node's last append (0: none; see the module doc); `indexed`:
+    Redis holds the run in the open-run indexes."""
 
     length: int
     events: list[ev.Event]
     state: RunState
     token: int = 0
+    queued: list[str] = field(default_factory=list)
+    indexed: bool = False
+
+
+@dataclass(slots=True)
+class _ChatRuns:
+    """A chat's unfinished runs (run id → index meta, oldest first) as read under the chat's
+    lease `token` and kept up to date by this node's own appends since."""
+
+    token: int
+    open: dict[str, dict[str, Any]]
 
 
 def _decode(raw: bytes | str) -> ev.Event | None:
@@ -156,13 +168,33 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
 
+@dataclass(slots=True)
+class _StagedRuns:
+    """The runs one batch writes: their lines go back to the front of the queue if the
+    batch did not reach Redis."""
+
+    journal: RedisRunJournal
+    runs: list[tuple[str, _Run, list[str], bool]]  # id, run, lines, finished
+
+    def written(self, results: list[Any]) -> None:
+        for (run_id, run, lines, finished), result in zip(self.runs, results, strict=True):
+            self.journal._written(run_id, run, lines, finished, result)
+
+    def failed(self) -> None:
+        for run_id, run, lines, _ in self.runs:
+            run.queued[:0] = lines
+            self.journal._unwritten[run_id] = run
+
+
 class RedisRunJournal:
     """`RunJournal` on Redis (backends/base.py has the contract, backends/file/runs.py the file
-    one)."""
+    one). With a running `WriteBehind`, appends are queued and written in batches
+    (writeback.py); `settle()` waits for them."""
 
     def __init__(self, state: StateRedis, *, redact: Callable[[Any], Any] | None = None,
                  on_finished: FinishedListener | None = None, fence: Fence = no_fence,
-                 finished_ttl_s: int = FINISHED_TTL_S, cached_runs: int = CACHED_RUNS) -> None:
+                 finished_ttl_s: int = FINISHED_TTL_S, cached_runs: int = CACHED_RUNS,
+                 writer: WriteBehind | None = None) -> None:
         self._redis = state.client
         self._keys = AgentKeys(state.prefix)
         self._redact = redact  # what reaches Redis is redacted; this node's cache is not
@@ -174,17 +206,30 @@ class RedisRunJournal:
         self._claim = self._redis.register_script(_CLAIM)
         self._by_inbound = self._redis.register_script(_BY_INBOUND)
         self._of_chat = self._redis.register_script(_OF_CHAT)
+        self._by_inbound_async: AsyncScript | None = None
+        self._of_chat_async: AsyncScript | None = None
+        self._appended: dict[str, int] = {}  # chat → appends to its runs (for `preload`)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
+        # runs with events not yet confirmed by Redis (queued or in the batch in flight)
+        self._unwritten: dict[str, _Run] = {}
+        self._moved: OrderedDict[str, str] = OrderedDict()  # run id → why its write failed
+        self._due: set[str] = set()  # runs somebody waits for (`settle`)
+        self._chats: OrderedDict[str, _ChatRuns] = OrderedDict()
+        self._writer = writer
+        if writer is not None:
+            writer.register(self, {"run_append": _APPEND})
 
     def _token(self, state: RunState) -> int:
         return (self._fence(state.chat.key) or 0) if state.chat.provider else 0
 
     def _new(self, run_id: str) -> _Run:
         """An empty entry for a run this node has not read yet; the least recently used one
-        is forgotten past `cached_runs` (it is read again if needed)."""
+        is forgotten past `cached_runs` (it is read again if needed), unless its events are
+        still on their way to Redis."""
         run = self._runs[run_id] = _Run(0, [], RunState())
-        while len(self._runs) > self._cached_runs:
-            self._runs.popitem(last=False)
+        for old_id in list(self._runs)[:max(0, len(self._runs) - self._cached_runs)]:
+            if old_id not in self._unwritten:
+                del self._runs[old_id]
         return run
 
     def _current(self, run: _Run) -> bool:
@@ -194,14 +239,16 @@ class RedisRunJournal:
 
     def _load(self, run_id: str) -> _Run:
         """The run brought up to date: only the entries after those already known are read,
-        none while `_current` says nothing can have come."""
+        none while `_current` says nothing can have come. A run whose queued events lost
+        their lease is read whole again (Redis refuses them)."""
         run = self._runs.get(run_id)
-        if run is None:
+        if run is not None and self._current(run):
+            self._runs.move_to_end(run_id)
+            return run
+        if run is None or run.queued or run_id in self._unwritten:
             run = self._new(run_id)
         else:
             self._runs.move_to_end(run_id)
-            if self._current(run):
-                return run
         raws = self._redis.lrange(self._keys.run(run_id), run.length, -1)
         for raw in raws:
             event = _decode(raw)
@@ -209,6 +256,7 @@ class RedisRunJournal:
                 run.events.append(event)
                 apply_in_place(run.state, event)
         run.length += len(raws)
+        run.indexed = bool(run.length) and not run.state.finished
         return run
 
     def _cached(self, run_id: str, event: ev.Event) -> _Run:
@@ -222,46 +270,168 @@ class RedisRunJournal:
             return self._new(run_id)
         return self._load(run_id)
 
+    def _moved_error(self, run_id: str) -> RunMoved:
+        """The error for a run whose queued events Redis refused, told once: the driver stops
+        on it; a later claim (this node holds the chat again) reads the run afresh."""
+        return RunMoved(f"run {run_id} was taken over by the node that now holds "
+                        f"{self._moved.pop(run_id, None) or 'its chat'}")
+
     def append(self, run_id: str, event: ev.Event) -> RunState:
+        if run_id in self._moved:
+            raise self._moved_error(run_id)
         record = {"run": run_id, **event.to_dict()}
         stored = self._redact(record) if self._redact is not None else record
         line = json.dumps(stored, ensure_ascii=False, separators=(",", ":"))
         run = self._cached(run_id, event)
+        apply_in_place(run.state, event)
+        run.events.append(event)
+        run.queued.append(line)
+        run.token = self._token(run.state)
+        self._note_chat_run(run_id, run.state)
+        if self._writer is not None and self._writer.running:
+            self._unwritten[run_id] = run
+            if run.state.finished:  # however it ended (a cancel too): stored at once
+                self._due.add(run_id)
+                self._writer.hurry()
+            else:
+                self._writer.notify()
+        else:
+            run = self._write_through(run_id, run)
+        state = run.state
+        if self._on_finished is not None:
+            report_finished(self._on_finished, self.events, run_id, event, state)
+        return state
+
+    def _chat_runs(self, chat_key: str) -> _ChatRuns | None:
+        """The chat's open runs as this node knows them, while they are current."""
+        chat = self._chats.get(chat_key)
+        if chat is None:
+            return None
+        if chat.token and (self._fence(chat_key) or 0) == chat.token:
+            self._chats.move_to_end(chat_key)
+            return chat
+        del self._chats[chat_key]
+        return None
+
+    def _keep_chat_runs(self, chat_key: str, rows: list[tuple[str, Any]]) -> None:
+        """Remember the chat's open runs as just read (Redis's, plus this node's queued)."""
+        token = self._fence(chat_key) or 0
+        if not token:
+            return
+        runs = {run_id: json.loads(raw) for run_id, raw in rows if raw is not None}
+        for run_id, run in self._unwritten.items():
+            if run.state.chat.key == chat_key:
+                runs.pop(run_id, None)
+                if not run.state.finished:
+                    runs[run_id] = _meta(run.state)
+        self._chats[chat_key] = _ChatRuns(token, runs)
+        while len(self._chats) > self._cached_runs:
+            self._chats.popitem(last=False)
+
+    def _note_chat_run(self, run_id: str, state: RunState) -> None:
+        if len(self._appended) > 4 * self._cached_runs:
+            self._appended.clear()
+        self._appended[state.chat.key] = self._appended.get(state.chat.key, 0) + 1
+        chat = self._chat_runs(state.chat.key)
+        if chat is None:
+            return
+        if state.finished:
+            chat.open.pop(run_id, None)
+        else:
+            chat.open[run_id] = _meta(state)
+
+    def _script_call(self, run_id: str, run: _Run,
+                     lines: list[str]) -> tuple[list[str], list[Any]]:
+        state = run.state
+        meta = _meta(state)
+        started = run.events[0].at if run.events else time.time()
+        keys = [self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
+                self._keys.runs_inbound, self._keys.runs_fence,
+                self._keys.runs_of_chat(state.chat.key)]
+        args = [run_id, run.token, json.dumps(meta, ensure_ascii=False),
+                state.inbound_key or "", 1 if state.finished else 0, int(started * 1000),
+                self._ttl_s, run.length, 1 if run.indexed else 0, *lines]
+        return keys, args
+
+    def _write_through(self, run_id: str, run: _Run) -> _Run:
+        """Without the writer: the queued events now, on the synchronous client (if another
+        writer appended meanwhile, its events are folded in and ours go after them)."""
         for _ in range(8):
-            state = run.state
-            apply_in_place(state, event)  # on the cache; dropped below if the write fails
-            meta = {"status": state.status, "chat": state.chat.key,
-                    "inbound": state.inbound_key, "task": bool(state.chat.task_id),
-                    "parent": state.parent_run}
-            started = run.events[0].at if run.events else event.at
-            token = self._token(state)
+            lines, run.queued = run.queued, []
+            keys, args = self._script_call(run_id, run, lines)
             try:
-                length = int(self._append(
-                    keys=[self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
-                          self._keys.runs_inbound, self._keys.runs_fence,
-                          self._keys.runs_of_chat(state.chat.key)],
-                    args=[run_id, line, token, json.dumps(meta, ensure_ascii=False),
-                          state.inbound_key or "", 1 if state.finished else 0,
-                          int(started * 1000), self._ttl_s, run.length]))
+                result = self._append(keys=keys, args=args)
             except BaseException:
-                self._runs.pop(run_id, None)
+                self._forget(run_id, run)
                 raise
-            if length == -2:  # another node appended since: fold its events, then retry
-                self._runs.pop(run_id, None)
+            if int(result) == -2:
+                self._forget(run_id, run)
+                pending = run.events[len(run.events) - len(lines):]
                 run = self._load(run_id)
+                for event in pending:
+                    apply_in_place(run.state, event)
+                    run.events.append(event)
+                run.queued = lines
+                run.token = self._token(run.state)
                 continue
-            if length < 0:
-                self._runs.pop(run_id, None)
-                raise RunMoved(f"run {run_id} was taken over by the node that now holds "
-                               f"{state.chat.key}")
-            run.events.append(event)
-            run.length = length
-            run.token = token
-            if self._on_finished is not None:
-                report_finished(self._on_finished, self.events, run_id, event, state)
-            return state
+            self._written(run_id, run, lines, run.state.finished, result)
+            if run_id in self._moved:
+                raise self._moved_error(run_id)
+            return run
         raise RuntimeError(f"run {run_id}: other writers kept appending; the event was not "
                            "written")
+
+    def stage(self, batch: Batch, *, full: bool) -> _StagedRuns | None:
+        """The writer's call: the queued events of every run (or of the runs due), one
+        script call per run."""
+        due, self._due = self._due, set()
+        if not self._unwritten:
+            return None
+        staged = []
+        for run_id, run in self._unwritten.items():
+            if not run.queued or not (full or run_id in due):
+                continue
+            lines, run.queued = run.queued, []
+            keys, args = self._script_call(run_id, run, lines)
+            batch.script("run_append", keys, args)
+            staged.append((run_id, run, lines, run.state.finished))
+        return _StagedRuns(self, staged)
+
+    def _written(self, run_id: str, run: _Run, lines: list[str], finished: bool,
+                 result: Any) -> None:
+        if not run.queued:
+            self._unwritten.pop(run_id, None)
+        length = result if isinstance(result, int) else -3
+        if length < 0:
+            why = {-1: run.state.chat.key, -2: "its chat (another writer appended)"}.get(
+                length, f"its chat (the write failed: {result})")
+            log.warning("run %s: %d queued events were refused; the run moved to %s",
+                        run_id, len(lines), why)
+            self._moved[run_id] = why
+            while len(self._moved) > self._cached_runs:
+                self._moved.popitem(last=False)
+            self._forget(run_id, run)
+            return
+        run.length = length
+        run.indexed = not finished
+
+    def _forget(self, run_id: str, run: _Run) -> None:
+        """Drop the cache entry (if it is still this one) and what this node believed of
+        the run's chat: both are read again."""
+        if self._runs.get(run_id) is run:
+            del self._runs[run_id]
+        if self._unwritten.get(run_id) is run:
+            del self._unwritten[run_id]
+        self._chats.pop(run.state.chat.key, None)
+
+    async def settle(self, run_id: str | None = None) -> None:
+        """Return once every event appended so far is in Redis; `RunMoved` if `run_id`'s
+        were refused (another node holds its chat now)."""
+        if self._writer is not None:
+            self._due.update([run_id] if run_id is not None else self._unwritten)
+            await self._writer.settle()
+        if run_id is not None and run_id in self._moved:
+            raise self._moved_error(run_id)
 
     def state(self, run_id: str) -> RunState:
         return self._load(run_id).state
@@ -274,14 +444,17 @@ class RedisRunJournal:
         if inbound_key is not None:
             found = self._by_inbound(keys=[self._keys.runs_inbound, self._keys.runs_meta],
                                      args=[inbound_key])
-            if not found:
-                return []
-            run_ids, metas = [_text(found[0])], [found[1]]
+            run_ids, metas = ([_text(found[0])], [found[1]]) if found else ([], [])
         elif chat_key is not None:  # the chat's own index: no scan of every open run
+            known = self._chat_runs(chat_key)
+            if known is not None:  # nothing read while this node holds the chat
+                return [run_id for run_id, meta in known.open.items()
+                        if _matches(meta, None, chat_key, statuses)]
             rows = self._of_chat(keys=[self._keys.runs_of_chat(chat_key), self._keys.runs_open,
                                        self._keys.runs_meta])
             rows = sorted(rows, key=lambda row: (float(row[1]), _text(row[0])))
             run_ids, metas = [_text(row[0]) for row in rows], [row[2] for row in rows]
+            self._keep_chat_runs(chat_key, list(zip(run_ids, metas, strict=True)))
         else:
             pipe = self._redis.pipeline(transaction=False)
             pipe.zrange(self._keys.runs_open, 0, -1)
@@ -289,18 +462,58 @@ class RedisRunJournal:
             order, by_id = pipe.execute()
             run_ids = [_text(raw) for raw in order]
             metas = [by_id.get(raw) for raw in order]
+        return self._matching(run_ids, metas, inbound_key, chat_key, statuses)
+
+    async def preload(self, chat_key: str) -> None:
+        """Read the chat's open runs ahead on the asynchronous client (unless this node
+        knows them): the turn's `find(chat_key=...)`s and `find_inbound` then read nothing.
+        Kept only if none of the chat's runs was appended to meanwhile."""
+        token = self._fence(chat_key) or 0
+        if not token or self._chat_runs(chat_key) is not None or self._writer is None \
+                or not self._writer.running:
+            return
+        if self._of_chat_async is None:
+            self._of_chat_async = self._writer.client.register_script(_OF_CHAT)
+        appended = self._appended.get(chat_key, 0)
+        rows = await self._of_chat_async(keys=[self._keys.runs_of_chat(chat_key),
+                                               self._keys.runs_open, self._keys.runs_meta])
+        if self._appended.get(chat_key, 0) != appended or \
+                (self._fence(chat_key) or 0) != token or self._chat_runs(chat_key) is not None:
+            return
+        rows = sorted(rows, key=lambda row: (float(row[1]), _text(row[0])))
+        self._keep_chat_runs(chat_key, [(_text(row[0]), row[2]) for row in rows])
+
+    async def find_inbound(self, inbound_key: str, chat_key: str | None = None) -> list[str]:
+        """`find(inbound_key=...)` for the start of a turn: from the chat's open runs while
+        this node holds the chat, else on the asynchronous client while the writer runs
+        (the event loop is not held), else as `find`."""
+        known = self._chat_runs(chat_key) if chat_key is not None else None
+        if known is not None:
+            return [run_id for run_id, meta in known.open.items()
+                    if _matches(meta, inbound_key, None, None)]
+        if self._writer is None or not self._writer.running:
+            return self.find(inbound_key=inbound_key)
+        if self._by_inbound_async is None:
+            self._by_inbound_async = self._writer.client.register_script(_BY_INBOUND)
+        found = await self._by_inbound_async(
+            keys=[self._keys.runs_inbound, self._keys.runs_meta], args=[inbound_key])
+        run_ids, metas = ([_text(found[0])], [found[1]]) if found else ([], [])
+        return self._matching(run_ids, metas, inbound_key, None, None)
+
+    def _matching(self, run_ids: list[str], metas: list[Any], inbound_key: str | None,
+                  chat_key: str | None, statuses: frozenset[str] | None) -> list[str]:
+        """The runs Redis listed that match, as this node knows them: a run with events
+        not in Redis yet is judged by its queued state instead (and listed last)."""
         matching = []
         for run_id, raw_meta in zip(run_ids, metas, strict=True):
-            if raw_meta is None:
-                continue  # finished meanwhile
-            meta = json.loads(raw_meta)
-            if statuses is not None and meta.get("status") not in statuses:
-                continue
-            if inbound_key is not None and meta.get("inbound") != inbound_key:
-                continue
-            if chat_key is not None and meta.get("chat") != chat_key:
-                continue
-            matching.append(run_id)
+            if raw_meta is None or run_id in self._unwritten:
+                continue  # finished meanwhile, or this node knows better (below)
+            if _matches(json.loads(raw_meta), inbound_key, chat_key, statuses):
+                matching.append(run_id)
+        for run_id, run in list(self._unwritten.items()):
+            state = run.state
+            if not state.finished and _matches(_meta(state), inbound_key, chat_key, statuses):
+                matching.append(run_id)
         return matching
 
     def claim(self, run_id: str) -> bool:
@@ -320,7 +533,23 @@ class RedisRunJournal:
         """Nothing to rewrite (see `needs_compaction`)."""
 
     def sync(self) -> None:
-        """Nothing to flush: Redis's own persistence (AOF) decides durability."""
+        """Nothing to flush here: queued events go with the writer's next batch (`settle`),
+        and Redis's own persistence (AOF) decides durability."""
 
     def close(self) -> None:
         """The client belongs to the runtime, which closes it once for every store."""
+
+
+def _meta(state: RunState) -> dict[str, Any]:
+    """What the open-run indexes keep of a run (`runs:meta`)."""
+    return {"status": state.status, "chat": state.chat.key, "inbound": state.inbound_key,
+            "task": bool(state.chat.task_id), "parent": state.parent_run}
+
+
+def _matches(meta: dict[str, Any], inbound_key: str | None, chat_key: str | None,
+             statuses: frozenset[str] | None) -> bool:
+    if statuses is not None and meta.get("status") not in statuses:
+        return False
+    if inbound_key is not None and meta.get("inbound") != inbound_key:
+        return False
+    return chat_key is None or meta.get("chat") == chat_key

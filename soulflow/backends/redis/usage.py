@@ -9,44 +9,116 @@
 * `usage:days` - set of the days written; a day whose hash expired is dropped when read.
 * `usage:names` - hash `provider:user_id` → display name (same TTL from its last write).
 
-One call is one MULTI/EXEC round trip of eight commands (MULTI, four increments, EXPIRE, SADD,
-EXEC), so two nodes counting the same key at once both count.
+Increments only add, so two nodes counting the same key at once both count. While the
+backend's writer runs (writeback.py), `add()` sums into this node's queue and the writer's
+next batch sends each row's four increments once, with the day's EXPIRE and SADD only when
+this process has not sent them for that day in the last hour; reads add what is still
+queued. They go with the writer's next batch, so with the turn's own `settle()` at the latest:
+another node's budget check sees a call once the turn that made it has ended. A SIGKILL
+loses only the counts of a turn that had not ended (its message is answered again, and
+counted again). Without the writer, a
+call is one MULTI/EXEC of the same commands.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from soulflow.backends.base import USAGE_KEEP_DAYS, UsageKey, UsageTotals
 from soulflow.backends.redis.clients import SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
+from soulflow.backends.redis.writeback import Batch, WriteBehind
 
 __all__ = ["RedisUsageStore"]
 
 _FIELDS = ("n", "p", "c", "usd")
+_TOUCH_EVERY_S = 3600.0  # how often a day's hash gets its EXPIRE and its SADD again
+
+
+@dataclass(slots=True)
+class _StagedUsage:
+    store: RedisUsageStore
+    rows: dict[UsageKey, UsageTotals]
+    days: dict[str, float]
+
+    def written(self, results: list[Any]) -> None:
+        self.store._in_flight = {}
+        self.store._touched.update(self.days)
+
+    def failed(self) -> None:
+        store = self.store
+        store._in_flight = {}
+        for key, totals in self.rows.items():
+            store._queue(key, totals)
 
 
 class RedisUsageStore:
     """`UsageStore` on Redis (see the module docstring)."""
 
-    def __init__(self, state: StateRedis, *, keep_days: int = USAGE_KEEP_DAYS) -> None:
+    def __init__(self, state: StateRedis, *, keep_days: int = USAGE_KEEP_DAYS,
+                 writer: WriteBehind | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._client: SyncStoreRedis = state.client
         self._keys = ServiceKeys(state.prefix)
         self.keep_days = keep_days
+        self._clock = clock
+        self._queued: dict[UsageKey, UsageTotals] = {}
+        self._in_flight: dict[UsageKey, UsageTotals] = {}
+        self._touched: dict[str, float] = {}  # day → when its EXPIRE and SADD were sent
+        self._writer = writer
+        if writer is not None:
+            writer.register(self)
 
     def add(self, key: UsageKey, totals: UsageTotals) -> None:
+        if self._writer is not None and self._writer.running:
+            self._queue(key, totals)
+            self._writer.notify()
+            return
+        pipe = self._client.pipeline(transaction=True)
+        self._increments(pipe, key, totals)
+        self._touch(pipe, key.day)
+        pipe.execute()
+
+    def _queue(self, key: UsageKey, totals: UsageTotals) -> None:
+        summed = self._queued.setdefault(key, UsageTotals())
+        summed.add(totals)
+
+    def _increments(self, pipe: Any, key: UsageKey, totals: UsageTotals) -> None:
         row = json.dumps([key.provider, key.model, key.chat, key.user, key.source],
                          ensure_ascii=False)
         day = self._keys.usage_day(key.day)
-        pipe = self._client.pipeline(transaction=True)
         pipe.hincrby(day, f"{row}|n", totals.calls)
         pipe.hincrby(day, f"{row}|p", totals.prompt_tokens)
         pipe.hincrby(day, f"{row}|c", totals.completion_tokens)
         pipe.hincrbyfloat(day, f"{row}|usd", totals.cost_usd)
-        pipe.expire(day, self.keep_days * 86_400)
-        pipe.sadd(self._keys.usage_days, key.day)
-        pipe.execute()
+
+    def _touch(self, pipe: Any, day: str) -> None:
+        pipe.expire(self._keys.usage_day(day), self.keep_days * 86_400)
+        pipe.sadd(self._keys.usage_days, day)
+
+    def stage(self, batch: Batch, *, full: bool) -> _StagedUsage | None:
+        """The writer's call, for any batch: the summed rows, and the days not touched for
+        an hour. Counts go with the first batch after the call (a turn's settle carries its
+        own), so another node's budget check sees a call once its turn has ended."""
+        if not self._queued:
+            return None
+        rows, self._queued = self._queued, {}
+        self._in_flight = rows
+        pipe = _BatchCommands(batch)
+        now = self._clock()
+        days: dict[str, float] = {}
+        for key, totals in rows.items():
+            self._increments(pipe, key, totals)
+            touched = self._touched.get(key.day)
+            if key.day not in days and (touched is None or now - touched > _TOUCH_EVERY_S):
+                self._touch(pipe, key.day)
+                days[key.day] = now
+        return _StagedUsage(self, rows, days)
 
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
         days = sorted(d for d in (text(m) for m in self._client.smembers(self._keys.usage_days))
@@ -78,7 +150,14 @@ class RedisUsageStore:
                 except ValueError:
                     continue
                 found.append((UsageKey(day, provider, model, chat, user, source), totals))
-        return found
+        if not (self._in_flight or self._queued):
+            return found
+        summed = dict(found)
+        for unwritten in (self._in_flight, self._queued):  # this node's, on their way
+            for key, totals in unwritten.items():
+                if key.day >= first_day:
+                    summed.setdefault(key, UsageTotals()).add(totals)
+        return list(summed.items())
 
     def name(self, user: str, name: str) -> None:
         pipe = self._client.pipeline(transaction=True)
@@ -102,3 +181,22 @@ class RedisUsageStore:
             scope = text(field).rpartition("|")[0]
             summed[scope] = summed.get(scope, 0.0) + float(text(value))
         return summed
+
+
+@dataclass(slots=True)
+class _BatchCommands:
+    """The commands `_increments` and `_touch` give a pipeline, added to a `Batch`."""
+
+    batch: Batch
+
+    def hincrby(self, key: str, field: str, amount: int) -> None:
+        self.batch.command("HINCRBY", key, field, amount)
+
+    def hincrbyfloat(self, key: str, field: str, amount: float) -> None:
+        self.batch.command("HINCRBYFLOAT", key, field, repr(float(amount)))
+
+    def expire(self, key: str, seconds: int) -> None:
+        self.batch.command("EXPIRE", key, seconds)
+
+    def sadd(self, key: str, member: str) -> None:
+        self.batch.command("SADD", key, member)
