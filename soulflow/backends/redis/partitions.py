@@ -16,6 +16,7 @@ refused), and it never counts in the share.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -111,14 +112,24 @@ class PartitionLeases:
                                     args=[self.node_id, int(self.ttl_s * 1000)]))
         await self._keep_private()
         share = math.ceil(self._keys.partitions / max(1, live))
-        for part, lease in list(self._held.items()):
-            renewed = await self._leases.renew(lease, self.ttl_s)
+        # all at once: one round trip, not one per partition (a Redis far away, or slow,
+        # must not make the round outlast the leases it renews)
+        held = list(self._held.items())
+        results = await asyncio.gather(*(self._leases.renew(lease, self.ttl_s)
+                                         for _, lease in held), return_exceptions=True)
+        failure: BaseException | None = None
+        for (part, lease), renewed in zip(held, results, strict=True):
+            if isinstance(renewed, BaseException):
+                failure = failure or renewed  # kept until its deadline, as without a round
+                continue
             if renewed is None or not lease.valid(self._clock()):
                 log.warning("partition %d: lease lost (node %s)", part, self.node_id)
                 del self._held[part]
                 self._fresh.discard(part)
             else:
                 self._held[part] = renewed
+        if failure is not None:
+            raise failure
         parts = self._keys.partitions
         for step in range(parts):
             if len(self._held) >= share:
