@@ -321,8 +321,9 @@ class Conversation:
         folded batch or a cron job."""
         batch = turn.batch
         first, keys = batch[0], [m.key for m in batch]
-        for key in keys:
-            if await self.bus.outbox.has_answered(key):
+        for key in keys:  # (a message read for the first time cannot have an answer yet)
+            if not self.bus.inbound.first_delivery(key) and \
+                    await self.bus.outbox.has_answered(key):
                 await self.replies.complete(keys, ReplyStatus.ANSWERED)
                 return
         adapter = self.registry.get(first.provider)

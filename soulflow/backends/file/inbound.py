@@ -232,6 +232,10 @@ class FileInbound:
         self._handed.difference_update(m.key for m in messages)
         self._arrived.set()
 
+    def first_delivery(self, key: str) -> bool:
+        """Never claimed to be: the answered check is a lookup in memory here."""
+        return False
+
     async def pending(self) -> list[InboundMessage]:
         return self.journal.pending()
 

@@ -27,6 +27,8 @@ from soulflow.backends.redis.partitions import PartitionLeases
 from soulflow.contracts import InboundMessage
 from soulflow.errors import StoreError
 
+FRESH_KNOWN = 100_000  # first deliveries remembered (then forgotten, and checked instead)
+
 
 @dataclass(frozen=True, slots=True)
 class _Claimed:
@@ -53,6 +55,8 @@ class RedisInbound:
         # reply never arrived (a BLOCK that outlived the socket timeout, a cut connection)
         self._unsure: set[Part] = set()
         self._reading: set[Part] = set()  # partitions whose stream a read waits on now
+        # read with `XREADGROUP >`: never handed to any consumer before (`first_delivery`)
+        self._fresh: set[str] = set()
 
     def busy(self, part: int) -> bool:
         """Work of this partition in this node's hands (claimed, or read and queued)."""
@@ -97,7 +101,13 @@ class RedisInbound:
                 pipe.set(self._keys.seen(key), now, nx=True, ex=self._seen_ttl)
             await pipe.execute()
 
+    def first_delivery(self, key: str) -> bool:
+        """The message came from this node's read of its stream (`>`), not from a takeover,
+        a sweep or a release: no turn anywhere can have answered it yet."""
+        return key in self._fresh and key in self._claimed
+
     async def complete(self, key: str, status: str, error: str | None = None) -> Completion:
+        self._fresh.discard(key)
         claimed = self._claimed.pop(key, None)
         if claimed is None:  # never handed to us: e.g. refused at intake, before any work
             raw = await self._client.hget(self._keys.inbound_pending, key)
@@ -173,6 +183,9 @@ class RedisInbound:
                     if message is None:  # not ours to run: acknowledge so it never returns
                         await self._client.xack(stream, GROUP, entry_id)
                         continue
+                    if len(self._fresh) >= FRESH_KNOWN:
+                        self._fresh.clear()  # forgetting only costs an answered check each
+                    self._fresh.add(message.key)
                     if len(out) < limit:
                         self._hand(part, _text(entry_id), message, out)
                     else:  # COUNT is per stream: the surplus is ours now, next in line
@@ -185,6 +198,7 @@ class RedisInbound:
         whatever order the caller gives them in."""
         touched: set[Part] = set()
         for message in messages:
+            self._fresh.discard(message.key)  # a turn may have answered it before giving back
             claimed = self._claimed.pop(message.key, None)
             if claimed is not None and self._partitions.lease(claimed.part) is not None:
                 self._backlog.setdefault(claimed.part, deque()).append(
@@ -253,6 +267,7 @@ class RedisInbound:
                 message = _decode(fields) if fields else None
                 if message is None:
                     continue
+                self._fresh.discard(message.key)
                 in_hand = self._claimed.get(message.key)
                 if in_hand is None:
                     found.append((_text(entry_id), message))

@@ -192,7 +192,9 @@ class RedisSessionStore:
         """The four commands of one session's records (a pipeline or a `Batch`)."""
         session, meta, size, updated = self._push_keys(key)
         pipe.execute_command("RPUSH", session, *(r.line for r in records))
-        pipe.execute_command("HSETNX", meta, key, records[0].meta)
+        tail = self._current_tail(key)
+        if tail is None or len(tail.records) <= len(records):  # maybe new: its metadata
+            pipe.execute_command("HSETNX", meta, key, records[0].meta)
         pipe.execute_command("HINCRBY", size, key, _size(records))
         pipe.execute_command("ZADD", updated, records[-1].at, key)
 
