@@ -74,6 +74,12 @@ class Budgets:
     def active(self) -> bool:
         return bool(self.daily_usd or self.user_daily_usd or self.chat_daily_usd)
 
+    async def refresh(self) -> None:
+        """Before a check: read today's spending ahead (a shared store answers over the
+        network; the check itself must not hold the event loop waiting for it)."""
+        if self.active:
+            await self.meter.store.refresh(self.meter.today())
+
     def reached(self, chat: ChatRef) -> BudgetHit | None:
         """The first cap today's spending has reached for a call of this chat, else None."""
         if not self.active:

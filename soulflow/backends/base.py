@@ -5,8 +5,11 @@ The bus's stores (inbound journal, outbox, both dead-letter queues, cursors, lea
 asynchronous because a shared backend answers over the network; the stores the agent and the
 services call many times per step (sessions, run journals, approval prompts, cron jobs, tasks
 and their plans and workflow events, decisions, the vault's sealed entries, the heartbeat's
-last tick) keep a synchronous API. Two things the single-process file journals never needed
-come from sharing one workload between nodes:
+last tick) keep a synchronous API, with asynchronous edges where a shared store must not hold
+the event loop: `settle` (queued writes are stored), `preload`/`find_inbound`/`refresh` (what
+a turn or a round will read, read ahead) and `Backend.offload` (a loop's call, off the loop).
+Two things the single-process file journals never needed come from sharing one workload
+between nodes:
 
 - `InboundStore.claim()`: the work this node may run now. Each accepted message is handed out
   once (to one node) until it is completed or its holder dies; a chat's messages come out in
@@ -30,7 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 from soulflow.config import ConfigError
 from soulflow.contracts import (
@@ -75,6 +78,23 @@ SEEN_WINDOW_S = 48 * 3600
 #: platform refuses everything for a long while.
 INBOUND_DLQ_MAX = 10_000
 OUTBOUND_DLQ_MAX = 100_000
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Offload(Protocol):
+    """`Backend.offload`, as the services that take it see it."""
+
+    def __call__(self, call: Callable[P, R], /, *args: P.args,
+                 **kwargs: P.kwargs) -> Awaitable[R]: ...
+
+
+async def call_here(call: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """`Backend.offload` of a local store, and the default of a service built without one
+    (tests): the call, on the event loop."""
+    return call(*args, **kwargs)
 
 
 class BackendKind(StrEnum):
@@ -161,6 +181,10 @@ class InboundStore(Protocol):
         failed in a way that could not be recorded (the store went away mid-turn). Local to
         this node: it never fails; a message of a partition lost meanwhile is left to the
         partition's new holder."""
+
+    def first_delivery(self, key: str) -> bool:
+        """The claimed message is handed out for the first time anywhere, so no turn can have
+        answered it: its turn may skip `OutboxStore.has_answered`. False when unsure."""
 
     async def pending(self) -> list[InboundMessage]:
         """Every unfinished message (all nodes'), oldest first."""
@@ -365,6 +389,10 @@ class CronStore(Protocol):
         scheduler then re-reads them every poll and claims each occurrence before firing."""
 
     def list(self, chat_key: str | None = None) -> list[Job]: ...
+
+    async def refresh(self) -> None:
+        """Read the job list ahead, without holding the event loop: the scheduler calls it
+        before each round, whose `list()`s then read nothing (on files: nothing to read)."""
 
     def get(self, job_id: str) -> Job | None: ...
 
@@ -575,6 +603,11 @@ class UsageStore(Protocol):
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
         """Every key of `first_day` (`YYYY-MM-DD`) and later days, with its totals."""
 
+    async def refresh(self, day: str) -> None:
+        """Before a budget check: read `day`'s totals and raises ahead, without holding the
+        event loop; `days(day)` and `raises(day)` right after use them (on files: nothing
+        to read)."""
+
     def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
         """An approved budget raise for `day`: `scope` (`all:`, `user:<id>`, `chat:<key>`)
         rises by `amount`; idempotent per `approval_id`."""
@@ -719,3 +752,8 @@ class Backend(Protocol):
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         """The operator's one sentence for a store that failed where nothing can carry on (the
         vault opened at boot, a command on the stores)."""
+
+    async def offload(self, call: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run a synchronous store call from a loop of the daemon where it cannot hold the
+        event loop: on Redis in the backend's store thread (one at a time, in order), on
+        files right here (local and fast, and those stores are not made for threads)."""

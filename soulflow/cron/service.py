@@ -35,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from soulflow.backends.base import CronStore
+from soulflow.backends.base import CronStore, Offload, call_here
 from soulflow.contracts import ChatRef, CronOccurrence, CronRunStatus, InboundMessage
 from soulflow.cron.jobs import Job, JobState, PayloadKind, new_job_id
 from soulflow.cron.schedule import Schedule, from_iso, next_fire_time, to_iso
@@ -94,10 +94,13 @@ class CronService:
     def __init__(self, store: CronStore, fire: FireFn, *, clock: Clock = _utc_now,
                  sleep: Sleep = asyncio.sleep, max_sleep_s: float = MAX_SLEEP_S,
                  max_jobs_per_chat: int = MAX_JOBS_PER_CHAT, poll_s: float = POLL_S,
-                 may_fire: Callable[[Job], bool] = lambda job: True) -> None:
+                 may_fire: Callable[[Job], bool] = lambda job: True,
+                 offload: Offload = call_here) -> None:
         """`may_fire(job)`: whether this node fires a due job at all (with a shared store the
-        runtime leaves some jobs to the node holding their chat)."""
+        runtime leaves some jobs to the node holding their chat). `offload`: where the loop's
+        store calls run (`Backend.offload`: off the event loop on Redis)."""
         self.store = store
+        self._offload = offload
         self._fire = fire
         self._clock = clock
         self._sleep = sleep
@@ -195,6 +198,7 @@ class CronService:
         reconciled = False
         while True:
             try:
+                await self.store.refresh()  # the round's listings then wait for nothing
                 if not reconciled:
                     self.reconcile()
                     reconciled = True
@@ -247,7 +251,7 @@ class CronService:
         for job in sorted(due, key=lambda j: (j.next_run, j.id)):
             scheduled = job.next_run
             assert scheduled is not None
-            if not self._may_fire(job) or not self._claim(job, scheduled):
+            if not self._may_fire(job) or not await self._claim(job, scheduled):
                 held.add((job.id, job.state.next_run_at))
                 continue
             if (now - scheduled).total_seconds() > self.max_sleep_s:
@@ -255,29 +259,32 @@ class CronService:
                          "once now", job.id, job.name, to_iso(scheduled))
             status, error = await self._fire_one(job, scheduled)
             fired.append((job, scheduled))
-            current = self.store.get(job.id)  # the tool may have changed it while it fired
+            # the tool may have changed it while it fired
+            current = await self._offload(self.store.get, job.id)
             if current is None:
                 continue
             upcoming = (self._safe_next(current, max(scheduled, now), anchor=scheduled)
                         if current.enabled else None)
             result = {"last_run_at": to_iso(now), "last_status": status, "last_error": error,
                       "runs": current.state.runs + 1}
-            if self.store.advance(job.id, job.state.next_run_at, enabled=upcoming is not None,
-                                  next_run_at=to_iso(upcoming), **result) is None:
+            if await self._offload(self.store.advance, job.id, job.state.next_run_at,
+                                   enabled=upcoming is not None,
+                                   next_run_at=to_iso(upcoming), **result) is None:
                 # changed while it fired (disabled, re-timed): keep that, record the run
                 with contextlib.suppress(KeyError):  # or removed meanwhile
-                    self.store.update_state(job.id, **result)
+                    await self._offload(self.store.update_state, job.id, **result)
         self._held_elsewhere = held
         return fired
 
-    def _claim(self, job: Job, scheduled: datetime) -> bool:
+    async def _claim(self, job: Job, scheduled: datetime) -> bool:
         """With a shared store: claim the occurrence, then make sure it is still the job's
         next one (another node may have fired and advanced it after our listing)."""
         if not self.store.shared:
             return True
-        if not self.store.claim_occurrence(job.id, occurrence_stamp(scheduled)):
+        if not await self._offload(self.store.claim_occurrence, job.id,
+                                   occurrence_stamp(scheduled)):
             return False
-        current = self.store.get(job.id)
+        current = await self._offload(self.store.get, job.id)
         return current is not None and current.enabled and \
             current.state.next_run_at == job.state.next_run_at
 

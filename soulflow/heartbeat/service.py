@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from soulflow.backends.base import HeartbeatStateStore
+from soulflow.backends.base import HeartbeatStateStore, Offload, call_here
 from soulflow.contracts import ChatRef
 from soulflow.heartbeat.checklist import actionable_lines, heartbeat_prompt
 from soulflow.heartbeat.turns import QuietTurn, QuietTurnRunner, TurnOutcome, TurnStatus
@@ -89,7 +89,9 @@ class HeartbeatState:
 class HeartbeatService:
     def __init__(self, workspace: Path, state: HeartbeatStateStore, runner: QuietTurnRunner,
                  target: ChatRef, *, interval_s: float, clock: Clock = time.time,
-                 sleep: Sleep = asyncio.sleep) -> None:
+                 sleep: Sleep = asyncio.sleep, offload: Offload = call_here) -> None:
+        """`offload`: where the loop's reads and writes of its state run (`Backend.offload`:
+        off the event loop on Redis)."""
         self.workspace = workspace
         self._files = Beneath(workspace)
         self.runner = runner
@@ -98,6 +100,7 @@ class HeartbeatService:
         self._clock = clock
         self._sleep = sleep
         self._store = state
+        self._offload = offload
         self._state = self._load()
         self.ticks = 0
         self.model_calls = 0  # ticks that ran the agent (the rest were skipped for free)
@@ -111,7 +114,8 @@ class HeartbeatService:
         if not self.enabled:
             return
         while True:
-            self._state = self._load()  # another node may have ticked (Redis)
+            # another node may have ticked (Redis)
+            self._state = HeartbeatState.from_dict(await self._offload(self._store.load))
             await self._sleep(self.seconds_until_next())
             await self.tick()
 
@@ -146,7 +150,7 @@ class HeartbeatService:
                 result = TickResult(TickStatus.RAN, now, outcome)
         self._state = HeartbeatState(now, result.status.value,
                                      result.outcome.status.value if result.outcome else "")
-        self._store.save(asdict(self._state))
+        await self._offload(self._store.save, asdict(self._state))
         return result
 
     def _load(self) -> HeartbeatState:

@@ -111,7 +111,7 @@ class BackgroundServices:
             settings.workspace, backend.heartbeat, self.quiet,
             notice_target(setting, channels, explicit=setting("HEARTBEAT_CHAT"),
                           fallback_chat_id="heartbeat"),
-            interval_s=float(setting("HEARTBEAT_INTERVAL")))
+            interval_s=float(setting("HEARTBEAT_INTERVAL")), offload=backend.offload)
         self.notice_chat = notice_target(setting, channels, fallback_chat_id="ops")
         policy = OpsPolicy.from_settings(setting)
         watch_log = WatchLog()

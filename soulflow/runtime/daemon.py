@@ -141,7 +141,8 @@ class Runtime:
         # the conversation's replies, and the tools', tasks', heartbeat's and notices' texts
         self.replies = BusReplies(self.channels, self.bus, self._publish_event)
         self.cron = CronService(self.backend.cron, self._fire_cron,
-                                may_fire=wiring.cron_fires_here(self.backend))
+                                may_fire=wiring.cron_fires_here(self.backend),
+                                offload=self.backend.offload)
         # the agent's loop runs its tools through the bridge, and a tool's `spawn` starts a
         # sub-run on that loop: the bridge asks for it when a tool calls (built just below)
         self.tool_bridge = ToolBridge(

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection
 
-from soulflow.backends.base import TaskStore
+from soulflow.backends.base import Offload, TaskStore, call_here
 from soulflow.errors import StoreUnavailable
 from soulflow.supervisor import cancel_and_wait
 from soulflow.tasks.answers import decide, require
@@ -56,8 +56,10 @@ class TaskEngine:
 
     def __init__(self, store: TaskStore, executors: NodeExecutors, *,
                  tool_names: Collection[str] | None = None, emit: EmitFn | None = None,
-                 max_parallel: int = DEFAULT_MAX_PARALLEL, owns: OwnsFn = _everywhere) -> None:
+                 max_parallel: int = DEFAULT_MAX_PARALLEL, owns: OwnsFn = _everywhere,
+                 offload: Offload = call_here) -> None:
         self.store = store
+        self._offload = offload  # the periodic reads, off the event loop (Backend.offload)
         self.executors = executors
         self.tool_names = tool_names
         self.emit = emit
@@ -77,10 +79,11 @@ class TaskEngine:
         an answer was recorded just before the process died. Only tasks of chats this node
         holds are resumed (all of them with one node).
         """
-        return self._resume_owned()
+        return await self._resume_owned()
 
-    def _resume_owned(self) -> list[str]:
-        resumed = [t for t in self.store.unfinished(chats=self.owns)
+    async def _resume_owned(self) -> list[str]:
+        unfinished = await self._offload(self.store.unfinished, chats=self.owns)
+        resumed = [t for t in unfinished
                    if t.task_id not in self._loops
                    and (t.status is TaskStatus.RUNNING
                         or any(s.choice is not None for s in t.nodes.values()))]
@@ -97,7 +100,7 @@ class TaskEngine:
             log.warning("task(s) %s: their chats are handled by another node now; stopping "
                         "them here", ", ".join(lost))
             await cancel_and_wait([self._loops[t] for t in lost if t in self._loops])
-        return self._resume_owned()
+        return await self._resume_owned()
 
     def partitions_changed(self) -> None:
         """Callback for the backend: the chats this node holds changed; reconcile soon."""

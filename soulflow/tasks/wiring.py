@@ -115,7 +115,7 @@ class TaskServices:
         self.engine = TaskEngine(self.store, self.executors.executors(),
                                  tool_names=self.executors.tool_names(), emit=self._emit,
                                  max_parallel=int(settings["TASK_MAX_PARALLEL"]),
-                                 owns=backend.owns)
+                                 owns=backend.owns, offload=backend.offload)
         self.approvers = parts.agent.approvers  # tasks follow the run approvals' rule
         self.chat = TaskChat(self.engine, self.executors, self._planner, self.proposals,
                              self.approvers, agent_waiting=self._agent_waiting)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 
 
 class CuttableProxy:
@@ -66,3 +67,35 @@ class CuttableProxy:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), timeout=2)
+
+
+class ProxyThread:
+    """tests/backends/proxy.py's cuttable TCP proxy on a loop of its own thread (the daemons
+    are other processes; the test itself is synchronous)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="redis-proxy",
+                                        daemon=True)
+        self._thread.start()
+        self.proxy = CuttableProxy(target_port)
+        self._run(self.proxy.start())
+
+    def _run(self, coro: object) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)  # type: ignore[arg-type]
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    def blackhole(self) -> None:
+        self._loop.call_soon_threadsafe(self.proxy.blackhole)
+
+    def delay(self, seconds: float) -> None:
+        self._loop.call_soon_threadsafe(setattr, self.proxy, "delay_s", seconds)
+
+    def close(self) -> None:
+        self._run(self.proxy.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

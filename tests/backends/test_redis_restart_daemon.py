@@ -7,8 +7,6 @@ level).
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,42 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.backends.daemon_cluster import Cluster, TelegramChats, long_polling_since
-from tests.backends.proxy import CuttableProxy
+from tests.backends.proxy import ProxyThread
 from tests.backends.redis_server import RedisServer
 from tests.fakes.openai_api import FakeOpenAIThread
 from tests.fakes.telegram_api import FakeTelegramThread
 
 CHATS = 10
 pytestmark = pytest.mark.timeout(180)
-
-
-class ProxyThread:
-    """tests/backends/proxy.py's cuttable TCP proxy on a loop of its own thread (the daemons
-    are other processes; the test itself is synchronous)."""
-
-    def __init__(self, target_port: int) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="redis-proxy",
-                                        daemon=True)
-        self._thread.start()
-        self.proxy = CuttableProxy(target_port)
-        self._run(self.proxy.start())
-
-    def _run(self, coro: object) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)  # type: ignore[arg-type]
-
-    @property
-    def url(self) -> str:
-        return self.proxy.url
-
-    def blackhole(self) -> None:
-        self._loop.call_soon_threadsafe(self.proxy.blackhole)
-
-    def close(self) -> None:
-        self._run(self.proxy.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
 
 
 def make_cluster(tmp_path: Path, redis_url: str, llm: FakeOpenAIThread,

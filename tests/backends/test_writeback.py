@@ -138,7 +138,8 @@ async def test_a_run_another_node_took_over_is_refused_and_its_driver_told(
         "inbound_key": "telegram:42:3", "parent_run": None, "max_turns": 5}))
     await journal.settle("run_3")
     # the chat's new holder claims the run under a newer lease token
-    redis.Redis.from_url(redis_server.url).hset(AgentKeys(node.keys.prefix).runs_fence, "run_3", 10**9)
+    fences = AgentKeys(node.keys.prefix).runs_fence
+    redis.Redis.from_url(redis_server.url).hset(fences, "run_3", 10**9)
     journal.append("run_3", ev.Event(ev.MODEL_TURN, {"content": "late", "tool_calls": []}))
     with pytest.raises(RunMoved):
         await journal.settle("run_3")

@@ -222,6 +222,8 @@ class AgentLoop:
 
     async def _model_turn(self, run_id: str, state: RunState, abort: asyncio.Event | None,
                           stream: AnswerStream | None = None) -> RunState:
+        if self.budgets is not None:
+            await self.budgets.refresh()
         gated = self._budget_gate(run_id, state)
         if gated is not None:
             return gated

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from soulflow.agent.run.timing import FinishedListener
-from soulflow.backends.base import SEEN_WINDOW_S, BackendKind, BackendUnavailable, LoopFactory
+from soulflow.backends.base import (
+    SEEN_WINDOW_S,
+    BackendKind,
+    BackendUnavailable,
+    LoopFactory,
+    P,
+    R,
+)
 from soulflow.backends.file.approvals import FileApprovalMap
 from soulflow.backends.file.cron import FileCronStore
 from soulflow.backends.file.cursors import FileCursors
@@ -220,6 +227,10 @@ class FileBackend:
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         return BackendUnavailable(f"the stores under {self.runtime_dir} failed: {exc}")
 
+
+    async def offload(self, call: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Right here: the file stores are local, fast, and not made for threads."""
+        return call(*args, **kwargs)
     def sync(self) -> None:
         """fsync every journal built (safe from a worker thread)."""
         for journal in tuple(self._flushed):

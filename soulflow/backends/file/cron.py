@@ -43,6 +43,10 @@ class FileCronStore:
         jobs = sorted(self._jobs.values(), key=lambda j: (j.created_at, j.id))
         return [j for j in jobs if chat_key is None or j.chat.key == chat_key]
 
+
+    async def refresh(self) -> None:
+        """Nothing to read ahead: the jobs are in memory."""
+
     def get(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)
 

@@ -104,6 +104,9 @@ class FileUsageStore:
     def close(self) -> None:
         self.sync()
 
+    async def refresh(self, day: str) -> None:
+        """Nothing to read ahead: the counters are in memory."""
+
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
         with self._lock:
             # read again: `soulflow usage` reads while the daemon writes

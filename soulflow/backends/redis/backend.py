@@ -9,9 +9,11 @@ first use of one of them and closed last by `stop()`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -29,6 +31,8 @@ from soulflow.backends.base import (
     BackendUnavailable,
     Lease,
     LoopFactory,
+    P,
+    R,
 )
 from soulflow.backends.redis.approvals import RedisApprovalMap
 from soulflow.backends.redis.clients import AsyncStoreRedis
@@ -195,6 +199,9 @@ class RedisBackend:
         self._task: asyncio.Task[None] | None = None
         # the journal, sessions and usage queue their writes for this task (writeback.py)
         self.writer = WriteBehind(client, delay_s=write_delay_s)
+        # the synchronous stores' calls the daemon's loops make (`offload`), in order
+        self._store_thread = ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="redis-stores")
         self._writer_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -287,6 +294,12 @@ class RedisBackend:
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         return BackendUnavailable(redis_failure(self.url, exc))
 
+    async def offload(self, call: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """In the store thread: the synchronous client waits for Redis there, not on the
+        event loop (a Redis far away or slow delays this call, nothing else)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._store_thread, functools.partial(call, *args, **kwargs))
+
     # -- the agent's and the services' stores (synchronous) -----------------------------
 
     @cached_property
@@ -324,7 +337,8 @@ class RedisBackend:
     @cached_property
     def cron(self) -> RedisCronStore:
         """An occurrence a node claimed and did not finish (it died) waits one lease TTL."""
-        return RedisCronStore(self.state, claim_ttl_s=self.partitions.ttl_s)
+        return RedisCronStore(self.state, claim_ttl_s=self.partitions.ttl_s,
+                              client=self.client)
 
     @cached_property
     def tasks(self) -> RedisTaskStore:
@@ -372,5 +386,6 @@ class RedisBackend:
         await self.client.aclose()
         if (workflow := self.__dict__.get("workflow")) is not None:
             await workflow.close()
+        self._store_thread.shutdown(wait=False, cancel_futures=True)
         if (state := self.__dict__.get("state")) is not None:
             state.close()  # last: every synchronous store has stopped

@@ -13,8 +13,11 @@ fires on one node.
 * `cron:version` - counter: bumped by every change of a job, in the same atomic step. Every
   node's scheduler lists the jobs every second; `list()` keeps the last listing with the
   version it was read at and re-reads the hash only when the version moved, so an unchanged
-  job list costs one `GET` per listing, not the whole hash (the cache is validated on every
-  read, never trusted across one).
+  job list costs one `GET` per listing, not the whole hash. The scheduler's round begins with
+  `refresh()`, that same check on the asynchronous client, and the listings of that round
+  (within `LISTING_FRESH_S`) use what it read: the scheduler's loop never waits for Redis
+  with the event loop held. Any other `list()` (a command, the dashboard, a round's own
+  write) checks the version itself.
 
 State changes are one Lua script over the job's record (`CRON_UPDATE`): it checks the
 expected ``next_run_at`` (for `advance`) and writes the new state in the same step, so a
@@ -26,8 +29,11 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
 from soulflow.cron.jobs import STATE_FIELDS, Job
@@ -58,12 +64,17 @@ return {'ok', encoded}
 """
 
 
+LISTING_FRESH_S = 0.5  # how long a `refresh()` answers the listings that follow it
+
+
 class RedisCronStore:
     """`CronStore` on Redis (see the module docstring); synchronous, like the file store."""
 
     shared = True
 
-    def __init__(self, state: StateRedis, *, claim_ttl_s: float = 6.0) -> None:
+    def __init__(self, state: StateRedis, *, claim_ttl_s: float = 6.0,
+                 client: AsyncStoreRedis | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`claim_ttl_s`: how long a claimed occurrence is held; a node that died mid-fire
         delays that occurrence by this much (firing itself takes milliseconds: it queues a
         message)."""
@@ -72,6 +83,9 @@ class RedisCronStore:
         self.claim_ttl_s = claim_ttl_s
         self._update = self._client.register_script(CRON_UPDATE)
         self._listed: tuple[bytes | None, list[Job]] | None = None  # (version, jobs)
+        self._async = client  # for `refresh`
+        self._clock = clock
+        self._refreshed_at = float("-inf")  # when `refresh` last confirmed `_listed`
 
     # -- reading -------------------------------------------------------------------------
 
@@ -82,6 +96,9 @@ class RedisCronStore:
     def _all(self) -> list[Job]:
         """Every job in creation order: the last listing if the version did not move since
         (one GET), else the hash and the version read together (MULTI)."""
+        if self._listed is not None and \
+                self._clock() - self._refreshed_at < LISTING_FRESH_S:
+            return list(self._listed[1])
         version = self._client.get(self._keys.cron_version)
         if self._listed is not None and version is not None and self._listed[0] == version:
             return list(self._listed[1])
@@ -89,10 +106,29 @@ class RedisCronStore:
             pipe.get(self._keys.cron_version)
             pipe.hvals(self._keys.cron_jobs)
             version, raws = pipe.execute()
+        return self._keep(version, raws)
+
+    async def refresh(self) -> None:
+        if self._async is None:
+            return
+        version = await self._async.get(self._keys.cron_version)
+        if self._listed is None or version is None or self._listed[0] != version:
+            async with self._async.pipeline(transaction=True) as pipe:
+                pipe.get(self._keys.cron_version)
+                pipe.hvals(self._keys.cron_jobs)
+                version, raws = await pipe.execute()
+            self._keep(version, raws)
+        self._refreshed_at = self._clock()
+
+    def _keep(self, version: bytes | None, raws: list[Any]) -> list[Job]:
         jobs = [job for job in (self._parse(raw) for raw in raws) if job is not None]
         jobs.sort(key=lambda j: (j.created_at, j.id))
         self._listed = (version, jobs)
         return list(jobs)
+
+    def _changed_here(self) -> None:
+        """This node changed a job: its next listing reads the version again."""
+        self._refreshed_at = float("-inf")
 
     def get(self, job_id: str) -> Job | None:
         raw = self._client.hget(self._keys.cron_jobs, job_id)
@@ -108,6 +144,7 @@ class RedisCronStore:
             pipe.hsetnx(self._keys.cron_jobs, job.id, _dump(job.to_dict()))
             pipe.incr(self._keys.cron_version)
             added, _ = pipe.execute()
+        self._changed_here()
         if not added:
             raise ValueError(f"a cron job with id {job.id!r} already exists")
         return job
@@ -119,6 +156,7 @@ class RedisCronStore:
             pipe.hdel(key, job_id)
             pipe.incr(self._keys.cron_version)
             raw, _, _ = pipe.execute()
+        self._changed_here()
         return None if raw is None else self._parse(raw)
 
     def enable(self, job_id: str, enabled: bool) -> Job:
@@ -151,6 +189,7 @@ class RedisCronStore:
         reply = self._update(keys=[self._keys.cron_jobs, self._keys.cron_version],
                              args=[job_id, _dump(changes) if changes else "{}", flag,
                                    "1" if check else "0", json.dumps(expected)])
+        self._changed_here()
         if text(reply[0]) != "ok":  # missing, or (advance) moved on meanwhile
             return None
         return self._parse(reply[1])

@@ -42,6 +42,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from redis.commands.core import AsyncScript
@@ -227,8 +228,9 @@ class RedisRunJournal:
         is forgotten past `cached_runs` (it is read again if needed), unless its events are
         still on their way to Redis."""
         run = self._runs[run_id] = _Run(0, [], RunState())
-        for old_id in list(self._runs)[:max(0, len(self._runs) - self._cached_runs)]:
-            if old_id not in self._unwritten:
+        excess = len(self._runs) - self._cached_runs
+        if excess > 0:
+            for old_id in [i for i in islice(self._runs, excess) if i not in self._unwritten]:
                 del self._runs[old_id]
         return run
 

@@ -1,9 +1,12 @@
 """A synchronous Redis client for the stores whose API is synchronous.
 
 Sessions, agent run journals, the approvals map, cron, tasks, decisions and the vault are called
-deep inside the agent, synchronously, many times per turn; their Redis implementations use this
-client instead of making the whole agent asynchronous. A call is one round trip (about 0.1 ms on
-a LAN); the short timeouts bound what a dead or unreachable Redis costs the event loop: at most
+deep inside the agent, synchronously, many times per turn. On a running node a turn's calls do
+not reach this client: the hot stores write behind and read ahead on the asynchronous one
+(writeback.py), and the services' loops run their calls in the backend's store thread
+(`RedisBackend.offload`). What still calls it on the event loop (an operator's command, the
+dashboard's state, a store without the writer) costs one round trip (about 0.1 ms on a LAN);
+the short timeouts bound what a dead or unreachable Redis costs: at most
 `timeout_s` per call, and then the call raises `StoreUnavailable` (the client maps every Redis
 error where it enters, redis/errors.py), which the caller treats as the store being away (the
 turn is given back, the message stays pending in Redis and is run again).

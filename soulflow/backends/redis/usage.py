@@ -38,6 +38,17 @@ __all__ = ["RedisUsageStore"]
 
 _FIELDS = ("n", "p", "c", "usd")
 _TOUCH_EVERY_S = 3600.0  # how often a day's hash gets its EXPIRE and its SADD again
+SNAPSHOT_FRESH_S = 1.0  # how long a `refresh()` answers `days(day)` and `raises(day)`
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """One day's counters and raises as `refresh()` read them, and when."""
+
+    day: str
+    at: float
+    counters: dict[Any, Any]
+    raised: dict[Any, Any]
 
 
 @dataclass(slots=True)
@@ -70,6 +81,7 @@ class RedisUsageStore:
         self._queued: dict[UsageKey, UsageTotals] = {}
         self._in_flight: dict[UsageKey, UsageTotals] = {}
         self._touched: dict[str, float] = {}  # day → when its EXPIRE and SADD were sent
+        self._snapshot: _Snapshot | None = None  # the last `refresh()`
         self._writer = writer
         if writer is not None:
             writer.register(self)
@@ -92,10 +104,14 @@ class RedisUsageStore:
         row = json.dumps([key.provider, key.model, key.chat, key.user, key.source],
                          ensure_ascii=False)
         day = self._keys.usage_day(key.day)
-        pipe.hincrby(day, f"{row}|n", totals.calls)
-        pipe.hincrby(day, f"{row}|p", totals.prompt_tokens)
-        pipe.hincrby(day, f"{row}|c", totals.completion_tokens)
-        pipe.hincrbyfloat(day, f"{row}|usd", totals.cost_usd)
+        # a zero is not written: a missing counter reads as 0 (no prices configured, or a
+        # server that reports no tokens, costs no command)
+        for kind, amount in (("n", totals.calls), ("p", totals.prompt_tokens),
+                             ("c", totals.completion_tokens)):
+            if amount:
+                pipe.hincrby(day, f"{row}|{kind}", amount)
+        if totals.cost_usd:
+            pipe.hincrbyfloat(day, f"{row}|usd", totals.cost_usd)
 
     def _touch(self, pipe: Any, day: str) -> None:
         pipe.expire(self._keys.usage_day(day), self.keep_days * 86_400)
@@ -120,36 +136,39 @@ class RedisUsageStore:
                 days[key.day] = now
         return _StagedUsage(self, rows, days)
 
+    async def refresh(self, day: str) -> None:
+        """Read `day`'s counters and raises on the asynchronous client, for the budget check
+        that follows (`SNAPSHOT_FRESH_S`)."""
+        if self._writer is None:
+            return
+        pipe = self._writer.client.pipeline(transaction=False)
+        pipe.hgetall(self._keys.usage_day(day))
+        pipe.hgetall(self._keys.usage_raise(day))
+        counters, raised = await pipe.execute()
+        self._snapshot = _Snapshot(day, self._clock(), counters, raised)
+
+    def _fresh(self, day: str) -> _Snapshot | None:
+        snapshot = self._snapshot
+        if snapshot is None or snapshot.day != day or \
+                self._clock() - snapshot.at > SNAPSHOT_FRESH_S:
+            return None
+        return snapshot
+
     def days(self, first_day: str) -> list[tuple[UsageKey, UsageTotals]]:
-        days = sorted(d for d in (text(m) for m in self._client.smembers(self._keys.usage_days))
-                      if d >= first_day)
-        found: list[tuple[UsageKey, UsageTotals]] = []
-        for day in days:
-            raw = self._client.hgetall(self._keys.usage_day(day))
-            if not raw:
-                self._client.srem(self._keys.usage_days, day)  # its hash expired
-                continue
-            rows: dict[str, UsageTotals] = {}
-            for field, value in raw.items():
-                row, _, kind = text(field).rpartition("|")
-                if kind not in _FIELDS:
+        snapshot = self._fresh(first_day)
+        if snapshot is not None and snapshot.day >= _latest(self._queued, self._in_flight):
+            found = _rows(first_day, snapshot.counters)  # today's, read just before
+        else:
+            found = []
+            days = sorted(d for d in (text(m) for m in
+                                      self._client.smembers(self._keys.usage_days))
+                          if d >= first_day)
+            for day in days:
+                raw = self._client.hgetall(self._keys.usage_day(day))
+                if not raw:
+                    self._client.srem(self._keys.usage_days, day)  # its hash expired
                     continue
-                totals = rows.setdefault(row, UsageTotals())
-                number = text(value)
-                if kind == "n":
-                    totals.calls = int(number)
-                elif kind == "p":
-                    totals.prompt_tokens = int(number)
-                elif kind == "c":
-                    totals.completion_tokens = int(number)
-                else:
-                    totals.cost_usd = float(number)
-            for row, totals in rows.items():
-                try:
-                    provider, model, chat, user, source = (str(v) for v in json.loads(row))
-                except ValueError:
-                    continue
-                found.append((UsageKey(day, provider, model, chat, user, source), totals))
+                found.extend(_rows(day, raw))
         if not (self._in_flight or self._queued):
             return found
         summed = dict(found)
@@ -169,6 +188,7 @@ class RedisUsageStore:
         return {text(k): text(v) for k, v in self._client.hgetall(self._keys.usage_names).items()}
 
     def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
+        self._snapshot = None  # the next check reads the raise
         key = self._keys.usage_raise(day)
         pipe = self._client.pipeline(transaction=True)
         pipe.hset(key, f"{scope}|{approval_id}", repr(float(amount)))
@@ -176,8 +196,11 @@ class RedisUsageStore:
         pipe.execute()
 
     def raises(self, day: str) -> dict[str, float]:
+        snapshot = self._fresh(day)
+        raw = snapshot.raised if snapshot is not None else \
+            self._client.hgetall(self._keys.usage_raise(day))
         summed: dict[str, float] = {}
-        for field, value in self._client.hgetall(self._keys.usage_raise(day)).items():
+        for field, value in raw.items():
             scope = text(field).rpartition("|")[0]
             summed[scope] = summed.get(scope, 0.0) + float(text(value))
         return summed
@@ -200,3 +223,35 @@ class _BatchCommands:
 
     def sadd(self, key: str, member: str) -> None:
         self.batch.command("SADD", key, member)
+
+
+def _rows(day: str, raw: dict[Any, Any]) -> list[tuple[UsageKey, UsageTotals]]:
+    """The keys and totals of one day's hash (`usage:day:<day>`)."""
+    rows: dict[str, UsageTotals] = {}
+    for field, value in raw.items():
+        row, _, kind = text(field).rpartition("|")
+        if kind not in _FIELDS:
+            continue
+        totals = rows.setdefault(row, UsageTotals())
+        number = text(value)
+        if kind == "n":
+            totals.calls = int(number)
+        elif kind == "p":
+            totals.prompt_tokens = int(number)
+        elif kind == "c":
+            totals.completion_tokens = int(number)
+        else:
+            totals.cost_usd = float(number)
+    found = []
+    for row, totals in rows.items():
+        try:
+            provider, model, chat, user, source = (str(v) for v in json.loads(row))
+        except ValueError:
+            continue
+        found.append((UsageKey(day, provider, model, chat, user, source), totals))
+    return found
+
+
+def _latest(*queues: dict[UsageKey, UsageTotals]) -> str:
+    """The latest day among queued counts ("" if none)."""
+    return max((key.day for queue in queues for key in queue), default="")
