@@ -51,8 +51,15 @@ import soulflow.agent.run.events as ev
 from soulflow.agent.run.reducer import RunState, apply_in_place
 from soulflow.agent.run.timing import FinishedListener, report_finished
 from soulflow.backends.base import RunMoved
+from soulflow.backends.redis.chat_runs import ChatRuns, index_meta, matches
 from soulflow.backends.redis.fencing import Fence, no_fence, partition_fence
 from soulflow.backends.redis.keys import AgentKeys
+from soulflow.backends.redis.run_scripts import (
+    APPEND_EVENTS,
+    CLAIM_RUN,
+    RUN_OF_INBOUND,
+    RUNS_OF_CHAT,
+)
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.backends.redis.writeback import Batch, WriteBehind
 
@@ -62,76 +69,6 @@ __all__ = ["Fence", "RedisRunJournal", "no_fence", "partition_fence"]
 
 FINISHED_TTL_S = 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
-
-# KEYS: run list, runs:open, runs:meta, runs:inbound, runs:fence, runs:chat:<chat>
-# ARGV: run id, token, meta json, inbound key, finished (0/1), start ms, ttl s, the list's
-#       length the events were folded onto, indexed (0/1: an earlier write opened the run's
-#       index entries), then the events' json lines. -1: fenced; -2: someone appended since.
-#       Sent again after a try whose answer was lost (it had landed: the list ends with these
-#       very lines), it returns the length and changes nothing.
-_APPEND = """
-local token = tonumber(ARGV[2])
-local held = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '0')
-if token < held then return -1 end
-local length, expected = redis.call('LLEN', KEYS[1]), tonumber(ARGV[8])
-if length ~= expected then
-  if length == expected + #ARGV - 9 and redis.call('LINDEX', KEYS[1], -1) == ARGV[#ARGV] then
-    return length
-  end
-  return -2
-end
-local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 10))
-if ARGV[5] == '1' then
-  if ARGV[9] == '1' then
-    redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('HDEL', KEYS[3], ARGV[1])
-    redis.call('SREM', KEYS[6], ARGV[1])
-    if ARGV[4] ~= '' and redis.call('HGET', KEYS[4], ARGV[4]) == ARGV[1] then
-      redis.call('HDEL', KEYS[4], ARGV[4])
-    end
-  end
-  if held > 0 then redis.call('HDEL', KEYS[5], ARGV[1]) end
-  redis.call('EXPIRE', KEYS[1], ARGV[7])
-else
-  if token > held then redis.call('HSET', KEYS[5], ARGV[1], token) end
-  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-  if ARGV[9] ~= '1' then
-    redis.call('ZADD', KEYS[2], 'NX', ARGV[6], ARGV[1])
-    redis.call('SADD', KEYS[6], ARGV[1])
-    if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[1]) end
-  end
-end
-return n
-"""
-
-# KEYS: runs:open, runs:fence; ARGV: run id, token. 1: ours (or finished), 0: a newer holder's
-_CLAIM = """
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
-local token = tonumber(ARGV[2])
-local held = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if token < held then return 0 end
-if token > held then redis.call('HSET', KEYS[2], ARGV[1], token) end
-return 1
-"""
-
-# KEYS: runs:inbound, runs:meta; ARGV: inbound key → {run id, its meta json or false}, or nil
-_BY_INBOUND = """
-local id = redis.call('HGET', KEYS[1], ARGV[1])
-if not id then return nil end
-return {id, redis.call('HGET', KEYS[2], id)}
-"""
-
-# KEYS: runs:chat:<chat>, runs:open, runs:meta → {run id, start score, meta json} per run
-_OF_CHAT = """
-local found = {}
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local meta = redis.call('HGET', KEYS[3], id)
-  if meta then
-    table.insert(found, {id, redis.call('ZSCORE', KEYS[2], id) or '0', meta})
-  end
-end
-return found
-"""
 
 @dataclass(slots=True)
 class _Run:
@@ -146,15 +83,6 @@ class _Run:
     token: int = 0
     queued: list[str] = field(default_factory=list)
     indexed: bool = False
-
-
-@dataclass(slots=True)
-class _ChatRuns:
-    """A chat's unfinished runs (run id → index meta, oldest first) as read under the chat's
-    lease `token` and kept up to date by this node's own appends since."""
-
-    token: int
-    open: dict[str, dict[str, Any]]
 
 
 def _decode(raw: bytes | str) -> ev.Event | None:
@@ -203,22 +131,21 @@ class RedisRunJournal:
         self._fence = fence
         self._ttl_s = finished_ttl_s
         self._cached_runs = cached_runs
-        self._append = self._redis.register_script(_APPEND)
-        self._claim = self._redis.register_script(_CLAIM)
-        self._by_inbound = self._redis.register_script(_BY_INBOUND)
-        self._of_chat = self._redis.register_script(_OF_CHAT)
+        self._append = self._redis.register_script(APPEND_EVENTS)
+        self._claim = self._redis.register_script(CLAIM_RUN)
+        self._by_inbound = self._redis.register_script(RUN_OF_INBOUND)
+        self._of_chat = self._redis.register_script(RUNS_OF_CHAT)
         self._by_inbound_async: AsyncScript | None = None
         self._of_chat_async: AsyncScript | None = None
-        self._appended: dict[str, int] = {}  # chat → appends to its runs (for `preload`)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
         # runs with events not yet confirmed by Redis (queued or in the batch in flight)
         self._unwritten: dict[str, _Run] = {}
         self._moved: OrderedDict[str, str] = OrderedDict()  # run id → why its write failed
         self._due: set[str] = set()  # runs somebody waits for (`settle`)
-        self._chats: OrderedDict[str, _ChatRuns] = OrderedDict()
+        self._chats = ChatRuns(fence, cached_runs)  # the open runs of the chats held here
         self._writer = writer
         if writer is not None:
-            writer.register(self, {"run_append": _APPEND})
+            writer.register(self, {"run_append": APPEND_EVENTS})
 
     def _token(self, state: RunState) -> int:
         return (self._fence(state.chat.key) or 0) if state.chat.provider else 0
@@ -289,7 +216,7 @@ class RedisRunJournal:
         run.events.append(event)
         run.queued.append(line)
         run.token = self._token(run.state)
-        self._note_chat_run(run_id, run.state)
+        self._chats.note(run_id, run.state)
         if self._writer is not None and self._writer.running:
             self._unwritten[run_id] = run
             if run.state.finished:  # however it ended (a cancel too): stored at once
@@ -304,48 +231,10 @@ class RedisRunJournal:
             report_finished(self._on_finished, self.events, run_id, event, state)
         return state
 
-    def _chat_runs(self, chat_key: str) -> _ChatRuns | None:
-        """The chat's open runs as this node knows them, while they are current."""
-        chat = self._chats.get(chat_key)
-        if chat is None:
-            return None
-        if chat.token and (self._fence(chat_key) or 0) == chat.token:
-            self._chats.move_to_end(chat_key)
-            return chat
-        del self._chats[chat_key]
-        return None
-
-    def _keep_chat_runs(self, chat_key: str, rows: list[tuple[str, Any]]) -> None:
-        """Remember the chat's open runs as just read (Redis's, plus this node's queued)."""
-        token = self._fence(chat_key) or 0
-        if not token:
-            return
-        runs = {run_id: json.loads(raw) for run_id, raw in rows if raw is not None}
-        for run_id, run in self._unwritten.items():
-            if run.state.chat.key == chat_key:
-                runs.pop(run_id, None)
-                if not run.state.finished:
-                    runs[run_id] = _meta(run.state)
-        self._chats[chat_key] = _ChatRuns(token, runs)
-        while len(self._chats) > self._cached_runs:
-            self._chats.popitem(last=False)
-
-    def _note_chat_run(self, run_id: str, state: RunState) -> None:
-        if len(self._appended) > 4 * self._cached_runs:
-            self._appended.clear()
-        self._appended[state.chat.key] = self._appended.get(state.chat.key, 0) + 1
-        chat = self._chat_runs(state.chat.key)
-        if chat is None:
-            return
-        if state.finished:
-            chat.open.pop(run_id, None)
-        else:
-            chat.open[run_id] = _meta(state)
-
     def _script_call(self, run_id: str, run: _Run,
                      lines: list[str]) -> tuple[list[str], list[Any]]:
         state = run.state
-        meta = _meta(state)
+        meta = index_meta(state)
         started = run.events[0].at if run.events else time.time()
         keys = [self._keys.run(run_id), self._keys.runs_open, self._keys.runs_meta,
                 self._keys.runs_inbound, self._keys.runs_fence,
@@ -424,7 +313,7 @@ class RedisRunJournal:
             del self._runs[run_id]
         if self._unwritten.get(run_id) is run:
             del self._unwritten[run_id]
-        self._chats.pop(run.state.chat.key, None)
+        self._chats.drop(run.state.chat.key)
 
     async def settle(self, run_id: str | None = None) -> None:
         """Return once every event appended so far is in Redis; `RunMoved` if `run_id`'s
@@ -448,15 +337,15 @@ class RedisRunJournal:
                                      args=[inbound_key])
             run_ids, metas = ([_text(found[0])], [found[1]]) if found else ([], [])
         elif chat_key is not None:  # the chat's own index: no scan of every open run
-            known = self._chat_runs(chat_key)
+            known = self._chats.current(chat_key)
             if known is not None:  # nothing read while this node holds the chat
-                return [run_id for run_id, meta in known.open.items()
-                        if _matches(meta, None, chat_key, statuses)]
+                return [run_id for run_id, meta in known.items()
+                        if matches(meta, None, chat_key, statuses)]
             rows = self._of_chat(keys=[self._keys.runs_of_chat(chat_key), self._keys.runs_open,
                                        self._keys.runs_meta])
             rows = sorted(rows, key=lambda row: (float(row[1]), _text(row[0])))
             run_ids, metas = [_text(row[0]) for row in rows], [row[2] for row in rows]
-            self._keep_chat_runs(chat_key, list(zip(run_ids, metas, strict=True)))
+            self._keep_chat(chat_key, list(zip(run_ids, metas, strict=True)))
         else:
             pipe = self._redis.pipeline(transaction=False)
             pipe.zrange(self._keys.runs_open, 0, -1)
@@ -471,36 +360,44 @@ class RedisRunJournal:
         knows them): the turn's `find(chat_key=...)`s and `find_inbound` then read nothing.
         Kept only if none of the chat's runs was appended to meanwhile."""
         token = self._fence(chat_key) or 0
-        if not token or self._chat_runs(chat_key) is not None or self._writer is None \
+        if not token or self._chats.current(chat_key) is not None or self._writer is None \
                 or not self._writer.running:
             return
         if self._of_chat_async is None:
-            self._of_chat_async = self._writer.client.register_script(_OF_CHAT)
-        appended = self._appended.get(chat_key, 0)
+            self._of_chat_async = self._writer.client.register_script(RUNS_OF_CHAT)
+        appended = self._chats.appended(chat_key)
         rows = await self._of_chat_async(keys=[self._keys.runs_of_chat(chat_key),
                                                self._keys.runs_open, self._keys.runs_meta])
-        if self._appended.get(chat_key, 0) != appended or \
-                (self._fence(chat_key) or 0) != token or self._chat_runs(chat_key) is not None:
+        if self._chats.appended(chat_key) != appended or \
+                (self._fence(chat_key) or 0) != token or \
+                self._chats.current(chat_key) is not None:
             return
         rows = sorted(rows, key=lambda row: (float(row[1]), _text(row[0])))
-        self._keep_chat_runs(chat_key, [(_text(row[0]), row[2]) for row in rows])
+        self._keep_chat(chat_key, [(_text(row[0]), row[2]) for row in rows])
 
     async def find_inbound(self, inbound_key: str, chat_key: str | None = None) -> list[str]:
         """`find(inbound_key=...)` for the start of a turn: from the chat's open runs while
         this node holds the chat, else on the asynchronous client while the writer runs
         (the event loop is not held), else as `find`."""
-        known = self._chat_runs(chat_key) if chat_key is not None else None
+        known = self._chats.current(chat_key) if chat_key is not None else None
         if known is not None:
-            return [run_id for run_id, meta in known.open.items()
-                    if _matches(meta, inbound_key, None, None)]
+            return [run_id for run_id, meta in known.items()
+                    if matches(meta, inbound_key, None, None)]
         if self._writer is None or not self._writer.running:
             return self.find(inbound_key=inbound_key)
         if self._by_inbound_async is None:
-            self._by_inbound_async = self._writer.client.register_script(_BY_INBOUND)
+            self._by_inbound_async = self._writer.client.register_script(RUN_OF_INBOUND)
         found = await self._by_inbound_async(
             keys=[self._keys.runs_inbound, self._keys.runs_meta], args=[inbound_key])
         run_ids, metas = ([_text(found[0])], [found[1]]) if found else ([], [])
         return self._matching(run_ids, metas, inbound_key, None, None)
+
+    def _keep_chat(self, chat_key: str, rows: list[tuple[str, Any]]) -> None:
+        """Remember the chat's open runs as just read: Redis's, with this node's runs whose
+        events are still on their way as this node knows them."""
+        queued = [(run_id, run.state) for run_id, run in self._unwritten.items()
+                  if run.state.chat.key == chat_key]
+        self._chats.keep(chat_key, rows, queued)
 
     def _matching(self, run_ids: list[str], metas: list[Any], inbound_key: str | None,
                   chat_key: str | None, statuses: frozenset[str] | None) -> list[str]:
@@ -510,11 +407,11 @@ class RedisRunJournal:
         for run_id, raw_meta in zip(run_ids, metas, strict=True):
             if raw_meta is None or run_id in self._unwritten:
                 continue  # finished meanwhile, or this node knows better (below)
-            if _matches(json.loads(raw_meta), inbound_key, chat_key, statuses):
+            if matches(json.loads(raw_meta), inbound_key, chat_key, statuses):
                 matching.append(run_id)
         for run_id, run in list(self._unwritten.items()):
             state = run.state
-            if not state.finished and _matches(_meta(state), inbound_key, chat_key, statuses):
+            if not state.finished and matches(index_meta(state), inbound_key, chat_key, statuses):
                 matching.append(run_id)
         return matching
 
@@ -541,17 +438,3 @@ class RedisRunJournal:
     def close(self) -> None:
         """The client belongs to the runtime, which closes it once for every store."""
 
-
-def _meta(state: RunState) -> dict[str, Any]:
-    """What the open-run indexes keep of a run (`runs:meta`)."""
-    return {"status": state.status, "chat": state.chat.key, "inbound": state.inbound_key,
-            "task": bool(state.chat.task_id), "parent": state.parent_run}
-
-
-def _matches(meta: dict[str, Any], inbound_key: str | None, chat_key: str | None,
-             statuses: frozenset[str] | None) -> bool:
-    if statuses is not None and meta.get("status") not in statuses:
-        return False
-    if inbound_key is not None and meta.get("inbound") != inbound_key:
-        return False
-    return chat_key is None or meta.get("chat") == chat_key
