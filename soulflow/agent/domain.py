@@ -306,7 +306,8 @@ class AgentDomain:
     async def _drive(self, run_id: str, abort: asyncio.Event | None,
                      stream: AnswerStream | None = None) -> AgentReply:
         assert self.loop is not None
-        outcome: RunOutcome = await self.loop.drive(run_id, abort, stream=stream)
+        # settled below with the turn's session records: one write to the store, not two
+        outcome: RunOutcome = await self.loop.drive(run_id, abort, stream=stream, settle=False)
         state = self.loop.store.state(run_id)
         text = self._redact(outcome.text) if self._redact is not None else outcome.text
         reply = AgentReply(text, _STATUS_OF_RUN.get(outcome.status, ReplyStatus.ANSWERED),
@@ -319,7 +320,11 @@ class AgentDomain:
         session_key = state.chat.session_key
         if session_key and outcome.status in ev.FINISHED:
             self._finish_turn(session_key, state.chat, state.inbound_key, reply)
-            await self.sessions.settle(session_key)  # stored before the turn's reply
+            # the run's events and the turn's records are stored before the reply leaves
+            await asyncio.gather(self.loop.store.settle(run_id),
+                                 self.sessions.settle(session_key))
+        else:
+            await self.loop.store.settle(run_id)
         return reply
 
     def _record_user_turn(self, key: str, message: InboundMessage, text: str) -> None:

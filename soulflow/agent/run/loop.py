@@ -131,11 +131,12 @@ class AgentLoop:
         return self._outcome(state)
 
     async def drive(self, run_id: str, abort: asyncio.Event | None = None, *,
-                    stream: AnswerStream | None = None) -> RunOutcome:
+                    stream: AnswerStream | None = None, settle: bool = True) -> RunOutcome:
         """Advance the run until it finishes or must wait; its log lines carry the run id and
         the chat (soulflow/logs.py). The run is claimed first: with several daemons, a run
         another node took over (it now holds the chat) raises `RunMoved` instead. `stream`
-        shows the model's text as it is written (conversation/streaming.py)."""
+        shows the model's text as it is written (conversation/streaming.py). Without `settle`
+        the caller must `store.settle(run_id)` before the outcome leaves the run."""
         if not self.store.claim(run_id):
             raise RunMoved(f"run {run_id} is driven by the node that now holds its chat")
         state = self.store.state(run_id)
@@ -150,8 +151,10 @@ class AgentLoop:
                     _run_span(state):
                 outcome = await self._drive(run_id, abort, stream)
                 # the step's events are stored before its outcome leaves the run (a reply,
-                # a prompt): a crash after this point never runs the step again
-                await self.store.settle(run_id)
+                # a prompt): a crash after this point never runs the step again. A caller
+                # with writes of its own to add passes `settle=False` and settles both.
+                if settle:
+                    await self.store.settle(run_id)
                 return outcome
         finally:
             self.driving.pop(run_id, None)
