@@ -162,9 +162,12 @@ async def test_redis_away_keeps_the_queue_and_a_lost_answer_is_not_written_twice
         with pytest.raises(StoreUnavailable):
             await journal.settle("run_4")
         assert journal.state("run_4").final == "hello"  # still this node's, still queued
+        writes = backend.status()["writes"]
+        assert writes["failing_since"] is not None and writes["last_error"]
         proxy.restore()  # the held batch reaches Redis now; the writer sends it again
         await journal.settle("run_4")
         await sessions.settle("telegram:42")
+        assert backend.status()["writes"]["failing_since"] is None
     finally:
         await backend.stop()
         await proxy.close()

@@ -284,7 +284,8 @@ class RedisBackend:
                 "partitions": {"held": self.partitions.held(), "total": self.keys.partitions},
                 "private_partition": {"name": self.partitions.private, "held": (
                     self.partitions.lease(self.partitions.private) is not None)},
-                "lease_ttl_s": self.partitions.ttl_s}
+                "lease_ttl_s": self.partitions.ttl_s,
+                "writes": self.writer.status()}
 
     def loops(self) -> dict[str, LoopFactory]:
         """None: Redis persists on its own (docs/scaling.md, persistence), and the leases are

@@ -109,7 +109,9 @@ class WriteBehind:
         self._urgent = asyncio.Event()
         self._waiters: list[asyncio.Future[None]] = []
         self._running = False
-        self.batches = 0  # batches written (the bench and tests read it)
+        self.batches = 0  # batches written
+        self.failing_since: float | None = None  # wall clock of the first failed batch
+        self.last_error = ""
 
     @property
     def client(self) -> AsyncStoreRedis:
@@ -120,6 +122,12 @@ class WriteBehind:
     def running(self) -> bool:
         """The task runs: the sources queue instead of writing through."""
         return self._running
+
+    def status(self) -> dict[str, object]:
+        """For the backend's status (/api/state): batches written, and since when they fail
+        (None while they get through) with the last error."""
+        return {"batches": self.batches, "failing_since": self.failing_since,
+                "last_error": self.last_error}
 
     def register(self, source: WriteSource, scripts: dict[str, str] | None = None) -> None:
         self._sources.append(source)
@@ -191,7 +199,10 @@ class WriteBehind:
                 if not waiter.done():
                     waiter.set_exception(StoreUnavailable(str(exc)))
             self._queued.set()
+            self.failing_since = self.failing_since or time.time()
+            self.last_error = str(exc) or type(exc).__name__
             return False
+        self.failing_since = None
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
