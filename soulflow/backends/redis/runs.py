@@ -219,7 +219,9 @@ class RedisRunJournal:
         self._chats.note(run_id, run.state)
         if self._writer is not None and self._writer.running:
             self._unwritten[run_id] = run
-            if run.state.finished:  # however it ended (a cancel too): stored at once
+            # stored at once: a run that ended (however: a cancel too), and a message the
+            # platform just created for a streamed reply (its id must survive a kill)
+            if run.state.finished or event.type == ev.REPLY_SHOWN:
                 self._due.add(run_id)
                 self._writer.hurry()
             else:
