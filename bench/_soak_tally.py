@@ -1,6 +1,7 @@
 """The soak's bookkeeping (bench/soak.py drives the run): the local chat's side (posting over
 `/api/chat`, counting the answers in its transcripts), how the daemon's inbound journal says
-each numbered message ended, the steady window of the reports, and the size of `runtime/`.
+each numbered message ended (and, for what a compaction took from the journal before the run's
+end, its session), the steady window of the reports, and the size of `runtime/`.
 The platforms' side is counted by their fakes (`bench/_fake_host.py`, `tally`)."""
 
 from __future__ import annotations
@@ -88,6 +89,36 @@ class JournalStatuses:
                     self._numbers[key] = int(found.group(1))
             elif record.get("op") == "done" and record.get("key") in self._numbers:
                 self.status[self._numbers.pop(record["key"])] = str(record.get("status"))
+
+
+def session_statuses(sessions: Path, numbers: set[int]) -> dict[int, str]:
+    """How the agent recorded the turns of `numbers` in the sessions (`runtime/sessions/`,
+    never compacted): the status of the reply to the turn that carried each number (a folded
+    turn carries several). The journal's compactions drop finished entries; a `/stop` that
+    cancelled a numbered message's run in between would otherwise count as lost."""
+    found: dict[int, str] = {}
+    if not numbers:
+        return found
+    for path in sessions.glob("*.jsonl"):
+        turn_of: dict[str, list[int]] = {}
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if '"inbound_key"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                key = str(record.get("inbound_key"))
+                if record.get("role") == "user":
+                    carried = [int(m.group(1)) for m in NUMBER.finditer(
+                        str(record.get("content", "")))]
+                    if wanted := [n for n in carried if n in numbers]:
+                        turn_of[key] = wanted
+                elif record.get("role") == "assistant" and key in turn_of:
+                    for number in turn_of.pop(key):
+                        found[number] = str(record.get("status"))
+    return found
 
 
 def steady_window(reports: list[dict[str, Any]], from_minute: float) -> dict[str, Any] | None:

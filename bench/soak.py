@@ -54,6 +54,7 @@ from bench._soak_tally import (  # noqa: E402
     PREFIX,
     JournalStatuses,
     LocalChats,
+    session_statuses,
     steady_window,
     tree_mib,
 )
@@ -174,7 +175,8 @@ class Soak:
 
     def tally(self, full: bool = False) -> dict[str, Any]:
         """Counts over every channel; with `full`, every unanswered number, and how many of
-        them a `/stop` cancelled (the journal says `cancelled`): the rest are lost."""
+        them a `/stop` cancelled (the journal, or the session if a compaction took the
+        journal's entry, says `cancelled`): the rest are lost."""
         parts = [h.call("tally", prefix=PREFIX, full=full) for h in self.hosts]
         if self.local is not None:
             parts.append(self.local.tally(full))
@@ -184,7 +186,10 @@ class Soak:
         missing = [n for p in parts for n in p["missing"]]
         if full:
             self.journal.refresh()
-            stopped = [n for n in missing if self.journal.status.get(n) == "cancelled"]
+            recorded = session_statuses(self.daemon.workspace / "runtime" / "sessions", {
+                n for n in missing if self.journal.status.get(n) != "cancelled"})
+            stopped = [n for n in missing if "cancelled" in (self.journal.status.get(n),
+                                                              recorded.get(n))]
             lost = sorted(set(missing) - set(stopped))
             counts.update(stopped=len(stopped), lost=len(lost), lost_ids=lost[:50])
         counts["missing"] = missing[:50]

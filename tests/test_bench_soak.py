@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._soak_tally import JournalStatuses, LocalChats, steady_window
+from bench._soak_tally import JournalStatuses, LocalChats, session_statuses, steady_window
 from bench.soak import Restart, parse_restarts
 from bench.soak_plot import restart_minutes
 
@@ -76,3 +76,17 @@ def test_the_journal_says_how_each_number_ended_across_a_compaction(tmp_path: Pa
                        {"op": "done", "key": "telegram:c:m7", "status": "cancelled"}])
     statuses.refresh()
     assert statuses.status == {7: "cancelled"}
+
+
+def test_a_stop_the_journal_no_longer_shows_is_found_in_the_session(tmp_path: Path) -> None:
+    """A compaction took the journal's entries of a message a `/stop` cancelled; its session
+    still says so, for a folded turn's every number too."""
+    write_lines(tmp_path / "discord%3A9.jsonl", [
+        {"role": "user", "content": "soak 41", "inbound_key": "discord:9:1"},
+        {"role": "assistant", "content": "Stopped.", "inbound_key": "discord:9:1",
+         "status": "cancelled"},
+        {"role": "user", "content": "[1] Alice: soak 42\n[2] Alice: soak 43",
+         "inbound_key": "discord:9:2"},
+        {"role": "assistant", "content": "echo", "inbound_key": "discord:9:2",
+         "status": "answered"}])
+    assert session_statuses(tmp_path, {41, 43, 44}) == {41: "cancelled", 43: "answered"}
