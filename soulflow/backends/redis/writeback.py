@@ -189,12 +189,14 @@ class WriteBehind:
             elif self._first_queued_at is not None:
                 self._queued.set()  # the rest still waits for its time
         except Exception as exc:  # noqa: BLE001 - the writer must outlive any one batch
-            if isinstance(exc, StoreError | OSError):
+            if not isinstance(exc, StoreError | OSError):
+                log.exception("writing queued store records to Redis failed; they stay "
+                              "queued and are sent again")
+            elif self.failing_since is None:  # one line per outage, not one per try
                 log.warning("writing queued store records to Redis failed (%s); they stay "
                             "queued and are sent again", exc)
             else:
-                log.exception("writing queued store records to Redis failed; they stay "
-                              "queued and are sent again")
+                log.debug("writing queued store records to Redis failed again: %s", exc)
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_exception(StoreUnavailable(str(exc)))
@@ -202,6 +204,8 @@ class WriteBehind:
             self.failing_since = self.failing_since or time.time()
             self.last_error = str(exc) or type(exc).__name__
             return False
+        if self.failing_since is not None:
+            log.info("writing queued store records to Redis works again")
         self.failing_since = None
         for waiter in waiters:
             if not waiter.done():
