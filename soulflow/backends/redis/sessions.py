@@ -135,7 +135,7 @@ class RedisSessionStore:
             record["content"] = self._redact(record["content"])  # a last net behind sealing
         meta = _encode({"_type": METADATA_TYPE, "key": key, "created_at": record["at"]})
         queued = _Record(_encode(record), float(record["at"]), meta)
-        self._extend_tail(key, record)
+        self._extend_tail(key, queued.line)
         if self._writer is not None and self._writer.running:
             self._queued.setdefault(key, []).append(queued)
             self._writer.notify()
@@ -179,17 +179,18 @@ class RedisSessionStore:
         del self._tails[key]
         return None
 
-    def _extend_tail(self, key: str, record: dict[str, Any]) -> None:
+    def _extend_tail(self, key: str, line: str) -> None:
         tail = self._current_tail(key)
         if tail is None:
             return
-        tail.records.append(json.loads(_encode(record)))  # as a read would return it
+        tail.records.append(json.loads(line))  # as a read would return it
         if len(tail.records) > TAIL_RECORDS:
             del tail.records[:len(tail.records) - TAIL_RECORDS]
             tail.complete = False
 
     def _push(self, pipe: Any, key: str, records: list[_Record]) -> None:
-        """The four commands of one session's records (a pipeline or a `Batch`)."""
+        """The four commands of one session's records (a pipeline or a `Batch`: both take
+        `execute_command`)."""
         session, meta, size, updated = self._push_keys(key)
         pipe.execute_command("RPUSH", session, *(r.line for r in records))
         tail = self._current_tail(key)
@@ -219,7 +220,7 @@ class RedisSessionStore:
                     key, queued[0].meta, _size(queued), queued[-1].at,
                     *(r.line for r in queued)])
             else:
-                self._push(_Counting(batch), key, queued)
+                self._push(batch, key, queued)
             self._in_flight.setdefault(key, []).extend(queued)
         return _StagedSessions(self, records)
 
@@ -284,14 +285,4 @@ class RedisSessionStore:
 
     def close(self) -> None:
         """The client belongs to the runtime, which closes it once for every store."""
-
-
-@dataclass(slots=True)
-class _Counting:
-    """A `Batch` seen as a pipeline by `_push` (which also writes to plain pipelines)."""
-
-    batch: Batch
-
-    def execute_command(self, *args: Any) -> None:
-        self.batch.command(*args)
 

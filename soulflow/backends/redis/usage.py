@@ -109,13 +109,14 @@ class RedisUsageStore:
         for kind, amount in (("n", totals.calls), ("p", totals.prompt_tokens),
                              ("c", totals.completion_tokens)):
             if amount:
-                pipe.hincrby(day, f"{row}|{kind}", amount)
+                pipe.execute_command("HINCRBY", day, f"{row}|{kind}", amount)
         if totals.cost_usd:
-            pipe.hincrbyfloat(day, f"{row}|usd", totals.cost_usd)
+            pipe.execute_command("HINCRBYFLOAT", day, f"{row}|usd", repr(float(totals.cost_usd)))
 
     def _touch(self, pipe: Any, day: str) -> None:
-        pipe.expire(self._keys.usage_day(day), self.keep_days * 86_400)
-        pipe.sadd(self._keys.usage_days, day)
+        """A pipeline or a `Batch`: both take `execute_command`."""
+        pipe.execute_command("EXPIRE", self._keys.usage_day(day), self.keep_days * 86_400)
+        pipe.execute_command("SADD", self._keys.usage_days, day)
 
     def stage(self, batch: Batch, *, full: bool) -> _StagedUsage | None:
         """The writer's call, for any batch: the summed rows, and the days not touched for
@@ -125,7 +126,7 @@ class RedisUsageStore:
             return None
         rows, self._queued = self._queued, {}
         self._in_flight = rows
-        pipe = _BatchCommands(batch)
+        pipe = batch
         now = self._clock()
         days: dict[str, float] = {}
         for key, totals in rows.items():
@@ -204,25 +205,6 @@ class RedisUsageStore:
             scope = text(field).rpartition("|")[0]
             summed[scope] = summed.get(scope, 0.0) + float(text(value))
         return summed
-
-
-@dataclass(slots=True)
-class _BatchCommands:
-    """The commands `_increments` and `_touch` give a pipeline, added to a `Batch`."""
-
-    batch: Batch
-
-    def hincrby(self, key: str, field: str, amount: int) -> None:
-        self.batch.command("HINCRBY", key, field, amount)
-
-    def hincrbyfloat(self, key: str, field: str, amount: float) -> None:
-        self.batch.command("HINCRBYFLOAT", key, field, repr(float(amount)))
-
-    def expire(self, key: str, seconds: int) -> None:
-        self.batch.command("EXPIRE", key, seconds)
-
-    def sadd(self, key: str, member: str) -> None:
-        self.batch.command("SADD", key, member)
 
 
 def _rows(day: str, raw: dict[Any, Any]) -> list[tuple[UsageKey, UsageTotals]]:

@@ -76,12 +76,13 @@ class Batch:
     shas: dict[str, str]
     count: int = 0
 
-    def command(self, *args: Any) -> None:
+    def execute_command(self, *args: Any) -> None:
+        """One command, as on a pipeline (so the stores write either with the same code)."""
         self.pipe.execute_command(*args)
         self.count += 1
 
     def script(self, name: str, keys: list[str], args: list[Any]) -> None:
-        self.command("EVALSHA", self.shas[name], len(keys), *keys, *args)
+        self.execute_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
 
 
 @dataclass(slots=True)
