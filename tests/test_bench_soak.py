@@ -15,9 +15,9 @@ from bench.soak_plot import restart_minutes
 
 
 def test_auto_restarts_fill_the_caches_before_the_window_and_restart_near_the_end() -> None:
-    assert parse_restarts("auto", 7200) == [Restart(3, "kill"), Restart(6, "term"),
+    assert parse_restarts("auto", 7200) == [Restart(1, "kill"), Restart(2, "term"),
                                             Restart(110, "kill")]
-    assert parse_restarts("auto", 1800) == [Restart(3, "kill"), Restart(6, "term")]
+    assert parse_restarts("auto", 1800) == [Restart(1, "kill"), Restart(2, "term")]
     assert parse_restarts("auto", 60) == [Restart(0.2, "kill"), Restart(0.4, "term")]
     assert parse_restarts("6:term,3:kill", 60) == [Restart(3, "kill"), Restart(6, "term")]
     assert parse_restarts("none", 7200) == []
