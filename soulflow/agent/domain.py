@@ -124,8 +124,10 @@ class AgentDomain:
         return self.loop is not None
 
     async def preload(self, chat_key: str) -> None:
-        """Before the chat's turn: read ahead what it will ask of the run journal (its
-        waiting runs), so a store over the network is not waited for with the loop held."""
+        """Before the chat's turn: read ahead what it will ask of the stores (the chat's
+        waiting runs, the decisions its prompt lists), so a store over the network is not
+        waited for with the loop held."""
+        await self.context.decisions.refresh()
         if self.loop is not None:
             await self.loop.store.preload(chat_key)
 
@@ -252,14 +254,14 @@ class AgentDomain:
         finally:
             self._resuming.discard(run_id)
 
-    def running_runs(self) -> list[str]:
+    async def running_runs(self) -> list[str]:
         """Runs to resume at boot; a task step's run is resumed by the task engine instead."""
         if self.loop is None:
             return []
-        return [run_id for run_id in self.loop.store.find(statuses=frozenset({ev.RUNNING}))
+        return [run_id for run_id in await self.loop.store.find_open(frozenset({ev.RUNNING}))
                 if not _is_task_run(self.loop.store.state(run_id).chat)]
 
-    def resumable_runs(self, owns: Callable[[str], bool] | None = None, *,
+    async def resumable_runs(self, owns: Callable[[str], bool] | None = None, *,
                        pending_inbound: Collection[str] = ()) -> list[str]:
         """Runs left `running` that this process should `resume()` now: at boot, and (several
         daemons on Redis) whenever this node comes to hold more chats, with `owns` the
@@ -276,14 +278,13 @@ class AgentDomain:
         if self.loop is None:
             return []
         loop = self.loop
-        cancel_orphaned_subruns(loop, owns)
+        await cancel_orphaned_subruns(loop, owns)
         found = []
-        for run_id in loop.store.find(statuses=frozenset({ev.RUNNING})):
+        for run_id in await loop.store.find_open(frozenset({ev.RUNNING}), chats=owns):
             if run_id in self._resuming or run_id in loop.driving:
                 continue
             state = loop.store.state(run_id)
-            if _is_task_run(state.chat) or state.inbound_key in pending_inbound or \
-                    (owns is not None and not owns(state.chat.key)):
+            if _is_task_run(state.chat) or state.inbound_key in pending_inbound:
                 continue
             if state.chat.origin:  # a background service's (a quiet heartbeat turn): its
                 # answer would come late and out of context; cancelled, as at boot

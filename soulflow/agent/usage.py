@@ -168,18 +168,21 @@ def total(rows: list[tuple[UsageKey, UsageTotals]]) -> UsageTotals:
 
 
 def usage_report(meter: UsageMeter, *, days: int = 1,
-                 by: tuple[str, ...] = ("chat", "user", "source", "model")) -> dict[str, Any]:
+                 by: tuple[str, ...] = ("chat", "user", "source", "model"),
+                 names: dict[str, str] | None = None) -> dict[str, Any]:
     """The totals of the last `days` days (today included) and their split by each of `by`:
-    `/api/state`'s `usage` section and `soulflow usage --json`."""
+    `/api/state`'s `usage` section and `soulflow usage --json`. `names`: the display names
+    as the caller read them (else read here)."""
     rows = meter.rows(days)
     users = {key.user for key, _ in rows if key.user}
-    names = {user: name for user, name in meter.store.names().items() if user in users}
+    known = meter.store.names() if names is None else names
+    named = {user: name for user, name in known.items() if user in users}
     return {"since": meter.day(max(0, days - 1)), "today": meter.today(),
             "total": _totals_dict(total(rows)),
             "by": {field_: [{"key": key, **_totals_dict(t)}
                             for key, t in summarize(rows, field_).items()]
                    for field_ in by},
-            "names": names}
+            "names": named}
 
 
 def _totals_dict(totals: UsageTotals) -> dict[str, Any]:

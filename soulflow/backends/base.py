@@ -344,7 +344,15 @@ class RunJournal(Protocol):
 
     async def find_inbound(self, inbound_key: str, chat_key: str | None = None) -> list[str]:
         """`find(inbound_key=...)` for the start of a turn (of `chat_key`'s message), which
-        must not hold the event loop on a store that answers over the network."""
+        must not hold the event loop on a store that answers over the network; the runs
+        found are read ahead (their `state()` reads nothing)."""
+
+    async def find_open(self, statuses: frozenset[str] | None = None, *,
+                        chats: Callable[[str], bool] | None = None) -> list[str]:
+        """`find(statuses=...)` of the runs whose chat key `chats` accepts (None: every
+        chat), for loops that scan runs (the watchdog, the dashboard, resuming, quiet turns):
+        without holding the event loop, and with the runs found read ahead, so their
+        `state()` and `events()` read nothing."""
 
     def claim(self, run_id: str) -> bool:
         """Take the run for this node before resuming it: False if a node that holds its chat
@@ -369,6 +377,10 @@ class ApprovalMap(Protocol):
 
     def lookup(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
         """`{"run_id", "approval_id"}` the message announced, or None."""
+
+    async def find(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
+        """`lookup` for the daemon's loops (a reaction): it does not hold the event loop
+        on a store that answers over the network."""
 
     def forget_run(self, run_id: str) -> None:
         """Drop every message of a finished run."""
@@ -455,7 +467,8 @@ class TaskStore(Protocol):
     def detail_location(self, task_id: str) -> Path | str:
         """Where the task's story is kept (a file, or a Redis key), for the events' field."""
 
-    def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> Path | str:
+    async def append_detail(self, task_id: str, line: str, *,
+                            at: float | None = None) -> Path | str:
         """Append one line of the task's story; returns `detail_location(task_id)`."""
 
     def detail_tail(self, task_id: str, count: int) -> list[str]:
@@ -496,7 +509,13 @@ class DecisionStore(Protocol):
     atomic write (`put_unless_kept`), not read-then-written by the service."""
 
     def all(self) -> dict[str, Decision]:
-        """Every stored entry by its key as stored."""
+        """Every stored entry by its key as stored (on Redis: as the last `refresh` read
+        them, with this node's own changes since)."""
+
+    async def refresh(self) -> None:
+        """Read the entries ahead without holding the event loop (before a turn, on each
+        ops tick, for the dashboard), for the `all()`s that follow (on files: nothing to
+        read)."""
 
     def get(self, key: str) -> Decision | None: ...
 

@@ -45,13 +45,14 @@ class Reactions:
         approvals = self.agent.approvals
         if decision is None or approvals is None or not message.target_message_id:
             return
-        entry = approvals.lookup(message.chat_key, message.target_message_id)
-        if entry is None:  # not an approval prompt: perhaps a task's
-            if self.tasks is not None:
-                self.submit(message.chat_key, lambda: self._task_reaction(message))
-            return
+        target = message.target_message_id
 
-        async def decide() -> None:
+        async def decide() -> None:  # in the chat's turn: the lookup waits there
+            entry = await approvals.find(message.chat_key, target)
+            if entry is None:  # not an approval prompt: perhaps a task's
+                if self.tasks is not None:
+                    await self._task_reaction(message)
+                return
             if decision == CLARIFY:
                 text = self.agent.pending_approval_text(entry["run_id"])
                 self.publish(self.agent.chat_of_run(entry["run_id"]), text, None)

@@ -43,7 +43,8 @@ class RunResumer:
         is still pending is continued by that message's turn instead."""
         resumed = 0
         pending = {m.key for m in await self.bus.inbound.pending()}
-        for run_id in self.agent.resumable_runs(self.bus.backend.owns, pending_inbound=pending):
+        for run_id in await self.agent.resumable_runs(self.bus.backend.owns,
+                                                      pending_inbound=pending):
             self.resume(run_id)
             resumed += 1
         return resumed

@@ -200,9 +200,10 @@ class CronService:
             try:
                 await self.store.refresh()  # the round's listings then wait for nothing
                 if not reconciled:
-                    self.reconcile()
+                    await self._offload(self.reconcile)
                     reconciled = True
-                await self.run_due()
+                if await self.run_due():
+                    await self.store.refresh()  # what firing changed, read again
                 delay = self.seconds_until_next()
             except Exception as exc:  # the store; a firing job's errors are caught per job
                 self._store_failed(exc)

@@ -5,6 +5,11 @@ cron jobs with their next run, decisions, workflow events, both dead-letter queu
 health and latency, and the per-minute message chart. Everything here passes through the
 daemon's redactor before it leaves (`snapshot`): approval arguments, dead letters and cron
 texts are exactly where a pasted credential would show up.
+
+What the stores keep is read without holding the event loop: the runs, cron jobs and
+decisions on the asynchronous client (`find_open`, `refresh`), the tasks and workflow events
+in one call of the backend's `offload` (on Redis, its store thread); the rows are built back
+on the event loop, which owns the objects they are made of.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from soulflow.agent.run import events as ev
 from soulflow.agent.run.reducer import RunState
 from soulflow.runtime.view import DaemonView
 from soulflow.tasks.chat import waiting_steps
+from soulflow.tasks.model import TaskState
 
 RECENT_DLQ = 20
 RECENT_WORKFLOW = 30
@@ -32,23 +38,36 @@ def _short(value: Any, cap: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class _Stored:
+    """What `snapshot` reads in one offloaded call."""
+
+    unfinished: list[TaskState]
+    tasks: list[TaskState]
+    workflow: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class Console:
     """Reads the runtime's services; holds nothing of its own but the redactor's hook."""
 
     runtime: DaemonView
     redact: Callable[[Any], Any]
 
-    def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self) -> dict[str, Any]:
         """The sections the page shows beyond the runtime's summary, redacted."""
-        runs, approvals = self._runs()
-        approvals += self._task_approvals()
+        runtime = self.runtime
+        runs, approvals = await self._runs()  # built as soon as read (`find_open`)
+        stored = await runtime.backend.offload(self._read_stored)
+        await runtime.decisions.refresh()
+        await runtime.cron.store.refresh()  # last: its listing answers for a moment only
+        approvals += self._task_approvals(stored.unfinished)
         return self.redact({
             "runs": runs,
             "approvals": approvals,
-            "task_list": self._tasks(),
+            "task_list": self._tasks(stored.tasks),
             "cron_jobs": self._cron(),
             "decisions": self._decisions(),
-            "workflow_events": self._workflow_events(),
+            "workflow_events": self._workflow_events(stored.workflow),
             "dlq": {"outbound": self._outbound_dlq(),
                     "inbound": [e.to_dict() for e in
                                 self.runtime.bus.stats.recent_inbound_dlq[:RECENT_DLQ]]},
@@ -60,12 +79,17 @@ class Console:
 
     # -- runs and approvals --------------------------------------------------------------
 
-    def _runs(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _read_stored(self) -> _Stored:
+        """The offloaded reads: they touch nothing the event loop changes."""
+        return _Stored(self.runtime.tasks.unfinished(), self.runtime.tasks.list(limit=30),
+                       self.runtime.workflow.recent(RECENT_WORKFLOW))
+
+    async def _runs(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         loop = self.runtime.agent.loop
         if loop is None:
             return [], []
         runs, approvals = [], []
-        for run_id in loop.store.find(statuses=RUN_STATUSES):
+        for run_id in await loop.store.find_open(RUN_STATUSES):
             state = loop.store.state(run_id)
             events = loop.store.events(run_id)
             started = next((e.at for e in events if e.type == ev.RUN_STARTED), None)
@@ -93,10 +117,10 @@ class Console:
                     "admins_only": bool(approval.get("admins_only"))})
         return runs, approvals
 
-    def _task_approvals(self) -> list[dict[str, Any]]:
+    def _task_approvals(self, unfinished: list[TaskState]) -> list[dict[str, Any]]:
         """Task graphs waiting at a step (the first one: a decision applies to it)."""
         rows = []
-        for task in self.runtime.tasks.unfinished():
+        for task in unfinished:
             steps = waiting_steps(task)
             if not steps:
                 continue
@@ -116,16 +140,17 @@ class Console:
 
     # -- tasks, cron, decisions ----------------------------------------------------------
 
-    def _workflow_events(self) -> list[dict[str, Any]]:
+    @staticmethod
+    def _workflow_events(recent: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The newest workflow events from their log (the journal, or the Redis stream every
         node writes: a task run on another node shows here too), shaped as hub events."""
         return [{"kind": "workflow", "at": record.get("at"), "data": record}
-                for record in self.runtime.workflow.recent(RECENT_WORKFLOW)]
+                for record in recent]
 
-    def _tasks(self) -> list[dict[str, Any]]:
-        store = self.runtime.tasks
+    @staticmethod
+    def _tasks(listed: list[TaskState]) -> list[dict[str, Any]]:
         rows = []
-        for task in store.list(limit=30):
+        for task in listed:
             data = task.to_dict()
             nodes = data.get("nodes", {})
             current = [node_id for node_id, node in nodes.items()

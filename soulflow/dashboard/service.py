@@ -95,7 +95,8 @@ def _no_model_answers(state: dict[str, Any]) -> None:
 
 class DashboardService:
     def __init__(self, *, host: str, port: int, token: str, hub: EventHub,
-                 state: Callable[[], dict[str, Any]], local: LocalChannel, bus: MessageBus,
+                 state: Callable[[], Awaitable[dict[str, Any]]], local: LocalChannel,
+                 bus: MessageBus,
                  ready: Callable[[], bool], allowed_hosts: Iterable[str] = (),
                  routes: Iterable[web.RouteDef] = (), runtime: DaemonView | None = None,
                  limits: ConnectionLimits | None = None,
@@ -217,7 +218,7 @@ class DashboardService:
             return response
         if not isinstance(answer, dict):
             return response
-        return web.json_response({**answer, "state": self._full_state()},
+        return web.json_response({**answer, "state": await self._full_state()},
                                  status=response.status)
 
     def _operator(self, request: web.Request) -> Operator:
@@ -233,11 +234,11 @@ class DashboardService:
             return web.json_response(answer)
         return route
 
-    def _full_state(self) -> dict[str, Any]:
-        state = self._state()
+    async def _full_state(self) -> dict[str, Any]:
+        state = await self._state()
         if self._console is not None and (state.get("backend") or {}).get("connected", True):
             try:  # runs, tasks, cron, decisions: in Redis with that backend
-                state.update(self._console.snapshot())
+                state.update(await self._console.snapshot())
             except Exception as exc:  # the summary still answers, and says why
                 if not self._sections_failing:  # once per outage, not per page refresh
                     log.warning("dashboard: the page's sections could not be read (%s: %s)",
@@ -277,7 +278,7 @@ class DashboardService:
 
     async def _api_state(self, request: web.Request) -> web.Response:
         await self._bus.fresh_stats()  # the queue counts as of now, not of the last second
-        return web.json_response(self._full_state())
+        return web.json_response(await self._full_state())
 
     async def _api_events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",

@@ -36,6 +36,11 @@ class DecisionService:
     def remove(self, key: str) -> bool:
         return self.records.delete(canonical_key(key))
 
+    async def refresh(self) -> None:
+        """Read the decisions ahead for the `list()`s that follow (a shared store answers
+        them from that copy; see `DecisionStore.refresh`)."""
+        await self.records.refresh()
+
     def list(self) -> list[Decision]:
         """Highest priority first, then most recent."""
         return sorted(self.records.all().values(), key=lambda d: (-d.priority, -d.updated_at))

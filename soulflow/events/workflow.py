@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soulflow.backends.base import TaskStore, WorkflowLog
+from soulflow.backends.base import Offload, TaskStore, WorkflowLog, call_here
 from soulflow.events.hub import EventHub
 from soulflow.security.redact import Redactor
 from soulflow.tasks.answers import set_status
@@ -81,8 +81,10 @@ class WorkflowEventService:
     the module docstring."""
 
     def __init__(self, log: WorkflowLog, *, workspace: Path | None = None,
-                 redactor: Redactor | None = None, hub: EventHub | None = None) -> None:
+                 redactor: Redactor | None = None, hub: EventHub | None = None,
+                 offload: Offload = call_here) -> None:
         self.log = log
+        self.offload = offload  # a task's reads for its status (Backend.offload)
         self.workspace = workspace
         self.redactor = redactor
         self.hub = hub
@@ -97,9 +99,7 @@ class WorkflowEventService:
 
     async def append(self, event: WorkflowEvent) -> dict[str, Any] | None:
         """Record one event; returns what was written (redacted), or None for a duplicate."""
-        if self.log.seen(event.event_id):
-            return None
-        record = event.to_dict()
+        record = event.to_dict()  # a duplicate is dropped by `record` below
         if self.redactor is not None:
             record = self.redactor.redact_obj(record)
             record["event_id"] = event.event_id  # the id is ours: never blank it
@@ -109,7 +109,7 @@ class WorkflowEventService:
         if not await self.log.record(record):
             return None  # recorded meanwhile (another coroutine, or another node)
         if store is not None and event.task_id:
-            store.append_detail(event.task_id, _detail_line(record), at=event.at)
+            await store.append_detail(event.task_id, _detail_line(record), at=event.at)
             if not event.agent_id:
                 await self._sync_status(store, event.task_id, record)
         if self.hub is not None:
@@ -136,7 +136,7 @@ class WorkflowEventService:
         status = record.get("payload", {}).get("status")
         if status in {s.value for s in TaskStatus}:
             await set_status(store, task_id, TaskStatus(status),
-                             str(record.get("summary", "")))
+                             str(record.get("summary", "")), offload=self.offload)
 
     def _relative(self, location: Path | str) -> str:
         if self.workspace is None or not isinstance(location, Path):

@@ -118,20 +118,24 @@ class QuietTurnRunner:
         loop = self._agent.loop
         if loop is None:
             return TurnOutcome(TurnStatus.NO_MODEL, "no model provider is configured")
-        existing = loop.store.find(inbound_key=turn.turn_key)
+        chat = self._chat(turn)  # a quiet zone of its own (zone_for), not the target's
+        # what the turn reads, read ahead (as a chat's turn does): its session's tail and the
+        # chat's open runs, so a store over the network is not waited for with the loop held
+        await self._agent.sessions.preload(turn.session_key, chat.key)
+        await self._agent.preload(chat.key)
+        existing = await loop.store.find_inbound(turn.turn_key, chat.key)
         if existing:
             run_id = existing[0]
             if loop.store.state(run_id).status != ev.RUNNING:
                 return TurnOutcome(TurnStatus.DUPLICATE, run_id=run_id)
         elif self._already_answered(turn):
             return TurnOutcome(TurnStatus.DUPLICATE)
-        elif (waiting := self.waiting_run(turn.session_key)) is not None:
+        elif (waiting := await self.waiting_run(turn.session_key, chat.key)) is not None:
             return TurnOutcome(TurnStatus.BUSY, run_id=waiting)
         else:
             self._agent.sessions.append(turn.session_key, {
                 "role": "user", "content": turn.text, "inbound_key": turn.turn_key,
                 "sender_id": turn.label})
-            chat = self._chat(turn)  # a quiet zone of its own (zone_for), not the target's
             run_id = loop.begin(chat=chat, text=turn.text,
                                 history=self._context.history(turn.session_key, turn.text,
                                                               chat=chat),
@@ -164,18 +168,19 @@ class QuietTurnRunner:
         event.set()
         return True
 
-    def waiting_run(self, session_key: str) -> str | None:
-        """A run of this session that waits for an approval or an answer, if any."""
+    async def waiting_run(self, session_key: str, chat_key: str) -> str | None:
+        """A run of this session (whose runs are `chat_key`'s, the target chat's) that waits
+        for an approval or an answer, if any."""
         loop = self._agent.loop
         if loop is None:
             return None
         waiting = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
-        for run_id in loop.store.find(statuses=waiting):
+        for run_id in await loop.store.find_open(waiting, chats=chat_key.__eq__):
             if loop.store.state(run_id).chat.session_key == session_key:
                 return run_id
         return None
 
-    def cancel_interrupted(self, owns: Callable[[str], bool] | None = None) -> int:
+    async def cancel_interrupted(self, owns: Callable[[str], bool] | None = None) -> int:
         """At boot, before unfinished runs are resumed: cancel quiet turns a stop cut off.
         With `owns` (several daemons on shared run journals): only those of chats this node
         holds, which no other node can be driving."""
@@ -183,9 +188,9 @@ class QuietTurnRunner:
         if loop is None:
             return 0
         cancelled = 0
-        for run_id in loop.store.find(statuses=frozenset({ev.RUNNING})):
+        for run_id in await loop.store.find_open(frozenset({ev.RUNNING}), chats=owns):
             chat = loop.store.state(run_id).chat
-            if chat.origin == ORIGIN and (owns is None or owns(chat.key)):
+            if chat.origin == ORIGIN:
                 loop.cancel(run_id, INTERRUPTED_REASON)
                 cancelled += 1
         return cancelled
@@ -209,7 +214,8 @@ class QuietTurnRunner:
         self._agent.sessions.append(turn.session_key, {
             "role": "assistant", "content": text, "inbound_key": turn.turn_key,
             "status": status, "run_id": run_id})
-        if self._agent.approvals is not None:
-            self._agent.approvals.forget_run(run_id)
+        if self._agent.approvals is not None and self._agent.loop is not None and \
+                self._agent.loop.store.state(run_id).approvals:
+            self._agent.approvals.forget_run(run_id)  # a run that never asked: nothing to do
         if self._consolidator is not None:
             self._consolidator.schedule(turn.session_key, zone_for(self._chat(turn)))

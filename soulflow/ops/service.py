@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soulflow.backends.base import Offload, call_here
 from soulflow.channels.health import HealthBoard, LinkState
 from soulflow.decision.service import DecisionService
 from soulflow.ops.notices import NoticeBoard
@@ -83,7 +84,8 @@ class OpsRuntimeService:
                  runs: RunWatch, channels: ChannelWatch, notices: NoticeBoard,
                  watch_log: WatchLog, decisions: DecisionService | None = None,
                  clock: Clock = time.time, sleep: Sleep = asyncio.sleep,
-                 is_leader: Callable[[], bool] = lambda: True) -> None:
+                 is_leader: Callable[[], bool] = lambda: True,
+                 offload: Offload = call_here) -> None:
         self.policy = policy
         self._probes = probes
         self._health = health
@@ -93,6 +95,7 @@ class OpsRuntimeService:
         self._log = watch_log
         self._decisions = decisions
         self._is_leader = is_leader
+        self._offload = offload  # the decision dedupe's transaction, off the event loop
         self._clock = clock
         self._sleep = sleep
         self._last_dedupe: float | None = None
@@ -108,7 +111,7 @@ class OpsRuntimeService:
         while True:
             await self._sleep(self.policy.tick_s)
             try:
-                self.tick()
+                await self.tick()
             except Exception as exc:
                 if not failing:
                     log.exception("ops tick failed")
@@ -120,15 +123,18 @@ class OpsRuntimeService:
                     log.info("ops ticks work again")
                 failing = False
 
-    def tick(self) -> dict[str, Any]:
+    async def tick(self) -> dict[str, Any]:
         """One reading: watchdog, decision dedupe when due, problems, notices, snapshot."""
         now = self._clock()
         self.ticks += 1
         leader = self._is_leader()
-        self.runs.check(now)
+        running = await self.runs.running(now)
+        cancelled = {a.target for a in self.runs.check(now, running) if a.kind == "run_cancelled"}
         self.channels.check(now)
         if leader:  # shared decisions: one node merges them
-            self._dedupe_decisions(now)
+            await self._dedupe_decisions(now)
+        if self._decisions is not None:  # what other nodes set reaches an idle node's prompts
+            await self._decisions.refresh()
         loops = self._probes.loops()
         providers = self._probes.providers()
         problems = self._problems(loops, providers)
@@ -137,8 +143,8 @@ class OpsRuntimeService:
             "at": now, "ticks": self.ticks, "tick_s": self.policy.tick_s, "leader": leader,
             "loops": loops, "queues": self._probes.queues(), "providers": providers,
             "channels": self._channels(now),
-            "runs": [{"run_id": run_id, "idle_s": round(idle, 1)}
-                     for run_id, idle in self.runs.running(now)],
+            "runs": [{"run_id": run_id, "idle_s": round(idle, 1)} for run_id, idle in running
+                     if run_id not in cancelled],
             "problems": [p.to_dict() for p in self.notices.problems.values()],
             "actions": [a.to_dict() for a in list(self._log.actions)[-10:]],
             "notices_sent": self.notices.sent,
@@ -170,14 +176,14 @@ class OpsRuntimeService:
             problems[f"provider:{name}"] = f"model provider {name} is down"
         return problems
 
-    def _dedupe_decisions(self, now: float) -> None:
+    async def _dedupe_decisions(self, now: float) -> None:
         every = self.policy.decision_dedupe_s
         if self._decisions is None or every <= 0:
             return
         if self._last_dedupe is not None and now - self._last_dedupe < every:
             return
         self._last_dedupe = now
-        merged = self._decisions.dedupe()
+        merged = await self._offload(self._decisions.dedupe)
         if merged:
             self.decisions_merged += merged
             log.info("merged %d duplicate decision(s)", merged)

@@ -72,8 +72,9 @@ class RunWatch:
         self._log = log_
         self._aborted: dict[str, float] = {}  # run id -> when it was asked to stop
 
-    def running(self, now: float) -> list[tuple[str, float]]:
-        """(run id, seconds since its last event or its sub-runs') of every running run."""
+    async def running(self, now: float) -> list[tuple[str, float]]:
+        """(run id, seconds since its last event or its sub-runs') of every running run of
+        the chats this node holds (read without holding the event loop: `find_open`)."""
         loop = self._loop()
         if loop is None:
             return []
@@ -81,8 +82,9 @@ class RunWatch:
         # A task step's run belongs to the task engine, which drives and cancels it through the
         # task; stopping "its chat" here would abort the chat's own runs instead. Each step is
         # bounded by the provider's and the tools' timeouts.
-        running = [run_id for run_id in store.find(statuses=frozenset({ev.RUNNING}))
-                   if not (chat := store.state(run_id).chat).task_id and self._owns(chat.key)]
+        running = [run_id for run_id in await store.find_open(frozenset({ev.RUNNING}),
+                                                              chats=self._owns)
+                   if not store.state(run_id).chat.task_id]
         last: dict[str, float] = {}
         for run_id in running:
             events = store.events(run_id)
@@ -93,12 +95,13 @@ class RunWatch:
                 last[parent] = max(last[parent], last[run_id])
         return [(run_id, now - at) for run_id, at in last.items()]
 
-    def check(self, now: float) -> list[Action]:
+    def check(self, now: float, running: list[tuple[str, float]]) -> list[Action]:
+        """Act on `running` (what `running(now)` read): ask stuck runs to stop, cancel those
+        that did not."""
         loop = self._loop()
         if loop is None:
             return []
         actions = []
-        running = self.running(now)
         still = {run_id for run_id, _ in running}
         for run_id in [r for r in self._aborted if r not in still]:
             del self._aborted[run_id]  # it stopped

@@ -129,16 +129,18 @@ class BackgroundServices:
             notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
                                 interval_s=policy.notice_interval_s,
                                 claim=backend.notice_claims),
-            watch_log=watch_log, decisions=parts.decisions, is_leader=self.single.is_leader)
+            watch_log=watch_log, decisions=parts.decisions, is_leader=self.single.is_leader,
+            offload=backend.offload)
 
     # -- lifecycle (called by the runtime) -------------------------------------------------
 
-    def cancel_interrupted(self) -> None:
+    async def cancel_interrupted(self) -> None:
         """Before unfinished runs resume: quiet turns a stop cut off are cancelled (with shared
         run journals, those of the chats this node holds: quiet turns run on their chat's
         holder, so no other node drives them)."""
         backend = self._parts.backend
-        cancelled = self.quiet.cancel_interrupted(backend.owns if self.single.shared else None)
+        cancelled = await self.quiet.cancel_interrupted(
+            backend.owns if self.single.shared else None)
         if cancelled:
             log.info("cancelled %d heartbeat/system-event run(s) interrupted by the last stop",
                      cancelled)

@@ -308,7 +308,7 @@ class Runtime:
         # reader (run_channel, below)
         stack.push_async_callback(self._stop_channels)
         if self.agent.loop is not None:
-            orphans = cancel_orphaned_subruns(self.agent.loop, self.backend.owns)
+            orphans = await cancel_orphaned_subruns(self.agent.loop, self.backend.owns)
             if orphans:
                 log.info("cancelled %d sub-agent run(s) interrupted by the last stop", orphans)
         stack.push_async_callback(self.bus.stop, grace)
@@ -318,7 +318,7 @@ class Runtime:
         stack.callback(self._channels_stopped)
         stack.push_async_callback(self.conversation.stop, grace)
         await self.conversation.resume_pending()  # the claim loop's first round
-        self.background.cancel_interrupted()  # before resume_runs would answer them late
+        await self.background.cancel_interrupted()  # before resume_runs answers them late
         await self.conversation.resume_runs()
         stack.push_async_callback(self.task_services.stop)  # nodes resume at the next start
         await self.task_services.start()  # after the agent: task nodes are agent runs
@@ -451,9 +451,9 @@ class Runtime:
         reading's)."""
         return self._status.queue_depths()
 
-    def state(self) -> dict[str, Any]:
+    async def state(self) -> dict[str, Any]:
         """The dashboard's view of the daemon (`/api/state`)."""
-        return self._status.state(ready=self.ready, started_at=self.started_at)
+        return await self._status.state(ready=self.ready, started_at=self.started_at)
 
 
 class FrontEnd(Protocol):

@@ -3,6 +3,9 @@
 Apart from the lifecycle in `daemon.py` because it is a read-only view over every service, and
 because on the redis backend much of it lives in Redis: a section that cannot be read while Redis
 is away gives a default instead of failing the page, and the backend's own status says why.
+Those sections are read in one call of the backend's `offload` (on Redis, its store thread), or
+on the asynchronous client ahead of time (usage), so a Redis that answers slowly makes the page
+slow, never the event loop, and the chats and other pages it serves.
 `DaemonStatus` is given the services it reads; the runtime adds what only it knows (ready,
 since when).
 """
@@ -14,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +44,16 @@ from soulflow.tasks.wiring import TaskServices
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """The sections of `/api/state` kept in the stores, as one offloaded call read them."""
+
+    sessions: list[dict[str, Any]]
+    cron_jobs: int | None
+    unfinished_tasks: int | None
+    usage_names: dict[str, str] | None
 
 
 def queue_depths(bus: MessageBus, conversation: Conversation) -> dict[str, int]:
@@ -91,11 +104,12 @@ class DaemonStatus:
     def queue_depths(self) -> dict[str, int]:
         return queue_depths(self.bus, self.conversation)
 
-    def state(self, *, ready: bool, started_at: float) -> dict[str, Any]:
+    async def state(self, *, ready: bool, started_at: float) -> dict[str, Any]:
         """The dashboard's view of the daemon; its only free text (recent messages) comes
         redacted from the event hub."""
         bus, conversation = self.bus, self.conversation
         backend = self.backend.status()  # once: every Redis-backed section below asks it
+        stored = await self._stored(backend)
         found = self.problems(backend)
         return {
             "ok": ready and not found,
@@ -120,21 +134,45 @@ class DaemonStatus:
             "channels": [{"name": a.name, "send_interval_s": a.send_interval_s,
                           **self.health.get(a.name).to_dict()} for a in self.channels],
             "inbound_dlq": [e.to_dict() for e in bus.stats.recent_inbound_dlq[:10]],
-            "sessions": shared(backend, lambda: [
-                {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
-                for s in self.sessions.list_sessions(limit=20)], []),
+            "sessions": stored.sessions,
             "recent_messages": self.hub.recent({"inbound.received", "agent.reply"}, limit=30),
             "loops": self.supervisor.status(),
             "tasks": len(asyncio.all_tasks()),  # a leak shows as growth (bench --soak)
-            "cron": {"jobs": shared(backend, lambda: len(self.cron.store), None),
-                     "fired": self.cron.fired_count},
-            "task_graphs": shared(backend, self.tasks.state, {}),
+            "cron": {"jobs": stored.cron_jobs, "fired": self.cron.fired_count},
+            "task_graphs": (self.tasks.state(stored.unfinished_tasks)
+                            if backend["connected"] else {}),
             "sandbox": self.sandbox.describe(),
             "mcp": self.mcp.describe(),  # mcp.json's problem, each server's state
             "disk": self.sandbox.quotas.summary(),  # the chat folders, from the usage index
-            "usage": shared(backend, lambda: usage_report(self.usage, days=1), {}),
+            "usage": (shared(backend, lambda: usage_report(self.usage, days=1,
+                                                           names=stored.usage_names), {})
+                      if stored.usage_names is not None else {}),
             **shared(backend, self.background.state, {}),  # "ops", "heartbeat"
         }
+
+    async def _stored(self, backend: dict[str, Any]) -> _Stored:
+        """Read what lives in the stores without holding the event loop: one `offload` call
+        whose reads touch nothing the event loop changes (sessions listed, jobs and open
+        tasks counted, display names), then today's usage on the asynchronous client
+        (`UsageStore.refresh`), last: the page is built right after, while it is fresh."""
+        if not backend["connected"]:
+            return _Stored([], None, None, None)
+        stored = await self.backend.offload(self._read_stored, backend)
+        try:
+            await self.usage.store.refresh(self.usage.today())
+        except Exception as exc:  # the usage section says nothing rather than fail the page
+            log.debug("state: usage did not answer (%s: %s)", type(exc).__name__, exc)
+            return replace(stored, usage_names=None)
+        return stored
+
+    def _read_stored(self, backend: dict[str, Any]) -> _Stored:
+        return _Stored(
+            sessions=shared(backend, lambda: [
+                {"key": s.key, "size_bytes": s.size_bytes, "updated_at": s.updated_at}
+                for s in self.sessions.list_sessions(limit=20)], []),
+            cron_jobs=shared(backend, lambda: len(self.cron.store), None),
+            unfinished_tasks=shared(backend, self.tasks.store.count_unfinished, None),
+            usage_names=shared(backend, self.usage.store.names, None))
 
 
 def shared(backend: dict[str, Any], read: Callable[[], T], default: T) -> T:

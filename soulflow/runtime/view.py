@@ -92,5 +92,5 @@ class DaemonView(Protocol):
     @property
     def decisions(self) -> DecisionService: ...
 
-    def state(self) -> dict[str, Any]:
+    async def state(self) -> dict[str, Any]:
         """`/api/state`'s summary (soulflow/runtime/status.py)."""

@@ -10,7 +10,7 @@ given just before a crash still continues the task.
 
 from __future__ import annotations
 
-from soulflow.backends.base import TaskStore
+from soulflow.backends.base import Offload, TaskStore, call_here
 from soulflow.tasks.model import (
     Choice,
     NodeKind,
@@ -32,9 +32,10 @@ def require(store: TaskStore, task_id: str) -> TaskState:
 
 
 async def set_status(store: TaskStore, task_id: str, status: TaskStatus,
-                     reason: str = "") -> bool:
-    """Set a task's status from outside the runner (workflow events); False if unchanged."""
-    task = store.get(task_id)
+                     reason: str = "", *, offload: Offload = call_here) -> bool:
+    """Set a task's status from outside the runner (workflow events); False if unchanged.
+    `offload`: where the task is read (the backend's, off the event loop)."""
+    task = await offload(store.get, task_id)
     if task is None or task.status is status:
         return False
     task.status = status

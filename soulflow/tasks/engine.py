@@ -69,6 +69,7 @@ class TaskEngine:
         self._aborts: dict[str, asyncio.Event] = {}
         self._wakes: dict[str, asyncio.Event] = {}
         self._chats: dict[str, str] = {}  # task id -> chat key, for the running loops
+        self._rechecks: set[asyncio.Task[None]] = set()  # `_resume_if_decided`
         self._changed = asyncio.Event()
         self._watch_failing = False
 
@@ -133,7 +134,7 @@ class TaskEngine:
 
     async def stop(self) -> None:
         """Stop every loop without marking anything (resumed by the next `start`)."""
-        await cancel_and_wait(self._loops.values())
+        await cancel_and_wait([*self._loops.values(), *self._rechecks])
         self._loops.clear()
         self._aborts.clear()
         self._wakes.clear()
@@ -214,17 +215,25 @@ class TaskEngine:
         chat = self._chats.pop(task_id, "")
         if loop.cancelled() or not self.owns(chat):
             return
+        recheck = asyncio.create_task(self._resume_if_decided(task_id),
+                                      name=f"task-recheck-{task_id}")
+        self._rechecks.add(recheck)
+        recheck.add_done_callback(self._rechecks.discard)
+
+    async def _resume_if_decided(self, task_id: str) -> None:
+        """A decision that arrived while the task's loop was finishing runs it again; the
+        task is read in the store thread (`offload`), not on the event loop."""
         try:
-            task = self.store.get(task_id)
+            task = await self._offload(self.store.get, task_id)
         except StoreUnavailable:
             return  # `reconcile` resumes it once the store answers
         if (task is not None and not task.status.finished
                 and any(s.choice is not None for s in task.nodes.values())):
-            self._spawn(task)  # a decision arrived while the loop was finishing
+            self._spawn(task)
 
     async def _drive(self, task_id: str, abort: asyncio.Event, wake: asyncio.Event) -> None:
         try:
-            task = require(self.store, task_id)
+            task = await self._offload(require, self.store, task_id)
         except StoreUnavailable as exc:
             log.warning("task %s paused: %s", task_id, exc)
             return

@@ -95,7 +95,8 @@ class TaskServices:
         backend = parts.backend
         self.store = backend.tasks
         self.workflow = WorkflowEventService(backend.workflow, workspace=settings.workspace,
-                                             redactor=parts.redactor, hub=parts.hub)
+                                             redactor=parts.redactor, hub=parts.hub,
+                                             offload=backend.offload)
         self.proposals = backend.proposals  # plans under review, one per chat
         # platform message ids of task prompts, so a reaction decides them
         self.prompts = backend.task_prompts
@@ -151,14 +152,11 @@ class TaskServices:
         await self.chat.stop()
         await self.progress.stop()
 
-    def state(self) -> dict[str, Any]:
-        """For /api/state; `unfinished` is None while the store does not answer (Redis away:
-        the backend's own status says so)."""
-        try:
-            unfinished: int | None = self.store.count_unfinished()
-        except Exception:
-            unfinished = None
-        return {"unfinished": unfinished, "problems": self.store.problems,
+    def state(self, unfinished: int | None) -> dict[str, Any]:
+        """For /api/state, with the count of unfinished tasks as the caller read it off the
+        event loop (`TaskStore.count_unfinished`); None while the store does not answer
+        (Redis away: the backend's own status says so)."""
+        return {"unfinished": unfinished, "problems": list(self.store.problems),
                 "running": len(self.engine.running_ids())}
 
     # -- pieces --------------------------------------------------------------------------
@@ -219,7 +217,7 @@ class TaskServices:
         decision = parse_reaction(message.reaction)
         if decision is None or not message.target_message_id:
             return None
-        entry = self.prompts.lookup(message.chat_key, message.target_message_id)
+        entry = await self.prompts.find(message.chat_key, message.target_message_id)
         if entry is None:
             return None
         decider = Decider(message.provider, message.sender_id, message.sender_name)

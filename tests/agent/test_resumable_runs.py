@@ -40,18 +40,18 @@ async def test_runs_are_handed_out_once_in_held_chats_only(tmp_path: Path) -> No
     waiting = loop.begin(chat=MINE, text="g", history=[])
     loop.store.append(waiting, ev.Event(ev.INFO_REQUESTED, {"call_id": "", "question": "?"}))
 
-    assert domain.resumable_runs(owns, pending_inbound={"telegram:1:7"}) == [plain]
-    assert domain.resumable_runs(owns) == [pending]  # its message was answered meanwhile
-    assert domain.resumable_runs(owns) == []  # nothing is handed out twice
+    assert await domain.resumable_runs(owns, pending_inbound={"telegram:1:7"}) == [plain]
+    assert await domain.resumable_runs(owns) == [pending]  # its message was answered meanwhile
+    assert await domain.resumable_runs(owns) == []  # nothing is handed out twice
     assert loop.store.state(sub).status == ev.CANCELLED  # orphaned with its parent's call
     assert loop.store.state(quiet).status == ev.CANCELLED  # a late heartbeat, not posted
     assert loop.store.state(elsewhere).status == ev.RUNNING  # another node's to resume
     assert loop.store.state(task).status == ev.RUNNING  # the task engine's
-    assert domain.resumable_runs(lambda chat: True) == [elsewhere]  # now this node's too
+    assert await domain.resumable_runs(lambda chat: True) == [elsewhere]  # now this node's too
 
     answer = await domain.resume(plain)
     assert answer.content == "resumed"
-    assert domain.resumable_runs(lambda chat: True) == []
+    assert await domain.resumable_runs(lambda chat: True) == []
 
 
 async def test_a_run_being_driven_is_never_handed_out(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ async def test_a_run_being_driven_is_never_handed_out(tmp_path: Path) -> None:
     run_id = loop.begin(chat=MINE, text="a", history=[])
     driving = asyncio.create_task(loop.drive(run_id), name="drive")
     await until(lambda: run_id in loop.driving)
-    assert domain.resumable_runs(owns) == []  # a partition change while it runs here
+    assert await domain.resumable_runs(owns) == []  # a partition change while it runs here
     gate.set()
     assert (await driving).text == "done"
     assert run_id not in loop.driving

@@ -106,15 +106,15 @@ async def test_the_story_is_appended_and_read_from_the_end(world: TaskWorld) -> 
     store = world.store()
     await store.add(TaskState("t-s", "Compare vendors", graph()))
     for n in range(8):
-        store.append_detail("t-s", f"**progress** a: step {n}", at=1_700_000_000 + n)
-    location = store.append_detail("t-s", "**done** a: completed")
+        await store.append_detail("t-s", f"**progress** a: step {n}", at=1_700_000_000 + n)
+    location = await store.append_detail("t-s", "**done** a: completed")
     assert location == store.detail_location("t-s")
     tail = world.store().detail_tail("t-s", 3)
     assert len(tail) == 3 and all(line.startswith("- ") for line in tail)
     assert tail[0].endswith("step 6") and tail[-1].endswith("**done** a: completed")
     assert world.store().detail_tail("t-none", 3) == []
     with pytest.raises(ValueError):
-        store.append_detail("../../etc/passwd", "x")
+        await store.append_detail("../../etc/passwd", "x")
 
 
 async def test_an_answer_is_stored_before_anyone_acts_on_it(world: TaskWorld) -> None:

@@ -124,10 +124,10 @@ async def take_over(node: NodeB) -> None:
 async def test_a_run_killed_mid_tool_resumes_on_the_new_holder(
         redis_server: RedisServer, prefix: str, node_b: NodeB) -> None:
     _, run_id = await kill_node_a(redis_server.url, prefix, "tool")
-    assert node_b.domain.resumable_runs(lambda chat: False) == []  # not this node's chat
+    assert await node_b.domain.resumable_runs(lambda chat: False) == []  # not this node's chat
     await take_over(node_b)
-    assert node_b.domain.resumable_runs(node_b.owns) == [run_id]
-    assert node_b.domain.resumable_runs(node_b.owns) == []  # handed out once
+    assert await node_b.domain.resumable_runs(node_b.owns) == [run_id]
+    assert await node_b.domain.resumable_runs(node_b.owns) == []  # handed out once
     node_b.model.turns = [reply("I could not confirm it was recorded.")]
     answer = await node_b.domain.resume(run_id)
     assert (answer.status, answer.content) == (ReplyStatus.ANSWERED,
@@ -136,14 +136,14 @@ async def test_a_run_killed_mid_tool_resumes_on_the_new_holder(
     assert node_b.model.seen[-1][-1] == {"role": "tool", "tool_call_id": "t1.c_record",
                                          "content": INTERRUPTED}
     assert node_b.domain.sessions.last(CHAT.session_key, 1)[0]["content"] == answer.content
-    assert node_b.domain.resumable_runs(node_b.owns) == []  # finished
+    assert await node_b.domain.resumable_runs(node_b.owns) == []  # finished
 
 
 async def test_an_approval_asked_on_a_dead_node_is_decided_on_the_new_holder(
         redis_server: RedisServer, prefix: str, node_b: NodeB) -> None:
     _, run_id, approval_id = await kill_node_a(redis_server.url, prefix, "approval")
     await take_over(node_b)
-    assert node_b.domain.resumable_runs(node_b.owns) == []  # waiting is not running
+    assert await node_b.domain.resumable_runs(node_b.owns) == []  # waiting is not running
     approvals = node_b.domain.approvals
     assert approvals is not None
     entry = approvals.lookup(CHAT.key, PROMPT_MESSAGE_ID)  # a 👍 on A's prompt, read by B

@@ -1,14 +1,18 @@
 """A Redis that answers late (far away, or overloaded) slows the chats it holds, never the rest
-of the daemon: while a turn waits on a Redis 0.3 s away each way, the dashboard answers at
-once. The agent's stores write behind and read ahead on the asynchronous client
-(backends/redis/writeback.py), so no store call holds the event loop; a single call that did
-would hold every probe below for 0.6 s."""
+of the daemon: while a turn, a heartbeat turn, the ops ticks or the dashboard's own page wait
+on a Redis 0.3 s away each way, the dashboard answers at once. The agent's stores write behind
+and read ahead on the asynchronous client (backends/redis/writeback.py), the loops that scan
+runs read them ahead (`find_open`), and the page's other reads run in the backend's store
+thread, so no store call holds the event loop; a single call that did would hold every probe
+below for 0.6 s."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,16 +26,20 @@ pytestmark = pytest.mark.timeout(120)
 ONE_WAY_S = 0.3
 
 
+def _settings(proxy: ProxyThread, **extra: str) -> dict[str, str]:
+    return {"SOULFLOW_BACKEND": "redis", "REDIS_URL": proxy.url,
+            "REDIS_KEY_PREFIX": f"slow{uuid.uuid4().hex[:8]}:",
+            "REDIS_PARTITIONS": "4", "STREAM_REPLIES": "off",
+            # leases sized for a Redis this far away: renewed in time, never moved
+            "REDIS_LEASE_TTL_S": "20", **extra}
+
+
 def test_a_slow_redis_slows_its_chats_never_the_dashboard(
         tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisServer) -> None:
     proxy = ProxyThread(redis_server.port)
     try:
-        settings = {"SOULFLOW_BACKEND": "redis", "REDIS_URL": proxy.url,
-                    "REDIS_KEY_PREFIX": f"slow{uuid.uuid4().hex[:8]}:",
-                    "REDIS_PARTITIONS": "4", "STREAM_REPLIES": "off",
-                    # leases sized for a Redis this far away: renewed in time, never moved
-                    "REDIS_LEASE_TTL_S": "20"}
-        with node_daemons(tmp_path, fake_llm.base_url, ("node-a",), **settings) as nodes:
+        with node_daemons(tmp_path, fake_llm.base_url, ("node-a",),
+                          **_settings(proxy)) as nodes:
             node = nodes["node-a"].start()
             node.wait_reply(node.say("warm up", chat_id="slow"), chat_id="slow", timeout=30)
             proxy.delay(ONE_WAY_S)
@@ -48,6 +56,55 @@ def test_a_slow_redis_slows_its_chats_never_the_dashboard(
             proxy.delay(0)
             assert took > 4 * ONE_WAY_S, "the turn did not wait for Redis at all"
             assert len(probes) >= 5
+            assert max(probes) < 2 * ONE_WAY_S, \
+                f"the dashboard waited {max(probes):.2f} s: something held the event loop"
+            assert node.stop() == 0
+    finally:
+        proxy.close()
+
+
+def test_the_page_the_heartbeat_and_ops_wait_on_a_slow_redis_without_holding_the_loop(
+        tmp_path: Path, fake_llm: FakeOpenAIThread, redis_server: RedisServer) -> None:
+    """`/api/state` reads sessions, tasks, cron, decisions, usage and the open runs; a
+    heartbeat turn reads its session and its chat's runs; an ops tick scans the running runs
+    and refreshes the decisions. Through the slow Redis each takes its round trips, and
+    `/healthz` is answered at once all along."""
+    proxy = ProxyThread(redis_server.port)
+    try:
+        with node_daemons(tmp_path, fake_llm.base_url, ("node-a",),
+                          **_settings(proxy, HEARTBEAT_INTERVAL="2s", OPS_TICK_S="1")) as nodes:
+            daemon = nodes["node-a"]
+            (daemon.workspace / "HEARTBEAT.md").write_text("- check the disk space\n",
+                                                          encoding="utf-8")
+            node = daemon.start()
+            first = node.state()
+            node.wait_reply(node.say("warm up", chat_id="slow"), chat_id="slow", timeout=30)
+            proxy.delay(ONE_WAY_S)
+            pages: list[tuple[float, dict[str, Any]]] = []
+
+            def read_pages() -> None:  # until a heartbeat turn and two ops ticks went by
+                while True:
+                    sent = time.monotonic()
+                    state = node.state()
+                    pages.append((time.monotonic() - sent, state))
+                    if state["heartbeat"]["model_calls"] > first["heartbeat"]["model_calls"] \
+                            and state["ops"]["ticks"] >= first["ops"]["ticks"] + 2:
+                        return
+
+            reader = threading.Thread(target=read_pages, daemon=True)
+            reader.start()
+            probes: list[float] = []
+            started = time.monotonic()
+            while reader.is_alive():
+                assert time.monotonic() - started < 90, "no heartbeat turn through the slow Redis"
+                sent = time.monotonic()
+                assert node.api("GET", "/healthz").status_code == 200
+                probes.append(time.monotonic() - sent)
+                time.sleep(0.05)
+            proxy.delay(0)
+            assert len(probes) >= 5
+            assert max(took for took, _ in pages) > 2 * ONE_WAY_S, \
+                "the page did not wait for Redis at all"
             assert max(probes) < 2 * ONE_WAY_S, \
                 f"the dashboard waited {max(probes):.2f} s: something held the event loop"
             assert node.stop() == 0

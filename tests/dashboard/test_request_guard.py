@@ -25,6 +25,10 @@ from soulflow.dashboard.guard import STATIC_ASSETS, is_guarded
 from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub
 
+
+async def _ok_state() -> dict[str, bool]:
+    return {"ok": True}
+
 TOKEN = "t0ken-for-the-guard-tests"
 FORM_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x")
 CROSS_SITE_BODY = '{"chat_id": "dashboard", "text": "/repl print(1)"}'
@@ -78,7 +82,7 @@ async def _make_rig(tmp_path: Path, token: str = "") -> AsyncIterator[Rig]:
                 retry_count=3, error="gave up")
     local = LocalChannel(tmp_path / "runtime" / "local")
     service = DashboardService(host="127.0.0.1", port=0, token=token, hub=EventHub(),
-                               state=lambda: {"ok": True}, local=local, bus=bus,
+                               state=_ok_state, local=local, bus=bus,
                                ready=lambda: True)
     await service.start()
     reader = asyncio.create_task(_daemon_side(local, bus), name="test-local-reader")

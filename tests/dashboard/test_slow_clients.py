@@ -36,6 +36,11 @@ from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub
 from tests.waiting import until
 
+
+async def _ok_state() -> dict[str, bool]:
+    return {"ok": True}
+
+
 HEADER_TIMEOUT_S = 0.5
 PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "  # no blank line yet
 WAIT_S = 20.0  # a fail-safe for every wait below, never a bound on how long things take
@@ -68,7 +73,7 @@ async def running(tmp_path: Path, limits: ConnectionLimits) -> AsyncIterator[Rig
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     hub = EventHub()
     service = DashboardService(host="127.0.0.1", port=0, token="", hub=hub,
-                               state=lambda: {"ok": True},
+                               state=_ok_state,
                                local=LocalChannel(tmp_path / "runtime" / "local"), bus=bus,
                                ready=lambda: True, limits=limits)
     await service.start()

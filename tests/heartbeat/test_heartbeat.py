@@ -232,12 +232,12 @@ async def test_an_occurrence_runs_once_and_an_interrupted_turn_is_cancelled_at_b
         await fake.wait_for_requests(2)
     tick.cancel()
     await asyncio.gather(tick, return_exceptions=True)
-    assert stack.agent.running_runs()  # left running in the journal
+    assert await stack.agent.running_runs()  # left running in the journal
     # several daemons: a node cancels only those of chats it holds (none elsewhere drives)
-    assert stack.runner.cancel_interrupted(owns=lambda chat: chat != TARGET.key) == 0
-    assert stack.agent.running_runs()
-    assert stack.runner.cancel_interrupted() == 1  # what the next boot does first
-    assert stack.agent.running_runs() == []
+    assert await stack.runner.cancel_interrupted(owns=lambda chat: chat != TARGET.key) == 0
+    assert await stack.agent.running_runs()
+    assert await stack.runner.cancel_interrupted() == 1  # what the next boot does first
+    assert await stack.agent.running_runs() == []
 
 
 class RestartService(Tool):

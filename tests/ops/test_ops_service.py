@@ -65,7 +65,7 @@ def build(clock: Clock, loops: list[dict[str, Any]], sent: list[str], *,
         watch_log=log, decisions=decisions, clock=clock, sleep=sleep)
 
 
-def test_the_tick_publishes_a_reading_and_reports_what_is_broken() -> None:
+async def test_the_tick_publishes_a_reading_and_reports_what_is_broken() -> None:
     clock = Clock()
     sent: list[str] = []
     loops = [{"name": "cron", "running": False, "restarts": 3,
@@ -75,7 +75,7 @@ def test_the_tick_publishes_a_reading_and_reports_what_is_broken() -> None:
     health = HealthBoard(clock=clock)
     ops = build(clock, loops, sent, health=health)
     health.read_failed("slack", "invalid_auth")
-    snapshot = ops.tick()
+    snapshot = await ops.tick()
     assert snapshot["queues"] == {"outbox_pending": 2}
     assert snapshot["heartbeat"] == {"enabled": True}
     assert snapshot["loops"] == loops
@@ -86,11 +86,11 @@ def test_the_tick_publishes_a_reading_and_reports_what_is_broken() -> None:
     assert "channel slack is failing: invalid_auth" in notice
     assert "model provider openrouter is down" in notice
     clock.now += 30
-    ops.tick()
+    await ops.tick()
     assert len(sent) == 1 and ops.snapshot()["ticks"] == 2
 
 
-def test_decisions_are_merged_on_a_schedule(tmp_path: Path) -> None:
+async def test_decisions_are_merged_on_a_schedule(tmp_path: Path) -> None:
     path = tmp_path / "decisions" / "index.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"version": 1, "decisions": {
@@ -102,14 +102,14 @@ def test_decisions_are_merged_on_a_schedule(tmp_path: Path) -> None:
     decisions = DecisionService(FileDecisionStore(path))
     clock = Clock()
     ops = build(clock, [], [], decisions=decisions)
-    ops.tick()
+    await ops.tick()
     assert ops.decisions_merged == 2
     stored = json.loads(path.read_text())["decisions"]
     assert set(stored) == {"reply_language", "deploy_window"}
     assert stored["reply_language"]["value"] == "Korean"  # highest priority, then newest
     decisions.set("Deploy Window", "Friday")  # unchanged decision: no write, no duplicate
     clock.now += 60
-    ops.tick()  # not due again yet
+    await ops.tick()  # not due again yet
     assert ops.snapshot()["decisions"]["last_dedupe_at"] == T0
 
 

@@ -19,10 +19,15 @@ from soulflow.channels.health import HealthBoard, LinkState
 from soulflow.channels.reader import ReadPolicy, run_channel
 from soulflow.contracts import InboundMessage, OutboundMessage, SendResult
 from soulflow.conversation.runs import ActiveRuns
-from soulflow.ops.watchdog import ChannelWatch, RunWatch, WatchLog
+from soulflow.ops.watchdog import Action, ChannelWatch, RunWatch, WatchLog
 from soulflow.supervisor import Supervisor
 from tests.ops.clock import T0, Clock
 from tests.waiting import until
+
+
+async def _check(watch: RunWatch, now: float) -> list[Action]:
+    """One watchdog round as the ops tick runs it: read the running runs, act on them."""
+    return watch.check(now, await watch.running(now))
 
 
 class WedgingChannel(ChannelAdapter):
@@ -145,7 +150,7 @@ async def test_stuck_runs_are_stopped_with_a_reason_and_approval_waits_are_left_
                      abort_run=lambda run_id: False, log_=log)
 
     with runs.track("telegram:driven") as abort:
-        actions = watch.check(T0)
+        actions = await _check(watch, T0)
         assert {(a.kind, a.target) for a in actions} == {("run_cancelled", orphan),
                                                          ("run_aborted", driven)}
         assert abort.is_set()  # the driver was asked to stop
@@ -155,15 +160,15 @@ async def test_stuck_runs_are_stopped_with_a_reason_and_approval_waits_are_left_
         errors = [e for e in loop.store.events(driven) if e.type == ev.ERROR]
         assert errors and errors[-1].data["kind"] == "watchdog"
         # the driver did not stop within the grace: cancelled outright, reason kept
-        assert watch.check(T0 + 30) == []
-        [late] = watch.check(T0 + 61)
+        assert await _check(watch, T0 + 30) == []
+        [late] = await _check(watch, T0 + 61)
         assert (late.kind, late.target) == ("run_cancelled", driven)
         assert "did not stop when asked" in (loop.store.state(driven).final or "")
 
     assert loop.store.state(waiting).status == ev.WAITING_APPROVAL
     assert loop.store.state(parent).status == ev.RUNNING
     assert loop.store.state(fresh).status == ev.RUNNING
-    assert watch.check(T0 + 120) == []  # nothing else is stuck
+    assert await _check(watch, T0 + 120) == []  # nothing else is stuck
     assert sorted(a.target for a in log.actions) == sorted([orphan, driven, driven])
     loop.store.close()
 
@@ -179,10 +184,10 @@ async def test_a_quiet_turn_is_aborted_through_its_runner(tmp_path: Path) -> Non
 
     watch = RunWatch(lambda: loop, stuck_after_s=900, stop_chat=lambda key: 0,
                      abort_run=abort_run, log_=WatchLog())
-    [action] = watch.check(T0)
+    [action] = await _check(watch, T0)
     assert action.kind == "run_aborted" and asked == [stuck]
     loop.cancel(stuck, "Stopped")  # the runner's driver stops
-    assert watch.check(T0 + 120) == []
+    assert await _check(watch, T0 + 120) == []
     loop.store.close()
 
 
@@ -194,7 +199,7 @@ async def test_a_task_steps_run_is_left_to_the_task_engine(tmp_path: Path) -> No
     watch = RunWatch(lambda: loop, stuck_after_s=900, stop_chat=runs.stop,
                      abort_run=lambda run_id: False, log_=WatchLog())
     with runs.track("telegram:tasks") as chat_turn:
-        assert watch.check(T0) == []
+        assert await _check(watch, T0) == []
         assert not chat_turn.is_set()
     assert loop.store.state(step).status == ev.RUNNING
     loop.store.close()
@@ -211,7 +216,7 @@ async def test_with_several_daemons_a_node_watches_only_the_runs_of_its_chats(
     watch = RunWatch(lambda: loop, stuck_after_s=900, stop_chat=runs.stop,
                      abort_run=lambda run_id: False, log_=WatchLog(),
                      owns=lambda chat_key: chat_key == "telegram:mine")
-    assert [run_id for run_id, _ in watch.running(T0)] == [mine]
-    assert [(a.kind, a.target) for a in watch.check(T0)] == [("run_cancelled", mine)]
+    assert [run_id for run_id, _ in await watch.running(T0)] == [mine]
+    assert [(a.kind, a.target) for a in await _check(watch, T0)] == [("run_cancelled", mine)]
     assert loop.store.state(theirs).status == ev.RUNNING
     loop.store.close()

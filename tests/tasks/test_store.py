@@ -80,8 +80,8 @@ async def test_finished_tasks_are_pruned_beyond_the_limit(tmp_path: Path,
 async def test_detail_log_is_a_readable_story(tmp_path: Path) -> None:
     store = FileTaskStore(tmp_path)
     await store.add(TaskState("t-s", "Compare vendors", graph()))
-    store.append_detail("t-s", "**assign** a: started")
-    path = store.append_detail("t-s", "**done** a: completed")
+    await store.append_detail("t-s", "**assign** a: started")
+    path = await store.append_detail("t-s", "**done** a: completed")
     text = path.read_text()
     assert path == tmp_path / "details" / "t-s.md"
     assert text.startswith("# Task t-s: Compare vendors\n\n- ")

@@ -20,6 +20,10 @@ from soulflow.events.hub import EventHub
 from tests.waiting import until
 
 
+async def _ok_state() -> dict[str, bool]:
+    return {"ok": True}
+
+
 def entry(content: str, id: str, edits: str | None = None,
           role: str = "assistant") -> dict[str, Any]:
     record: dict[str, Any] = {"id": id, "role": role, "content": content}
@@ -120,7 +124,7 @@ async def test_over_http_the_terminal_starts_at_the_newest_entry_and_prints_fold
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     channel = LocalChannel(tmp_path / "runtime" / "local")
     service = DashboardService(host="127.0.0.1", port=0, token="t0k", hub=EventHub(),
-                               state=lambda: {"ok": True}, local=channel, bus=bus,
+                               state=_ok_state, local=channel, bus=bus,
                                ready=lambda: True)
     await service.start()
     transport = HttpTransport(DaemonClient(f"http://127.0.0.1:{service.bound_port}", "t0k"),

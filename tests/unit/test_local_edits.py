@@ -23,6 +23,10 @@ from soulflow.dashboard.service import DashboardService
 from soulflow.events.hub import EventHub
 
 
+async def _ok_state() -> dict[str, bool]:
+    return {"ok": True}
+
+
 def reply(text: str, *, edit_of: str = "", message_id: str | None = None,
           chat_id: str = "c", reply_to: str | None = "in-1") -> OutboundMessage:
     message = OutboundMessage(provider="local", chat_id=chat_id, content=text, reply_to=reply_to,
@@ -167,7 +171,7 @@ async def test_the_chat_api_shows_a_streamed_reply_once(tmp_path: Path) -> None:
     bus = MessageBus(FileBackend(tmp_path / "runtime", node_id="test"))
     channel = LocalChannel(tmp_path / "runtime" / "local")
     service = DashboardService(host="127.0.0.1", port=0, token="", hub=EventHub(),
-                               state=lambda: {"ok": True}, local=channel, bus=bus,
+                               state=_ok_state, local=channel, bus=bus,
                                ready=lambda: True)
     await service.start()
     try:

@@ -123,7 +123,8 @@ async def run_subagent(loop: AgentLoop, *, parent_chat: ChatRef, task: str,
     return f"[sub-agent {run_id}: {label}]\n{outcome.text}".rstrip()
 
 
-def cancel_orphaned_subruns(loop: AgentLoop, owns: Callable[[str], bool] | None = None) -> int:
+async def cancel_orphaned_subruns(loop: AgentLoop,
+                                  owns: Callable[[str], bool] | None = None) -> int:
     """Cancel unfinished sub-runs left by a crash; call at boot before resuming runs.
 
     Their parent's ``spawn`` call was interrupted and is reported to the parent model as
@@ -132,11 +133,11 @@ def cancel_orphaned_subruns(loop: AgentLoop, owns: Callable[[str], bool] | None 
     live sub-runs are its own), and a sub-run this process drives is never one.
     """
     cancelled = 0
-    for run_id in loop.store.find():
+    for run_id in await loop.store.find_open(chats=owns):
         if run_id in loop.driving:
             continue
         state = loop.store.state(run_id)
-        if state.parent_run and (owns is None or owns(state.chat.key)):
+        if state.parent_run:
             loop.cancel(run_id, "the daemon restarted while this sub-agent was running")
             cancelled += 1
     return cancelled

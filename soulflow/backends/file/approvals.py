@@ -41,6 +41,10 @@ class FileApprovalMap:
     def lookup(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
         return self._map.get(self._key(chat_key, platform_id))
 
+    async def find(self, chat_key: str, platform_id: str) -> dict[str, str] | None:
+        """`lookup`: the map is in memory."""
+        return self.lookup(chat_key, platform_id)
+
     def forget_run(self, run_id: str) -> None:
         with self._lock:
             kept = {k: v for k, v in self._map.items() if v.get("run_id") != run_id}

@@ -45,6 +45,9 @@ class FileDecisionStore:
         }
         write_json_atomic(self.path, payload)
 
+    async def refresh(self) -> None:
+        """Nothing to read ahead: the index is in memory."""
+
     def all(self) -> dict[str, Decision]:
         return dict(self._decisions)
 

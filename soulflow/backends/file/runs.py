@@ -198,6 +198,12 @@ class FileRunJournal:
         """`find()`: the index is in memory."""
         return self.find(inbound_key=inbound_key)
 
+    async def find_open(self, statuses: frozenset[str] | None = None, *,
+                        chats: Callable[[str], bool] | None = None) -> list[str]:
+        """`find()`, filtered by chat: the index and the states are in memory."""
+        return [run_id for run_id in self.find(statuses=statuses)
+                if chats is None or chats(self._states[run_id].chat.key)]
+
     async def settle(self, run_id: str | None = None) -> None:
         """Nothing on its way: each append is written before it returns."""
 

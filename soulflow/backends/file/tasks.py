@@ -163,7 +163,8 @@ class FileTaskStore:
     def detail_location(self, task_id: str) -> Path:
         return self.detail_path(task_id)
 
-    def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> Path:
+    async def append_detail(self, task_id: str, line: str, *,
+                            at: float | None = None) -> Path:
         """Append one line of the task's human-readable story (one write, O_APPEND)."""
         path = self.detail_path(task_id)
         task = self._tasks.get(task_id)

@@ -329,11 +329,11 @@ class RedisBackend:
 
     @cached_property
     def approvals(self) -> RedisApprovalMap:
-        return RedisApprovalMap(self.state, "messages")
+        return RedisApprovalMap(self.state, "messages", writer=self.writer)
 
     @cached_property
     def task_prompts(self) -> RedisApprovalMap:
-        return RedisApprovalMap(self.state, "task-prompts")
+        return RedisApprovalMap(self.state, "task-prompts", writer=self.writer)
 
     @cached_property
     def cron(self) -> RedisCronStore:
@@ -344,7 +344,7 @@ class RedisBackend:
     @cached_property
     def tasks(self) -> RedisTaskStore:
         return RedisTaskStore(self.state, TaskKeys(self.keys.prefix),
-                              fence=PartitionFence(self))
+                              fence=PartitionFence(self), offload=self.offload)
 
     @cached_property
     def proposals(self) -> RedisProposalMap:
@@ -353,11 +353,11 @@ class RedisBackend:
 
     @cached_property
     def workflow(self) -> RedisWorkflowLog:
-        return RedisWorkflowLog(self.state, TaskKeys(self.keys.prefix))
+        return RedisWorkflowLog(self.state, TaskKeys(self.keys.prefix), offload=self.offload)
 
     @cached_property
     def decisions(self) -> RedisDecisionStore:
-        return RedisDecisionStore(self.state)
+        return RedisDecisionStore(self.state, client=self.client)
 
     @cached_property
     def secrets(self) -> RedisSecretEntries:

@@ -3,19 +3,28 @@
 
 Setting a decision is one Lua script that applies the priority rule (`keeps_current`) and
 writes in the same step, so two nodes setting the same canonical key at once end with the one
-the rule picks, never the one that happened to write last. Every read goes to Redis.
+the rule picks, never the one that happened to write last.
+
+**Read ahead.** The agent reads the decisions for every prompt it builds. `refresh()` reads
+the hash on the asynchronous client (before a turn, on each ops tick, for the dashboard), and
+`all()` answers from that copy, so a prompt never waits for Redis with the event loop held;
+this node's own changes are applied to the copy as they are written. A decision another node
+(or `soulflow decision`) sets reaches this node's prompts with its next turn or ops tick.
+Before the first refresh `all()` reads the hash itself.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 from redis.client import Pipeline
 
-from soulflow.backends.redis.clients import SyncStoreRedis
+from soulflow.backends.redis.clients import AsyncStoreRedis, SyncStoreRedis
 from soulflow.backends.redis.keys import ServiceKeys
 from soulflow.backends.redis.sync_client import StateRedis, text
 from soulflow.decision.rules import Decision, merge_canonical
@@ -42,22 +51,32 @@ return ARGV[4]
 """
 
 
+REFRESH_EVERY_S = 0.5  # `refresh()`es closer together than this read nothing
+
+
 class RedisDecisionStore:
     """`DecisionStore` on Redis (see the module docstring)."""
 
-    def __init__(self, state: StateRedis) -> None:
+    def __init__(self, state: StateRedis, *, client: AsyncStoreRedis | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._client: SyncStoreRedis = state.client
         self._key = ServiceKeys(state.prefix).decisions
         self._put = self._client.register_script(DECISION_PUT)
+        self._async = client  # for `refresh`
+        self._clock = clock
+        self._copy: dict[str, Decision] | None = None  # as the last `refresh` read them
+        self._refreshed_at = float("-inf")
 
     def all(self) -> dict[str, Decision]:
-        found: dict[str, Decision] = {}
-        for field, raw in self._client.hgetall(self._key).items():
-            key = text(field)
-            decision = _parse(key, raw)
-            if decision is not None:
-                found[key] = decision
-        return found
+        if self._copy is not None:
+            return dict(self._copy)
+        return _parse_all(self._client.hgetall(self._key))
+
+    async def refresh(self) -> None:
+        if self._async is None or self._clock() - self._refreshed_at < REFRESH_EVERY_S:
+            return
+        self._refreshed_at = self._clock()
+        self._copy = _parse_all(await self._async.hgetall(self._key))
 
     def get(self, key: str) -> Decision | None:
         raw = self._client.hget(self._key, key)
@@ -67,9 +86,14 @@ class RedisDecisionStore:
         record = _dump(decision)
         raw = self._put(keys=[self._key], args=[decision.key, decision.value,
                                                 decision.priority, record])
-        return _parse(decision.key, raw) or decision
+        kept = _parse(decision.key, raw) or decision
+        if self._copy is not None:
+            self._copy[kept.key] = kept
+        return kept
 
     def delete(self, key: str) -> bool:
+        if self._copy is not None:
+            self._copy.pop(key, None)
         return bool(self._client.hdel(self._key, key))
 
     def dedupe(self) -> int:
@@ -92,6 +116,7 @@ class RedisDecisionStore:
                 pipe.hset(self._key, mapping={key: _dump(d) for key, d in changed.items()})
 
         self._client.transaction(merge, self._key)
+        self._refreshed_at = float("-inf")  # the next `refresh` reads the merged hash
         return removed
 
 
@@ -99,6 +124,16 @@ def _dump(decision: Decision) -> str:
     data: dict[str, Any] = asdict(decision)
     data.pop("key")
     return json.dumps(data, ensure_ascii=False)
+
+
+def _parse_all(raws: dict[Any, Any]) -> dict[str, Decision]:
+    found: dict[str, Decision] = {}
+    for field, raw in raws.items():
+        key = text(field)
+        decision = _parse(key, raw)
+        if decision is not None:
+            found[key] = decision
+    return found
 
 
 def _parse(key: str, raw: bytes | str) -> Decision | None:

@@ -15,6 +15,7 @@ import json
 import logging
 from typing import Any
 
+from soulflow.backends.base import Offload, call_here
 from soulflow.backends.redis.keys import TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis
 
@@ -32,15 +33,18 @@ return 1
 
 
 class RedisWorkflowLog:
-    """`WorkflowLog` (backends/base.py) on one Redis, over the synchronous client:
-    the events are written from the task loop, one round trip each."""
+    """`WorkflowLog` (backends/base.py) on one Redis, over the synchronous client: an event
+    is written from the task loop in one round trip, in the backend's store thread
+    (`offload`), so a slow Redis delays the task, not the event loop."""
 
     def __init__(self, state: StateRedis, keys: TaskKeys, *,
-                 max_events: int = DEFAULT_MAX_EVENTS, seen_ttl_s: int = SEEN_TTL_S) -> None:
+                 max_events: int = DEFAULT_MAX_EVENTS, seen_ttl_s: int = SEEN_TTL_S,
+                 offload: Offload = call_here) -> None:
         self._redis = state.client
         self.keys = keys
         self.max_events = max_events
         self.seen_ttl_s = seen_ttl_s
+        self._offload = offload
         self._record = self._redis.register_script(RECORD)
 
     def seen(self, event_id: str) -> bool:
@@ -48,9 +52,10 @@ class RedisWorkflowLog:
 
     async def record(self, record: dict[str, Any]) -> bool:
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
-        written = self._record(keys=[self.keys.workflow_seen(str(record["event_id"])),
-                                     self.keys.workflow_events],
-                               args=[text, self.seen_ttl_s, self.max_events])
+        written = await self._offload(
+            self._record, keys=[self.keys.workflow_seen(str(record["event_id"])),
+                                self.keys.workflow_events],
+            args=[text, self.seen_ttl_s, self.max_events])
         return bool(int(written))
 
     def recent(self, count: int) -> list[dict[str, Any]]:

@@ -32,6 +32,13 @@ taken anew) and without leases (tests, one node). The run this node finished is 
 cache too while the lease holds: its fence is dropped with the indexes, but nothing appends
 after DONE (`AgentLoop` stops there), and the state and events that follow the finishing
 append (the finished listener, the turn's end) are those that append just wrote.
+
+**Read ahead.** The loops that scan runs (the watchdog, the dashboard, resuming, quiet turns)
+call `find_open`, which reads the indexes and then every run found that is not current, all on
+the asynchronous client; for `READ_AHEAD_S` after that, `state()` and `events()` of those runs
+answer from what was read, so the scan that follows holds the event loop for nothing. A write
+still checks the list's length in its script, so a state read ahead never makes one land on
+top of another node's.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ __all__ = ["Fence", "RedisRunJournal", "no_fence", "partition_fence"]
 
 FINISHED_TTL_S = 24 * 3600  # how long a finished run's events stay readable
 CACHED_RUNS = 256  # runs whose events and state a node keeps (validated on every read)
+READ_AHEAD_S = 0.5  # how long a run read ahead answers `state()` and `events()`
 
 @dataclass(slots=True)
 class _Run:
@@ -83,6 +91,7 @@ class _Run:
     token: int = 0
     queued: list[str] = field(default_factory=list)
     indexed: bool = False
+    read_until: float = 0.0  # a read ahead (`find_open`) answers the reads until then
 
 
 def _decode(raw: bytes | str) -> ev.Event | None:
@@ -171,7 +180,7 @@ class RedisRunJournal:
         none while `_current` says nothing can have come. A run whose queued events lost
         their lease is read whole again (Redis refuses them)."""
         run = self._runs.get(run_id)
-        if run is not None and self._current(run):
+        if run is not None and (self._current(run) or time.monotonic() < run.read_until):
             self._runs.move_to_end(run_id)
             return run
         if run is None or run.queued or run_id in self._unwritten:
@@ -392,7 +401,62 @@ class RedisRunJournal:
         found = await self._by_inbound_async(
             keys=[self._keys.runs_inbound, self._keys.runs_meta], args=[inbound_key])
         run_ids, metas = ([_text(found[0])], [found[1]]) if found else ([], [])
-        return self._matching(run_ids, metas, inbound_key, None, None)
+        matching = self._matching(run_ids, metas, inbound_key, None, None)
+        await self._read_ahead(matching)
+        return matching
+
+    async def find_open(self, statuses: frozenset[str] | None = None, *,
+                        chats: Callable[[str], bool] | None = None) -> list[str]:
+        """`find(statuses=...)` of the runs whose chat `chats` accepts, on the asynchronous
+        client while the writer runs: the indexes in one round trip, the runs found in one
+        more (`_read_ahead`), so their `state()` and `events()` read nothing."""
+        if self._writer is None or not self._writer.running:
+            return [run_id for run_id in self.find(statuses=statuses)
+                    if chats is None or chats(self.state(run_id).chat.key)]
+        async with self._writer.client.pipeline(transaction=False) as pipe:
+            pipe.zrange(self._keys.runs_open, 0, -1)
+            pipe.hgetall(self._keys.runs_meta)
+            order, by_id = await pipe.execute()
+        found = self._matching([_text(raw) for raw in order], [by_id.get(raw) for raw in order],
+                               None, None, statuses, chats)
+        await self._read_ahead(found)
+        return found
+
+    async def _read_ahead(self, run_ids: list[str]) -> None:
+        """Bring the cached runs up to date as `_load` would, for all of them in one round
+        trip on the asynchronous client. A run this node appended to (or read) meanwhile is
+        left as it is: what it knows then is newer, and a later read catches up."""
+        if self._writer is None or not self._writer.running:
+            return
+        reads: list[tuple[str, _Run | None, int, int]] = []  # id, run, its length, read from
+        for run_id in run_ids:
+            run = self._runs.get(run_id)
+            if run is not None and self._current(run):
+                continue
+            whole = run is None or bool(run.queued) or run_id in self._unwritten
+            length = run.length if run is not None else 0
+            reads.append((run_id, run, length, 0 if whole else length))
+        if not reads:
+            return
+        async with self._writer.client.pipeline(transaction=False) as pipe:
+            for run_id, _run, _length, start in reads:
+                pipe.lrange(self._keys.run(run_id), start, -1)
+            lists = await pipe.execute()
+        for (run_id, before, length, start), raws in zip(reads, lists, strict=True):
+            now = self._runs.get(run_id)
+            if now is not before or run_id in self._unwritten or \
+                    (now is not None and (now.queued or now.length != length)):
+                continue  # changed meanwhile
+            run = self._new(run_id) if before is None or start == 0 else before
+            self._runs.move_to_end(run_id)
+            for raw in raws:
+                event = _decode(raw)
+                if event is not None:
+                    run.events.append(event)
+                    apply_in_place(run.state, event)
+            run.length = start + len(raws)
+            run.indexed = bool(run.length) and not run.state.finished
+            run.read_until = time.monotonic() + READ_AHEAD_S
 
     def _keep_chat(self, chat_key: str, rows: list[tuple[str, Any]]) -> None:
         """Remember the chat's open runs as just read: Redis's, with this node's runs whose
@@ -402,18 +466,22 @@ class RedisRunJournal:
         self._chats.keep(chat_key, rows, queued)
 
     def _matching(self, run_ids: list[str], metas: list[Any], inbound_key: str | None,
-                  chat_key: str | None, statuses: frozenset[str] | None) -> list[str]:
-        """The runs Redis listed that match, as this node knows them: a run with events
-        not in Redis yet is judged by its queued state instead (and listed last)."""
+                  chat_key: str | None, statuses: frozenset[str] | None,
+                  chats: Callable[[str], bool] | None = None) -> list[str]:
+        """The runs Redis listed that match (and whose chat `chats` accepts), as this node
+        knows them: a run with events not in Redis yet is judged by its queued state instead
+        (and listed last)."""
+        def wanted(meta: dict[str, Any]) -> bool:
+            return matches(meta, inbound_key, chat_key, statuses) and \
+                (chats is None or chats(str(meta.get("chat"))))
         matching = []
         for run_id, raw_meta in zip(run_ids, metas, strict=True):
             if raw_meta is None or run_id in self._unwritten:
                 continue  # finished meanwhile, or this node knows better (below)
-            if matches(json.loads(raw_meta), inbound_key, chat_key, statuses):
+            if wanted(json.loads(raw_meta)):
                 matching.append(run_id)
         for run_id, run in list(self._unwritten.items()):
-            state = run.state
-            if not state.finished and matches(index_meta(state), inbound_key, chat_key, statuses):
+            if not run.state.finished and wanted(index_meta(run.state)):
                 matching.append(run_id)
         return matching
 

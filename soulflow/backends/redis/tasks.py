@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import ParamSpec, Protocol, TypeVar
 
 from soulflow.backends import base
-from soulflow.backends.base import Lease
+from soulflow.backends.base import Lease, Offload, call_here
 from soulflow.backends.redis.keys import Keys, TaskKeys
 from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.errors import StoreError, StoreUnavailable
@@ -137,10 +137,12 @@ class RedisTaskStore:
     synchronous in the chat and the dashboard; a write is one round trip). Without `fence`
     writes are unfenced: one node, or tests of the store alone."""
 
-    def __init__(self, state: StateRedis, keys: TaskKeys, *, fence: Fence | None = None) -> None:
+    def __init__(self, state: StateRedis, keys: TaskKeys, *, fence: Fence | None = None,
+                 offload: Offload = call_here) -> None:
         self._redis = state.client
         self.keys = keys
         self._fence = fence
+        self._offload = offload  # the writes' round trips, in the backend's store thread
         self.problems: list[str] = []
         self._bad: set[tuple[str, int]] = set()  # (task id, hash of the record) reported
         # tasks of chats held here: id -> (lease value, the record's bytes, live object)
@@ -243,11 +245,11 @@ class RedisTaskStore:
 
     async def add(self, task: TaskState) -> None:
         check_task_id(task.task_id)
-        self._write(task, new=True)
+        await self._write(task, new=True)
 
     async def checkpoint(self, task: TaskState) -> None:
         """One script: fenced by the chat's partition lease and by the stored revision."""
-        self._write(task, new=False)
+        await self._write(task, new=False)
 
     async def record_answer(self, task: TaskState) -> None:
         """On the node holding the chat, a checkpoint. Elsewhere (a dashboard of another node)
@@ -255,9 +257,11 @@ class RedisTaskStore:
         stored task waits and that its revision is the one read here; the holder of the chat
         sees the record change and resumes the task at its next reconcile."""
         chat = task_chat_key(task)
-        self._write(task, new=False, answer=self._lease(chat) is None)
+        await self._write(task, new=False, answer=self._lease(chat) is None)
 
-    def _write(self, task: TaskState, *, new: bool, answer: bool = False) -> None:
+    async def _write(self, task: TaskState, *, new: bool, answer: bool = False) -> None:
+        """The record is made here, on the event loop that owns the task; only the script's
+        round trip runs in the store thread."""
         chat = task_chat_key(task)
         lease = ("", "") if answer else self._lease(chat)
         if lease is None:
@@ -271,8 +275,8 @@ class RedisTaskStore:
                           default=str)
         lease_key, lease_value = lease
         try:
-            result = self._run_checkpoint(task, text, chat, lease_key, lease_value,
-                                          "new" if new else str(expected), answer)
+            result = await self._offload(self._run_checkpoint, task, text, chat, lease_key,
+                                         lease_value, "new" if new else str(expected), answer)
         except (StoreError, OSError) as exc:
             task.revision = expected  # perhaps not written: read it again before going on
             self._live.pop(task.task_id, None)
@@ -312,12 +316,14 @@ class RedisTaskStore:
         check_task_id(task_id)
         return f"redis:{self.keys.task_details(task_id)}"
 
-    @_answered
-    def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> str:
+    async def append_detail(self, task_id: str, line: str, *, at: float | None = None) -> str:
         check_task_id(task_id)
-        self._append(keys=[self.keys.task_details(task_id)],
-                     args=[detail_entry(line, at), DETAIL_CAP])
+        await self._offload(self._append_now, task_id, detail_entry(line, at))
         return self.detail_location(task_id)
+
+    @_answered
+    def _append_now(self, task_id: str, entry: str) -> None:
+        self._append(keys=[self.keys.task_details(task_id)], args=[entry, DETAIL_CAP])
 
     @_answered
     def detail_tail(self, task_id: str, count: int) -> list[str]:

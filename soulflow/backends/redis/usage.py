@@ -17,7 +17,8 @@ queued. They go with the writer's next batch, so with the turn's own `settle()` 
 another node's budget check sees a call once the turn that made it has ended. A SIGKILL
 loses only the counts of a turn that had not ended (its message is answered again, and
 counted again). Without the writer, a
-call is one MULTI/EXEC of the same commands.
+call is one MULTI/EXEC of the same commands. A display name (`name()`) goes with the same
+batches (HSET and the hash's EXPIRE), so a new person in a chat costs the turn no round trip.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class _StagedUsage:
     store: RedisUsageStore
     rows: dict[UsageKey, UsageTotals]
     days: dict[str, float]
+    names: dict[str, str]
 
     def written(self, results: list[Any]) -> None:
         self.store._in_flight = {}
@@ -66,6 +68,7 @@ class _StagedUsage:
         store._in_flight = {}
         for key, totals in self.rows.items():
             store._queue(key, totals)
+        store._names = {**self.names, **store._names}  # a newer name queued since wins
 
 
 class RedisUsageStore:
@@ -82,6 +85,7 @@ class RedisUsageStore:
         self._in_flight: dict[UsageKey, UsageTotals] = {}
         self._touched: dict[str, float] = {}  # day → when its EXPIRE and SADD were sent
         self._snapshot: _Snapshot | None = None  # the last `refresh()`
+        self._names: dict[str, str] = {}  # display names on their way (`name`)
         self._writer = writer
         if writer is not None:
             writer.register(self)
@@ -122,11 +126,16 @@ class RedisUsageStore:
         """The writer's call, for any batch: the summed rows, and the days not touched for
         an hour. Counts go with the first batch after the call (a turn's settle carries its
         own), so another node's budget check sees a call once its turn has ended."""
-        if not self._queued:
+        if not self._queued and not self._names:
             return None
         rows, self._queued = self._queued, {}
+        names, self._names = self._names, {}
         self._in_flight = rows
         pipe = batch
+        if names:
+            pipe.execute_command("HSET", self._keys.usage_names,
+                                 *(part for pair in names.items() for part in pair))
+            pipe.execute_command("EXPIRE", self._keys.usage_names, self.keep_days * 86_400)
         now = self._clock()
         days: dict[str, float] = {}
         for key, totals in rows.items():
@@ -135,7 +144,7 @@ class RedisUsageStore:
             if key.day not in days and (touched is None or now - touched > _TOUCH_EVERY_S):
                 self._touch(pipe, key.day)
                 days[key.day] = now
-        return _StagedUsage(self, rows, days)
+        return _StagedUsage(self, rows, days, names)
 
     async def refresh(self, day: str) -> None:
         """Read `day`'s counters and raises on the asynchronous client, for the budget check
@@ -180,13 +189,18 @@ class RedisUsageStore:
         return list(summed.items())
 
     def name(self, user: str, name: str) -> None:
+        if self._writer is not None and self._writer.running:
+            self._names[user] = name
+            self._writer.notify()
+            return
         pipe = self._client.pipeline(transaction=True)
         pipe.hset(self._keys.usage_names, user, name)
         pipe.expire(self._keys.usage_names, self.keep_days * 86_400)
         pipe.execute()
 
     def names(self) -> dict[str, str]:
-        return {text(k): text(v) for k, v in self._client.hgetall(self._keys.usage_names).items()}
+        stored = self._client.hgetall(self._keys.usage_names)
+        return {**{text(k): text(v) for k, v in stored.items()}, **self._names}
 
     def raise_cap(self, day: str, scope: str, approval_id: str, amount: float) -> None:
         self._snapshot = None  # the next check reads the raise
