@@ -173,6 +173,6 @@ async def test_orphaned_subruns_are_cancelled_at_boot(tmp_path: Path) -> None:
     rebooted = AgentLoop(FileRunJournal(tmp_path / "threads"), lambda: FakeModel(), loop.tools,
                          lambda _chat: "system", lambda state, approved: ToolContext(
                              tmp_path, ChatRef("local", "c1")))
-    assert cancel_orphaned_subruns(rebooted) == 1
+    assert await cancel_orphaned_subruns(rebooted) == 1
     assert rebooted.store.state(orphan).status == ev.CANCELLED
     assert rebooted.store.find() == [normal]
