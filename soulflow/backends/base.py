@@ -347,6 +347,10 @@ class RunJournal(Protocol):
         must not hold the event loop on a store that answers over the network; the runs
         found are read ahead (their `state()` reads nothing)."""
 
+    async def read_ahead(self, run_ids: list[str]) -> None:
+        """Read these runs without holding the event loop, so their `state()` and `events()`
+        right after read nothing (a dashboard action on one run)."""
+
     async def find_open(self, statuses: frozenset[str] | None = None, *,
                         chats: Callable[[str], bool] | None = None) -> list[str]:
         """`find(statuses=...)` of the runs whose chat key `chats` accepts (None: every
@@ -445,6 +449,16 @@ class TaskStore(Protocol):
     def list(self, *, status: TaskStatus | None = None, chat_id: str | None = None,
              provider: str | None = None, limit: int | None = None) -> list[TaskState]:
         """Tasks newest first, optionally only one status or one chat, at most `limit`."""
+
+    async def fetch(self, task_id: str) -> TaskState | None:
+        """`get` for the daemon's commands and loops: on Redis in the backend's store thread
+        (`Backend.offload`), so a slow Redis does not hold the event loop (files: `get`)."""
+
+    async def fetch_list(self, *, chat_id: str, provider: str) -> list[TaskState]:
+        """`list` of one chat's tasks, as `fetch` reads."""
+
+    async def fetch_detail_tail(self, task_id: str, count: int) -> list[str]:
+        """`detail_tail`, as `fetch` reads."""
 
     def unfinished(self, *, chats: Callable[[str], bool] | None = None) -> list[TaskState]:
         """Tasks still running or waiting, oldest first; with `chats`, only those whose chat

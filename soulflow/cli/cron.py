@@ -85,7 +85,7 @@ def _apply(settings: Settings, args: argparse.Namespace, store: CronStore) -> di
 
     service = CronService(store, _no_fire)
     if args.cron_command == "list":
-        return list_jobs(service, args.chat)
+        return asyncio.run(list_jobs(service, args.chat))
     try:
         return asyncio.run(apply_action(service, args.cron_command, _body(args),
                                         configured_channels(settings), can_fire=False))

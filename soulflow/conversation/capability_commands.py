@@ -60,7 +60,7 @@ def make_cron_command(cron: CronService) -> CommandHandler:
         words = command.args.split()
         chat = message.chat
         if not words or words[0] == "list":
-            jobs = cron.list_jobs(chat)
+            jobs = await cron.list_jobs(chat)
             if not jobs:
                 return "No scheduled jobs in this chat."
             lines = [f"• {job.id} {job.name or ''}: {job.schedule.describe()}, next "
@@ -68,9 +68,9 @@ def make_cron_command(cron: CronService) -> CommandHandler:
                      for job in jobs]
             return "Scheduled jobs:\n" + "\n".join(lines)
         if words[0] in ("rm", "remove", "delete") and len(words) == 2:
-            if all(job.id != words[1] for job in cron.list_jobs(chat)):
+            if all(job.id != words[1] for job in await cron.list_jobs(chat)):
                 return f"There is no job {words[1]} in this chat."
-            cron.remove_job(words[1])
+            await cron.remove_job(words[1])
             return f"Removed job {words[1]}."
         return CRON_USAGE
 

@@ -57,8 +57,8 @@ def job_chat(value: Any, channels: Collection[str]) -> ChatRef:
     return chat
 
 
-def list_jobs(service: CronService, chat: str | None = None) -> dict[str, Any]:
-    return {"ok": True, "jobs": [job.to_dict() for job in service.store.list(chat or None)]}
+async def list_jobs(service: CronService, chat: str | None = None) -> dict[str, Any]:
+    return {"ok": True, "jobs": [job.to_dict() for job in await service.jobs(chat or None)]}
 
 
 async def apply_action(service: CronService, action: str, body: Mapping[str, Any],
@@ -66,23 +66,23 @@ async def apply_action(service: CronService, action: str, body: Mapping[str, Any
     """Run one action; `{"ok": True, "job": ...}` or CronRequestError. Without a daemon
     (`can_fire` False) `run` makes the job due now, so the daemon fires it when it starts."""
     if action == "add":
-        return {"ok": True, "job": _add(service, body, channels).to_dict()}
+        return {"ok": True, "job": (await _add(service, body, channels)).to_dict()}
     job_id = body.get("id")
     if not isinstance(job_id, str) or not job_id:
         raise CronRequestError(f"{action} needs id, a job id (see `soulflow cron list`)")
-    if service.store.get(job_id) is None:
+    job = await service.get_job(job_id)
+    if job is None:
         raise CronRequestError(f"there is no cron job {job_id!r}", status=404)
     if action == "rm":
-        job = service.store.get(job_id)
-        service.remove_job(job_id)
-        return {"ok": True, "job": job.to_dict() if job else None, "removed": True}
+        await service.remove_job(job_id)
+        return {"ok": True, "job": job.to_dict(), "removed": True}
     if action == "run":
         if can_fire:
             return {"ok": True, "job": (await service.run_now(job_id)).to_dict(), "fired": True}
-        return {"ok": True, "job": _due_now(service, job_id).to_dict(), "fired": False}
+        return {"ok": True, "job": (await _due_now(service, job)).to_dict(), "fired": False}
     if action in ("enable", "disable"):
         try:
-            job = service.set_enabled(job_id, action == "enable")
+            job = await service.set_enabled(job_id, action == "enable")
         except ValueError as exc:
             raise CronRequestError(str(exc)) from None
         return {"ok": True, "job": job.to_dict()}
@@ -90,7 +90,8 @@ async def apply_action(service: CronService, action: str, body: Mapping[str, Any
                            status=404)
 
 
-def _add(service: CronService, body: Mapping[str, Any], channels: Collection[str]) -> Job:
+async def _add(service: CronService, body: Mapping[str, Any],
+               channels: Collection[str]) -> Job:
     text, name = body.get("text"), body.get("name", "")
     if not isinstance(text, str) or not text.strip():
         raise CronRequestError("add needs text: what the agent receives when the job fires")
@@ -99,21 +100,20 @@ def _add(service: CronService, body: Mapping[str, Any], channels: Collection[str
     try:
         schedule = Schedule.from_dict(body.get("schedule"))  # type: ignore[arg-type]
         kind = PayloadKind.parse(body.get("kind"))
-        return service.add_job(name=name, schedule=schedule, text=text, kind=kind,
-                               chat=job_chat(body.get("chat"), channels))
+        return await service.add_job(name=name, schedule=schedule, text=text, kind=kind,
+                                     chat=job_chat(body.get("chat"), channels))
     except CronRequestError:
         raise
     except ValueError as exc:
         raise CronRequestError(str(exc)) from None
 
 
-def _due_now(service: CronService, job_id: str) -> Job:
-    job = service.store.get(job_id)
-    if job is not None and not job.enabled:
-        raise CronRequestError(f"job {job_id} is disabled; enable it first, or run it while "
+async def _due_now(service: CronService, job: Job) -> Job:
+    if not job.enabled:
+        raise CronRequestError(f"job {job.id} is disabled; enable it first, or run it while "
                                "the daemon runs (that fires it once without enabling it)")
     now = service.now().replace(microsecond=0)
-    return service.store.update_state(job_id, next_run_at=to_iso(now))
+    return await service.update_job(job.id, next_run_at=to_iso(now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,19 +129,19 @@ class ToolCronHandle:
     admin: bool
     channels: Collection[str]
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
-                kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
-        return self.service.add_job(name=name, schedule=schedule, chat=chat, text=text,
-                                    kind=kind)
+    async def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
+                      kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
+        return await self.service.add_job(name=name, schedule=schedule, chat=chat, text=text,
+                                          kind=kind)
 
-    def list_jobs(self, chat: ChatRef | None = None) -> list[Job]:
-        return self.service.list_jobs(chat)
+    async def list_jobs(self, chat: ChatRef | None = None) -> list[Job]:
+        return await self.service.list_jobs(chat)
 
-    def remove_job(self, job_id: str) -> bool:
-        return self.service.remove_job(job_id)
+    async def remove_job(self, job_id: str) -> bool:
+        return await self.service.remove_job(job_id)
 
-    def set_enabled(self, job_id: str, enabled: bool) -> Job:
-        return self.service.set_enabled(job_id, enabled)
+    async def set_enabled(self, job_id: str, enabled: bool) -> Job:
+        return await self.service.set_enabled(job_id, enabled)
 
     def other_chat(self, value: str) -> ChatRef:
         """The chat `provider:chat_id` names, if this requester may target it."""

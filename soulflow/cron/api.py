@@ -30,7 +30,7 @@ def cron_routes(service: CronService,
     """Routes for `DashboardService(routes=...)`; `channels()` names the running channels."""
 
     async def list_handler(request: web.Request) -> web.Response:
-        return web.json_response(list_jobs(service, request.query.get("chat")))
+        return web.json_response(await list_jobs(service, request.query.get("chat")))
 
     async def action_handler(request: web.Request) -> web.Response:
         action = request.match_info["action"]

@@ -34,6 +34,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from soulflow.backends.base import CronStore, Offload, call_here
 from soulflow.contracts import ChatRef, CronOccurrence, CronRunStatus, InboundMessage
@@ -115,10 +116,12 @@ class CronService:
         self._held_elsewhere: set[tuple[str, str | None]] = set()
         self.store_error: str | None = None  # why the store last failed, until it answers
 
-    # -- facade for the tool (every change wakes the loop) --------------------------------
+    # -- facade for the tool and the operator's commands (every change wakes the loop) ---
+    # The store calls run where the backend says (`offload`: Redis's store thread), so a
+    # command waits for a slow Redis without holding the event loop.
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
-                kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
+    async def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
+                      kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job:
         """Validate and store a new job; ValueError with a sentence for the model if refused."""
         text, name = text.strip(), " ".join(name.split())[:MAX_NAME_CHARS]
         if not text:
@@ -126,7 +129,7 @@ class CronService:
         if len(text) > MAX_TEXT_CHARS:
             raise ValueError(f"the job's text is {len(text)} characters; the limit is "
                              f"{MAX_TEXT_CHARS}")
-        if len(self.store.list(chat.key)) >= self.max_jobs_per_chat:
+        if len(await self._offload(self.store.list, chat.key)) >= self.max_jobs_per_chat:
             raise ValueError(f"this chat already has {self.max_jobs_per_chat} cron jobs, the "
                              "limit; remove some first")
         now = self._clock().replace(microsecond=0)  # whole seconds read better in listings
@@ -134,35 +137,48 @@ class CronService:
         if first is None:
             raise ValueError(f"{schedule.describe()} never fires after now"
                              + (" (that time is in the past)" if schedule.kind == "at" else ""))
-        job = self.store.add(Job(
+        job = await self._offload(self.store.add, Job(
             id=new_job_id(), name=name or text[:40], schedule=schedule, chat=chat, text=text,
             created_at=to_iso(now) or "", state=JobState(next_run_at=to_iso(first)),
             kind=PayloadKind.parse(kind)))
         self.wake()
         return job
 
-    def list_jobs(self, chat: ChatRef | None = None) -> list[Job]:
-        return self.store.list(chat.key if chat is not None else None)
+    async def list_jobs(self, chat: ChatRef | None = None) -> list[Job]:
+        return await self.jobs(chat.key if chat is not None else None)
 
-    def remove_job(self, job_id: str) -> bool:
-        removed = self.store.remove(job_id) is not None
+    async def jobs(self, chat_key: str | None = None) -> list[Job]:
+        """Every job, or those of the chat `chat_key` names."""
+        return await self._offload(self.store.list, chat_key)
+
+    async def get_job(self, job_id: str) -> Job | None:
+        return await self._offload(self.store.get, job_id)
+
+    async def update_job(self, job_id: str, **fields: Any) -> Job:
+        """`CronStore.update_state`; KeyError if the job is gone."""
+        job = await self._offload(self.store.update_state, job_id, **fields)
+        self.wake()
+        return job
+
+    async def remove_job(self, job_id: str) -> bool:
+        removed = await self._offload(self.store.remove, job_id) is not None
         if removed:
             self.wake()
         return removed
 
-    def set_enabled(self, job_id: str, enabled: bool) -> Job:
+    async def set_enabled(self, job_id: str, enabled: bool) -> Job:
         """Enable (scheduling from now on, no catch-up) or disable a job; KeyError if unknown."""
-        job = self.store.get(job_id)
+        job = await self.get_job(job_id)
         if job is None:
             raise KeyError(f"no cron job with id {job_id!r}")
         if not enabled:
-            job = self.store.update_state(job_id, enabled=False, next_run_at=None)
-        elif not job.enabled:
+            return await self.update_job(job_id, enabled=False, next_run_at=None)
+        if not job.enabled:
             upcoming = next_fire_time(job.schedule, self._clock().replace(microsecond=0))
             if upcoming is None:
                 raise ValueError(f"job {job_id} ({job.schedule.describe()}) would never fire "
                                  "again; add a new job instead")
-            job = self.store.update_state(job_id, enabled=True, next_run_at=to_iso(upcoming))
+            return await self.update_job(job_id, enabled=True, next_run_at=to_iso(upcoming))
         self.wake()
         return job
 
@@ -173,18 +189,19 @@ class CronService:
     async def run_now(self, job_id: str) -> Job:
         """Fire a job once now (``soulflow cron run``), whether or not it is enabled; its
         schedule is left as it was. KeyError if unknown."""
-        job = self.store.get(job_id)
+        job = await self.get_job(job_id)
         if job is None:
             raise KeyError(f"no cron job with id {job_id!r}")
         now = self._clock()
         if now.microsecond == 0:  # a manual run is never mistaken for a scheduled occurrence
             now = now.replace(microsecond=1000)
         status, error = await self._fire_one(job, now)
-        current = self.store.get(job_id)
+        current = await self.get_job(job_id)
         if current is None:  # removed while it fired
             return job
-        return self.store.update_state(job_id, last_run_at=to_iso(now), last_status=status,
-                                       last_error=error, runs=current.state.runs + 1)
+        return await self._offload(self.store.update_state, job_id, last_run_at=to_iso(now),
+                                   last_status=status, last_error=error,
+                                   runs=current.state.runs + 1)
 
     def wake(self) -> None:
         """Make the loop re-read the jobs now instead of after its current sleep."""

@@ -99,6 +99,7 @@ class ConsoleActions:
         agent = self._runtime.agent
         if agent.loop is None:
             raise ActionError(409, "no model provider is configured, so nothing waits")
+        await agent.loop.store.read_ahead([run_id])  # not on the event loop
         state = agent.loop.store.state(run_id)
         approval = state.open_approval() if state.status == ev.WAITING_APPROVAL else None
         if approval is None or (approval_id and approval["approval_id"] != approval_id):
@@ -128,7 +129,7 @@ class ConsoleActions:
                            operator: Operator) -> dict[str, Any]:
         """A task graph's waiting step, decided as in its chat; the chat hears the outcome."""
         runtime = self._runtime
-        task = runtime.tasks.get(task_id)
+        task = await runtime.tasks.fetch(task_id)
         if task is None:
             raise ActionError(404, f"there is no task {task_id}")
         steps = waiting_steps(task)
@@ -158,6 +159,7 @@ class ConsoleActions:
         agent = self._runtime.agent
         if agent.loop is None:
             raise ActionError(409, "no model provider is configured, so no run exists")
+        await agent.loop.store.read_ahead([run_id])  # not on the event loop
         state = agent.loop.store.state(run_id)
         if not state.run_id:
             raise ActionError(404, f"there is no run {run_id}")

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soulflow.backends.base import Offload, TaskStore, WorkflowLog, call_here
+from soulflow.backends.base import TaskStore, WorkflowLog
 from soulflow.events.hub import EventHub
 from soulflow.security.redact import Redactor
 from soulflow.tasks.answers import set_status
@@ -81,10 +81,8 @@ class WorkflowEventService:
     the module docstring."""
 
     def __init__(self, log: WorkflowLog, *, workspace: Path | None = None,
-                 redactor: Redactor | None = None, hub: EventHub | None = None,
-                 offload: Offload = call_here) -> None:
+                 redactor: Redactor | None = None, hub: EventHub | None = None) -> None:
         self.log = log
-        self.offload = offload  # a task's reads for its status (Backend.offload)
         self.workspace = workspace
         self.redactor = redactor
         self.hub = hub
@@ -136,7 +134,7 @@ class WorkflowEventService:
         status = record.get("payload", {}).get("status")
         if status in {s.value for s in TaskStatus}:
             await set_status(store, task_id, TaskStatus(status),
-                             str(record.get("summary", "")), offload=self.offload)
+                             str(record.get("summary", "")))
 
     def _relative(self, location: Path | str) -> str:
         if self.workspace is None or not isinstance(location, Path):

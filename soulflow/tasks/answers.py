@@ -10,7 +10,7 @@ given just before a crash still continues the task.
 
 from __future__ import annotations
 
-from soulflow.backends.base import Offload, TaskStore, call_here
+from soulflow.backends.base import TaskStore
 from soulflow.tasks.model import (
     Choice,
     NodeKind,
@@ -25,17 +25,25 @@ __all__ = ["decide", "require", "set_status"]
 
 def require(store: TaskStore, task_id: str) -> TaskState:
     """The task, or `TaskDecisionError` naming the missing id."""
-    task = store.get(task_id)
+    return _found(store.get(task_id), task_id)
+
+
+async def fetch_required(store: TaskStore, task_id: str) -> TaskState:
+    """`require` for the daemon's loops and commands (`TaskStore.fetch`: not on the event
+    loop)."""
+    return _found(await store.fetch(task_id), task_id)
+
+
+def _found(task: TaskState | None, task_id: str) -> TaskState:
     if task is None:
         raise TaskDecisionError(f"there is no task {task_id}")
     return task
 
 
 async def set_status(store: TaskStore, task_id: str, status: TaskStatus,
-                     reason: str = "", *, offload: Offload = call_here) -> bool:
-    """Set a task's status from outside the runner (workflow events); False if unchanged.
-    `offload`: where the task is read (the backend's, off the event loop)."""
-    task = await offload(store.get, task_id)
+                     reason: str = "") -> bool:
+    """Set a task's status from outside the runner (workflow events); False if unchanged."""
+    task = await store.fetch(task_id)
     if task is None or task.status is status:
         return False
     task.status = status
@@ -48,7 +56,7 @@ async def set_status(store: TaskStore, task_id: str, status: TaskStatus,
 async def decide(store: TaskStore, task_id: str, node_id: str, choice: Choice | str,
                  by: str = "") -> TaskState:
     """Record the user's answer on a waiting node (checkpointed before anyone acts on it)."""
-    task = require(store, task_id)
+    task = await fetch_required(store, task_id)
     if task.status.finished:
         raise TaskDecisionError(f"task {task_id} is already {task.status.value}")
     if node_id not in task.nodes:

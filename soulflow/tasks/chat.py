@@ -216,7 +216,7 @@ class TaskChat:
         decision = _task_decision(text)
         if decision is None:
             return None
-        task = self._waiting_task(message, named.group(1) if named else None)
+        task = await self._waiting_task(message, named.group(1) if named else None)
         if task is None:
             return None
         if named is None and self.agent_waiting is not None \
@@ -258,7 +258,7 @@ class TaskChat:
         """A reaction on a task's prompt; None when it changes nothing (an unknown message,
         or someone who may not decide: answering every such reaction would let anyone make
         the bot post)."""
-        task = self.store.get(task_id)
+        task = await self.store.fetch(task_id)
         steps = waiting_steps(task) if task is not None else []
         if task is None or task.status.finished or not any(
                 w["node_id"] == node_id for w in steps):
@@ -298,14 +298,15 @@ class TaskChat:
                     "stands):\n" + "\n".join(f"- {p}" for p in exc.problems))
         return await self._offer(asker, proposal.request, plan, [*proposal.edits, text])
 
-    def _waiting_task(self, message: InboundMessage, task_id: str | None) -> TaskState | None:
+    async def _waiting_task(self, message: InboundMessage,
+                            task_id: str | None) -> TaskState | None:
         if task_id is not None:
-            task = self.store.get(task_id)
+            task = await self.store.fetch(task_id)
             here = task is not None and task.provider == message.provider \
                 and task.chat_id == message.chat_id
             return task if here and task is not None and waiting_steps(task) else None
-        waiting = [t for t in self.store.list(provider=message.provider,
-                                              chat_id=message.chat_id)
+        waiting = [t for t in await self.store.fetch_list(provider=message.provider,
+                                                          chat_id=message.chat_id)
                    if waiting_steps(t)]
         return waiting[0] if waiting else None
 

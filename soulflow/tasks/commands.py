@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from soulflow.backends.base import TaskStore
-from soulflow.tasks.answers import require
+from soulflow.tasks.answers import fetch_required
 from soulflow.tasks.model import NodeStatus, TaskDecisionError, TaskState
 from soulflow.tasks.runner import EmitFn, cancel_idle_task
 
@@ -37,7 +37,8 @@ def idle_canceller(store: TaskStore, emit: EmitFn | None = None) -> CancelFn:
     records the task (and its waiting or interrupted nodes) as cancelled."""
 
     async def cancel(task_id: str, by: str) -> TaskState:
-        return await cancel_idle_task(require(store, task_id), store, emit=emit, by=by)
+        return await cancel_idle_task(await fetch_required(store, task_id), store, emit=emit,
+                                      by=by)
 
     return cancel
 
@@ -55,14 +56,16 @@ def make_task_command(store: TaskStore, cancel: CancelFn,
     async def handle(command: _Command, message: _Message) -> str:
         words = command.args.split()
         if not words or words[0] == "list":
-            return list_text(store.list(provider=message.provider, chat_id=message.chat_id))
+            return list_text(await store.fetch_list(provider=message.provider,
+                                                    chat_id=message.chat_id))
         if len(words) != 2 or words[0] not in ("show", "cancel"):
             return TASK_USAGE
-        task = store.get(words[1])
+        task = await store.fetch(words[1])
         if task is None or not visible(task, message):
             return f"There is no task {words[1]} in this chat."
         if words[0] == "show":
-            return show_text(task, store)
+            return show_text(task, await store.fetch_detail_tail(task.task_id,
+                                                                 SHOW_DETAIL_LINES))
         if task.requested_by not in ("", message.sender_id) and not is_admin(
                 message.provider, message.sender_id):
             return f"Only the person who asked for task {task.task_id} or an admin can cancel it."
@@ -90,7 +93,8 @@ def list_text(tasks: list[TaskState]) -> str:
     return "Tasks in this chat:\n" + "\n".join(lines) + more
 
 
-def show_text(task: TaskState, store: TaskStore) -> str:
+def show_text(task: TaskState, recent: list[str]) -> str:
+    """`/task show`: the task's steps and its story's last lines (`recent`)."""
     lines = [f"Task {task.task_id}: {task.title}", f"Status: {task.status.value} "
              f"({_progress(task)})"]
     if task.error:
@@ -103,7 +107,6 @@ def show_text(task: TaskState, store: TaskStore) -> str:
     for waiting in task.waiting:
         lines.append(f"Waiting on {waiting['node_id']} ({waiting['reason']}): "
                      f"{_short(str(waiting.get('prompt', '')))}")
-    recent = store.detail_tail(task.task_id, SHOW_DETAIL_LINES)
     if recent:
         lines.append("Recent:")
         lines.extend(recent)

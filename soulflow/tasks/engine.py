@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection
 from soulflow.backends.base import Offload, TaskStore, call_here
 from soulflow.errors import StoreUnavailable
 from soulflow.supervisor import cancel_and_wait
-from soulflow.tasks.answers import decide, require
+from soulflow.tasks.answers import decide, fetch_required
 from soulflow.tasks.graph import validate_graph
 from soulflow.tasks.model import (
     Choice,
@@ -167,7 +167,7 @@ class TaskEngine:
 
     async def cancel(self, task_id: str, by: str = "") -> TaskState:
         """The user's cancel: a running loop cancels its nodes; a waiting task ends at once."""
-        task = require(self.store, task_id)
+        task = await fetch_required(self.store, task_id)
         if task.status.finished:
             raise TaskDecisionError(f"task {task_id} is already {task.status.value}")
         abort = self._aborts.get(task_id)
@@ -193,7 +193,7 @@ class TaskEngine:
         loop = self._loops.get(task_id)
         if loop is not None:
             await asyncio.gather(loop, return_exceptions=True)
-        return require(self.store, task_id)
+        return await fetch_required(self.store, task_id)
 
     def _spawn(self, task: TaskState) -> None:
         task_id = task.task_id
@@ -224,7 +224,7 @@ class TaskEngine:
         """A decision that arrived while the task's loop was finishing runs it again; the
         task is read in the store thread (`offload`), not on the event loop."""
         try:
-            task = await self._offload(self.store.get, task_id)
+            task = await self.store.fetch(task_id)
         except StoreUnavailable:
             return  # `reconcile` resumes it once the store answers
         if (task is not None and not task.status.finished
@@ -233,7 +233,7 @@ class TaskEngine:
 
     async def _drive(self, task_id: str, abort: asyncio.Event, wake: asyncio.Event) -> None:
         try:
-            task = await self._offload(require, self.store, task_id)
+            task = await fetch_required(self.store, task_id)
         except StoreUnavailable as exc:
             log.warning("task %s paused: %s", task_id, exc)
             return

@@ -95,8 +95,7 @@ class TaskServices:
         backend = parts.backend
         self.store = backend.tasks
         self.workflow = WorkflowEventService(backend.workflow, workspace=settings.workspace,
-                                             redactor=parts.redactor, hub=parts.hub,
-                                             offload=backend.offload)
+                                             redactor=parts.redactor, hub=parts.hub)
         self.proposals = backend.proposals  # plans under review, one per chat
         # platform message ids of task prompts, so a reaction decides them
         self.prompts = backend.task_prompts

@@ -108,7 +108,7 @@ def test_advance_moves_only_the_occurrence_it_expects(open_store: OpenStore) -> 
 async def test_the_scheduler_fires_and_advances_on_either_store(open_store: OpenStore) -> None:
     clock, fired = Clock(), []
     service = CronService(open_store(), lambda j, at: fired.append((j.id, at)), clock=clock)
-    added = service.add_job(name="tick", schedule=Schedule.from_dict({"kind": "every",
+    added = await service.add_job(name="tick", schedule=Schedule.from_dict({"kind": "every",
                                                                       "every_s": 60}),
                             chat=CHAT, text="tick")
     clock.now = T0 + timedelta(seconds=60)
@@ -143,10 +143,10 @@ async def test_a_job_added_on_one_node_is_seen_by_another_within_a_poll(
     assert here.seconds_until_next() == 1.0  # no job: still re-read every poll
     there = CronService(RedisCronStore(fresh_state(redis_server.url, state_redis.prefix)),
                         lambda j, at: None, clock=clock)
-    added = there.add_job(name="x", schedule=Schedule.from_dict({"kind": "every",
+    added = await there.add_job(name="x", schedule=Schedule.from_dict({"kind": "every",
                                                                  "every_s": 10}),
                           chat=CHAT, text="x")
-    assert [j.id for j in here.list_jobs()] == [added.id]
+    assert [j.id for j in await here.list_jobs()] == [added.id]
     clock.now = T0 + timedelta(seconds=10)
     assert [j.id for j, _ in await here.run_due()] == [added.id]
     assert await there.run_due() == []  # advanced by `here`: nothing due on `there`
@@ -160,8 +160,9 @@ async def test_a_job_left_to_another_node_is_not_fired_here_and_does_not_spin(
                             clock=clock, poll_s=1.0, may_fire=lambda job: False)
     holder = CronService(RedisCronStore(fresh_state(redis_server.url, state_redis.prefix)),
                          lambda j, at: fired.append("holder"), clock=clock)
-    holder.add_job(name="quiet", schedule=Schedule.from_dict({"kind": "every", "every_s": 10}),
-                   chat=CHAT, text="check")
+    await holder.add_job(name="quiet",
+                         schedule=Schedule.from_dict({"kind": "every", "every_s": 10}),
+                         chat=CHAT, text="check")
     clock.now = T0 + timedelta(seconds=10)
     assert await elsewhere.run_due() == []
     assert elsewhere.seconds_until_next() == 1.0  # due, but not here: poll, do not spin

@@ -135,9 +135,9 @@ def test_two_schedulers_fire_each_time_once_and_survive_a_death(
     cluster = Cluster()
     for name in ("a", "b"):
         cluster.nodes[name] = Node(name, redis_server.url, state_redis.prefix, clock, cluster)
-    job = cluster.nodes["a"].service.add_job(
+    job = asyncio.run(cluster.nodes["a"].service.add_job(
         name="tick", schedule=Schedule.from_dict({"kind": "every", "every_s": EVERY_S}),
-        chat=ChatRef("telegram", "42", None), text="tick")
+        chat=ChatRef("telegram", "42", None), text="tick"))
     cluster.first = datetime.fromisoformat(job.state.next_run_at or "")
     for node in cluster.nodes.values():
         node.thread.start()

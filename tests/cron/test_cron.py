@@ -178,14 +178,14 @@ def test_impossible_cron_never_fires() -> None:
 # ----------------------------------------------------------------- store
 
 
-def add_job(service: CronService, schedule: Schedule, *, chat: ChatRef = CHAT,
-            text: str = "check the plants") -> Job:
-    return service.add_job(name="", schedule=schedule, chat=chat, text=text)
+async def add_job(service: CronService, schedule: Schedule, *, chat: ChatRef = CHAT,
+                  text: str = "check the plants") -> Job:
+    return await service.add_job(name="", schedule=schedule, chat=chat, text=text)
 
 
-def test_store_persists_in_the_documented_format(tmp_path: Path) -> None:
+async def test_store_persists_in_the_documented_format(tmp_path: Path) -> None:
     service = make_service(tmp_path, Clock())
-    job = add_job(service, sched(kind="every", every_s=60, tz="Europe/Berlin"))
+    job = await add_job(service, sched(kind="every", every_s=60, tz="Europe/Berlin"))
     raw = json.loads(service.store.path.read_text())
     assert raw["version"] == 1
     stored = raw["jobs"][job.id]
@@ -240,7 +240,7 @@ def test_corrupt_store_is_moved_aside(tmp_path: Path) -> None:
 def test_one_invalid_job_keeps_the_others(tmp_path: Path) -> None:
     path = tmp_path / "cron-store.json"
     service = make_service(tmp_path, Clock())
-    good = add_job(service, sched(kind="every", every_s=60))
+    good = asyncio.run(add_job(service, sched(kind="every", every_s=60)))
     raw = json.loads(service.store.path.read_text())
     raw["jobs"]["job_bad"] = {"id": "job_bad", "schedule": {"kind": "every", "every_s": 1}}
     path.write_text(json.dumps(raw))
@@ -257,7 +257,7 @@ def test_one_invalid_job_keeps_the_others(tmp_path: Path) -> None:
 async def test_due_jobs_fire_and_advance(tmp_path: Path) -> None:
     clock, fired = Clock(), Fired()
     service = make_service(tmp_path, clock, fired)
-    job = add_job(service, sched(kind="every", every_s=60))
+    job = await add_job(service, sched(kind="every", every_s=60))
     assert await service.run_due() == []
     clock.advance(60)
     assert [(j.id, t) for j, t in await service.run_due()] == [(job.id, utc(2024, 1, 1, 12, 1))]
@@ -273,7 +273,7 @@ async def test_due_jobs_fire_and_advance(tmp_path: Path) -> None:
 
 async def test_missed_fire_on_boot_fires_once_then_keeps_the_schedule(tmp_path: Path) -> None:
     clock, fired = Clock(), Fired()
-    job = add_job(make_service(tmp_path, clock), sched(kind="every", every_s=60))
+    job = await add_job(make_service(tmp_path, clock), sched(kind="every", every_s=60))
     clock.advance(3600 + 30)  # the daemon was down for an hour (60 periods)
     service = make_service(tmp_path, clock, fired)  # boot: a fresh store and service
     await service.run_due()
@@ -285,7 +285,7 @@ async def test_missed_fire_on_boot_fires_once_then_keeps_the_schedule(tmp_path: 
 async def test_at_job_fires_once_and_disables_itself(tmp_path: Path) -> None:
     clock, fired = Clock(), Fired()
     service = make_service(tmp_path, clock, fired)
-    job = add_job(service, sched(kind="at", at="2024-01-01T12:05:00Z"))
+    job = await add_job(service, sched(kind="at", at="2024-01-01T12:05:00Z"))
     clock.advance(600)
     await service.run_due()
     clock.advance(600)
@@ -294,19 +294,19 @@ async def test_at_job_fires_once_and_disables_itself(tmp_path: Path) -> None:
     stored = service.store.get(job.id)
     assert stored is not None and not stored.enabled and stored.state.next_run_at is None
     with pytest.raises(ValueError, match="never fire again"):
-        service.set_enabled(job.id, True)
+        await service.set_enabled(job.id, True)
     with pytest.raises(ValueError, match="in the past"):
-        add_job(service, sched(kind="at", at="2024-01-01T12:00:00Z"))
+        await add_job(service, sched(kind="at", at="2024-01-01T12:00:00Z"))
 
 
 async def test_disabled_jobs_do_not_fire_and_reenable_without_catch_up(tmp_path: Path) -> None:
     clock, fired = Clock(), Fired()
     service = make_service(tmp_path, clock, fired)
-    job = add_job(service, sched(kind="every", every_s=60))
-    service.set_enabled(job.id, False)
+    job = await add_job(service, sched(kind="every", every_s=60))
+    await service.set_enabled(job.id, False)
     clock.advance(600)
     assert await service.run_due() == [] and fired.calls == []
-    enabled = service.set_enabled(job.id, True)
+    enabled = await service.set_enabled(job.id, True)
     assert enabled.state.next_run_at == "2024-01-01T12:11:00+00:00"
     assert await service.run_due() == []
 
@@ -315,18 +315,18 @@ async def test_a_job_changed_while_it_fires_keeps_the_change(tmp_path: Path) -> 
     clock = Clock()
     service: CronService
 
-    def fire(job: Job, scheduled: datetime) -> None:
+    async def fire(job: Job, scheduled: datetime) -> None:
         if job.text == "disable me":
-            service.set_enabled(job.id, False)
+            await service.set_enabled(job.id, False)
         else:
-            service.remove_job(job.id)
+            await service.remove_job(job.id)
 
     service = make_service(tmp_path, clock, fire)
-    disabled = add_job(service, sched(kind="every", every_s=60), text="disable me")
-    add_job(service, sched(kind="every", every_s=60), text="remove me")
+    disabled = await add_job(service, sched(kind="every", every_s=60), text="disable me")
+    await add_job(service, sched(kind="every", every_s=60), text="remove me")
     clock.advance(60)
     assert len(await service.run_due()) == 2
-    [left] = service.list_jobs()
+    [left] = await service.list_jobs()
     assert left.id == disabled.id and not left.enabled and left.state.next_run_at is None
     assert left.state.runs == 1
 
@@ -340,8 +340,8 @@ async def test_a_failing_fire_is_recorded_and_the_others_still_fire(tmp_path: Pa
         fired(job, scheduled)
 
     service = make_service(tmp_path, clock, fire)
-    bad = add_job(service, sched(kind="every", every_s=60), text="boom")
-    good = add_job(service, sched(kind="every", every_s=60))
+    bad = await add_job(service, sched(kind="every", every_s=60), text="boom")
+    good = await add_job(service, sched(kind="every", every_s=60))
     clock.advance(60)
     await service.run_due()
     assert [c[0] for c in fired.calls] == [good.id]
@@ -360,7 +360,7 @@ async def test_async_fire_is_awaited(tmp_path: Path) -> None:
         seen.append(job.id)
 
     service = make_service(tmp_path, clock, fire)
-    job = add_job(service, sched(kind="every", every_s=60))
+    job = await add_job(service, sched(kind="every", every_s=60))
     clock.advance(60)
     await service.run_due()
     assert seen == [job.id]
@@ -376,7 +376,7 @@ async def test_crash_between_fire_and_save_refires_the_same_message(tmp_path: Pa
             accepted.append(job.id)
         raise SystemExit("kill -9")  # not an Exception: the state is never saved
 
-    job = add_job(make_service(tmp_path, clock), sched(kind="every", every_s=60))
+    job = await add_job(make_service(tmp_path, clock), sched(kind="every", every_s=60))
     clock.advance(61)
     with pytest.raises(SystemExit):
         await make_service(tmp_path, clock, crash_after_journaling).run_due()
@@ -391,9 +391,9 @@ async def test_crash_between_fire_and_save_refires_the_same_message(tmp_path: Pa
     journal.close()
 
 
-def test_cron_inbound_message(tmp_path: Path) -> None:
+async def test_cron_inbound_message(tmp_path: Path) -> None:
     service = make_service(tmp_path, Clock())
-    job = service.add_job(name="standup", schedule=sched(kind="every", every_s=60),
+    job = await service.add_job(name="standup", schedule=sched(kind="every", every_s=60),
                           chat=ChatRef("slack", "C1", "171.5"), text="Post the standup note.")
     message = cron_inbound_message(job, utc(2024, 1, 1, 12, 1))
     assert (message.provider, message.chat_id, message.thread_id) == ("slack", "C1", "171.5")
@@ -406,33 +406,33 @@ def test_cron_inbound_message(tmp_path: Path) -> None:
     assert message.key == f"slack:C1:cron-{job.id}-1704110460"
 
 
-def test_per_chat_limit_and_text_checks(tmp_path: Path) -> None:
+async def test_per_chat_limit_and_text_checks(tmp_path: Path) -> None:
     service = make_service(tmp_path, Clock(), max_jobs_per_chat=3)
     for _ in range(3):
-        add_job(service, sched(kind="every", every_s=60))
+        await add_job(service, sched(kind="every", every_s=60))
     with pytest.raises(ValueError, match="already has 3 cron jobs"):
-        add_job(service, sched(kind="every", every_s=60))
-    add_job(service, sched(kind="every", every_s=60), chat=ChatRef("slack", "C9"))
+        await add_job(service, sched(kind="every", every_s=60))
+    await add_job(service, sched(kind="every", every_s=60), chat=ChatRef("slack", "C9"))
     with pytest.raises(ValueError, match="empty"):
-        add_job(service, sched(kind="every", every_s=60), chat=ChatRef("x", "y"), text="  ")
+        await add_job(service, sched(kind="every", every_s=60), chat=ChatRef("x", "y"), text="  ")
 
 
-def test_sleep_is_until_the_earliest_job_and_at_most_a_minute(tmp_path: Path) -> None:
+async def test_sleep_is_until_the_earliest_job_and_at_most_a_minute(tmp_path: Path) -> None:
     clock = Clock()
     service = make_service(tmp_path, clock)
     assert service.seconds_until_next() == 60
-    add_job(service, sched(kind="every", every_s=3600))
+    await add_job(service, sched(kind="every", every_s=3600))
     assert service.seconds_until_next() == 60
-    add_job(service, sched(kind="every", every_s=15))
+    await add_job(service, sched(kind="every", every_s=15))
     assert service.seconds_until_next() == 15
     clock.advance(20)
     assert service.seconds_until_next() == 0
 
 
-def test_reconcile_fills_in_a_missing_next_time(tmp_path: Path) -> None:
+async def test_reconcile_fills_in_a_missing_next_time(tmp_path: Path) -> None:
     clock = Clock()
     service = make_service(tmp_path, clock)
-    job = add_job(service, sched(kind="every", every_s=60))
+    job = await add_job(service, sched(kind="every", every_s=60))
     service.store.update_state(job.id, next_run_at=None)
     clock.advance(30)
     assert service.reconcile() == 1
@@ -453,7 +453,7 @@ async def test_run_loop_sleeps_and_fires_on_time(tmp_path: Path) -> None:
         clock.advance(seconds)
 
     service = make_service(tmp_path, clock, fired, sleep=fake_sleep)
-    job = add_job(service, sched(kind="every", every_s=25))
+    job = await add_job(service, sched(kind="every", every_s=25))
     service._changed.clear()  # the add above would otherwise end the first sleep early
     with pytest.raises(StopLoop):
         await service.run()
@@ -477,7 +477,7 @@ async def test_run_loop_wakes_up_when_jobs_change(tmp_path: Path) -> None:
     task = asyncio.create_task(service.run())
     await settle()
     assert delays == [60]
-    add_job(service, sched(kind="every", every_s=10))
+    await add_job(service, sched(kind="every", every_s=10))
     await settle()
     assert delays == [60, 10]
     task.cancel()

@@ -44,12 +44,12 @@ async def test_only_an_admins_run_may_target_another_chat(tmp_path: Path,
     status, output = await call(tmp_path, service, admin=False, action="add",
                                 schedule=HOURLY, text="Post the report.", chat="slack:C9")
     assert status == "error" and "only an admin" in output
-    assert service.list_jobs() == []
+    assert await service.list_jobs() == []
 
     status, output = await call(tmp_path, service, admin=True, action="add",
                                 schedule=HOURLY, text="Post the report.", chat="slack:C9")
     assert status == "ok" and " in slack:C9:" in output
-    [job] = service.list_jobs()
+    [job] = await service.list_jobs()
     assert job.chat.key == "slack:C9" and job.kind is PayloadKind.AGENT_TURN
 
     status, output = await call(tmp_path, service, admin=True, action="add",
@@ -62,7 +62,7 @@ async def test_a_quiet_job_from_the_tool(tmp_path: Path, service: CronService) -
                            kind="system_event",
                            text="Check the build; answer HEARTBEAT_OK if it is green.")
     assert status == "ok"
-    [job] = service.list_jobs()
+    [job] = await service.list_jobs()
     assert job.kind is PayloadKind.SYSTEM_EVENT and job.chat.key == "telegram:100"
     stored = service.store.path.read_text()
     assert '"kind": "system_event"' in stored

@@ -55,7 +55,7 @@ async def test_add_list_remove(registry: ToolRegistry, service: CronService,
     status, output = await call(registry, ctx, action="add", name="plants",
                                 schedule=EVERY_HOUR, text="Remind the user to water the plants.")
     assert status == "ok"  # no approval needed
-    [job] = service.list_jobs()
+    [job] = await service.list_jobs()
     assert output == (f"scheduled cron job {job.id} (plants): every 1h (UTC); "
                       "next run 2024-01-01T13:00:00+00:00")
     assert (job.chat.provider, job.chat.chat_id, job.chat.thread_id) == ("telegram", "c1", "t7")
@@ -76,19 +76,19 @@ async def test_other_chats_jobs_are_invisible(registry: ToolRegistry, service: C
                                               workspace: Path) -> None:
     mine = context(workspace, service)
     await call(registry, mine, action="add", schedule=EVERY_HOUR, text="ping")
-    [job] = service.list_jobs()
+    [job] = await service.list_jobs()
     theirs = context(workspace, service, chat_id="c2")
     assert await call(registry, theirs, action="list") == ("ok", "no cron jobs in this chat")
     status, output = await call(registry, theirs, action="remove", job_id=job.id)
     assert status == "error" and f"there is no cron job '{job.id}' in this chat" in output
-    assert service.list_jobs() == [job]
+    assert await service.list_jobs() == [job]
 
 
 async def test_enable_disable(registry: ToolRegistry, service: CronService,
                               workspace: Path) -> None:
     ctx = context(workspace, service)
     await call(registry, ctx, action="add", name="n", schedule=EVERY_HOUR, text="ping")
-    [job] = service.list_jobs()
+    [job] = await service.list_jobs()
     assert await call(registry, ctx, action="disable", job_id=job.id) == (
         "ok", f"disabled cron job {job.id} (n)")
     _, listing = await call(registry, ctx, action="list")
@@ -112,7 +112,7 @@ async def test_add_refusals(registry: ToolRegistry, service: CronService, worksp
                             params: dict[str, Any], message: str) -> None:
     status, output = await call(registry, context(workspace, service), action="add", **params)
     assert status == "error" and message in output
-    assert service.list_jobs() == []
+    assert await service.list_jobs() == []
 
 
 async def test_per_chat_limit(registry: ToolRegistry, service: CronService,

@@ -30,14 +30,14 @@ __all__ = ["CronScheduler", "CronTool"]
 class CronScheduler(Protocol):
     """What the tool needs from the scheduler (implemented by `CronService`)."""
 
-    def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
-                kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job: ...
+    async def add_job(self, *, name: str, schedule: Schedule, chat: ChatRef, text: str,
+                      kind: PayloadKind = PayloadKind.AGENT_TURN) -> Job: ...
 
-    def list_jobs(self, chat: ChatRef | None = None) -> list[Job]: ...
+    async def list_jobs(self, chat: ChatRef | None = None) -> list[Job]: ...
 
-    def remove_job(self, job_id: str) -> bool: ...
+    async def remove_job(self, job_id: str) -> bool: ...
 
-    def set_enabled(self, job_id: str, enabled: bool) -> Job: ...
+    async def set_enabled(self, job_id: str, enabled: bool) -> Job: ...
 
 
 _SCHEDULE = {
@@ -98,15 +98,15 @@ class CronTool(Tool):
         chat = ctx.chat.where()
         action = params["action"]
         if action == "add":
-            return _add(scheduler, chat, params)
+            return await _add(scheduler, chat, params)
         if action == "list":
-            return _list(scheduler.list_jobs(chat))
-        job = _own_job(scheduler, chat, params)
+            return _list(await scheduler.list_jobs(chat))
+        job = await _own_job(scheduler, chat, params)
         if action == "remove":
-            scheduler.remove_job(job.id)
+            await scheduler.remove_job(job.id)
             return f"removed cron job {job.id} ({job.name})"
         try:
-            job = scheduler.set_enabled(job.id, action == "enable")
+            job = await scheduler.set_enabled(job.id, action == "enable")
         except (KeyError, ValueError) as exc:
             raise ToolError(_message(exc)) from None
         if not job.enabled:
@@ -121,7 +121,7 @@ async def _scheduler(ctx: ToolContext) -> CronScheduler:
     return scheduler  # type: ignore[no-any-return]
 
 
-def _add(scheduler: CronScheduler, chat: ChatRef, params: Params) -> str:
+async def _add(scheduler: CronScheduler, chat: ChatRef, params: Params) -> str:
     if "schedule" not in params or "text" not in params:
         raise ToolError("action=add needs both schedule and text")
     text = params["text"].strip()
@@ -136,8 +136,9 @@ def _add(scheduler: CronScheduler, chat: ChatRef, params: Params) -> str:
                 raise ToolError("scheduling a job for another chat is not available here")
             chat = other_chat(params["chat"])
         schedule = Schedule.from_dict(params["schedule"])
-        job = scheduler.add_job(name=params.get("name", ""), schedule=schedule, chat=chat,
-                                text=text, kind=PayloadKind.parse(params.get("kind")))
+        job = await scheduler.add_job(name=params.get("name", ""), schedule=schedule,
+                                      chat=chat, text=text,
+                                      kind=PayloadKind.parse(params.get("kind")))
     except ValueError as exc:
         raise ToolError(str(exc)) from None
     where = f" in {chat.key}" if params.get("chat") else ""
@@ -157,12 +158,12 @@ def _list(jobs: list[Job]) -> str:
     return "\n".join(lines)
 
 
-def _own_job(scheduler: CronScheduler, chat: ChatRef, params: Params) -> Job:
+async def _own_job(scheduler: CronScheduler, chat: ChatRef, params: Params) -> Job:
     """The job named by job_id, if it belongs to this chat (others are invisible here)."""
     job_id = params.get("job_id")
     if not job_id:
         raise ToolError(f"action={params['action']} needs job_id (see action=list)")
-    for job in scheduler.list_jobs(chat):
+    for job in await scheduler.list_jobs(chat):
         if job.id == job_id:
             return job
     raise ToolError(f"there is no cron job {job_id!r} in this chat; action=list shows them")

@@ -198,6 +198,9 @@ class FileRunJournal:
         """`find()`: the index is in memory."""
         return self.find(inbound_key=inbound_key)
 
+    async def read_ahead(self, run_ids: list[str]) -> None:
+        """Nothing to read: unfinished runs are in memory, finished ones read on demand."""
+
     async def find_open(self, statuses: frozenset[str] | None = None, *,
                         chats: Callable[[str], bool] | None = None) -> list[str]:
         """`find()`, filtered by chat: the index and the states are in memory."""

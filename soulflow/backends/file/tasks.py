@@ -89,6 +89,16 @@ class FileTaskStore:
 
     # -- reading -------------------------------------------------------------------------
 
+    async def fetch(self, task_id: str) -> TaskState | None:
+        """`get`: the tasks are in memory."""
+        return self.get(task_id)
+
+    async def fetch_list(self, *, chat_id: str, provider: str) -> list[TaskState]:
+        return self.list(chat_id=chat_id, provider=provider)
+
+    async def fetch_detail_tail(self, task_id: str, count: int) -> list[str]:
+        return self.detail_tail(task_id, count)
+
     def get(self, task_id: str) -> TaskState | None:
         return self._tasks.get(task_id)
 

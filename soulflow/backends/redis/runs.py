@@ -402,14 +402,14 @@ class RedisRunJournal:
             keys=[self._keys.runs_inbound, self._keys.runs_meta], args=[inbound_key])
         run_ids, metas = ([_text(found[0])], [found[1]]) if found else ([], [])
         matching = self._matching(run_ids, metas, inbound_key, None, None)
-        await self._read_ahead(matching)
+        await self.read_ahead(matching)
         return matching
 
     async def find_open(self, statuses: frozenset[str] | None = None, *,
                         chats: Callable[[str], bool] | None = None) -> list[str]:
         """`find(statuses=...)` of the runs whose chat `chats` accepts, on the asynchronous
         client while the writer runs: the indexes in one round trip, the runs found in one
-        more (`_read_ahead`), so their `state()` and `events()` read nothing."""
+        more (`read_ahead`), so their `state()` and `events()` read nothing."""
         if self._writer is None or not self._writer.running:
             return [run_id for run_id in self.find(statuses=statuses)
                     if chats is None or chats(self.state(run_id).chat.key)]
@@ -419,13 +419,14 @@ class RedisRunJournal:
             order, by_id = await pipe.execute()
         found = self._matching([_text(raw) for raw in order], [by_id.get(raw) for raw in order],
                                None, None, statuses, chats)
-        await self._read_ahead(found)
+        await self.read_ahead(found)
         return found
 
-    async def _read_ahead(self, run_ids: list[str]) -> None:
+    async def read_ahead(self, run_ids: list[str]) -> None:
         """Bring the cached runs up to date as `_load` would, for all of them in one round
-        trip on the asynchronous client. A run this node appended to (or read) meanwhile is
-        left as it is: what it knows then is newer, and a later read catches up."""
+        trip on the asynchronous client (`RunJournal.read_ahead`). A run this node appended
+        to (or read) meanwhile is left as it is: what it knows then is newer, and a later
+        read catches up."""
         if self._writer is None or not self._writer.running:
             return
         reads: list[tuple[str, _Run | None, int, int]] = []  # id, run, its length, read from

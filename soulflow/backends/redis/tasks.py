@@ -206,6 +206,15 @@ class RedisTaskStore:
         return [t for name, raw in zip(names, raws, strict=True)
                 if (t := self._parse(name, raw)) is not None]
 
+    async def fetch(self, task_id: str) -> TaskState | None:
+        return await self._offload(self.get, task_id)
+
+    async def fetch_list(self, *, chat_id: str, provider: str) -> list[TaskState]:
+        return await self._offload(self.list, chat_id=chat_id, provider=provider)
+
+    async def fetch_detail_tail(self, task_id: str, count: int) -> list[str]:
+        return await self._offload(self.detail_tail, task_id, count)
+
     @_answered
     def get(self, task_id: str) -> TaskState | None:
         return self._parse(task_id, self._redis.hget(self.keys.tasks, task_id))
