@@ -5,7 +5,6 @@ name (queued with the usage counts). What they read is what another node wrote."
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from soulflow.contracts import ChatRef
 from soulflow.decision.rules import Decision
 from tests.backends.proxy import CuttableProxy
 from tests.backends.redis_server import RedisServer
-from tests.waiting import until
+from tests.waiting import loop_gaps, until
 
 RUNNING = frozenset({ev.RUNNING})
 WAITING = frozenset({ev.WAITING_APPROVAL, ev.WAITING_USER})
@@ -160,28 +159,15 @@ async def test_a_slow_redis_does_not_hold_the_loops_reads(redis_server: RedisSer
         RedisDecisionStore(StateRedis(sync_client(redis_server.url), backend.keys.prefix)) \
             .put_unless_kept(Decision("language", "Korean", 1, "cli", 1.0))
         proxy.delay_s = 0.2
-        gaps: list[float] = []
-
-        async def ticker(stop: asyncio.Event) -> None:
-            loop = asyncio.get_running_loop()
-            last = loop.time()
-            while not stop.is_set():
-                await asyncio.sleep(0.01)
-                gaps.append(loop.time() - last)
-                last = loop.time()
-
-        stop = asyncio.Event()
-        ticking = asyncio.create_task(ticker(stop))
-        journal = backend.runs
-        assert await journal.find_open(WAITING, chats="telegram:9".__eq__) == ["run_s"]
-        assert journal.state("run_s").open_approval() is not None
-        await backend.decisions.refresh()
-        assert backend.decisions.all()["language"].value == "Korean"
-        backend.usage.name("telegram:u9", "Zoe")
-        listed = await backend.offload(backend.sessions.list_sessions, 20)  # the dashboard's
-        assert listed == []
-        stop.set()
-        await ticking
+        async with loop_gaps() as gaps:
+            journal = backend.runs
+            assert await journal.find_open(WAITING, chats="telegram:9".__eq__) == ["run_s"]
+            assert journal.state("run_s").open_approval() is not None
+            await backend.decisions.refresh()
+            assert backend.decisions.all()["language"].value == "Korean"
+            backend.usage.name("telegram:u9", "Zoe")
+            listed = await backend.offload(backend.sessions.list_sessions, 20)  # the dashboard's
+            assert listed == []
         assert max(gaps) < 0.3, f"the loop was held {max(gaps):.2f} s"
     finally:
         await backend.stop()

@@ -6,7 +6,6 @@ away or answers late loses nothing and blocks nothing."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from soulflow.contracts import ChatRef
 from soulflow.errors import StoreUnavailable
 from tests.backends.proxy import CuttableProxy
 from tests.backends.redis_server import RedisServer
-from tests.waiting import until
+from tests.waiting import loop_gaps, until
 
 CHAT = ChatRef("telegram", "42", sender_id="u1", requester_id="u1", session_key="telegram:42")
 
@@ -205,31 +204,18 @@ async def test_a_slow_redis_does_not_hold_the_event_loop(redis_server: RedisServ
         journal, sessions = backend.runs, backend.sessions
         await until(lambda: backend.writer.running)
         proxy.delay_s = 0.2
-        gaps: list[float] = []
-
-        async def ticker(stop: asyncio.Event) -> None:
-            loop = asyncio.get_running_loop()
-            last = loop.time()
-            while not stop.is_set():
-                await asyncio.sleep(0.01)
-                gaps.append(loop.time() - last)
-                last = loop.time()
-
-        stop = asyncio.Event()
-        ticking = asyncio.create_task(ticker(stop))
-        for n in range(3):  # three turns as the agent makes them
-            await journal.preload("telegram:42")
-            assert journal.find(chat_key="telegram:42") == []
-            await sessions.preload("telegram:42", "telegram:42")
-            sessions.last("telegram:42", 5)
-            sessions.append("telegram:42", {"role": "user", "content": f"m{n}"})
-            assert await journal.find_inbound(f"telegram:42:{n}", "telegram:42") == []
-            _turn(journal, f"run_slow_{n}", inbound_key=f"telegram:42:{n}")
-            await journal.settle(f"run_slow_{n}")
-            sessions.append("telegram:42", {"role": "assistant", "content": f"a{n}"})
-            await sessions.settle("telegram:42")
-        stop.set()
-        await ticking
+        async with loop_gaps() as gaps:
+            for n in range(3):  # three turns as the agent makes them
+                await journal.preload("telegram:42")
+                assert journal.find(chat_key="telegram:42") == []
+                await sessions.preload("telegram:42", "telegram:42")
+                sessions.last("telegram:42", 5)
+                sessions.append("telegram:42", {"role": "user", "content": f"m{n}"})
+                assert await journal.find_inbound(f"telegram:42:{n}", "telegram:42") == []
+                _turn(journal, f"run_slow_{n}", inbound_key=f"telegram:42:{n}")
+                await journal.settle(f"run_slow_{n}")
+                sessions.append("telegram:42", {"role": "assistant", "content": f"a{n}"})
+                await sessions.settle("telegram:42")
         assert max(gaps) < 0.3, f"the loop was held {max(gaps):.2f} s"
         direct = RedisSessionStore(StateRedis(sync_client(redis_server.url),
                                               backend.keys.prefix))
