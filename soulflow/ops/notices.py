@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from soulflow.backends.base import NoticeClaims
+from soulflow.backends.base import NoticeClaims, Offload, call_here
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,17 @@ class Problem:
 
 class NoticeBoard:
     def __init__(self, send: Callable[[str], None], *, after_s: float,
-                 interval_s: float, claim: NoticeClaims | None = None) -> None:
+                 interval_s: float, claim: NoticeClaims | None = None,
+                 offload: Offload = call_here) -> None:
         self._send = send
         self.after_s = after_s
         self.interval_s = interval_s
         self._claim = claim
+        self._offload = offload  # the claims' round trips, off the event loop
         self.problems: dict[str, Problem] = {}
         self.sent = 0
 
-    def update(self, current: Mapping[str, str], now: float) -> list[str]:
+    async def update(self, current: Mapping[str, str], now: float) -> list[str]:
         """Take this tick's problems (key -> sentence); returns the notices sent."""
         sent: list[str] = []
         for key in [k for k in self.problems if k not in current]:
@@ -64,8 +66,8 @@ class NoticeBoard:
             quiet = problem.notified_at is None or now - problem.notified_at >= self.interval_s
             if lasted and quiet:
                 due.append(problem)
-        if self._claim is not None:
-            for problem in [p for p in due if not self._claimed(p)]:
+        if self._claim is not None and due:
+            for problem in await self._offload(self._told_elsewhere, due):
                 due.remove(problem)
                 problem.notified_at, problem.told_elsewhere = now, True
         for problem in due:
@@ -77,6 +79,10 @@ class NoticeBoard:
             for problem in due:
                 problem.notified_at = now
         return sent
+
+    def _told_elsewhere(self, due: list[Problem]) -> list[Problem]:
+        """The problems another node claimed first (it tells them)."""
+        return [problem for problem in due if not self._claimed(problem)]
 
     def _claimed(self, problem: Problem) -> bool:
         """Whether this node tells `problem`; when the claim cannot be asked (Redis away, as

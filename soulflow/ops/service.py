@@ -138,7 +138,7 @@ class OpsRuntimeService:
         loops = self._probes.loops()
         providers = self._probes.providers()
         problems = self._problems(loops, providers)
-        self.notices.update(problems, now)
+        await self.notices.update(problems, now)
         self._snapshot = {
             "at": now, "ticks": self.ticks, "tick_s": self.policy.tick_s, "leader": leader,
             "loops": loops, "queues": self._probes.queues(), "providers": providers,

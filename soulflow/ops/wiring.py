@@ -128,7 +128,7 @@ class BackgroundServices:
                                   restart=self._restart_channel, log_=watch_log),
             notices=NoticeBoard(self._notify, after_s=policy.notice_after_s,
                                 interval_s=policy.notice_interval_s,
-                                claim=backend.notice_claims),
+                                claim=backend.notice_claims, offload=backend.offload),
             watch_log=watch_log, decisions=parts.decisions, is_leader=self.single.is_leader,
             offload=backend.offload)
 

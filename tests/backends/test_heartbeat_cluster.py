@@ -123,7 +123,7 @@ def ticks(node: Node, more: int) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-def test_a_notice_is_told_once_across_the_nodes(state_redis: StateRedis,  # noqa: F811
+async def test_a_notice_is_told_once_across_the_nodes(state_redis: StateRedis,  # noqa: F811
                                                 redis_server: RedisServer) -> None:
     sent: dict[str, list[str]] = {"a": [], "b": []}
     boards = {name: NoticeBoard(sent[name].append, after_s=10.0, interval_s=60.0,
@@ -133,11 +133,11 @@ def test_a_notice_is_told_once_across_the_nodes(state_redis: StateRedis,  # noqa
               for name in ("a", "b")}
     problem = {"provider:openrouter": "model provider openrouter is down"}
     for name, board in boards.items():
-        assert board.update(problem, 0.0) == [] and sent[name] == []
-    told = [name for name, board in boards.items() if board.update(problem, 11.0)]
+        assert await board.update(problem, 0.0) == [] and sent[name] == []
+    told = [name for name, board in boards.items() if await board.update(problem, 11.0)]
     assert len(told) == 1 and len(sent[told[0]]) == 1
     assert "openrouter is down" in sent[told[0]][0]
     for board in boards.values():  # resolved: only the node that told it says so
-        board.update({}, 20.0)
+        await board.update({}, 20.0)
     assert [len(sent[name]) for name in ("a", "b")] == \
         [2 if name == told[0] else 0 for name in ("a", "b")]

@@ -25,20 +25,20 @@ from soulflow.ops import (
 from tests.ops.clock import T0, Clock
 
 
-def test_a_problem_is_told_once_per_interval_and_its_end_too() -> None:
+async def test_a_problem_is_told_once_per_interval_and_its_end_too() -> None:
     sent: list[str] = []
     board = NoticeBoard(sent.append, after_s=600, interval_s=3600)
     slack = {"channel:slack": "channel slack is failing: invalid_auth"}
-    assert board.update(slack, T0) == []  # new: not yet
-    assert board.update(slack, T0 + 599) == []
-    [notice] = board.update(slack, T0 + 600)
+    assert await board.update(slack, T0) == []  # new: not yet
+    assert await board.update(slack, T0 + 599) == []
+    [notice] = await board.update(slack, T0 + 600)
     assert "channel slack is failing: invalid_auth (for 10 min)" in notice
     for minute in range(11, 60):  # still broken: quiet within the interval
-        assert board.update(slack, T0 + minute * 60) == []
-    assert len(board.update(slack, T0 + 600 + 3600)) == 1  # reminded after the interval
-    assert board.update({}, T0 + 5000) == ["Resolved: channel slack is failing: invalid_auth"]
-    assert board.update({"provider:x": "flap"}, T0 + 5001) == []
-    assert board.update({}, T0 + 5002) == []  # never reported, so no "resolved" either
+        assert await board.update(slack, T0 + minute * 60) == []
+    assert len(await board.update(slack, T0 + 600 + 3600)) == 1  # reminded after the interval
+    assert await board.update({}, T0 + 5000) == ["Resolved: channel slack is failing: invalid_auth"]
+    assert await board.update({"provider:x": "flap"}, T0 + 5001) == []
+    assert await board.update({}, T0 + 5002) == []  # never reported, so no "resolved" either
     assert board.sent == 3 and len(sent) == 3
 
 
