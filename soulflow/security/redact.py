@@ -35,10 +35,12 @@ from soulflow.security.transformed import TransformedSecrets
 ENV_MIN_LENGTH = 6
 KNOWN_MIN_LENGTH = 4
 # `redact_strings` remembers strings it found clean, up to this many characters in all (then
-# starts over): journals and model requests repeat the same history turn after turn. 2 M
-# characters hold the histories of many busy chats; 8 M (~126 new characters a message)
-# took the soak's daemon about 50 minutes to fill, RSS rising all the while.
-CLEAN_MEMO_CHARS = 2_000_000
+# starts over): journals and model requests repeat the same history turn after turn. 1 M
+# characters hold the recent histories of some 400 busy chats (20 turns of ~126 characters
+# each). The memo is most of a daemon's warm-up: 8 M took the soak's daemon about 50 minutes
+# to fill, RSS rising all the while, and 2 M about 13 minutes at 20 messages a second (3.8 MiB
+# of the 8 MiB Python allocated between 8,000 and 24,000 messages of bench traffic).
+CLEAN_MEMO_CHARS = 1_000_000
 # Deliberately not "PWD": $PWD/$OLDPWD are working directories, and blanking them would
 # erase every file path from the logs.
 _SECRET_ENV_NAME_RE = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
