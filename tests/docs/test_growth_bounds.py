@@ -23,6 +23,7 @@ from soulflow.channels.slack import inbound as slack_inbound
 from soulflow.channels.telegram import adapter as telegram_adapter
 from soulflow.events.hub import EventHub
 from soulflow.providers import local_log
+from soulflow.security import redact
 from soulflow.storage import keyset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,9 @@ EXPECTED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         (f"Telegram {telegram_adapter._REMEMBERED_SENT:,} sent ids", ("_REMEMBERED_SENT",)),
         (f"Slack and Discord {discord_adapter._RECENT_KEYS:,} keys each",
          ("RecentKeys(limit", "_RECENT_KEYS")),
+    ],
+    "redaction memo (strings found clean, so a history repeated every turn is scanned once)": [
+        (f"{redact.CLEAN_MEMO_CHARS:,} characters in all", ("CLEAN_MEMO_CHARS",)),
     ],
     "live events, per-minute counters": [
         (f"the last {default(EventHub, 'history')} events", ("EventHub(history",)),
