@@ -183,11 +183,21 @@ class RedisRunJournal:
         if run is not None and (self._current(run) or time.monotonic() < run.read_until):
             self._runs.move_to_end(run_id)
             return run
-        if run is None or run.queued or run_id in self._unwritten:
+        if self._read_whole(run_id, run):
             run = self._new(run_id)
         else:
             self._runs.move_to_end(run_id)
-        raws = self._redis.lrange(self._keys.run(run_id), run.length, -1)
+        self._extend(run, self._redis.lrange(self._keys.run(run_id), run.length, -1))
+        return run
+
+    def _read_whole(self, run_id: str, run: _Run | None) -> bool:
+        """The run is read from its first entry: unknown here, or its queued events lost
+        their lease (Redis refuses them)."""
+        return run is None or bool(run.queued) or run_id in self._unwritten
+
+    @staticmethod
+    def _extend(run: _Run, raws: list[Any]) -> None:
+        """Fold the entries read after the `run.length` known ones onto the run."""
         for raw in raws:
             event = _decode(raw)
             if event is not None:
@@ -195,7 +205,6 @@ class RedisRunJournal:
                 apply_in_place(run.state, event)
         run.length += len(raws)
         run.indexed = bool(run.length) and not run.state.finished
-        return run
 
     def _cached(self, run_id: str, event: ev.Event) -> _Run:
         """The run as this node last saw it (its append checks that nothing came since);
@@ -434,9 +443,8 @@ class RedisRunJournal:
             run = self._runs.get(run_id)
             if run is not None and self._current(run):
                 continue
-            whole = run is None or bool(run.queued) or run_id in self._unwritten
             length = run.length if run is not None else 0
-            reads.append((run_id, run, length, 0 if whole else length))
+            reads.append((run_id, run, length, 0 if self._read_whole(run_id, run) else length))
         if not reads:
             return
         async with self._writer.client.pipeline(transaction=False) as pipe:
@@ -450,13 +458,7 @@ class RedisRunJournal:
                 continue  # changed meanwhile
             run = self._new(run_id) if before is None or start == 0 else before
             self._runs.move_to_end(run_id)
-            for raw in raws:
-                event = _decode(raw)
-                if event is not None:
-                    run.events.append(event)
-                    apply_in_place(run.state, event)
-            run.length = start + len(raws)
-            run.indexed = bool(run.length) and not run.state.finished
+            self._extend(run, raws)
             run.read_until = time.monotonic() + READ_AHEAD_S
 
     def _keep_chat(self, chat_key: str, rows: list[tuple[str, Any]]) -> None:
