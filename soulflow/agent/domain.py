@@ -298,6 +298,13 @@ class AgentDomain:
         assert self.loop is not None
         return self.loop.store.state(run_id).inbound_key
 
+    def forget_prompts(self, run_id: str) -> None:
+        """A run that ended takes no answer to its approval prompts any more (reactions to
+        them are ignored); a run that never asked has nothing to forget."""
+        if self.approvals is not None and self.loop is not None and \
+                self.loop.store.state(run_id).approvals:
+            self.approvals.forget_run(run_id)
+
     def chat_of_run(self, run_id: str) -> ChatRef:
         assert self.loop is not None
         return self.loop.store.state(run_id).chat
@@ -316,8 +323,8 @@ class AgentDomain:
                            run_id=run_id, approval_id=outcome.approval_id,
                            trace=state.traceparent, quiet=outcome.quiet,
                            shown=tuple(state.shown))
-        if outcome.status in ev.FINISHED and self.approvals is not None and state.approvals:
-            self.approvals.forget_run(run_id)  # a run that never asked has nothing to forget
+        if outcome.status in ev.FINISHED:
+            self.forget_prompts(run_id)
         session_key = state.chat.session_key
         if session_key and outcome.status in ev.FINISHED:
             self._finish_turn(session_key, state.chat, state.inbound_key, reply)

@@ -170,8 +170,7 @@ class ConsoleActions:
         if state.status in WAITING:
             outcome = agent.loop.cancel(run_id, f"cancelled by the {operator.who} from the "
                                                 "dashboard")
-            if agent.approvals is not None:
-                agent.approvals.forget_run(run_id)
+            agent.forget_prompts(run_id)
             self._runtime.conversation.publish_to_chat(chat, outcome.text)
             how = "cancelled"
         else:  # running: abort it in its chat, as /stop does; the run says "Stopped."

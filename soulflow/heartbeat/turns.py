@@ -214,8 +214,6 @@ class QuietTurnRunner:
         self._agent.sessions.append(turn.session_key, {
             "role": "assistant", "content": text, "inbound_key": turn.turn_key,
             "status": status, "run_id": run_id})
-        if self._agent.approvals is not None and self._agent.loop is not None and \
-                self._agent.loop.store.state(run_id).approvals:
-            self._agent.approvals.forget_run(run_id)  # a run that never asked: nothing to do
+        self._agent.forget_prompts(run_id)
         if self._consolidator is not None:
             self._consolidator.schedule(turn.session_key, zone_for(self._chat(turn)))
