@@ -24,6 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from soulflow.backends.redis.connections import lean_connection_class
 from soulflow.errors import StoreError, StoreUnavailable
 
 __all__ = ["AsyncStoreRedis", "SyncStoreRedis", "mapped"]
@@ -44,6 +45,18 @@ def mapped(exc: RedisError) -> StoreError:
 
 class AsyncStoreRedis(AsyncRedis):
     """The asynchronous client of the bus's stores (built by `client_for`)."""
+
+    @classmethod
+    def from_url(cls, url: str, single_connection_client: bool = False,
+                 auto_close_connection_pool: bool | None = None,
+                 **kwargs: Any) -> AsyncStoreRedis:
+        """redis-py's client for `url`, on connections whose writes cost no task of their
+        own (`connections.py`)."""
+        client = super().from_url(url, single_connection_client, auto_close_connection_pool,
+                                  **kwargs)
+        pool = client.connection_pool
+        pool.connection_class = lean_connection_class(pool.connection_class)
+        return client  # type: ignore[return-value]
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
