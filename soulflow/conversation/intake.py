@@ -10,6 +10,7 @@ recorded as seen, or quarantined.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from enum import StrEnum
 
@@ -24,6 +25,8 @@ from soulflow.security.inbound import InboundSealer
 
 Handler = Callable[[InboundMessage], None]
 
+_SECRET_COMMAND = re.compile(r"\s*/secret\b")
+
 
 def _every_chat(chat_key: str) -> bool:
     return True
@@ -33,6 +36,15 @@ class Verdict(StrEnum):
     FRESH = "fresh"  # journaled: it will be answered
     SEEN = "seen"  # never answered (history, other bots, not addressed, refused, reactions)
     SKIP = "skip"  # already seen before
+
+
+class Route(StrEnum):
+    """What intake does with a message, decided before anything is done."""
+
+    STORE = "store"  # journal it to be answered
+    IGNORE = "ignore"  # only record it as seen
+    REACTION = "reaction"  # a reaction in a chat of this node: handled here at once
+    REFUSE = "refuse"  # addressed to the bot by someone not allowed: told so
 
 
 class InboundScreen:
@@ -59,6 +71,9 @@ class InboundScreen:
             try:
                 verdict = await self.take_in(message)
             except IntakeError as exc:
+                if exc.stage in (IntakeStage.SEAL, IntakeStage.JOURNAL) and \
+                        await self._journal.is_seen(message.key):
+                    continue  # quarantined (or journaled) before, and read again: skip it
                 await self.quarantine.record(message, exc.stage, exc.error)
                 if exc.stage in (IntakeStage.SEAL, IntakeStage.JOURNAL):
                     self._apologise(message)  # an allowed user who addressed the bot
@@ -70,38 +85,56 @@ class InboundScreen:
         return fresh, seen_only
 
     async def take_in(self, message: InboundMessage) -> Verdict:
-        """Decide one message's fate; raises `IntakeError` naming the step that failed."""
+        """Decide one message's fate; raises `IntakeError` naming the step that failed.
+
+        The seen-id look-up comes first only where a repeat would act twice (a refusal sent,
+        a reaction handled, a `/secret` command's vault write, which a later command may
+        have changed since): a message to answer is journaled by `accept`, which refuses an
+        id it has seen in the same step; sealing a repeat again stores the same values under
+        the same names; a repeat that fails sealing again is looked up before it is
+        quarantined twice (`screen`); marking an ignored one seen again changes nothing. So
+        an ordinary message costs the store one call, not two."""
         if message.kind == POISON_KIND:
             if await self._journal.is_seen(safe_key(message.key)):
                 return Verdict.SKIP  # quarantined before the cursor moved, read again
             raise IntakeError(IntakeStage.PARSE, message.poison.error if message.poison else "")
         with stage(IntakeStage.NORMALISE):
             normalize_inbound(message)
+        with stage(IntakeStage.INTAKE):
+            route = self._route(message)
+        if route is Route.STORE and not _SECRET_COMMAND.match(message.text):
+            return await self._store(message)
+        if route is Route.IGNORE:
+            return Verdict.SEEN
         if await self._journal.is_seen(message.key):  # a store error propagates: read again
             return Verdict.SKIP
         with stage(IntakeStage.INTAKE):
-            if message.priming or message.from_bot:
-                return Verdict.SEEN
-            if message.kind == "reaction":
-                if self._owns(message.chat_key):
-                    self._on_reaction(message)
-                    return Verdict.SEEN
-                if not self._access.is_allowed(message.provider, message.sender_id):
-                    return Verdict.SEEN  # ignored, as `on_reaction` would
-            elif not (message.is_mention or message.is_direct):
-                return Verdict.SEEN
-            if not self._access.is_allowed(message.provider, message.sender_id):
+            if route is Route.REACTION:
+                self._on_reaction(message)
+            else:
                 self._refuse(message)
-                return Verdict.SEEN
-        return await self._store(message)
+        return Verdict.SEEN
+
+    def _route(self, message: InboundMessage) -> Route:
+        """Where a message goes, from what it says and who sent it: nothing is done yet."""
+        if message.priming or message.from_bot:
+            return Route.IGNORE
+        if message.kind == "reaction":
+            if self._owns(message.chat_key):
+                return Route.REACTION
+            if not self._access.is_allowed(message.provider, message.sender_id):
+                return Route.IGNORE  # as `on_reaction` would
+        elif not (message.is_mention or message.is_direct):
+            return Route.IGNORE
+        if not self._access.is_allowed(message.provider, message.sender_id):
+            return Route.REFUSE
+        return Route.STORE
 
     async def take_in_trusted(self, message: InboundMessage) -> bool:
         """A message the daemon wrote itself (cron): no filters; False if seen or poison."""
         try:
             with stage(IntakeStage.NORMALISE):
                 normalize_inbound(message)
-            if await self._journal.is_seen(message.key):
-                return False
             return await self._store(message) is Verdict.FRESH
         except IntakeError as exc:
             await self.quarantine.record(message, exc.stage, exc.error)

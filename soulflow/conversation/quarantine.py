@@ -19,7 +19,7 @@ from soulflow.backends.base import InboundDeadLetterStore
 from soulflow.channels.normalize import scrub_surrogates
 from soulflow.channels.poison import POISON_KIND
 from soulflow.contracts import InboundDeadLetter, InboundMessage, IntakeStage
-from soulflow.errors import SoulFlowError
+from soulflow.errors import SoulFlowError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,13 @@ class IntakeError(SoulFlowError):
 
 @contextmanager
 def stage(name: IntakeStage) -> Iterator[None]:
-    """Turn any error inside the block into an `IntakeError` naming this stage."""
+    """Turn any error inside the block into an `IntakeError` naming this stage; but a store
+    that did not answer (Redis away) is not the message's fault: that error passes on, the
+    adapter's cursor stays, and the message is read again once the store answers, instead
+    of being quarantined."""
     try:
         yield
-    except IntakeError:
+    except (IntakeError, StoreUnavailable):
         raise
     except Exception as exc:
         raise IntakeError(name, f"{type(exc).__name__}: {exc}") from exc
