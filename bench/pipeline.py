@@ -103,30 +103,42 @@ class RoundTrips:
 
 @contextmanager
 def counting_round_trips() -> Iterator[RoundTrips]:
-    """Count `send_packed_command` calls of redis-py's sync and asyncio connections (bench
-    instrumentation: the call itself is unchanged)."""
+    """Count `send_packed_command` calls of redis-py's sync and asyncio connections, and of
+    the bus's own asyncio connections (soulflow/backends/redis/connections.py), each once
+    (bench instrumentation: the call itself is unchanged)."""
     import redis.asyncio.connection as async_connection  # noqa: PLC0415
     import redis.connection as sync_connection  # noqa: PLC0415
 
+    from soulflow.backends.redis import connections  # noqa: PLC0415
+
     counts = RoundTrips()
+    lean = connections.ScopedWriteTimeout
     sync_send = sync_connection.AbstractConnection.send_packed_command
     async_send = async_connection.AbstractConnection.send_packed_command
+    lean_send = lean.send_packed_command
 
     def counted_sync(self, command, check_health=True):  # type: ignore[no-untyped-def]
         counts.sync += 1
         return sync_send(self, command, check_health)
 
     async def counted_async(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        counts.async_ += 1
+        if not isinstance(self, lean):  # a lean connection's call was counted already
+            counts.async_ += 1
         return await async_send(self, command, check_health)
+
+    async def counted_lean(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        counts.async_ += 1
+        return await lean_send(self, command, check_health)
 
     sync_connection.AbstractConnection.send_packed_command = counted_sync  # type: ignore[method-assign]
     async_connection.AbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign]
+    lean.send_packed_command = counted_lean  # type: ignore[method-assign]
     try:
         yield counts
     finally:
         sync_connection.AbstractConnection.send_packed_command = sync_send  # type: ignore[method-assign]
         async_connection.AbstractConnection.send_packed_command = async_send  # type: ignore[method-assign]
+        lean.send_packed_command = lean_send  # type: ignore[method-assign]
 
 
 @contextmanager

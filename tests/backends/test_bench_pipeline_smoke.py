@@ -23,7 +23,10 @@ def test_the_pipeline_bench_runs_on_redis_and_counts_round_trips() -> None:
     assert "throughput: 20 messages over 4 chats" in result.stdout
     # counted where the user sees them (the local chats' transcripts), not by the daemon
     assert "answered in the local chats: 20/20" in result.stdout
-    assert "redis round trips per message:" in result.stdout
+    [trips] = [line for line in result.stdout.splitlines()
+               if line.startswith("redis round trips per message:")]
+    asynchronous = float(trips.split(",")[1].split()[0])
+    assert asynchronous > 0, trips  # the bus's own connections are counted too
     assert "commands/msg: evalsha" in result.stdout
     assert "latency added by SoulFlow" in result.stdout
 

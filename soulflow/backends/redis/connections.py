@@ -24,10 +24,12 @@ from redis.asyncio.connection import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["lean_connection_class"]
+__all__ = ["ScopedWriteTimeout", "lean_connection_class"]
 
 
-class _ScopedWriteTimeout(AbstractConnection):
+class ScopedWriteTimeout(AbstractConnection):
+    """The write step of the bus's connections (the module docstring says why)."""
+
     async def send_packed_command(self, command: str | bytes | Iterable[bytes],
                                   check_health: bool = True) -> None:
         if not self.socket_timeout or not self.is_connected:
@@ -55,15 +57,15 @@ class _ScopedWriteTimeout(AbstractConnection):
             raise
 
 
-class _LeanConnection(_ScopedWriteTimeout, Connection):
+class _LeanConnection(ScopedWriteTimeout, Connection):
     pass
 
 
-class _LeanSSLConnection(_ScopedWriteTimeout, SSLConnection):
+class _LeanSSLConnection(ScopedWriteTimeout, SSLConnection):
     pass
 
 
-class _LeanUnixConnection(_ScopedWriteTimeout, UnixDomainSocketConnection):
+class _LeanUnixConnection(ScopedWriteTimeout, UnixDomainSocketConnection):
     pass
 
 
