@@ -192,9 +192,32 @@ class InboundStore(Protocol):
     async def pending_count(self) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Completing:
+    """The completion of the inbound messages a turn answered (`InboundStore.complete`),
+    written in the outbox's line behind the turn's replies (`OutboxStore.store`)."""
+
+    keys: tuple[str, ...]
+    status: str
+    error: str | None = None
+
+
+OutboxWrite = OutboundMessage | Completing
+#: per write: stored or not (as `put`), or how each key's completion ended
+WriteResult = bool | list[Completion]
+
+
 class OutboxStore(Protocol):
     async def put(self, message: OutboundMessage) -> bool:
         """Store a message for delivery; False if an entry with its id is already pending."""
+
+    async def store(self, writes: list[OutboxWrite]) -> list[WriteResult]:
+        """Store replies (as `put`) and complete inbound messages (as `complete`), in this
+        order and, where the store allows, in one step: one round trip on Redis, so a turn's
+        reply and its completion, and the writes of every chat waiting meanwhile, cost one.
+        A completion is never recorded ahead of a reply before it. Raises when the store did
+        not answer: none of it may be taken as done, and the caller tries all of it again
+        (a put that ran is then found stored; a completion that ran finds nothing pending)."""
 
     async def has_answered(self, inbound_key: str) -> bool:
         """True if a reply to this inbound message was already queued (perhaps sent)."""

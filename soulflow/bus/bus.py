@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from soulflow.backends.base import Backend
+from soulflow.backends.base import Backend, Completing, Completion
 from soulflow.bus.dispatcher import OutboundDispatcher, Sender
 from soulflow.bus.retry import RetryPolicy
 from soulflow.contracts import DeadLetter, EventSink, InboundDeadLetter, OutboundMessage
@@ -74,6 +74,16 @@ class MessageBus:
         """Store the message in the outbox, then send it; await the result where it must be
         stored before going on (see OutboundDispatcher.publish)."""
         return self.dispatcher.publish(message)
+
+    async def complete_inbound(self, keys: list[str], status: str,
+                               error: str | None = None) -> list[Completion]:
+        """Record how a turn ended for the messages it answered, behind the replies published
+        before (OutboundDispatcher.complete): a turn need not wait for its reply's storing
+        first, and both go to the store together. After the bus's stop, directly."""
+        queued = self.dispatcher.complete(Completing(tuple(keys), status, error))
+        if queued is not None:
+            return await queued
+        return [await self.inbound.complete(key, status, error) for key in keys]
 
     async def replay_dlq(self, message_ids: list[str] | None = None) -> int:
         """Put dead letters back in the outbox (all, or the given ids), then drop them."""

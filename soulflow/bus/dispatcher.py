@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from soulflow import tracing
-from soulflow.backends.base import DeadLetterStore, OutboxStore
+from soulflow.backends.base import Completing, Completion, DeadLetterStore, OutboxStore
 from soulflow.bus.pacing import ChatPacer, SendBudget, account_edits
 from soulflow.bus.retry import RetryPolicy
 from soulflow.bus.writer import OutboxWriter, StoreHealth
@@ -108,7 +108,7 @@ class OutboundDispatcher:
         self._running = False
         self._store_backoff = store_backoff
         self.store_health = StoreHealth()  # the outbox store failed; logged once per outage
-        self._writer = OutboxWriter(outbox.put, self._enqueue, self.store_health, self._sleep,
+        self._writer = OutboxWriter(outbox.store, self._enqueue, self.store_health, self._sleep,
                                     store_backoff)
         self.sent_count = 0
         self.dead_count = 0
@@ -160,6 +160,14 @@ class OutboundDispatcher:
         delivery (once started). The future says whether it was stored (False: an entry with
         its id is already pending); await it where the reply must be durable before going on."""
         return self._writer.publish(message)
+
+    def complete(self, completing: Completing) -> asyncio.Future[list[Completion]] | None:
+        """Hand the writer the completion of inbound messages, recorded behind every message
+        published before it (in the same round trip as the last of them, on Redis); None
+        once the writer has stopped (the caller completes them itself)."""
+        if self._writer.closed:
+            return None
+        return self._writer.complete(completing)
 
     def _enqueue_pending(self, entries: list[OutboxEntry]) -> None:
         """Queue entries read from `pending()` that are not queued yet. They are older than

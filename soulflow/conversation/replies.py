@@ -12,11 +12,12 @@ already holds its text is stored but not sent (`shown`), and a part beyond them 
 message. A piece left over (the final text is shorter than what was streamed) is emptied to
 an ellipsis, since platforms cannot unsend without a trace.
 
-A reply is handed to the outbox writer (bus/dispatcher.py) at once, so the parts of one reply,
+A reply is handed to the outbox writer (bus/writer.py) at once, so the parts of one reply,
 and the replies of one chat, keep their order whoever publishes them; the returned awaitable
-tells when they are stored. A turn awaits it before completing the inbound message, so a
-crash in between replays the message and finds it answered (`has_answered`), instead of
-completing a message whose reply was never stored.
+tells when they are stored. A turn's completion of its inbound messages goes to the same
+writer, behind its reply (`answer`): it is stored after the reply, in the same round trip on
+Redis, so a crash in between replays the message and finds it answered (`has_answered`),
+and a message is never completed while its reply is not stored.
 """
 
 from __future__ import annotations
@@ -88,12 +89,27 @@ class BusReplies:
 
     async def complete(self, keys: list[str], status: ReplyStatus,
                        error: str | None = None) -> None:
-        """Record how the messages' turn ended; they are never handed out again."""
-        for key in keys:
-            done = await self.bus.inbound.complete(key, status, error)
+        """Record how the messages' turn ended; they are never handed out again. Recorded
+        behind every reply published before, so a turn queues its reply and completes
+        without waiting in between (`answer`)."""
+        ended = await self.bus.complete_inbound(keys, status, error)
+        for key, done in zip(keys, ended, strict=True):
             if str(done) == "fenced":  # Completion.FENCED: the chat moved while it ran here
                 log.warning("completed %s after its chat moved to another node, which runs it "
                             "again (docs/scaling.md, the duplicate window)", key)
+
+    async def answer(self, message: InboundMessage, content: str, keys: list[str],
+                     status: ReplyStatus, error: str | None = None, *,
+                     inbound_key: str | None = "", announces: Announcement | None = None,
+                     shown: ShownPieces | None = None) -> None:
+        """Reply to `message` and complete `keys` in one go: the completion is queued right
+        behind the reply's parts, so both are stored together, the reply first."""
+        stored = self.reply(message, content, inbound_key=inbound_key, announces=announces,
+                            shown=shown)
+        try:
+            await self.complete(keys, status, error)
+        finally:
+            await asyncio.gather(stored, return_exceptions=True)  # done by now, or cancelled
 
 
 def over_shown(parts: list[ReplyPart], shown: ShownPieces, *,

@@ -342,8 +342,7 @@ class Conversation:
         await self._run_agent(turn, adapter)
 
     async def _reply_and_complete(self, message: InboundMessage, text: str) -> None:
-        await self.replies.reply(message, text)
-        await self.replies.complete([message.key], ReplyStatus.ANSWERED)
+        await self.replies.answer(message, text, [message.key], ReplyStatus.ANSWERED)
 
     async def _run_agent(self, turn: Turn, adapter: ChannelAdapter | None) -> None:
         """A new agent run answers the turn's messages with one reply."""
@@ -351,15 +350,16 @@ class Conversation:
         first, keys = batch[0], [m.key for m in batch]
         given = await self.answers.input_text(batch, adapter, attributed=turn.folded)
         if not given.text.strip():
-            await self.replies.reply(first, EMPTY_MESSAGE_REPLY)
-            await self.replies.complete(keys, ReplyStatus.IGNORED, "empty message")
+            await self.replies.answer(first, EMPTY_MESSAGE_REPLY, keys, ReplyStatus.IGNORED,
+                                      "empty message")
             return
         if self.sealer is not None:
             report = inspect_secret_references_for_orchestration(
                 given.text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
-                await self.replies.reply(first, secret_resolution_required_message(report))
-                await self.replies.complete(keys, ReplyStatus.FAILED, "secret_resolution_required")
+                await self.replies.answer(first, secret_resolution_required_message(report),
+                                          keys, ReplyStatus.FAILED,
+                                          "secret_resolution_required")
                 return
         try:
             reply = await self.answers.run_agent(batch, adapter, given)
@@ -367,10 +367,12 @@ class Conversation:
             log.info("%s: its chat moved to another node, which answers it", first.key)
             await self._give_back(batch)  # whoever holds the chat next, even us
             return
-        if not reply.quiet:  # else its chat was told already: it waits on the same cap
-            await self.replies.reply(batch[-1], reply.content, inbound_key=first.key,
-                                     announces=reply.approval, shown=shown_of(reply))
-        await self.replies.complete(keys, reply.status, reply.error)
+        if reply.quiet:  # its chat was told already: it waits on the same cap
+            await self.replies.complete(keys, reply.status, reply.error)
+        else:
+            await self.replies.answer(batch[-1], reply.content, keys, reply.status,
+                                      reply.error, inbound_key=first.key,
+                                      announces=reply.approval, shown=shown_of(reply))
         if reply.status is ReplyStatus.FAILED:
             self.failed_count += 1
         elif reply.status is ReplyStatus.MAX_TURNS:

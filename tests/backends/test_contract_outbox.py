@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from soulflow.backends.base import Completing, Completion
 from tests.backends.conftest import Harness
-from tests.backends.helpers import outbound
+from tests.backends.helpers import inbound, outbound
 
 
 async def test_put_is_idempotent_and_pending_keeps_each_chats_order(harness: Harness) -> None:
@@ -65,3 +66,25 @@ async def test_sent_and_dead_entries_leave_the_outbox(harness: Harness) -> None:
     assert await backend.outbox.get(sent.message_id) is None
     backend = await harness.reopen(backend)
     assert [e.message.message_id for e in await backend.outbox.pending()] == [kept.message_id]
+
+
+async def test_store_puts_replies_and_completes_their_messages_in_one_step(
+        harness: Harness) -> None:
+    backend = await harness.open()
+    asked = [inbound("a", 1), inbound("b", 2)]
+    for message in asked:
+        assert await backend.inbound.accept(message)
+    assert len(await backend.inbound.claim()) == 2
+    first = outbound("a", "one", inbound_key=asked[0].key)
+    second = outbound("b", "two", inbound_key=asked[1].key)
+    results = await backend.outbox.store([
+        first, Completing((asked[0].key,), "answered"),
+        second, first,  # the same reply again: already pending
+        Completing((asked[1].key, "telegram:nobody:9"), "answered")])
+    assert results == [True, [Completion.DONE], True, False,
+                       [Completion.DONE, Completion.UNKNOWN]]
+    assert await backend.inbound.pending_count() == 0
+    assert await backend.outbox.has_answered(asked[0].key)
+    assert [e.message.content for e in await backend.outbox.pending()] in (
+        ["one", "two"], ["two", "one"])  # pending() lists by partition
+    assert await backend.outbox.store([]) == []

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.backends.redis import outbox as outbox_module
 from soulflow.backends.redis.outbox import RedisOutbox
+from soulflow.backends.redis.script_calls import run_in_order
 from soulflow.bus.dispatcher import OutboundDispatcher
 from soulflow.contracts import OutboundMessage, SendResult
 from soulflow.errors import StoreUnavailable
@@ -41,14 +43,13 @@ async def outbox_losing_one_answer(harness: Harness, monkeypatch: pytest.MonkeyP
     backend = await harness.open(partitions=1)
     assert isinstance(backend, RedisBackend)
     outbox = backend.outbox
-    real = outbox._put
 
     async def answer_lost(*args: Any, **kwargs: Any) -> Any:
-        await real(*args, **kwargs)  # Redis runs it: the reply is stored
+        await run_in_order(*args, **kwargs)  # Redis runs it: the reply is stored
         monkeypatch.undo()
         raise StoreUnavailable("Connection closed by server.")  # as the client maps it
 
-    monkeypatch.setattr(outbox, "_put", answer_lost)
+    monkeypatch.setattr(outbox_module, "run_in_order", answer_lost)
     return backend, outbox
 
 

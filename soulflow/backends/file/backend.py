@@ -113,7 +113,7 @@ class FileBackend:
         outbox = Outbox(self.runtime_dir / "bus" / "outbox.jsonl", fsync=self._fsync,
                         clock=self._clock)
         self._opened(outbox, compacted=True)
-        return FileOutbox(outbox)
+        return FileOutbox(outbox, self.inbound.complete)
 
     @cached_property
     def dlq(self) -> FileDeadLetters:

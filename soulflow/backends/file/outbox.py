@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from soulflow.backends.base import Completing, Completion, OutboxWrite, WriteResult
 from soulflow.contracts import OutboundMessage, OutboxEntry
+from soulflow.errors import StoreError
 from soulflow.storage.jsonl import JsonlFile
 
 # How many answered inbound keys the outbox remembers (in memory and in each compaction).
@@ -150,12 +152,29 @@ class Outbox:
         self._file.close()
 
 
+Complete = Callable[[str, str, str | None], Awaitable[Completion]]
+
+
 class FileOutbox:
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: Outbox, complete: Complete | None = None) -> None:
         self.outbox = outbox
+        self._complete = complete  # the inbound journal's, for `store`'s completions
 
     async def put(self, message: OutboundMessage) -> bool:
         return self.outbox.put(message)
+
+    async def store(self, writes: list[OutboxWrite]) -> list[WriteResult]:
+        """One after the other: both journals are local files, nothing to batch."""
+        results: list[WriteResult] = []
+        for write in writes:
+            if isinstance(write, Completing):
+                if self._complete is None:
+                    raise StoreError("this outbox was opened without its inbound journal")
+                results.append([await self._complete(key, write.status, write.error)
+                                for key in write.keys])
+            else:
+                results.append(await self.put(write))
+        return results
 
     async def has_answered(self, inbound_key: str) -> bool:
         return self.outbox.has_answered(inbound_key)

@@ -183,7 +183,8 @@ class RedisBackend:
                                           ttl_s=lease_ttl_s, on_taken=self._held_changed)
         self.inbound = RedisInbound(client, self.keys, self.partitions, seen_ttl_s=seen_ttl_s,
                                     clock=clock)
-        self.outbox = RedisOutbox(client, self.keys, self.partitions, answered_ttl_s=seen_ttl_s)
+        self.outbox = RedisOutbox(client, self.keys, self.partitions, answered_ttl_s=seen_ttl_s,
+                                  inbound=self.inbound)
         # other work held per partition (e.g. running task graphs): not given away either
         self.busy_checks: list[Callable[[int], bool]] = []
         self.partitions.busy = lambda part: self.inbound.busy(part) or self.outbox.busy(

@@ -18,12 +18,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from soulflow.backends.base import SEEN_WINDOW_S, Completion
 from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
+from soulflow.backends.redis.script_calls import ScriptCall
 from soulflow.contracts import InboundMessage
 from soulflow.errors import StoreError
 
@@ -107,6 +109,15 @@ class RedisInbound:
         return key in self._fresh and key in self._claimed
 
     async def complete(self, key: str, status: str, error: str | None = None) -> Completion:
+        call = await self.completion_call(key)
+        if isinstance(call, Completion):
+            return call
+        return self.completion_of(await self._complete(keys=call.keys, args=call.args))
+
+    async def completion_call(self, key: str) -> ScriptCall | Completion:
+        """The script call that completes `key`, for a batch (`RedisOutbox.store`); or how
+        the completion ended already, without one. The message counts as no longer in this
+        node's hands from here: if the call fails, a later try finds it in Redis."""
         self._fresh.discard(key)
         claimed = self._claimed.pop(key, None)
         if claimed is None:  # never handed to us: e.g. refused at intake, before any work
@@ -121,10 +132,15 @@ class RedisInbound:
             return Completion.FENCED
         lease_key = (self._keys.lease(self._keys.partition_lease(claimed.part))
                      if claimed.lease_value else self._keys.inbound_pending)
-        result = int(await self._complete(
-            keys=[self._keys.inbound_pending, self._keys.stream(claimed.part), lease_key],
-            args=[key, claimed.entry_id, claimed.lease_value, GROUP]))
-        return {1: Completion.DONE, 0: Completion.UNKNOWN}.get(result, Completion.FENCED)
+        return ScriptCall(scripts.INBOUND_COMPLETE,
+                          [self._keys.inbound_pending, self._keys.stream(claimed.part),
+                           lease_key],
+                          [key, claimed.entry_id, claimed.lease_value, GROUP])
+
+    @staticmethod
+    def completion_of(reply: Any) -> Completion:
+        """How a completion ended, from its script's reply."""
+        return {1: Completion.DONE, 0: Completion.UNKNOWN}.get(int(reply), Completion.FENCED)
 
     async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
         try:

@@ -7,6 +7,11 @@ the order they were queued. `answered:<inbound key>` (with the seen-id TTL) tell
 reply to an inbound message was already queued, so a message run again after a takeover is not
 answered twice.
 
+`store` writes a batch of the outbox writer's line (bus/writer.py) as one pipeline: each
+reply's put, and each completion of an inbound message (RedisInbound's script), in the
+writer's order (script_calls.py says why as `EVAL`): one round trip for every chat's replies
+and completions waiting meanwhile, instead of one each.
+
 A node keeps the entries it stored itself, and their state as it changes them, while it holds
 their partition under the same lease token: nobody else sends or changes them meanwhile, so
 the dispatcher's `get()` before each send reads nothing, and marking a send in flight writes
@@ -18,14 +23,24 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from soulflow.backends.base import SEEN_WINDOW_S
+from soulflow.backends.base import (
+    SEEN_WINDOW_S,
+    Completing,
+    Completion,
+    OutboxWrite,
+    WriteResult,
+)
 from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
+from soulflow.backends.redis.inbound import RedisInbound
 from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
+from soulflow.backends.redis.script_calls import ScriptCall, run_in_order
 from soulflow.contracts import OutboundMessage, OutboxEntry
+from soulflow.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +70,60 @@ redis.call('HSET', KEYS[2], ARGV[1], attempts .. '|' .. next_at .. '|1|' .. err)
 return 1
 """
 
+@dataclass(slots=True)
+class _Put:
+    """A reply of a batch: its script call (None: refused before any), and whether an
+    earlier try of it failed with its outcome unknown."""
+
+    message: OutboundMessage
+    unsure: bool
+    call: ScriptCall | None
+    first: int = 0  # its call's place in the batch
+    reply: Any = None
+
+    def calls(self) -> list[ScriptCall]:
+        return [self.call] if self.call is not None else []
+
+    def read(self, replies: list[Any]) -> None:
+        if self.call is not None:
+            self.reply = replies[self.first]
+
+
+@dataclass(slots=True)
+class _Completions:
+    """A completion of a batch: per key, its script call, or how it ended without one."""
+
+    steps: list[ScriptCall | Completion]
+    first: int = 0
+    ended: list[Completion] = field(default_factory=list)
+
+    def calls(self) -> list[ScriptCall]:
+        return [step for step in self.steps if isinstance(step, ScriptCall)]
+
+    def read(self, replies: list[Any]) -> None:
+        at = self.first
+        for step in self.steps:
+            if isinstance(step, Completion):
+                self.ended.append(step)
+            else:
+                self.ended.append(RedisInbound.completion_of(replies[at]))
+                at += 1
+
+
+_Planned = _Put | _Completions
+
 PARTS_KNOWN = 4096  # message ids whose partition a node remembers (then it starts over)
 
 
 class RedisOutbox:
     def __init__(self, client: AsyncStoreRedis, keys: Keys, partitions: PartitionLeases, *,
-                 answered_ttl_s: float = SEEN_WINDOW_S) -> None:
+                 answered_ttl_s: float = SEEN_WINDOW_S,
+                 inbound: RedisInbound | None = None) -> None:
         self._client = client
+        self._inbound = inbound  # its completions ride in `store`'s batches
         self._keys = keys
         self._partitions = partitions
         self._answered_ttl = max(1, int(answered_ttl_s))
-        self._put = client.register_script(scripts.OUTBOX_PUT)
         self._set_state = client.register_script(scripts.OUTBOX_STATE)
         self._remove = client.register_script(scripts.OUTBOX_REMOVE)
         self._mark_sending = client.register_script(_MARK_SENDING)
@@ -122,29 +180,70 @@ class RedisOutbox:
         connection broke, after running the script) counts as stored by this try: the caller
         queues only what it stored, and nothing else would queue it while this node keeps
         the chat."""
+        [stored] = await self.store([message])
+        return bool(stored)
+
+    async def store(self, writes: list[OutboxWrite]) -> list[WriteResult]:
+        """The replies (as `put`) and completions (the inbound store's script) of `writes`
+        as one pipeline, in order (script_calls.py)."""
+        plan: list[_Planned] = []
+        calls: list[ScriptCall] = []
+        # ids whose last try failed before this batch (the batch marks its own as it goes)
+        unsure = {w.message_id for w in writes
+                  if isinstance(w, OutboundMessage) and w.message_id in self._unsure}
+        for write in writes:
+            if isinstance(write, Completing):
+                planned: _Planned = _Completions(
+                    [await self._completion_call(key) for key in write.keys])
+            else:
+                planned = self._plan_put(write, write.message_id in unsure)
+                unsure.discard(write.message_id)  # a second put of it here is a repeat
+            planned.first = len(calls)
+            calls += planned.calls()
+            plan.append(planned)
+        replies = await run_in_order(self._client, calls)
+        results: list[WriteResult] = []
+        for planned in plan:
+            planned.read(replies)
+            results.append(self._stored(planned) if isinstance(planned, _Put)
+                           else planned.ended)
+        return results
+
+    async def _completion_call(self, key: str) -> ScriptCall | Completion:
+        if self._inbound is None:
+            raise StoreError("this outbox was opened without its inbound store")
+        return await self._inbound.completion_call(key)
+
+    def _plan_put(self, message: OutboundMessage, unsure: bool) -> _Put:
         k = self._keys
         part = self._part(message)
-        answered = k.answered(message.inbound_key or "")
-        fence_key, fence_value = k.outbox_sequence, ""
-        unsure = message.message_id in self._unsure
         self._unsure.discard(message.message_id)
+        fence_key, fence_value = k.outbox_sequence, ""
         if message.inbound_key:
             lease = self._partitions.lease(part)
             if lease is None:
                 log.info("not storing the answer to %s: its chat moved to another node, which "
                          "answers it", message.inbound_key)
-                return False
+                return _Put(message, unsure, None)
             fence_key, fence_value = k.lease(k.partition_lease(part)), lease.value
         self._unsure.add(message.message_id)  # until Redis answers
-        added = int(await self._put(
-            keys=[k.outbox_messages, k.outbox_state, k.outbox_order(part), k.outbox_sequence,
-                  answered, fence_key],
-            args=[message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
-                  "1" if message.inbound_key else "0", fence_value]))
+        return _Put(message, unsure, ScriptCall(
+            scripts.OUTBOX_PUT,
+            [k.outbox_messages, k.outbox_state, k.outbox_order(part), k.outbox_sequence,
+             k.answered(message.inbound_key or ""), fence_key],
+            [message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
+             "1" if message.inbound_key else "0", fence_value]))
+
+    def _stored(self, put: _Put) -> bool:
+        """Whether a planned put stored its message (see `put`)."""
+        message = put.message
+        if put.call is None:
+            return False
         self._unsure.discard(message.message_id)
+        added = int(put.reply)
         if added == 1:
             self._keep(OutboxEntry(message))
-        if added == 0 and unsure:
+        if added == 0 and put.unsure:
             return True  # stored by the try whose answer was lost
         if added < 0:
             log.info("not storing the answer to %s: its chat's partition is held under a newer "
