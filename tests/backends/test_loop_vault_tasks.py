@@ -20,7 +20,7 @@ from soulflow.contracts import Attachment, InboundMessage
 from soulflow.conversation.attachments import fetchable_off_loop
 from soulflow.conversation.secret_command import make_secret_command
 from soulflow.errors import StoreError
-from soulflow.security.inbound import InboundSealer, needs_vault
+from soulflow.security.inbound import InboundSealer, SealReport, needs_vault
 from soulflow.security.references import inspect_secret_references_for_orchestration
 from soulflow.security.vault import SecretVault
 from soulflow.tasks import TaskStatus
@@ -182,3 +182,33 @@ async def test_a_plan_written_twice_at_once_is_read_again_not_guessed(
     stored = redis.Redis.from_url(redis_server.url).hget(f"{backend.keys.prefix}tasks:proposals",
                                                          chat)
     assert (proposals.get(chat) is None) == (stored is None)
+
+
+async def test_a_flood_of_messages_carrying_keys_is_sealed_off_the_loop(
+        slow: tuple[RedisBackend, CuttableProxy], tmp_path: Path) -> None:
+    """300 messages at once, each with its own key, among 300 ordinary ones: every key is
+    sealed (one entry each, scoped to its chat), none left in clear, and the ordinary ones
+    do not queue behind them in the store thread (each is done before any sealed one)."""
+    backend, _ = slow
+    vault = await _vault(backend, tmp_path)
+    sealer = InboundSealer(vault)
+    keys = [f"sk-proj-Flood{i:04d}NotReal0123456789abcdefghijKLMN" for i in range(300)]
+    carrying = [_message(f"key {i}: {key}", f"k{i}") for i, key in enumerate(keys)]
+    ordinary = [_message(f"hello {i}", f"o{i}") for i in range(300)]
+    done: list[str] = []
+
+    async def seal(message: InboundMessage) -> SealReport:
+        report = await sealer.seal_off_loop(message)
+        done.append(message.message_id[0])
+        return report
+
+    async with loop_gaps() as gaps:
+        reports = await asyncio.gather(*(seal(m) for m in carrying),
+                                       *(seal(m) for m in ordinary))
+    assert done == ["o"] * 300 + ["k"] * 300
+    assert [r.sealed for r in reports] == [1] * 300 + [0] * 300
+    assert all(key not in m.text for key, m in zip(keys, carrying, strict=True))
+    assert [m.text for m in ordinary] == [f"hello {i}" for i in range(300)]
+    names = await vault.offload(vault.names, chat="telegram:c1")
+    assert len([n for n in names if ".openai_key." in n]) == 300
+    assert max(gaps) < 0.5, f"the loop was held {max(gaps):.2f} s"
