@@ -46,7 +46,8 @@ class RedisProposalMap:
 
     def get(self, chat_key: str) -> Proposal | None:
         """The chat's plan: known here (read ahead by `preload`, or written here) under the
-        chat's current lease, else one round trip (a chat this node does not hold)."""
+        chat's current lease, else one round trip on the synchronous client (a chat this node
+        does not hold: `preload` reads nothing without a lease)."""
         token = self._fence(chat_key) or 0
         known = self._known.get(chat_key)
         if known is not None and token and known[0] == token:
