@@ -487,6 +487,10 @@ class TaskStore(Protocol):
         """Tasks still running or waiting, oldest first; with `chats`, only those whose chat
         key it accepts (the engine's "chats this node holds": cheap to ask every second)."""
 
+    async def fetch_unfinished(self, *,
+                               chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        """`unfinished`, as `fetch` reads (/stop's scan of its chat's tasks)."""
+
     def count_unfinished(self) -> int:
         """How many tasks are running or waiting (for /api/state: cheap on every store)."""
 
@@ -521,9 +525,13 @@ class ProposalMap(Protocol):
         """Before a message of the chat is read for a task: read its plan ahead, without
         holding the event loop (on files: nothing to read)."""
 
-    def put(self, chat_key: str, proposal: Proposal) -> None: ...
+    async def put(self, chat_key: str, proposal: Proposal) -> None:
+        """Keep `proposal` as the chat's plan under review (it replaces any other); on Redis
+        one round trip on the asynchronous client, so a slow Redis does not hold the loop."""
 
-    def pop(self, chat_key: str) -> Proposal | None: ...
+    async def pop(self, chat_key: str) -> Proposal | None:
+        """Take the chat's plan off review (answered, dropped, replaced, /stop): it, or None
+        if there was none; as `put`, off the event loop."""
 
 
 class WorkflowLog(Protocol):

@@ -30,7 +30,7 @@ from soulflow.storage.beneath import Beneath
 if TYPE_CHECKING:
     from soulflow.security.vault import SecretVault
 
-__all__ = ["ChatFiles", "chat_files", "fetchable"]
+__all__ = ["ChatFiles", "chat_files", "fetchable", "fetchable_off_loop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +79,13 @@ def fetchable(attachment: Attachment, message: InboundMessage,
     opened = resolve_secret_references(url, vault,
                                        chat=chat_scope(message.provider, message.chat_id))
     return replace(attachment, url=opened.value) if opened.ok else attachment
+
+
+async def fetchable_off_loop(attachment: Attachment, message: InboundMessage,
+                             vault: SecretVault | None) -> Attachment:
+    """`fetchable` for the event loop: a URL that holds a reference is opened where the
+    vault's store may wait (`SecretVault.offload`); any other costs nothing."""
+    if not attachment.url or vault is None or next(iter_secret_refs(attachment.url),
+                                                   None) is None:
+        return attachment
+    return await vault.offload(fetchable, attachment, message, vault)

@@ -24,6 +24,6 @@ class ChatTasks(Protocol):
         nothing to say)."""
         ...
 
-    def stop_chat(self, chat_key: str) -> int:
-        """Cancel the chat's running tasks; how many there were."""
+    async def stop_chat(self, chat_key: str) -> int:
+        """Cancel the chat's running tasks; how many there were (read off the event loop)."""
         ...

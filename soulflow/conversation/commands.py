@@ -33,12 +33,12 @@ class CommandRouter:
     backed by its services: /secret, /repl, /render, /cron, /task); a known command without
     one says it is unavailable."""
 
-    stop_chat: Callable[[str], int]  # the chat's runs and tasks; how many were running
+    stop_chat: Callable[[str], Awaitable[int]]  # the chat's runs and tasks; how many ran
     handlers: Mapping[str, CommandHandler] = field(default_factory=dict)
 
-    def stop(self, chat_key: str) -> str:
+    async def stop(self, chat_key: str) -> str:
         """Abort the chat's active runs and tasks; the reply says how many were running."""
-        stopped = self.stop_chat(chat_key)
+        stopped = await self.stop_chat(chat_key)
         return f"Stopped {stopped} running task(s)." if stopped else \
             "Nothing is running in this chat."
 
@@ -50,7 +50,7 @@ class CommandRouter:
     async def handle(self, command: Command, message: InboundMessage) -> str:
         name = command.name
         if name in STOP_NAMES:
-            return self.stop(message.chat_key)
+            return await self.stop(message.chat_key)
         if name == "help":
             return self.help_text()
         handler = self.handlers.get(name)

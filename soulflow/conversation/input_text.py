@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from soulflow.channels.base import ChannelAdapter
 from soulflow.contracts import Attachment, InboundMessage
-from soulflow.conversation.attachments import chat_files, fetchable
+from soulflow.conversation.attachments import chat_files, fetchable_off_loop
 from soulflow.storage.beneath import Beneath
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ async def attachment_line(adapter: ChannelAdapter | None, message: InboundMessag
         return f"[attachment {attachment.name}: not downloaded, no adapter]"
     folder = chat_files(workspace, message.provider, message.chat_id)
     try:
-        path = await adapter.download(fetchable(attachment, message, vault), folder)
+        path = await adapter.download(await fetchable_off_loop(attachment, message, vault),
+                                      folder)
     except Exception as exc:
         log.warning("could not download %s from %s: %s", attachment.name, message.provider, exc)
         return f"[attachment {attachment.name}: could not be downloaded: {exc}]"

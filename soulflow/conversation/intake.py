@@ -146,8 +146,8 @@ class InboundScreen:
         with tracing.span("soulflow.intake", {"soulflow.channel": message.provider},
                           kind=tracing.Kind.CONSUMER) as span:
             if self._sealer is not None:  # never store a message whose secrets are not sealed
-                with stage(IntakeStage.SEAL):
-                    self._sealer.seal(message)
+                with stage(IntakeStage.SEAL):  # (the vault's calls off the loop, if any)
+                    await self._sealer.seal_off_loop(message)
             message.trace = message.trace or tracing.traceparent()
             with stage(IntakeStage.JOURNAL):
                 verdict = Verdict.FRESH if await self._journal.accept(message) else Verdict.SKIP

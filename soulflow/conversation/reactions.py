@@ -8,9 +8,10 @@ serial queue, behind the turn that may be waiting for it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from soulflow import tracing
 from soulflow.agent.approvals import CLARIFY, parse_reaction
@@ -30,17 +31,22 @@ class Reactions:
     access: AccessPolicy
     agent: AgentDomain
     tasks: ChatTasks | None
-    stop_chat: Callable[[str], int]  # the chat's runs and tasks, as /stop
+    stop_chat: Callable[[str], Awaitable[int]]  # the chat's runs and tasks, as /stop
     submit: Callable[[str, Job], None]  # into the chat's serial queue
     publish: Callable[[ChatRef, str, Announcement | None], Awaitable[list[bool]]]
+    # stops under way: a stop finds the chat's tasks in the store, and a reaction is
+    # handled where nothing may wait for that (the intake, the claim loop)
+    _stopping: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     def handle(self, message: InboundMessage) -> None:
         """Act on a reaction by an allowed user in a chat this node holds."""
         if not self.access.is_allowed(message.provider, message.sender_id):
             return
         if message.reaction in STOP_REACTIONS:
-            stopped = self.stop_chat(message.chat_key)  # runs and tasks, as /stop
-            log.info("stop reaction in %s stopped %d run(s)", message.chat_key, stopped)
+            job = asyncio.create_task(self._stop(message.chat_key),
+                                      name=f"stop-reaction:{message.chat_key}")
+            self._stopping.add(job)
+            job.add_done_callback(self._stopping.discard)
         decision = parse_reaction(message.reaction)
         approvals = self.agent.approvals
         if decision is None or approvals is None or not message.target_message_id:
@@ -67,6 +73,20 @@ class Reactions:
                                  reply.approval)
 
         self.submit(message.chat_key, decide)
+
+    async def _stop(self, chat_key: str) -> None:
+        """The chat's runs and tasks, as /stop (its runs are aborted first, at once)."""
+        try:
+            stopped = await self.stop_chat(chat_key)
+        except Exception:
+            log.exception("the stop reaction in %s failed", chat_key)
+            return
+        log.info("stop reaction in %s stopped %d run(s)", chat_key, stopped)
+
+    async def settle(self) -> None:
+        """Let the stops under way finish (at shutdown)."""
+        if self._stopping:
+            await asyncio.gather(*list(self._stopping), return_exceptions=True)
 
     async def _task_reaction(self, message: InboundMessage) -> None:
         assert self.tasks is not None

@@ -4,6 +4,9 @@ By the time this runs, `/secret set`'s value is already in the vault and the mes
 holds only a reference (the inbound sealer did it before journaling, see
 `soulflow.security.inbound`).
 
+Every answer reads or changes the vault's entries, so it is made where the vault may wait
+(`SecretVault.offload`: on Redis in the backend's store thread, not on the event loop).
+
 Scopes: in a chat, a user sees and removes only that chat's secrets; the operator's (global)
 secrets and other chats' are invisible to them, and removing one answers exactly like a name
 that does not exist. Admins (`AdminPolicy`; the local operator always) see every name with its
@@ -29,22 +32,26 @@ def make_secret_command(vault: SecretVault, admins: AdminPolicy | None = None) -
     policy = admins if admins is not None else AdminPolicy()
 
     async def handle(command: Command, message: InboundMessage) -> str:
-        words = command.args.split()
-        action = words[0].casefold() if words else ""
-        scope = chat_scope(message.provider, message.chat_id)
         admin = policy.is_admin(message.provider, message.sender_id)
-        if action == "list":
-            return _list(vault, scope, admin)
-        if action == "set" and len(words) >= 2 and is_valid_name(words[1]):
-            return _set_reply(vault, words, message, scope, admin)
-        if action in ("rm", "remove", "delete") and len(words) == 2:
-            name = words[1]
-            removed = vault.remove(name) if admin else \
-                vault.remove(name, scope=scope, any_scope=False)
-            return f"Removed secret {name}." if removed else f"There is no secret {name}."
-        return USAGE
+        # every answer reads or changes the entries: where the vault may wait, off the loop
+        return await vault.offload(_answer, vault, command.args.split(), message, admin)
 
     return handle
+
+
+def _answer(vault: SecretVault, words: list[str], message: InboundMessage, admin: bool) -> str:
+    action = words[0].casefold() if words else ""
+    scope = chat_scope(message.provider, message.chat_id)
+    if action == "list":
+        return _list(vault, scope, admin)
+    if action == "set" and len(words) >= 2 and is_valid_name(words[1]):
+        return _set_reply(vault, words, message, scope, admin)
+    if action in ("rm", "remove", "delete") and len(words) == 2:
+        name = words[1]
+        removed = vault.remove(name) if admin else \
+            vault.remove(name, scope=scope, any_scope=False)
+        return f"Removed secret {name}." if removed else f"There is no secret {name}."
+    return USAGE
 
 
 def _list(vault: SecretVault, scope: str, admin: bool) -> str:

@@ -60,6 +60,7 @@ from soulflow.logs import log_context
 from soulflow.security.inbound import InboundSealer
 from soulflow.security.references import (
     inspect_secret_references_for_orchestration,
+    reference_labels,
     secret_resolution_required_message,
 )
 from soulflow.security.vault import chat_scope
@@ -158,6 +159,7 @@ class Conversation:
         await self.claimer.run()
 
     async def stop(self, timeout: float) -> None:
+        await self.reactions.settle()
         if self._grouper is not None:
             self._grouper.flush_all()
         await self._executor.stop(timeout)
@@ -176,11 +178,13 @@ class Conversation:
     def active_chats(self) -> int:
         return self._executor.active_keys
 
-    def stop_chat(self, chat_key: str) -> int:
-        """Abort the chat's active runs and cancel its tasks (/stop, a stop reaction); how
-        many were running."""
+    async def stop_chat(self, chat_key: str) -> int:
+        """Abort the chat's active runs (at once) and cancel its tasks (/stop, a stop
+        reaction); how many were running."""
         stopped = self.runs.stop(chat_key)
-        return stopped + self.tasks.stop_chat(chat_key) if self.tasks is not None else stopped
+        if self.tasks is not None:
+            stopped += await self.tasks.stop_chat(chat_key)
+        return stopped
 
     # -- intake --------------------------------------------------------------------------
 
@@ -260,7 +264,7 @@ class Conversation:
         command = adapter.parse_command(message.text) if adapter is not None else None
         if command is None or command.name not in STOP_NAMES:
             return False
-        await self.replies.reply(message, self.commands.stop(message.chat_key))
+        await self.replies.reply(message, await self.commands.stop(message.chat_key))
         await self.replies.complete([message.key], ReplyStatus.ANSWERED)
         return True
 
@@ -353,9 +357,11 @@ class Conversation:
             await self.replies.answer(first, EMPTY_MESSAGE_REPLY, keys, ReplyStatus.IGNORED,
                                       "empty message")
             return
-        if self.sealer is not None:
-            report = inspect_secret_references_for_orchestration(
-                given.text, self.sealer.vault, chat=chat_scope(first.provider, first.chat_id))
+        if self.sealer is not None and reference_labels(given.text):
+            vault = self.sealer.vault  # opened where the vault may wait (off the loop)
+            report = await vault.offload(
+                inspect_secret_references_for_orchestration, given.text, vault,
+                chat=chat_scope(first.provider, first.chat_id))
             if not report.ok:
                 await self.replies.answer(first, secret_resolution_required_message(report),
                                           keys, ReplyStatus.FAILED,

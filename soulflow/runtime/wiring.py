@@ -99,7 +99,7 @@ def vault(settings: Settings, backend: Backend) -> SecretVault:
     entries (on Redis: is this node's key the one they are sealed with?), before the backend's
     own check: a store that does not answer is the same one sentence (`BackendUnavailable`)."""
     try:
-        return open_vault(settings, backend.secrets)
+        return open_vault(settings, backend.secrets, backend.offload)
     except StoreError as exc:
         raise backend.unavailable(exc) from None
 

@@ -11,6 +11,11 @@ the sender is an admin; then the value is still sealed (as this chat's inbound v
 never lost in clear) and the text names the sealed reference instead of NAME, which is how
 `/secret set` learns it was refused. An admin's `/secret set` of an existing name keeps that
 entry's scope (an admin updating the operator's token keeps it global).
+
+The daemon calls `seal_off_loop`: finding what to seal is pure CPU and runs on the event loop;
+only a message that holds something to store waits for the vault, in the place the vault's
+store may wait (`SecretVault.offload`: on Redis the backend's store thread). An ordinary
+message costs no store call at all.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from soulflow.contracts import InboundMessage
+from soulflow.security.detectors import ALL_DETECTORS, find_sensitive_spans
 from soulflow.security.seal import SealResult, inbound_secret_name, seal_inbound_sensitive_text
 from soulflow.security.syntax import is_valid_name, secret_reference
 from soulflow.security.vault import SecretVault, chat_scope
@@ -44,6 +50,15 @@ class InboundSealer:
     def __init__(self, vault: SecretVault, is_admin: IsAdmin | None = None) -> None:
         self.vault = vault
         self._is_admin = is_admin
+
+    async def seal_off_loop(self, message: InboundMessage) -> SealReport:
+        """`seal`, with the vault's store calls off the event loop: the message is scanned
+        here, and only if it holds something to seal (or is `/secret set`) is it sealed where
+        the vault may wait. Raises as `seal` does; the message is then unchanged or partly
+        sealed, and the caller must not store it."""
+        if not needs_vault(message):
+            return SealReport()
+        return await self.vault.offload(self.seal, message)
 
     def seal(self, message: InboundMessage) -> SealReport:
         """Seal `message` in place; raises if the vault cannot store (the caller drops it)."""
@@ -99,3 +114,17 @@ class InboundSealer:
     def _seal(self, message: InboundMessage, text: str) -> SealResult:
         return seal_inbound_sensitive_text(text, provider=message.provider,
                                            chat_id=message.chat_id, vault=self.vault)
+
+
+def needs_vault(message: InboundMessage) -> bool:
+    """Whether sealing `message` stores anything: `/secret set NAME value`, or a sensitive
+    value in any field `InboundSealer.seal` looks at. Pure CPU (the detectors only), so it
+    may run on the event loop; `seal` finds the same values again."""
+    command = _SECRET_SET.match(message.text)
+    if command is not None and is_valid_name(command.group(1)):
+        return True
+    fields = [message.text, *(message.thread_context or ())]
+    for attachment in message.attachments:
+        fields += [value for name in ("name", "local_path", "url")
+                   if (value := getattr(attachment, name))]
+    return any(find_sensitive_spans(text, ALL_DETECTORS) for text in fields)

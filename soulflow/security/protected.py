@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from soulflow.security.zones import CHATS_DIR, RUNTIME_DIR, ChatZone
 
 if TYPE_CHECKING:  # pragma: no cover
-    from soulflow.backends.base import SecretEntries
+    from soulflow.backends.base import Offload, SecretEntries
     from soulflow.config import Settings
     from soulflow.security.vault import SecretVault
 
@@ -112,16 +112,18 @@ def key_file_path(workspace: Path, configured: str = "") -> Path:
     return Path(workspace) / RUNTIME_DIR / SECURITY_DIR / KEY_FILE_NAME
 
 
-def open_vault(settings: Settings, entries: SecretEntries) -> SecretVault:
+def open_vault(settings: Settings, entries: SecretEntries,
+               offload: Offload | None = None) -> SecretVault:
     """The workspace's vault, with its key where ``SOULFLOW_MASTER_KEY_FILE`` says (the daemon
     and `soulflow secret` must agree on it, so both call this). `entries`: the backend's
-    sealed entries (``secrets.json``, or the Redis hash)."""
+    sealed entries (``secrets.json``, or the Redis hash); `offload`: the backend's, where the
+    daemon's loop runs the vault's calls (`SecretVault.offload`)."""
     from soulflow.security.vault import SecretVault
 
     configured = str(settings.values.get("SOULFLOW_MASTER_KEY_FILE", "") or "")
     security_dir = Path(settings.workspace) / RUNTIME_DIR / SECURITY_DIR
     key = key_file_path(settings.workspace, configured) if configured.strip() else None
-    return SecretVault(security_dir, key_path=key, entries=entries)
+    return SecretVault(security_dir, key_path=key, entries=entries, offload=offload)
 
 
 class _RuntimeInodes:

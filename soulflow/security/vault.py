@@ -37,10 +37,11 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
-from soulflow.backends.base import EntriesChanged, SecretEntries
+from soulflow.backends.base import EntriesChanged, Offload, SecretEntries, call_here
 from soulflow.security import syntax
 from soulflow.security.crypto import Sealer, generate_key
 from soulflow.security.errors import (
@@ -60,6 +61,9 @@ from soulflow.storage.atomic import fsync_dir, replace_durably
 
 __all__ = ["SecretInfo", "SecretVault", "StoredSecret", "chat_scope"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 try:  # POSIX advisory locking; elsewhere the in-process lock is all we get.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -78,16 +82,20 @@ class SecretVault:
     """Encrypted name -> value store; see the module docstring for the on-disk contract.
 
     Thread-safe (one `threading.Lock`) and multi-process safe on POSIX (``flock``). All
-    methods are synchronous and fast; call them from async code directly or via a thread.
+    methods are synchronous. The daemon's event loop calls none of them directly: it runs
+    what reads or writes the entries through `offload` (on Redis each is a round trip, and
+    one held by a slow Redis would hold the loop; the lock would too, while a call in
+    another thread waits for Redis under it).
     """
 
     def __init__(self, security_dir: Path, key_path: Path | None = None, *,
-                 entries: SecretEntries) -> None:
+                 entries: SecretEntries, offload: Offload | None = None) -> None:
         self.dir = Path(security_dir)
         self.key_path = Path(key_path) if key_path is not None else self.dir / KEY_FILE
         self.pending_key_path = self.key_path.with_name(self.key_path.name + ".new")
         self.secrets_path = self.dir / SECRETS_FILE
         self._entries = entries
+        self._offload: Offload = offload or call_here
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int, int], Sealer] | None = None
         ensure_private_dir(self.dir)
@@ -105,6 +113,13 @@ class SecretVault:
         return f"SecretVault({str(self.dir)!r})"
 
     # ----------------------------------------------------------------- public API
+
+    async def offload(self, call: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run `call` (a method of this vault, or a function that calls several) where the
+        entries' store may wait: the backend's store thread on Redis, right here on files
+        (`Backend.offload`). Every method holds the vault's own lock, so running them in
+        another thread needs nothing more."""
+        return await self._offload(call, *args, **kwargs)
 
     def set(self, name: str, value: str, *, scope: str | None = None) -> None:
         """Store (or replace) ``value`` under ``name``; ``scope`` None makes it global."""

@@ -45,7 +45,14 @@ from soulflow.tasks.commands import make_task_command
 from soulflow.tasks.engine import TaskEngine
 from soulflow.tasks.executors import DaemonExecutors
 from soulflow.tasks.graph import GraphValidationError
-from soulflow.tasks.model import Choice, NodeKind, TaskDecisionError, TaskGraph, TaskState
+from soulflow.tasks.model import (
+    Choice,
+    NodeKind,
+    TaskDecisionError,
+    TaskGraph,
+    TaskState,
+    task_chat_key,
+)
 from soulflow.tasks.planner import Plan, PlanError, Planner
 from soulflow.tasks.review import Proposal
 
@@ -172,7 +179,7 @@ class TaskChat:
             plan = await planner.plan(request)
         except PlanError as exc:
             return "I could not make a valid plan:\n" + "\n".join(f"- {p}" for p in exc.problems)
-        self.proposals.pop(asker.chat_key)  # a new request replaces a plan under review
+        await self.proposals.pop(asker.chat_key)  # a new request replaces a plan under review
         return await self._offer(asker, request, plan, edits=[])
 
     async def _offer(self, asker: Asker, request: str, plan: Plan, edits: list[str]) -> str:
@@ -181,7 +188,7 @@ class TaskChat:
             requester_id=asker.user_id))
         if not risks and not edits:
             return await self._submit(asker, plan.title, plan.graph)
-        self.proposals.put(asker.chat_key, Proposal(
+        await self.proposals.put(asker.chat_key, Proposal(
             chat={"provider": asker.provider, "chat_id": asker.chat_id,
                   "thread_id": asker.thread_id},
             requested_by=asker.user_id, request=request, title=plan.title,
@@ -278,10 +285,10 @@ class TaskChat:
         asker = Asker(message.provider, message.chat_id,
                       proposal.chat.get("thread_id"), proposal.requested_by)
         if parsed is not None and parsed[0] == APPROVE:
-            self.proposals.pop(message.chat_key)
+            await self.proposals.pop(message.chat_key)
             return await self._submit(asker, proposal.title, proposal.task_graph())
         if parsed is not None and parsed[0] in (DENY, CANCEL):
-            self.proposals.pop(message.chat_key)
+            await self.proposals.pop(message.chat_key)
             return f"OK, I dropped the plan \"{proposal.title}\"."
         if parsed is not None or not text or text.startswith("/"):
             return None
@@ -319,12 +326,13 @@ class TaskChat:
             return f"Could not cancel: {exc}."
         return f"Task {task.task_id} is {task.status.value}."
 
-    def stop_chat(self, chat_key: str) -> int:
-        """`/stop`: cancel the chat's unfinished tasks (in the background: /stop answers at
-        once); returns how many. A proposal waiting for review is dropped too."""
-        dropped = 1 if self.proposals.pop(chat_key) is not None else 0
-        tasks = [t for t in self.store.unfinished()
-                 if f"{t.provider}:{t.chat_id}" == chat_key]
+    async def stop_chat(self, chat_key: str) -> int:
+        """`/stop`: cancel the chat's unfinished tasks (in the background: /stop answers once
+        they are found); returns how many. A proposal waiting for review is dropped too. Both
+        reads wait for the store off the event loop (`fetch_unfinished`, `ProposalMap.pop`)."""
+        dropped = 1 if await self.proposals.pop(chat_key) is not None else 0
+        tasks = [t for t in await self.store.fetch_unfinished(chats=chat_key.__eq__)
+                 if task_chat_key(t) == chat_key]
         for task in tasks:
             job = asyncio.create_task(self._cancel_quietly(task.task_id),
                                       name=f"task-cancel-{task.task_id}")

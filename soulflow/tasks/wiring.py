@@ -207,9 +207,9 @@ class TaskServices:
         answered here; None: it is not one."""
         return await self.chat.reply(message)
 
-    def stop_chat(self, chat_key: str) -> int:
+    async def stop_chat(self, chat_key: str) -> int:
         """/stop and a stop reaction cancel the chat's tasks with its runs."""
-        return self.chat.stop_chat(chat_key)
+        return await self.chat.stop_chat(chat_key)
 
     async def answer_reaction(self, message: InboundMessage) -> str | None:
         """A reaction on a task prompt decides it (None: not a task prompt, or nothing to say)."""

@@ -19,6 +19,7 @@ from soulflow.backends.base import ProposalMap, TaskStore
 from soulflow.backends.file.proposals import FileProposalMap
 from soulflow.backends.file.tasks import STORE_VERSION, FileTaskStore
 from soulflow.backends.file.workflow import FileWorkflowLog
+from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.events import RedisWorkflowLog
 from soulflow.backends.redis.keys import TaskKeys
 from soulflow.backends.redis.proposals import RedisProposalMap
@@ -38,6 +39,7 @@ class TaskWorld:
         self.keys = TaskKeys(self.prefix)
         self._url = redis_url
         self._clients: list[StateRedis] = []
+        self._async_clients: list[AsyncStoreRedis] = []
 
     def state(self) -> StateRedis:
         """A new synchronous client, as another node would have."""
@@ -53,7 +55,9 @@ class TaskWorld:
     def proposals(self) -> ProposalMap:
         if self.kind == "file":
             return FileProposalMap(self.runtime / "tasks" / "proposals.json")
-        return RedisProposalMap(self.state(), self.keys)
+        client = AsyncStoreRedis.from_url(self._url)  # offering and answering use it
+        self._async_clients.append(client)
+        return RedisProposalMap(self.state(), self.keys, client=client)
 
     def events(self, *, secret: str = "", hub: EventHub | None = None) -> WorkflowEventService:
         redactor = Redactor([secret]) if secret else None
@@ -87,9 +91,11 @@ class TaskWorld:
         raw = self.state().client.hget(self.keys.tasks, task_id)
         return None if raw is None else json.loads(raw)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         for state in self._clients:
             state.close()
+        for client in self._async_clients:
+            await client.aclose()
 
 
 @pytest.fixture(params=["file", "redis"])
@@ -97,7 +103,7 @@ async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     url = request.getfixturevalue("redis_server").url if request.param == "redis" else ""
     w = TaskWorld(request.param, tmp_path, url)
     yield w
-    w.close()
+    await w.close()
 
 
 @pytest.fixture
@@ -106,4 +112,4 @@ async def redis_world(request: pytest.FixtureRequest,
     """Redis only: what the shared store has and the files do not (fencing, several nodes)."""
     w = TaskWorld("redis", tmp_path, request.getfixturevalue("redis_server").url)
     yield w
-    w.close()
+    await w.close()

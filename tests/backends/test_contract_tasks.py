@@ -50,6 +50,9 @@ async def test_a_checkpoint_survives_a_restart_and_lists_by_chat(world: TaskWorl
     assert [t.task_id for t in again.list(status=TaskStatus.COMPLETED)] == ["t-3"]
     assert [t.task_id for t in again.unfinished()] == ["t-1", "t-2"]
     assert [t.task_id for t in again.unfinished(chats=lambda c: c == "telegram:7")] == ["t-2"]
+    assert [t.task_id for t in await again.fetch_unfinished()] == ["t-1", "t-2"]  # /stop's
+    assert [t.task_id for t in await again.fetch_unfinished(chats="telegram:7".__eq__)] == \
+        ["t-2"]
     with pytest.raises(ValueError, match="already exists"):
         await again.add(TaskState("t-1", "dup", graph()))
     with pytest.raises(ValueError, match="bad task id"):
@@ -65,6 +68,7 @@ async def test_a_finished_task_leaves_the_unfinished_list(world: TaskWorld) -> N
     await store.checkpoint(task)
     again = world.store()
     assert again.unfinished() == []
+    assert await again.fetch_unfinished() == []
     done = require(again, "t-f")
     assert done.status is TaskStatus.COMPLETED and done.result == {"a": 1}
     assert done.revision == 2
@@ -141,15 +145,15 @@ async def test_a_plan_under_review_is_found_after_a_restart(world: TaskWorld) ->
                     requested_by="dana", request="mail the vendors", title="Mail",
                     graph=graph().to_dict(), risks=["write_file changes files"])
     assert proposals.get("telegram:5") is None
-    proposals.put("telegram:5", plan)
-    proposals.put("telegram:6", Proposal(chat={}, requested_by="x", request="y", title="z",
+    await proposals.put("telegram:5", plan)
+    await proposals.put("telegram:6", Proposal(chat={}, requested_by="x", request="y", title="z",
                                          graph=graph().to_dict()))
     again = world.proposals()  # a restart, or the node that took the chat over
     found = again.get("telegram:5")
     assert found == plan and found.task_graph().to_dict() == graph().to_dict()
-    assert again.pop("telegram:5") == plan
+    assert await again.pop("telegram:5") == plan
     assert world.proposals().get("telegram:5") is None
-    assert again.pop("telegram:5") is None
+    assert await again.pop("telegram:5") is None
     assert world.proposals().get("telegram:6") is not None
 
 

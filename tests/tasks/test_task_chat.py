@@ -248,7 +248,7 @@ async def test_the_plan_says_which_steps_only_an_admin_can_approve(rig: Rig) -> 
 
 async def test_stop_cancels_the_chats_waiting_task(rig: Rig) -> None:
     task_id = await gated_task(rig)
-    assert rig.chat.stop_chat("telegram:c1") == 1
+    assert await rig.chat.stop_chat("telegram:c1") == 1
     await rig.chat.stop()  # the cancels it started
     assert require(rig.store, task_id).status is TaskStatus.CANCELLED
 

@@ -29,6 +29,9 @@ class BrokenSealer:
         if "boom" in message.text:
             raise OSError("No space left on device")
 
+    async def seal_off_loop(self, message: InboundMessage) -> None:
+        self.seal(message)
+
 
 def test_normalize_text_replaces_surrogates_and_drops_controls() -> None:
     assert normalize_text("a\ud800b\udfffc") == "a\ufffdb\ufffdc"

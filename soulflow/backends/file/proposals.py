@@ -32,7 +32,7 @@ class FileProposalMap:
     def get(self, chat_key: str) -> Proposal | None:
         return self._items.get(chat_key)
 
-    def put(self, chat_key: str, proposal: Proposal) -> None:
+    async def put(self, chat_key: str, proposal: Proposal) -> None:
         with self._lock:
             self._items[chat_key] = proposal
             self._write()
@@ -40,7 +40,7 @@ class FileProposalMap:
     async def preload(self, chat_key: str) -> None:
         """Nothing to read ahead: the map is in memory."""
 
-    def pop(self, chat_key: str) -> Proposal | None:
+    async def pop(self, chat_key: str) -> Proposal | None:
         with self._lock:
             proposal = self._items.pop(chat_key, None)
             if proposal is not None:

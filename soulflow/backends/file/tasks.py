@@ -99,6 +99,10 @@ class FileTaskStore:
     async def fetch_detail_tail(self, task_id: str, count: int) -> list[str]:
         return self.detail_tail(task_id, count)
 
+    async def fetch_unfinished(self, *,
+                               chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        return self.unfinished(chats=chats)
+
     def get(self, task_id: str) -> TaskState | None:
         return self._tasks.get(task_id)
 

@@ -349,8 +349,8 @@ class RedisBackend:
 
     @cached_property
     def proposals(self) -> RedisProposalMap:
-        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix),
-                                fence=partition_fence(self), client=self.client)
+        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix), client=self.client,
+                                fence=partition_fence(self))
 
     @cached_property
     def workflow(self) -> RedisWorkflowLog:

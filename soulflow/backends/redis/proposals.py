@@ -31,17 +31,23 @@ class RedisProposalMap:
     Every message of a chat asks whether a plan waits there, and almost never does one: what
     was read (or written) is kept while this node holds the chat under the same lease token
     (`fencing.py`), since only the chat's holder writes its field; so a chat's field is read
-    once per lease, not once per message."""
+    once per lease, not once per message. Offering a plan and taking it off review are one
+    round trip each on the asynchronous client, so a slow Redis holds the chat, not the
+    event loop."""
 
-    def __init__(self, state: StateRedis, keys: TaskKeys, *, fence: Fence = no_fence,
-                 client: AsyncStoreRedis | None = None) -> None:
+    def __init__(self, state: StateRedis, keys: TaskKeys, *, client: AsyncStoreRedis,
+                 fence: Fence = no_fence) -> None:
         self._redis = state.client
-        self._client = client  # the asynchronous client, for `preload`
+        self._client = client  # the asynchronous client: `preload`, `put`, `pop`
         self._key = keys.proposals
         self._fence = fence
         self._known: OrderedDict[str, tuple[int, Proposal | None]] = OrderedDict()
+        self._writes = 0  # writes started here: one that overlapped another is not cached
 
     def get(self, chat_key: str) -> Proposal | None:
+        """The chat's plan: known here (read ahead by `preload`, or written here) under the
+        chat's current lease, else one round trip on the synchronous client (a chat this node
+        does not hold: `preload` reads nothing without a lease)."""
         token = self._fence(chat_key) or 0
         known = self._known.get(chat_key)
         if known is not None and token and known[0] == token:
@@ -54,25 +60,44 @@ class RedisProposalMap:
         """Read the chat's field ahead on the asynchronous client, unless it is known."""
         token = self._fence(chat_key) or 0
         known = self._known.get(chat_key)
-        if self._client is None or not token or (known is not None and known[0] == token):
+        if not token or (known is not None and known[0] == token):
             return
+        writes = self._writes
         raw = await self._client.hget(self._key, chat_key)
-        if (self._fence(chat_key) or 0) == token and chat_key not in self._known:
+        if (self._fence(chat_key) or 0) == token and chat_key not in self._known \
+                and self._writes == writes:
             self._keep(chat_key, token, _proposal(raw))
 
-    def put(self, chat_key: str, proposal: Proposal) -> None:
-        self._known.pop(chat_key, None)
-        self._redis.hset(self._key, chat_key, json.dumps(asdict(proposal), default=str))
-        self._keep(chat_key, self._fence(chat_key) or 0, proposal)
+    async def put(self, chat_key: str, proposal: Proposal) -> None:
+        token, writes = self._started(chat_key)
+        await self._client.hset(self._key, chat_key, json.dumps(asdict(proposal), default=str))
+        self._settled(chat_key, token, writes, proposal)
 
-    def pop(self, chat_key: str) -> Proposal | None:
-        self._known.pop(chat_key, None)
-        pipe = self._redis.pipeline(transaction=True)
+    async def pop(self, chat_key: str) -> Proposal | None:
+        token, writes = self._started(chat_key)
+        pipe = self._client.pipeline(transaction=True)
         pipe.hget(self._key, chat_key)
         pipe.hdel(self._key, chat_key)
-        raw, _ = pipe.execute()
-        self._keep(chat_key, self._fence(chat_key) or 0, None)
+        raw, _ = await pipe.execute()
+        self._settled(chat_key, token, writes, None)
         return _proposal(raw)
+
+    def _started(self, chat_key: str) -> tuple[int, int]:
+        """A write begins: nothing known of the chat until it is done (a `get` meanwhile
+        reads Redis); (the chat's lease token, this write's number)."""
+        self._known.pop(chat_key, None)
+        self._writes += 1
+        return self._fence(chat_key) or 0, self._writes
+
+    def _settled(self, chat_key: str, token: int, writes: int,
+                 proposal: Proposal | None) -> None:
+        """Keep what this node just wrote, unless the chat's lease changed meanwhile or
+        another write started while this one was on its way (Redis may have applied the
+        two in either order: the next `get` reads which)."""
+        if (self._fence(chat_key) or 0) == token and self._writes == writes:
+            self._keep(chat_key, token, proposal)
+        else:
+            self._known.pop(chat_key, None)
 
     def _keep(self, chat_key: str, token: int, proposal: Proposal | None) -> None:
         if not token:

@@ -215,6 +215,10 @@ class RedisTaskStore:
     async def fetch_detail_tail(self, task_id: str, count: int) -> list[str]:
         return await self._offload(self.detail_tail, task_id, count)
 
+    async def fetch_unfinished(self, *,
+                               chats: Callable[[str], bool] | None = None) -> list[TaskState]:
+        return await self._offload(self.unfinished, chats=chats)
+
     @_answered
     def get(self, task_id: str) -> TaskState | None:
         return self._parse(task_id, self._redis.hget(self.keys.tasks, task_id))
