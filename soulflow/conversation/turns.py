@@ -264,8 +264,8 @@ class Conversation:
         command = adapter.parse_command(message.text) if adapter is not None else None
         if command is None or command.name not in STOP_NAMES:
             return False
-        await self.replies.reply(message, await self.commands.stop(message.chat_key))
-        await self.replies.complete([message.key], ReplyStatus.ANSWERED)
+        await self.replies.answer(message, await self.commands.stop(message.chat_key),
+                                  [message.key], ReplyStatus.ANSWERED)
         return True
 
     def _submit(self, batch: list[InboundMessage]) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis import outbox as outbox_module
+from soulflow.backends.redis.backend import RedisBackend
 from soulflow.backends.redis.outbox import RedisOutbox
 from soulflow.backends.redis.script_calls import run_in_order
 from soulflow.bus.dispatcher import OutboundDispatcher
