@@ -10,6 +10,7 @@ recorded as seen, or quarantined.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from enum import StrEnum
@@ -64,12 +65,37 @@ class InboundScreen:
         self._owns = owns
 
     async def screen(self, batch: list[InboundMessage]) -> tuple[list[InboundMessage], list[str]]:
-        """(journaled messages to answer, keys to record as seen); poison is quarantined."""
-        fresh: list[InboundMessage] = []
-        seen_only: list[str] = []
-        for message in batch:
+        """(journaled messages to answer, keys to record as seen); poison is quarantined.
+
+        Each chat's messages are taken in one after the other, in their order; the chats of
+        a batch side by side, so their journal writes go to the store together (one round
+        trip on Redis for a batch of many chats, `RedisInbound.accept`). An error that is not
+        a message's own (the store away) is raised once every chat has finished, so what was
+        journaled stays journaled, and the batch is read again."""
+        by_chat: dict[str, list[int]] = {}
+        for index, message in enumerate(batch):
+            by_chat.setdefault(message.chat_key, []).append(index)
+        verdicts: list[Verdict | None] = [None] * len(batch)
+        chats = [self._screen_chat([batch[i] for i in indexes], indexes, verdicts)
+                 for indexes in by_chat.values()]
+        if len(chats) == 1:
+            await chats[0]
+        else:
+            failures = [outcome for outcome in await asyncio.gather(*chats,
+                                                                    return_exceptions=True)
+                        if isinstance(outcome, BaseException)]
+            if failures:
+                raise failures[0]
+        fresh = [m for m, v in zip(batch, verdicts, strict=True) if v is Verdict.FRESH]
+        seen_only = [m.key for m, v in zip(batch, verdicts, strict=True) if v is Verdict.SEEN]
+        return fresh, seen_only
+
+    async def _screen_chat(self, messages: list[InboundMessage], indexes: list[int],
+                           verdicts: list[Verdict | None]) -> None:
+        """One chat's messages of a batch, in order; each verdict into its batch slot."""
+        for message, index in zip(messages, indexes, strict=True):
             try:
-                verdict = await self.take_in(message)
+                verdicts[index] = await self.take_in(message)
             except IntakeError as exc:
                 if exc.stage in (IntakeStage.SEAL, IntakeStage.JOURNAL) and \
                         await self._journal.is_seen(message.key):
@@ -77,12 +103,6 @@ class InboundScreen:
                 await self.quarantine.record(message, exc.stage, exc.error)
                 if exc.stage in (IntakeStage.SEAL, IntakeStage.JOURNAL):
                     self._apologise(message)  # an allowed user who addressed the bot
-                continue
-            if verdict is Verdict.FRESH:
-                fresh.append(message)
-            elif verdict is Verdict.SEEN:
-                seen_only.append(message.key)
-        return fresh, seen_only
 
     async def take_in(self, message: InboundMessage) -> Verdict:
         """Decide one message's fate; raises `IntakeError` naming the step that failed.
@@ -108,6 +128,8 @@ class InboundScreen:
             return Verdict.SEEN
         if await self._journal.is_seen(message.key):  # a store error propagates: read again
             return Verdict.SKIP
+        if route is Route.STORE:  # a /secret command, not seen before
+            return await self._store(message)
         with stage(IntakeStage.INTAKE):
             if route is Route.REACTION:
                 self._on_reaction(message)

@@ -4,6 +4,7 @@ store that does not answer leaves the message to be read again, never quarantine
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -58,12 +59,12 @@ async def test_a_refusal_a_reaction_and_a_secret_command_look_the_id_up_first(
     assert await screen.take_in(reaction) is Verdict.SKIP
     assert calls == Counter(is_seen=2)
     command = msg(4, "/secret set API_TOKEN abc123")  # may have been changed since: checked
-    await bus.inbound.mark_seen([command.key])
-    assert await screen.take_in(command) is Verdict.SKIP
-    assert calls == Counter(is_seen=3)
+    assert await screen.take_in(command) is Verdict.FRESH  # first time: journaled
+    assert await screen.take_in(msg(4, "/secret set API_TOKEN abc123")) is Verdict.SKIP
+    assert calls == Counter(is_seen=4, accept=1)
     ignored = msg(3, is_mention=False)  # marking it seen again changes nothing: no look-up
     assert await screen.take_in(ignored) is Verdict.SEEN
-    assert calls == Counter(is_seen=3)
+    assert calls == Counter(is_seen=4, accept=1)
 
 
 async def test_a_store_away_at_intake_leaves_the_message_to_be_read_again(
@@ -87,3 +88,44 @@ async def test_a_store_away_at_intake_leaves_the_message_to_be_read_again(
     assert len(await conversation.ingest(adapter, [msg(1, "kept")])) == 1
     assert await settle(adapter, 1) == ["echo: kept"]
     assert await drained(bus)
+
+
+async def test_a_batchs_chats_are_taken_in_side_by_side_each_in_its_order(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    conversation = build()
+    real_accept = bus.inbound.accept
+    order: list[str] = []
+    first_of_c1 = asyncio.Event()
+
+    async def accept(message: InboundMessage) -> bool:
+        if message.message_id == "m1":
+            await first_of_c1.wait()  # a slow store for c1's first message
+        order.append(message.message_id)
+        if message.message_id == "m4":  # c2 went on meanwhile: now let c1 go
+            first_of_c1.set()
+        return await real_accept(message)
+
+    monkeypatch.setattr(bus.inbound, "accept", accept)
+    batch = [msg(1, "a"), msg(2, "b", chat_id="c2"), msg(3, "c"), msg(4, "d", chat_id="c2")]
+    fresh = await conversation.ingest(adapter, batch)
+    assert [m.message_id for m in fresh] == ["m1", "m2", "m3", "m4"]  # in the batch's order
+    assert order == ["m2", "m4", "m1", "m3"]  # c2 did not wait for c1; c1 kept its order
+
+
+async def test_the_store_away_for_one_chat_is_raised_after_the_others_are_journaled(
+        rig, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    build, adapter, model, bus = rig
+    conversation = build()
+    real_accept = bus.inbound.accept
+
+    async def accept(message: InboundMessage) -> bool:
+        if message.chat_id == "c1":
+            raise StoreUnavailable("Connection refused")
+        return await real_accept(message)
+
+    monkeypatch.setattr(bus.inbound, "accept", accept)
+    with pytest.raises(StoreUnavailable):
+        await conversation.ingest(adapter, [msg(1, "lost?"), msg(2, "kept", chat_id="c2")])
+    assert adapter.committed == []  # read again: c2's message is then seen, c1's journaled
+    assert await bus.inbound.is_seen("chat:c2:m2") and not await bus.inbound.is_seen("chat:c1:m1")
