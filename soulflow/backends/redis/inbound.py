@@ -25,7 +25,7 @@ from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.backends.redis.script_calls import ScriptCall
+from soulflow.backends.redis.script_calls import CallBatcher, ScriptCall
 from soulflow.contracts import InboundMessage
 from soulflow.errors import StoreError
 
@@ -48,7 +48,8 @@ class RedisInbound:
         self._partitions = partitions
         self._seen_ttl = max(1, int(seen_ttl_s))
         self._clock = clock
-        self._accept = client.register_script(scripts.INBOUND_ACCEPT)
+        # the accepts of a batch's chats, screened side by side, sent together
+        self._accepts = CallBatcher(client, "inbound:accepts")
         self._complete = client.register_script(scripts.INBOUND_COMPLETE)
         self._claimed: dict[str, _Claimed] = {}
         self._backlog: dict[Part, deque[tuple[str, InboundMessage]]] = {}
@@ -84,11 +85,11 @@ class RedisInbound:
 
     async def accept(self, message: InboundMessage) -> bool:
         part = partition_of(message.chat_key, self._keys.partitions)
-        entry = await self._accept(
-            keys=[self._keys.seen(message.key), self._keys.stream(part),
-                  self._keys.inbound_pending],
-            args=[message.key, repr(self._clock()), json.dumps(message.to_dict()),
-                  self._seen_ttl, part])
+        entry = await self._accepts.call(ScriptCall(
+            scripts.INBOUND_ACCEPT,
+            [self._keys.seen(message.key), self._keys.stream(part), self._keys.inbound_pending],
+            [message.key, repr(self._clock()), json.dumps(message.to_dict()), self._seen_ttl,
+             part]))
         return entry is not None
 
     async def is_seen(self, key: str) -> bool:

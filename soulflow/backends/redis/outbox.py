@@ -38,7 +38,7 @@ from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.inbound import RedisInbound
 from soulflow.backends.redis.keys import Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.backends.redis.script_calls import ScriptCall, run_in_order
+from soulflow.backends.redis.script_calls import CallBatcher, ScriptCall, run_in_order
 from soulflow.contracts import OutboundMessage, OutboxEntry
 from soulflow.errors import StoreError
 
@@ -124,9 +124,8 @@ class RedisOutbox:
         self._keys = keys
         self._partitions = partitions
         self._answered_ttl = max(1, int(answered_ttl_s))
-        self._set_state = client.register_script(scripts.OUTBOX_STATE)
-        self._remove = client.register_script(scripts.OUTBOX_REMOVE)
-        self._mark_sending = client.register_script(_MARK_SENDING)
+        # the send marks of every chat's worker, sent together (script_calls.py)
+        self._marks = CallBatcher(client, "outbox:marks")
         self._sending: dict[str, Part] = {}  # message id → partition, while a send runs here
         # message id → partition of the messages this node stored or read: a stored message
         # never changes, so neither does its chat; saves reading it again to send it
@@ -254,8 +253,13 @@ class RedisOutbox:
         return bool(await self._client.exists(self._keys.answered(inbound_key)))
 
     async def _update(self, message_id: str, state: str) -> None:
-        await self._set_state(keys=[self._keys.outbox_messages, self._keys.outbox_state],
-                              args=[message_id, state])
+        await self._mark(scripts.OUTBOX_STATE,
+                         [self._keys.outbox_messages, self._keys.outbox_state],
+                         [message_id, state])
+
+    async def _mark(self, source: str, keys: list[str], args: list[Any]) -> Any:
+        """One send mark, in the batch of every chat's marks made meanwhile."""
+        return await self._marks.call(ScriptCall(source, keys, args))
 
     async def record_sending(self, message_id: str) -> bool:
         part = self._parts.get(message_id)
@@ -270,10 +274,10 @@ class RedisOutbox:
         keys = [self._keys.outbox_messages, self._keys.outbox_state]
         known = self._known(message_id)
         if known is not None:  # its state is this node's: write it, nothing to read
-            marked = await self._set_state(keys=keys, args=[message_id, _state(
+            marked = await self._mark(scripts.OUTBOX_STATE, keys, [message_id, _state(
                 known.attempts, known.next_at, True, known.last_error)])
         else:
-            marked = await self._mark_sending(keys=keys, args=[message_id])
+            marked = await self._mark(_MARK_SENDING, keys, [message_id])
         if not marked:
             self._sending.pop(message_id, None)  # sent or buried meanwhile
             self._parts.pop(message_id, None)
@@ -303,8 +307,9 @@ class RedisOutbox:
                 return
             chat_key = OutboundMessage.from_dict(json.loads(raw)).chat_key
             part = partition_of(chat_key, self._keys.partitions)
-        await self._remove(keys=[self._keys.outbox_messages, self._keys.outbox_state,
-                                 self._keys.outbox_order(part)], args=[message_id])
+        await self._mark(scripts.OUTBOX_REMOVE,
+                         [self._keys.outbox_messages, self._keys.outbox_state,
+                          self._keys.outbox_order(part)], [message_id])
 
     async def mark_sent(self, message_id: str, platform_ids: list[str] | None = None) -> None:
         await self._drop(message_id)
