@@ -519,11 +519,9 @@ class TaskStore(Protocol):
 class ProposalMap(Protocol):
     """Plans under review, one per chat, so an answer handled on another node finds its plan."""
 
-    def get(self, chat_key: str) -> Proposal | None: ...
-
-    async def preload(self, chat_key: str) -> None:
-        """Before a message of the chat is read for a task: read its plan ahead, without
-        holding the event loop (on files: nothing to read)."""
+    async def get(self, chat_key: str) -> Proposal | None:
+        """The chat's plan under review, or None; on Redis read once per chat lease, on the
+        asynchronous client (a slow Redis holds the chat, not the loop)."""
 
     async def put(self, chat_key: str, proposal: Proposal) -> None:
         """Keep `proposal` as the chat's plan under review (it replaces any other); on Redis

@@ -214,8 +214,7 @@ class TaskChat:
         decider = Decider(message.provider, message.sender_id, message.sender_name)
         text = message.text.strip()
         named = TASK_ID_RE.search(text)
-        await self.proposals.preload(message.chat_key)
-        proposal = self.proposals.get(message.chat_key)
+        proposal = await self.proposals.get(message.chat_key)
         if proposal is not None and named is None:
             answer = await self._answer_proposal(message, proposal, decider, text)
             if answer is not None:

@@ -57,7 +57,7 @@ class TaskWorld:
             return FileProposalMap(self.runtime / "tasks" / "proposals.json")
         client = AsyncStoreRedis.from_url(self._url)  # offering and answering use it
         self._async_clients.append(client)
-        return RedisProposalMap(self.state(), self.keys, client=client)
+        return RedisProposalMap(self.keys, client=client)
 
     def events(self, *, secret: str = "", hub: EventHub | None = None) -> WorkflowEventService:
         redactor = Redactor([secret]) if secret else None

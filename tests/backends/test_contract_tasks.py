@@ -144,17 +144,17 @@ async def test_a_plan_under_review_is_found_after_a_restart(world: TaskWorld) ->
     plan = Proposal(chat={"provider": "telegram", "chat_id": "5", "thread_id": None},
                     requested_by="dana", request="mail the vendors", title="Mail",
                     graph=graph().to_dict(), risks=["write_file changes files"])
-    assert proposals.get("telegram:5") is None
+    assert await proposals.get("telegram:5") is None
     await proposals.put("telegram:5", plan)
     await proposals.put("telegram:6", Proposal(chat={}, requested_by="x", request="y", title="z",
                                          graph=graph().to_dict()))
     again = world.proposals()  # a restart, or the node that took the chat over
-    found = again.get("telegram:5")
+    found = await again.get("telegram:5")
     assert found == plan and found.task_graph().to_dict() == graph().to_dict()
     assert await again.pop("telegram:5") == plan
-    assert world.proposals().get("telegram:5") is None
+    assert await world.proposals().get("telegram:5") is None
     assert await again.pop("telegram:5") is None
-    assert world.proposals().get("telegram:6") is not None
+    assert await world.proposals().get("telegram:6") is not None
 
 
 # -- Redis only: who may write ----------------------------------------------------------------

@@ -160,10 +160,10 @@ async def test_plans_and_the_chats_unfinished_tasks_are_read_off_the_loop(
     proxy.delay_s = DELAY_S
     async with loop_gaps() as gaps:
         await proposals.put(chat, plan)
-        assert proposals.get(chat) == plan  # kept here under the chat's lease
+        assert await proposals.get(chat) == plan  # kept here under the chat's lease
         unfinished = await backend.tasks.fetch_unfinished(chats=chat.__eq__)
         assert await proposals.pop(chat) == plan
-        assert proposals.get(chat) is None
+        assert await proposals.get(chat) is None
         assert await proposals.pop(chat) is None
     assert max(gaps) < 1.5 * DELAY_S, f"the loop was held {max(gaps):.2f} s"
     assert [(t.task_id, t.status) for t in unfinished] == [
@@ -181,7 +181,7 @@ async def test_a_plan_written_twice_at_once_is_read_again_not_guessed(
     await asyncio.gather(proposals.put(chat, plan), proposals.pop(chat))
     stored = redis.Redis.from_url(redis_server.url).hget(f"{backend.keys.prefix}tasks:proposals",
                                                          chat)
-    assert (proposals.get(chat) is None) == (stored is None)
+    assert (await proposals.get(chat) is None) == (stored is None)
 
 
 async def test_a_flood_of_messages_carrying_keys_is_sealed_off_the_loop(

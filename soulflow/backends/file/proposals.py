@@ -29,16 +29,13 @@ class FileProposalMap:
             except (KeyError, TypeError, ValueError):
                 continue
 
-    def get(self, chat_key: str) -> Proposal | None:
+    async def get(self, chat_key: str) -> Proposal | None:
         return self._items.get(chat_key)
 
     async def put(self, chat_key: str, proposal: Proposal) -> None:
         with self._lock:
             self._items[chat_key] = proposal
             self._write()
-
-    async def preload(self, chat_key: str) -> None:
-        """Nothing to read ahead: the map is in memory."""
 
     async def pop(self, chat_key: str) -> Proposal | None:
         with self._lock:

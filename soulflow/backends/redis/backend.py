@@ -349,7 +349,7 @@ class RedisBackend:
 
     @cached_property
     def proposals(self) -> RedisProposalMap:
-        return RedisProposalMap(self.state, TaskKeys(self.keys.prefix), client=self.client,
+        return RedisProposalMap(TaskKeys(self.keys.prefix), client=self.client,
                                 fence=partition_fence(self))
 
     @cached_property

@@ -14,7 +14,6 @@ from dataclasses import asdict
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.fencing import Fence, no_fence
 from soulflow.backends.redis.keys import TaskKeys
-from soulflow.backends.redis.sync_client import StateRedis
 from soulflow.tasks.review import Proposal
 
 log = logging.getLogger(__name__)
@@ -31,42 +30,31 @@ class RedisProposalMap:
     Every message of a chat asks whether a plan waits there, and almost never does one: what
     was read (or written) is kept while this node holds the chat under the same lease token
     (`fencing.py`), since only the chat's holder writes its field; so a chat's field is read
-    once per lease, not once per message. Offering a plan and taking it off review are one
-    round trip each on the asynchronous client, so a slow Redis holds the chat, not the
-    event loop."""
+    once per lease, not once per message. Reading it, offering a plan and taking it off review
+    are one round trip each on the asynchronous client, so a slow Redis holds the chat, not
+    the event loop."""
 
-    def __init__(self, state: StateRedis, keys: TaskKeys, *, client: AsyncStoreRedis,
+    def __init__(self, keys: TaskKeys, *, client: AsyncStoreRedis,
                  fence: Fence = no_fence) -> None:
-        self._redis = state.client
-        self._client = client  # the asynchronous client: `preload`, `put`, `pop`
+        self._client = client
         self._key = keys.proposals
         self._fence = fence
         self._known: OrderedDict[str, tuple[int, Proposal | None]] = OrderedDict()
         self._writes = 0  # writes started here: one that overlapped another is not cached
 
-    def get(self, chat_key: str) -> Proposal | None:
-        """The chat's plan: known here (read ahead by `preload`, or written here) under the
-        chat's current lease, else one round trip on the synchronous client (a chat this node
-        does not hold: `preload` reads nothing without a lease)."""
+    async def get(self, chat_key: str) -> Proposal | None:
+        """The chat's plan: known here (read or written under the chat's current lease), else
+        one round trip on the asynchronous client, kept if the lease and no write changed
+        meanwhile."""
         token = self._fence(chat_key) or 0
         known = self._known.get(chat_key)
         if known is not None and token and known[0] == token:
             return known[1]
-        proposal = _proposal(self._redis.hget(self._key, chat_key))
-        self._keep(chat_key, token, proposal)
-        return proposal
-
-    async def preload(self, chat_key: str) -> None:
-        """Read the chat's field ahead on the asynchronous client, unless it is known."""
-        token = self._fence(chat_key) or 0
-        known = self._known.get(chat_key)
-        if not token or (known is not None and known[0] == token):
-            return
         writes = self._writes
-        raw = await self._client.hget(self._key, chat_key)
-        if (self._fence(chat_key) or 0) == token and chat_key not in self._known \
-                and self._writes == writes:
-            self._keep(chat_key, token, _proposal(raw))
+        proposal = _proposal(await self._client.hget(self._key, chat_key))
+        if (self._fence(chat_key) or 0) == token and self._writes == writes:
+            self._keep(chat_key, token, proposal)
+        return proposal
 
     async def put(self, chat_key: str, proposal: Proposal) -> None:
         token, writes = self._started(chat_key)
