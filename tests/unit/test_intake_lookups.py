@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,6 +28,20 @@ def count_lookups(bus: Any, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
         monkeypatch.setattr(bus.inbound, name, counted)
     return calls
+
+
+def accept_failing(bus: Any, monkeypatch: pytest.MonkeyPatch,
+                   failure: Callable[[InboundMessage], Exception | None]) -> None:
+    """The journal's `accept` raises `failure(message)` where that is not None."""
+    real = bus.inbound.accept
+
+    async def accept(message: InboundMessage) -> bool:
+        error = failure(message)
+        if error is not None:
+            raise error
+        return await real(message)
+
+    monkeypatch.setattr(bus.inbound, "accept", accept)
 
 
 async def test_a_message_to_answer_costs_one_store_call_and_is_answered_once(
@@ -71,15 +86,9 @@ async def test_a_store_away_at_intake_leaves_the_message_to_be_read_again(
         rig, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     conversation = build()
-    real_accept = bus.inbound.accept
     away = True
-
-    async def accept(message: InboundMessage) -> bool:
-        if away:
-            raise StoreUnavailable("Connection refused")
-        return await real_accept(message)
-
-    monkeypatch.setattr(bus.inbound, "accept", accept)
+    accept_failing(bus, monkeypatch,
+                   lambda message: StoreUnavailable("Connection refused") if away else None)
     with pytest.raises(StoreUnavailable):
         await conversation.ingest(adapter, [msg(1, "kept")])
     assert adapter.committed == []  # the cursor stays: the channel reads it again
@@ -117,14 +126,8 @@ async def test_the_store_away_for_one_chat_is_raised_after_the_others_are_journa
         rig, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     conversation = build()
-    real_accept = bus.inbound.accept
-
-    async def accept(message: InboundMessage) -> bool:
-        if message.chat_id == "c1":
-            raise StoreUnavailable("Connection refused")
-        return await real_accept(message)
-
-    monkeypatch.setattr(bus.inbound, "accept", accept)
+    accept_failing(bus, monkeypatch, lambda message: StoreUnavailable(
+        "Connection refused") if message.chat_id == "c1" else None)
     with pytest.raises(StoreUnavailable):
         await conversation.ingest(adapter, [msg(1, "lost?"), msg(2, "kept", chat_id="c2")])
     assert adapter.committed == []  # read again: c2's message is then seen, c1's journaled

@@ -15,6 +15,7 @@ from soulflow.contracts import Attachment, InboundMessage
 from soulflow.conversation.quarantine import APOLOGY
 from soulflow.security.dead_letters import strict_redact
 from tests.unit.test_conversation import drained, msg, rig, settle  # noqa: F401 - rig: a fixture
+from tests.unit.test_intake_lookups import accept_failing
 
 TOKEN = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"
 
@@ -135,14 +136,8 @@ async def test_a_command_that_crashes_is_quarantined_once_not_replayed(rig) -> N
 async def test_a_journal_write_error_is_quarantined(rig, monkeypatch: Any) -> None:  # noqa: F811
     build, adapter, model, bus = rig
     conversation = build()
-    real_accept = bus.inbound.accept
-
-    async def accept(message: InboundMessage) -> bool:
-        if message.message_id == "m1":
-            raise OSError("EIO")
-        return await real_accept(message)
-
-    monkeypatch.setattr(bus.inbound, "accept", accept)
+    accept_failing(bus, monkeypatch,
+                   lambda message: OSError("EIO") if message.message_id == "m1" else None)
     await conversation.ingest(adapter, [msg(1, "one"), msg(2, "two")])
     assert await settle(adapter, 2) == [APOLOGY, "echo: two"]
     assert [e.stage for e in await bus.inbound_dlq.entries()] == ["journal"]
