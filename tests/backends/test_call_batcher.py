@@ -42,7 +42,9 @@ async def test_a_flood_of_callers_shares_round_trips_and_each_gets_its_reply(
         replies = await asyncio.gather(*(batcher.call(incr("batcher:n")) for _ in range(2000)))
         assert sorted(replies) == list(range(1, 2001))
         assert sends < 50  # thousands of calls, a handful of pipelines
-        assert await batcher.call(incr("batcher:n", 5)) == 2005  # idle again: goes at once
+        sender = batcher._sender
+        assert await batcher.call(incr("batcher:n", 5)) == 2005  # idle again: goes at once,
+        assert batcher._sender is sender  # from the caller's task, no sender started
     finally:
         await client.aclose()
 

@@ -58,29 +58,50 @@ class CallBatcher:
     """Script calls that many tasks make independently, sent together: a call made while a
     batch is on its way waits for it to return, then goes with every call made meanwhile,
     in one pipeline. So under load (the dispatcher's workers, one per chat, each marking its
-    reply in flight and then sent) the calls of many chats share a round trip, and when
-    idle a call goes at once. Each caller gets its own reply or error; a batch that did not
-    reach Redis fails every call in it (`StoreUnavailable`), as each would have alone.
+    reply in flight and then sent) the calls of many chats share a round trip. When idle, a
+    call goes at once from its caller's own task, as a lone call would. Each caller gets its
+    own reply or error; a batch that did not reach Redis fails every call in it
+    (`StoreUnavailable`), as each would have alone.
 
-    The sending is a short task of its own (`name`), started by the first call of a burst
-    and ended when nothing is left queued; a caller cancelled meanwhile stops waiting, and
-    its call may still run, as any call cut off in flight."""
+    The calls that queued behind are sent by a short task of their own (`name`), started
+    when the call or batch they waited for returns and ended when nothing is left queued; a
+    caller cancelled meanwhile stops waiting, and its call may still run, as any call cut
+    off in flight."""
 
     client: AsyncStoreRedis
     name: str
     _queued: list[tuple[ScriptCall, asyncio.Future[Any]]] = field(default_factory=list)
     _sender: asyncio.Task[None] | None = None
+    _in_flight: bool = False  # a batch (or a lone call) is on its way
 
     async def call(self, call: ScriptCall) -> Any:
+        if self._in_flight or self._queued:
+            return await self._queue(call)
+        self._in_flight = True  # idle: this call goes at once, from the caller's task
+        try:
+            [reply] = await send_together(self.client, [call])
+        finally:
+            self._in_flight = False
+            self._start_sender()  # the calls made meanwhile
+        if isinstance(reply, StoreError):
+            raise reply
+        return reply
+
+    async def _queue(self, call: ScriptCall) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queued.append((call, future))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send(), name=self.name)
+        if not self._in_flight:
+            self._start_sender()
         return await future
+
+    def _start_sender(self) -> None:
+        if self._queued and (self._sender is None or self._sender.done()):
+            self._sender = asyncio.create_task(self._send(), name=self.name)
 
     async def _send(self) -> None:
         while self._queued:
             batch, self._queued = self._queued, []
+            self._in_flight = True
             try:
                 replies = await send_together(self.client, [call for call, _ in batch])
             except asyncio.CancelledError:
@@ -93,6 +114,8 @@ class CallBatcher:
                     if not future.done():
                         future.set_exception(exc)
                 continue
+            finally:
+                self._in_flight = False
             for (_, future), reply in zip(batch, replies, strict=True):
                 if future.done():
                     continue
