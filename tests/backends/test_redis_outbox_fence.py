@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from soulflow.backends.base import Completion
+import pytest
+
+from soulflow.backends.base import Completing, Completion
+from soulflow.backends.redis import outbox as outbox_module
 from soulflow.backends.redis.backend import RedisBackend
+from soulflow.errors import StoreUnavailable
 from tests.backends.conftest import Harness
 from tests.backends.helpers import inbound, outbound
 
@@ -56,3 +60,29 @@ async def test_an_answer_refused_once_the_lease_lapsed_here_leaves_its_message_p
     other = await redis_harness.open("node-b", partitions=1)
     assert [m.key for m in await other.inbound.claim()] == [message.key]
     assert not await other.outbox.has_answered(message.key)  # it answers it
+
+
+async def test_a_batch_tried_again_after_its_chat_moved_leaves_the_message_pending(
+        redis_harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outbox line's batch (a reply and its completion) did not reach Redis; by the next
+    try the chat's lease is another node's. The reply is refused, and the completion must
+    still be fenced by the lease the message was claimed under, not run without one, or the
+    message would be finished unanswered (seen once in 20 Redis restarts mid-flood)."""
+    node = await redis_harness.open("node-a", partitions=1)
+    assert isinstance(node, RedisBackend)
+    assert await node.inbound.accept(inbound("c1", 1))
+    [message] = await node.inbound.claim()
+    writes = [outbound("c1", "answer", inbound_key=message.key),
+              Completing((message.key,), "answered")]
+
+    async def not_sent(*args: object, **kwargs: object) -> list[object]:
+        monkeypatch.undo()
+        raise StoreUnavailable("Connection refused")
+
+    monkeypatch.setattr(outbox_module, "run_in_order", not_sent)
+    with pytest.raises(StoreUnavailable):
+        await node.outbox.store(writes)
+    await node.client.set(node.keys.lease(node.keys.partition_lease(0)), "node-b|999")
+    assert await node.outbox.store(writes) == [False, [Completion.FENCED]]
+    assert await node.inbound.pending_count() == 1  # the chat's new holder runs it
+    assert not await node.outbox.has_answered(message.key)

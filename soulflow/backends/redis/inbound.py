@@ -113,23 +113,25 @@ class RedisInbound:
         call = await self.completion_call(key)
         if isinstance(call, Completion):
             return call
-        return self.completion_of(await self._complete(keys=call.keys, args=call.args))
+        return self.completed(key, await self._complete(keys=call.keys, args=call.args))
 
     async def completion_call(self, key: str) -> ScriptCall | Completion:
         """The script call that completes `key`, for a batch (`RedisOutbox.store`); or how
-        the completion ended already, without one. The message counts as no longer in this
-        node's hands from here: if the call fails, a later try finds it in Redis."""
-        self._fresh.discard(key)
-        claimed = self._claimed.pop(key, None)
+        the completion ended already, without one. The message stays in this node's hands,
+        under the lease it was claimed with, until its call has run (`completed`): a call
+        that never reached Redis is tried again under that same lease, never without one."""
+        claimed = self._claimed.get(key)
         if claimed is None:  # never handed to us: e.g. refused at intake, before any work
             raw = await self._client.hget(self._keys.inbound_pending, key)
             if raw is None:
+                self._fresh.discard(key)
                 return Completion.UNKNOWN
             part_text, entry_id, _ = _text(raw).split("|", 2)
             claimed = _Claimed(_part(part_text), entry_id, "")
-        if claimed.lease_value and self._partitions.lease(claimed.part) is None:
+        elif claimed.lease_value and self._partitions.lease(claimed.part) is None:
             # lapsed by this node's own deadline, if not yet in Redis: `RedisOutbox.put`
             # refuses the answer from then on, so the message must stay for the next holder
+            self._forget(key)
             return Completion.FENCED
         lease_key = (self._keys.lease(self._keys.partition_lease(claimed.part))
                      if claimed.lease_value else self._keys.inbound_pending)
@@ -138,10 +140,15 @@ class RedisInbound:
                            lease_key],
                           [key, claimed.entry_id, claimed.lease_value, GROUP])
 
-    @staticmethod
-    def completion_of(reply: Any) -> Completion:
-        """How a completion ended, from its script's reply."""
+    def completed(self, key: str, reply: Any) -> Completion:
+        """How the completion of `key` ended, from its script's reply; the message is out of
+        this node's hands from here."""
+        self._forget(key)
         return {1: Completion.DONE, 0: Completion.UNKNOWN}.get(int(reply), Completion.FENCED)
+
+    def _forget(self, key: str) -> None:
+        self._fresh.discard(key)
+        self._claimed.pop(key, None)
 
     async def claim(self, limit: int = 100, *, wait_s: float = 0.0) -> list[InboundMessage]:
         try:

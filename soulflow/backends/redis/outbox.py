@@ -93,20 +93,21 @@ class _Put:
 class _Completions:
     """A completion of a batch: per key, its script call, or how it ended without one."""
 
-    steps: list[ScriptCall | Completion]
+    inbound: RedisInbound
+    steps: list[tuple[str, ScriptCall | Completion]]
     first: int = 0
     ended: list[Completion] = field(default_factory=list)
 
     def calls(self) -> list[ScriptCall]:
-        return [step for step in self.steps if isinstance(step, ScriptCall)]
+        return [step for _, step in self.steps if isinstance(step, ScriptCall)]
 
     def read(self, replies: list[Any]) -> None:
         at = self.first
-        for step in self.steps:
+        for key, step in self.steps:
             if isinstance(step, Completion):
                 self.ended.append(step)
             else:
-                self.ended.append(RedisInbound.completion_of(replies[at]))
+                self.ended.append(self.inbound.completed(key, replies[at]))
                 at += 1
 
 
@@ -192,8 +193,9 @@ class RedisOutbox:
                   if isinstance(w, OutboundMessage) and w.message_id in self._unsure}
         for write in writes:
             if isinstance(write, Completing):
+                inbound = self._inbound_store()
                 planned: _Planned = _Completions(
-                    [await self._completion_call(key) for key in write.keys])
+                    inbound, [(key, await inbound.completion_call(key)) for key in write.keys])
             else:
                 planned = self._plan_put(write, write.message_id in unsure)
                 unsure.discard(write.message_id)  # a second put of it here is a repeat
@@ -208,10 +210,10 @@ class RedisOutbox:
                            else planned.ended)
         return results
 
-    async def _completion_call(self, key: str) -> ScriptCall | Completion:
+    def _inbound_store(self) -> RedisInbound:
         if self._inbound is None:
             raise StoreError("this outbox was opened without its inbound store")
-        return await self._inbound.completion_call(key)
+        return self._inbound
 
     def _plan_put(self, message: OutboundMessage, unsure: bool) -> _Put:
         k = self._keys
