@@ -25,7 +25,7 @@ from soulflow.backends.redis import scripts
 from soulflow.backends.redis.clients import AsyncStoreRedis
 from soulflow.backends.redis.keys import GROUP, Keys, Part, partition_of
 from soulflow.backends.redis.partitions import PartitionLeases
-from soulflow.backends.redis.script_calls import CallBatcher, ScriptCall
+from soulflow.backends.redis.script_calls import CallBatcher, ScriptCall, run_in_order
 from soulflow.contracts import InboundMessage
 from soulflow.errors import StoreError
 
@@ -50,7 +50,6 @@ class RedisInbound:
         self._clock = clock
         # the accepts of a batch's chats, screened side by side, sent together
         self._accepts = CallBatcher(client, "inbound:accepts")
-        self._complete = client.register_script(scripts.INBOUND_COMPLETE)
         self._claimed: dict[str, _Claimed] = {}
         self._backlog: dict[Part, deque[tuple[str, InboundMessage]]] = {}
         self._swept_at: dict[Part, float] = {}  # monotonic time of each partition's last sweep
@@ -113,7 +112,8 @@ class RedisInbound:
         call = await self.completion_call(key)
         if isinstance(call, Completion):
             return call
-        return self.completed(key, await self._complete(keys=call.keys, args=call.args))
+        [reply] = await run_in_order(self._client, [call])
+        return self.completed(key, reply)
 
     async def completion_call(self, key: str) -> ScriptCall | Completion:
         """The script call that completes `key`, for a batch (`RedisOutbox.store`); or how

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from soulflow.backends.base import (
@@ -70,7 +70,7 @@ redis.call('HSET', KEYS[2], ARGV[1], attempts .. '|' .. next_at .. '|1|' .. err)
 return 1
 """
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Put:
     """A reply of a batch: its script call (None: refused before any), and whether an
     earlier try of it failed with its outcome unknown."""
@@ -78,42 +78,18 @@ class _Put:
     message: OutboundMessage
     unsure: bool
     call: ScriptCall | None
-    first: int = 0  # its call's place in the batch
-    reply: Any = None
-
-    def calls(self) -> list[ScriptCall]:
-        return [self.call] if self.call is not None else []
-
-    def read(self, replies: list[Any]) -> None:
-        if self.call is not None:
-            self.reply = replies[self.first]
 
 
-@dataclass(slots=True)
-class _Completions:
-    """A completion of a batch: per key, its script call, or how it ended without one."""
-
-    inbound: RedisInbound
-    steps: list[tuple[str, ScriptCall | Completion]]
-    first: int = 0
-    ended: list[Completion] = field(default_factory=list)
-
-    def calls(self) -> list[ScriptCall]:
-        return [step for _, step in self.steps if isinstance(step, ScriptCall)]
-
-    def read(self, replies: list[Any]) -> None:
-        at = self.first
-        for key, step in self.steps:
-            if isinstance(step, Completion):
-                self.ended.append(step)
-            else:
-                self.ended.append(self.inbound.completed(key, replies[at]))
-                at += 1
-
-
-_Planned = _Put | _Completions
+# a completion of a batch: per key, its script call, or how it ended without one
+_Completions = list[tuple[str, ScriptCall | Completion]]
 
 PARTS_KNOWN = 4096  # message ids whose partition a node remembers (then it starts over)
+
+
+def _calls(planned: _Put | _Completions) -> list[ScriptCall]:
+    if isinstance(planned, _Put):
+        return [planned.call] if planned.call is not None else []
+    return [step for _, step in planned if isinstance(step, ScriptCall)]
 
 
 class RedisOutbox:
@@ -186,28 +162,27 @@ class RedisOutbox:
     async def store(self, writes: list[OutboxWrite]) -> list[WriteResult]:
         """The replies (as `put`) and completions (the inbound store's script) of `writes`
         as one pipeline, in order (script_calls.py)."""
-        plan: list[_Planned] = []
-        calls: list[ScriptCall] = []
+        plan: list[_Put | _Completions] = []
         # ids whose last try failed before this batch (the batch marks its own as it goes)
         unsure = {w.message_id for w in writes
                   if isinstance(w, OutboundMessage) and w.message_id in self._unsure}
         for write in writes:
             if isinstance(write, Completing):
                 inbound = self._inbound_store()
-                planned: _Planned = _Completions(
-                    inbound, [(key, await inbound.completion_call(key)) for key in write.keys])
+                plan.append([(key, await inbound.completion_call(key)) for key in write.keys])
             else:
-                planned = self._plan_put(write, write.message_id in unsure)
+                plan.append(self._plan_put(write, write.message_id in unsure))
                 unsure.discard(write.message_id)  # a second put of it here is a repeat
-            planned.first = len(calls)
-            calls += planned.calls()
-            plan.append(planned)
-        replies = await run_in_order(self._client, calls)
+        calls = [call for planned in plan for call in _calls(planned)]
+        replies = iter(await run_in_order(self._client, calls))  # one per call, in order
         results: list[WriteResult] = []
         for planned in plan:
-            planned.read(replies)
-            results.append(self._stored(planned) if isinstance(planned, _Put)
-                           else planned.ended)
+            if isinstance(planned, _Put):
+                results.append(self._stored(planned, next(replies) if planned.call else None))
+            else:
+                results.append([step if isinstance(step, Completion)
+                                else self._inbound_store().completed(key, next(replies))
+                                for key, step in planned])
         return results
 
     def _inbound_store(self) -> RedisInbound:
@@ -235,13 +210,13 @@ class RedisOutbox:
             [message.message_id, json.dumps(message.to_dict()), self._answered_ttl,
              "1" if message.inbound_key else "0", fence_value]))
 
-    def _stored(self, put: _Put) -> bool:
-        """Whether a planned put stored its message (see `put`)."""
+    def _stored(self, put: _Put, reply: Any) -> bool:
+        """Whether a planned put stored its message (see `put`), from its script's reply."""
         message = put.message
         if put.call is None:
             return False
         self._unsure.discard(message.message_id)
-        added = int(put.reply)
+        added = int(reply)
         if added == 1:
             self._keep(OutboxEntry(message))
         if added == 0 and put.unsure:
