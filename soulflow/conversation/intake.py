@@ -76,8 +76,7 @@ class InboundScreen:
         for index, message in enumerate(batch):
             by_chat.setdefault(message.chat_key, []).append(index)
         verdicts: list[Verdict | None] = [None] * len(batch)
-        chats = [self._screen_chat([batch[i] for i in indexes], indexes, verdicts)
-                 for indexes in by_chat.values()]
+        chats = [self._screen_chat(batch, indexes, verdicts) for indexes in by_chat.values()]
         if len(chats) == 1:
             await chats[0]
         else:
@@ -90,10 +89,12 @@ class InboundScreen:
         seen_only = [m.key for m, v in zip(batch, verdicts, strict=True) if v is Verdict.SEEN]
         return fresh, seen_only
 
-    async def _screen_chat(self, messages: list[InboundMessage], indexes: list[int],
+    async def _screen_chat(self, batch: list[InboundMessage], indexes: list[int],
                            verdicts: list[Verdict | None]) -> None:
-        """One chat's messages of a batch, in order; each verdict into its batch slot."""
-        for message, index in zip(messages, indexes, strict=True):
+        """One chat's messages of a batch (at `indexes`), in order; each verdict into its
+        batch slot."""
+        for index in indexes:
+            message = batch[index]
             try:
                 verdicts[index] = await self.take_in(message)
             except IntakeError as exc:
@@ -122,13 +123,12 @@ class InboundScreen:
             normalize_inbound(message)
         with stage(IntakeStage.INTAKE):
             route = self._route(message)
-        if route is Route.STORE and not _SECRET_COMMAND.match(message.text):
-            return await self._store(message)
         if route is Route.IGNORE:
             return Verdict.SEEN
-        if await self._journal.is_seen(message.key):  # a store error propagates: read again
+        acts_twice = route is not Route.STORE or _SECRET_COMMAND.match(message.text)
+        if acts_twice and await self._journal.is_seen(message.key):  # an error: read again
             return Verdict.SKIP
-        if route is Route.STORE:  # a /secret command, not seen before
+        if route is Route.STORE:
             return await self._store(message)
         with stage(IntakeStage.INTAKE):
             if route is Route.REACTION:
