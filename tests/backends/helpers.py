@@ -6,6 +6,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+import pytest
+
+from soulflow.backends.redis.connections import ScopedWriteTimeout
 from soulflow.contracts import InboundMessage, OutboundMessage
 
 
@@ -30,3 +33,17 @@ async def eventually(check: Callable[[], Awaitable[bool]], *, timeout_s: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+def counting_round_trips(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """From now on, every request the bus's Redis connections write (a command, or a whole
+    pipeline) is appended to the returned list: one entry per round trip."""
+    sends: list[object] = []
+    real = ScopedWriteTimeout.send_packed_command
+
+    async def counted(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        sends.append(command)
+        return await real(self, command, check_health)
+
+    monkeypatch.setattr(ScopedWriteTimeout, "send_packed_command", counted)
+    return sends

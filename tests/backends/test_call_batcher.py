@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from soulflow.backends.redis.clients import AsyncStoreRedis
-from soulflow.backends.redis.connections import ScopedWriteTimeout
 from soulflow.backends.redis.script_calls import CallBatcher, ScriptCall
 from soulflow.errors import StoreError, StoreUnavailable
+from tests.backends.helpers import counting_round_trips
 from tests.backends.proxy import CuttableProxy
 from tests.backends.redis_server import RedisServer
 
@@ -27,21 +27,13 @@ async def test_a_flood_of_callers_shares_round_trips_and_each_gets_its_reply(
         redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     client = AsyncStoreRedis.from_url(redis_server.url, socket_timeout=5)
     batcher = CallBatcher(client, "test:marks")
-    sends = 0
-    real = ScopedWriteTimeout.send_packed_command
-
-    async def counted(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        nonlocal sends
-        sends += 1
-        return await real(self, command, check_health)
-
     try:
         await client.delete("batcher:n")
         await client.ping()
-        monkeypatch.setattr(ScopedWriteTimeout, "send_packed_command", counted)
+        sends = counting_round_trips(monkeypatch)
         replies = await asyncio.gather(*(batcher.call(incr("batcher:n")) for _ in range(2000)))
         assert sorted(replies) == list(range(1, 2001))
-        assert sends < 50  # thousands of calls, a handful of pipelines
+        assert len(sends) < 50  # thousands of calls, a handful of pipelines
         sender = batcher._sender
         assert await batcher.call(incr("batcher:n", 5)) == 2005  # idle again: goes at once,
         assert batcher._sender is sender  # from the caller's task, no sender started

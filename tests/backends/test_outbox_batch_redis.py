@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from soulflow.backends.base import Completing, Completion
-from soulflow.backends.redis.connections import ScopedWriteTimeout
 from tests.backends.conftest import Harness
-from tests.backends.helpers import inbound, outbound
+from tests.backends.helpers import counting_round_trips, inbound, outbound
 
 
 async def claimed(backend, *messages):  # type: ignore[no-untyped-def]
@@ -23,14 +22,7 @@ async def test_replies_and_completions_of_several_chats_cost_one_round_trip(
     backend = await redis_harness.open()
     asked = [inbound(chat, n) for n, chat in enumerate("abc")]
     await claimed(backend, *asked)
-    sends: list[object] = []
-    real = ScopedWriteTimeout.send_packed_command
-
-    async def counted(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        sends.append(command)
-        return await real(self, command, check_health)
-
-    monkeypatch.setattr(ScopedWriteTimeout, "send_packed_command", counted)
+    sends = counting_round_trips(monkeypatch)
     writes = []
     for message in asked:
         writes += [outbound(message.chat_id, "answer", inbound_key=message.key),
